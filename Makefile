@@ -1,0 +1,37 @@
+# The README's two commands: `make demo` and `make test`. Both build what they need themselves.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# NOTE: torch is pinned here, before the project: on this CPU-only setup 2.13.0 resolves to a
+# local CPU wheel, while an unpinned torch would pull several GB of CUDA packages.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: setup demo test test-all lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/advisor diagnose --out advisor-runs/demo examples/data_loading.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadfile
+
+test-all: $(STAMP)
+	ADVISOR_RUN_SLOW=1 $(PY) -m pytest -q -n 2 --dist loadfile
+
+lint: $(STAMP)
+	$(PY) -m ruff check advisor tests benchmarks examples
+
+bench: $(STAMP)
+	$(PY) benchmarks/capture_overhead.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info advisor-runs

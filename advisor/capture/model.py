@@ -1,0 +1,244 @@
+"""The capture stage's boundary types: :class:`RunSpec` in, :class:`RunCapture` out.
+
+``RunCapture`` is what ``capture.json`` holds. It is versioned; readers ignore unknown keys and
+default missing ones, so every later stage can work from a run directory alone, offline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from advisor._serde import dump_json, from_dict
+from advisor.errors import InputError
+
+CAPTURE_SCHEMA_VERSION = 1
+CAPTURE_FILE = "capture.json"
+
+# Status of the script run, as recorded in RunCapture.status.
+STATUS_COMPLETED = "completed"  # the script ran to its end (--full, or it had few steps)
+STATUS_STOPPED = "stopped"  # advisor stopped it after the profiled steps (the normal case)
+STATUS_CRASHED = "crashed"  # the script raised or its process died
+STATUS_TIMEOUT = "timeout"  # --timeout ended it
+STATUS_NO_STEPS = "no_steps"  # it ended without a single step being seen
+
+
+@dataclass(frozen=True)
+class FixRequest:
+    """One run-time intervention the child applies before the script runs."""
+
+    id: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything needed to run and capture a script once.
+
+    Attributes:
+        script: Path to the user's Python file.
+        args: Arguments passed to the script unchanged.
+        out_dir: The run directory to create and fill.
+        warmup_steps: Steps run before anything is measured.
+        timed_steps: Steps timed without the profiler.
+        profiled_steps: Steps under torch.profiler and cProfile (0 disables profiling).
+        full: Let the script run to its end instead of stopping after the profiled steps.
+        timeout_s: Wall-clock limit for the script, or None.
+        fixes: Interventions to apply at run time (fix trials); empty for a plain capture.
+        seed: Seed torch/random/numpy before the script runs (loss parity); None leaves them.
+        record_loss_steps: Record the loss of this many first steps (for loss parity).
+        quiet: Suppress live progress on stderr.
+        cwd: Working directory for the script (default: the caller's).
+        env: Extra environment variables for the child.
+        nproc_per_node: >1 launches through torchrun with that many ranks.
+        nnodes: Node count passed to torchrun.
+    """
+
+    script: Path
+    args: tuple[str, ...] = ()
+    out_dir: Path = Path("advisor-runs/run")
+    warmup_steps: int = 5
+    timed_steps: int = 20
+    profiled_steps: int = 10
+    full: bool = False
+    timeout_s: float | None = None
+    fixes: tuple[FixRequest, ...] = ()
+    seed: int | None = None
+    record_loss_steps: int = 0
+    quiet: bool = False
+    cwd: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    nproc_per_node: int = 1
+    nnodes: int = 1
+
+
+@dataclass(frozen=True)
+class DataLoaderInfo:
+    """The settings of one DataLoader the script created."""
+
+    batch_size: int | None = None
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+    dataset_type: str = ""
+    iterable_dataset: bool = False
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class TimedPhase:
+    """Measurements from the timed (unprofiled) steps.
+
+    Attributes:
+        step_times_ms: Wall time of each timed step.
+        samples: Samples per timed step, counted from the batches the DataLoader yielded
+            (None where no DataLoader batch was seen in that step).
+        samples_per_s: Steady throughput over the timed steps (None without sample counts).
+        steps_per_s: Steps per second over the timed steps.
+        time_to_first_step_s: From the script's start to the end of its first step
+            (includes imports, data set-up and any compile).
+    """
+
+    step_times_ms: tuple[float, ...] = ()
+    samples: tuple[int | None, ...] = ()
+    samples_per_s: float | None = None
+    steps_per_s: float | None = None
+    time_to_first_step_s: float | None = None
+
+
+@dataclass(frozen=True)
+class UtilSummary:
+    """Utilisation samples from the parent (psutil for CPU, NVML for GPU)."""
+
+    mean_util_frac: float | None = None
+    max_util_frac: float | None = None
+    samples: int = 0
+    peak_memory_bytes: int | None = None
+    total_memory_bytes: int | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where the run happened."""
+
+    python: str = ""
+    torch: str = ""
+    cuda: str | None = None
+    device: str = "cpu"
+    device_name: str = ""
+    gpu_count: int = 0
+    cpu_count: int = 0
+    platform: str = ""
+    hostname: str = ""
+    git_commit: str | None = None
+
+
+@dataclass(frozen=True)
+class ScriptError:
+    """What went wrong in the script, when something did."""
+
+    type: str
+    message: str
+    log: str = "stderr.log"
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class RunCapture:
+    """Everything one capture recorded; saved as ``capture.json``.
+
+    Attributes:
+        schema_version: Version of this layout.
+        run_dir: The run directory (absolute when written).
+        script: The script that ran; args its arguments.
+        status: One of the ``STATUS_*`` constants.
+        exit_code: The child's exit code (the script's ``sys.exit`` code where it called it).
+        error: Set when the script raised, crashed or timed out.
+        step_source: How steps were found: ``optimizer``, ``dataloader`` or ``marker``.
+        steps_seen: Total steps the script completed while captured.
+        warmup_steps / timed_steps / profiled_steps: Steps actually spent in each phase.
+        timed: The timed phase's measurements.
+        losses: Loss of the first steps (for loss parity), when asked for.
+        peak_memory_bytes: CUDA max allocated on GPU, peak RSS on CPU.
+        memory_kind: ``cuda`` or ``rss``.
+        cpu: CPU utilisation (psutil) sampled by the parent.
+        gpu: GPU utilisation and memory (NVML) sampled by the parent, or a note why not.
+        environment: Versions and hardware.
+        dataloaders: Every DataLoader the script created.
+        fixes: Interventions applied at run time (empty for a plain capture).
+        fix_notes: What each intervention did or why it did not apply, by fix id.
+        trace_files: Trace paths relative to run_dir (TensorBoard layout under ``traces/``).
+        pstats_file: cProfile output relative to run_dir, or None.
+        stdout_log / stderr_log: Log paths relative to run_dir.
+        wall_s: Wall time of the whole child run.
+        notes: Human-readable remarks (few steps, no GPU, ...).
+        ranks: For torchrun launches, the rank run directories relative to run_dir.
+    """
+
+    schema_version: int = CAPTURE_SCHEMA_VERSION
+    run_dir: str = ""
+    script: str = ""
+    args: tuple[str, ...] = ()
+    status: str = STATUS_STOPPED
+    exit_code: int | None = None
+    error: ScriptError | None = None
+    step_source: str | None = None
+    steps_seen: int = 0
+    warmup_steps: int = 0
+    timed_steps: int = 0
+    profiled_steps: int = 0
+    timed: TimedPhase = field(default_factory=TimedPhase)
+    losses: tuple[float | None, ...] = ()
+    peak_memory_bytes: int | None = None
+    memory_kind: str = "rss"
+    cpu: UtilSummary = field(default_factory=UtilSummary)
+    gpu: UtilSummary = field(default_factory=UtilSummary)
+    environment: Environment = field(default_factory=Environment)
+    dataloaders: tuple[DataLoaderInfo, ...] = ()
+    fixes: tuple[FixRequest, ...] = ()
+    fix_notes: dict[str, str] = field(default_factory=dict)
+    trace_files: tuple[str, ...] = ()
+    pstats_file: str | None = None
+    stdout_log: str = "stdout.log"
+    stderr_log: str = "stderr.log"
+    wall_s: float | None = None
+    notes: tuple[str, ...] = ()
+    ranks: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when the script neither crashed nor timed out and at least one step was seen."""
+        return self.status in (STATUS_COMPLETED, STATUS_STOPPED)
+
+    def save(self, run_dir: Path) -> Path:
+        """Write ``capture.json`` into ``run_dir`` atomically and return its path."""
+        path = Path(run_dir) / CAPTURE_FILE
+        dump_json(self, path)
+        return path
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RunCapture:
+        """Read ``capture.json`` from a run directory; a clear InputError when it is not one."""
+        path = Path(run_dir) / CAPTURE_FILE
+        if not path.is_file():
+            raise InputError(
+                f"{run_dir} is not an advisor run directory (no {CAPTURE_FILE}); "
+                "pass the folder `advisor diagnose` printed, or use `advisor analyze` for a trace"
+            )
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path} is not valid JSON ({exc}); re-run `advisor diagnose`") from exc
+        if not isinstance(data, dict):
+            raise InputError(f"{path} does not hold a capture object; re-run `advisor diagnose`")
+        if int(data.get("schema_version", 0)) > CAPTURE_SCHEMA_VERSION:
+            data.setdefault("notes", []).append(
+                f"capture.json schema {data['schema_version']} is newer than this advisor "
+                f"({CAPTURE_SCHEMA_VERSION}); unknown fields were ignored"
+            )
+        return from_dict(cls, data)

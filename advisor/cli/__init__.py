@@ -1,0 +1,1 @@
+"""Command-line interface: thin Click commands over :mod:`advisor.api`."""

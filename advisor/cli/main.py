@@ -1,0 +1,111 @@
+"""The ``advisor`` command group and the one error boundary that maps errors to exit codes.
+
+Subcommands live in their own modules and are imported lazily, so ``advisor analyze`` (which
+only reads traces) never pays for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from advisor import __version__
+from advisor.errors import EXIT_USAGE, AdvisorError
+
+# command name -> "module:attribute"; modules are imported only when the command runs.
+_COMMANDS: dict[str, str] = {
+    "diagnose": "advisor.cli.cmd_diagnose:diagnose",
+    "analyze": "advisor.cli.cmd_analyze:analyze",
+    "report": "advisor.cli.cmd_report:report",
+    "compare": "advisor.cli.cmd_compare:compare",
+    "tensorboard": "advisor.cli.cmd_tensorboard:tensorboard",
+    "rules": "advisor.cli.cmd_rules:rules",
+    "rule": "advisor.cli.cmd_rules:rule",
+}
+
+_SHORT_HELP: dict[str, str] = {
+    "diagnose": "Run a training script, find its bottleneck, try the fixes, report the speedup.",
+    "analyze": "Diagnose torch.profiler traces you already have (file or directory).",
+    "report": "Render a saved run again as text, Markdown, HTML or JSON.",
+    "compare": "Compare two runs or traces: speedup, per-category deltas, findings.",
+    "tensorboard": "Open a run's traces in TensorBoard's PyTorch Profiler plugin.",
+    "rules": "List the rules.",
+    "rule": "Explain one rule.",
+}
+
+
+class LazyGroup(click.Group):
+    """A Click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """All command names, in declaration order."""
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Import and return the command, or None for an unknown name."""
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List commands from static help text so ``--help`` imports nothing heavy."""
+        rows = [(name, _SHORT_HELP.get(name, "")) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="advisor")
+def cli() -> None:
+    """Profiler-driven performance advisor for PyTorch training.
+
+    \b
+    advisor diagnose train.py --epochs 3     profile, classify, try fixes, report
+    advisor analyze traces/                  diagnose traces you already have
+    advisor report RUN_DIR -o report.html    render a saved run
+    advisor compare RUN_BEFORE RUN_AFTER     before/after speedup report
+    advisor tensorboard RUN_DIR              open the traces in TensorBoard
+    advisor rules / advisor rule DL001       list rules / explain one
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script: run the CLI and map errors to exit codes."""
+    try:
+        rv: Any = cli.main(args=argv, prog_name="advisor", standalone_mode=False)
+    except AdvisorError as exc:
+        click.echo(f"advisor: error: {exc.message}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("advisor: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("advisor: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # the one boundary: never a stack trace for the user
+        click.echo(
+            f"advisor: internal error: {type(exc).__name__}: {exc} "
+            "(please report it with the command you ran; set ADVISOR_DEBUG=1 for the traceback)",
+            err=True,
+        )
+        if _debug():
+            raise
+        sys.exit(EXIT_USAGE)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _debug() -> bool:
+    import os
+
+    return os.environ.get("ADVISOR_DEBUG", "") not in ("", "0")

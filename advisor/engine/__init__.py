@@ -1,0 +1,1 @@
+"""Rule engine: rules as data files, evaluated safely over declared metrics."""

@@ -1,0 +1,54 @@
+"""The fix loop's output: one :class:`Trial` per intervention tried, plus the combined set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+VERDICTS: tuple[str, ...] = ("improved", "no_effect", "slower", "failed", "skipped")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One fix (or a set of fixes, for the combined run) measured against the baseline.
+
+    Attributes:
+        fix: Fix id, or ``+``-joined ids for the combined trial.
+        safety: ``safe`` or ``unsafe``.
+        baseline_samples_per_s: Median baseline throughput over the interleaved repeats.
+        samples_per_s: Median throughput with the fix.
+        speedup: Median of paired ratios variant/baseline.
+        ci_low / ci_high: Confidence interval on the speedup.
+        verdict: One of :data:`VERDICTS`.
+        loss_max_rel_diff: Largest relative loss deviation from the baseline over the first steps.
+        reason: Why it was skipped/failed, or what it changed.
+        repeats: Paired repeats measured.
+        time_to_first_step_s: Median time to first step with the fix (compile cost shows here).
+        baseline_time_to_first_step_s: The same for the baseline.
+        params: Parameters the fix ran with (e.g. ``{"num_workers": 2}``).
+    """
+
+    fix: str
+    safety: str
+    baseline_samples_per_s: float | None = None
+    samples_per_s: float | None = None
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: str = "skipped"
+    loss_max_rel_diff: float | None = None
+    reason: str = ""
+    repeats: int = 0
+    time_to_first_step_s: float | None = None
+    baseline_time_to_first_step_s: float | None = None
+    params: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FixOutcome:
+    """Every trial, the combined trial of the kept fixes, and the source diff that makes them permanent."""
+
+    trials: tuple[Trial, ...] = ()
+    combined: Trial | None = None
+    kept: tuple[str, ...] = ()
+    diff: str = ""
+    notes: tuple[str, ...] = ()

@@ -1,0 +1,59 @@
+"""The metrics stage's output: :class:`Metrics`, named tables plus a flat scalar summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A place in the user's code that causes something (a sync, a copy, slow data loading).
+
+    Attributes:
+        kind: What happens there: ``sync``, ``item``, ``h2d``, ``d2h``, ``data_loading``, ``hot``.
+        file: Source file as recorded (absolute or as the profiler saw it).
+        line: Line number.
+        function: Function name when known.
+        count: Occurrences per step (or calls in the pstats window).
+        time_ms: Time attributed to it per step, when known.
+        source: Where the location came from: ``trace`` (profiler Python stacks) or ``pstats``.
+    """
+
+    kind: str
+    file: str
+    line: int
+    function: str = ""
+    count: float = 0.0
+    time_ms: float = 0.0
+    source: str = "trace"
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Everything the analysis measured, for one run or trace (all ranks together).
+
+    Attributes:
+        source: The trace path or run directory analysed.
+        summary: Declared metric name -> value (median over steps for ``step`` metrics;
+            None where it cannot be computed). Keys are exactly the registry's names.
+        steps: One row per (rank, step): columns ``rank``, ``step``, ``start_us``, ``end_us``
+            and the ``step``-scope metric names (including every ``<part>_ms``/``<part>_frac``).
+        ranks: One row per rank with its summary (rank, step_time_ms, communication_ms, ...);
+            a single row for one-rank inputs.
+        locations: Source locations for syncs, copies and data loading, most costly first.
+        notes: Remarks about the analysis (no ProfilerStep found, old trace format, ...).
+        device: Device names seen in the trace (e.g. ``NVIDIA H100 80GB HBM3``), if any.
+        extra: Small JSON-able details for reports (top kernels, dtype mix, ...).
+    """
+
+    source: str
+    summary: dict[str, float | None]
+    steps: pd.DataFrame
+    ranks: pd.DataFrame
+    locations: tuple[SourceLocation, ...] = ()
+    notes: tuple[str, ...] = ()
+    device: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,145 @@
+"""Every metric name advisor knows, declared once, with its unit and meaning.
+
+Rule conditions may reference only these names (checked when rules load), reports label them
+from here, and the analysis code writes exactly these keys. Units live in the suffix:
+``_ms``, ``_us``, ``_s``, ``_bytes``, ``_frac`` (0..1), ``_count``, ``_per_s``, ``_gbps``,
+``_tflops``; flags end in ``_flag`` (0 or 1).
+
+Scopes:
+  * ``step``: computed per ``ProfilerStep`` (a column of ``Metrics.steps``) and summarised in
+    ``Metrics.summary`` as the median over steps;
+  * ``run``: one value per run (from the capture or the whole trace);
+  * ``ranks``: across ranks of a distributed job (absent for one rank).
+
+A metric that cannot be computed for an input (no GPU, no shapes, one rank) is ``None`` in the
+summary; rule conditions treat a comparison with ``None`` as false.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A declared metric: its name (with unit suffix), unit, scope and meaning."""
+
+    name: str
+    unit: str
+    scope: str
+    description: str
+
+
+# The step-time breakdown: parts of each step's wall time that add up to 1.0 (see
+# advisor.metrics.breakdown for how overlapping time is assigned). Order = display order.
+BREAKDOWN_PARTS: tuple[str, ...] = (
+    "data_loading",
+    "h2d_copy",
+    "d2h_copy",
+    "sync_wait",
+    "communication",
+    "gpu_compute",
+    "optimizer",
+    "cpu_ops",
+    "gpu_idle",
+    "other",
+)
+
+_SPECS: tuple[MetricSpec, ...] = (
+    # --- steps -------------------------------------------------------------------------------
+    MetricSpec("step_count", "count", "run", "Profiler steps analysed"),
+    MetricSpec("step_time_ms", "ms", "step", "Wall time of a step (ProfilerStep span)"),
+    MetricSpec("step_time_cv_frac", "frac", "run", "Coefficient of variation of step time across steps"),
+    # --- breakdown (fractions of step wall time; sum to 1) ------------------------------------
+    *(
+        MetricSpec(f"{part}_frac", "frac", "step", f"Share of step time attributed to {part.replace('_', ' ')}")
+        for part in BREAKDOWN_PARTS
+    ),
+    *(
+        MetricSpec(f"{part}_ms", "ms", "step", f"Step time attributed to {part.replace('_', ' ')}")
+        for part in BREAKDOWN_PARTS
+    ),
+    # --- GPU kernels ----------------------------------------------------------------------------
+    MetricSpec("has_gpu_flag", "flag", "run", "1 when the trace has GPU kernels or memcpys"),
+    MetricSpec("kernel_count", "count", "step", "GPU kernels per step"),
+    MetricSpec("small_kernel_count", "count", "step", "GPU kernels under 10 us per step"),
+    MetricSpec("small_kernel_frac", "frac", "step", "Share of the step's kernels that run under 10 us"),
+    MetricSpec("small_kernel_time_frac", "frac", "step", "Share of GPU kernel time spent in kernels under 10 us"),
+    MetricSpec("kernel_median_us", "us", "step", "Median GPU kernel duration"),
+    MetricSpec("gpu_busy_frac", "frac", "step", "Share of the step during which any GPU kernel/memcpy/memset runs"),
+    MetricSpec("gpu_max_gap_ms", "ms", "step", "Longest gap with no GPU activity inside the step"),
+    MetricSpec("launch_count", "count", "step", "Kernel launches (cudaLaunchKernel and friends) per step"),
+    MetricSpec("launch_overhead_frac", "frac", "step", "Share of the step the CPU spends in launch calls"),
+    # --- syncs ------------------------------------------------------------------------------------
+    MetricSpec("sync_count", "count", "step", "CPU-GPU sync calls per step (stream/device/event synchronize)"),
+    MetricSpec("item_count", "count", "step", "aten::item / _local_scalar_dense calls per step"),
+    MetricSpec("sync_ms", "ms", "step", "Time the CPU waits in sync calls per step"),
+    # --- copies -----------------------------------------------------------------------------------
+    MetricSpec("memcpy_count", "count", "step", "GPU memcpy operations per step"),
+    MetricSpec("h2d_count", "count", "step", "Host-to-device copies per step"),
+    MetricSpec("h2d_bytes", "bytes", "step", "Bytes copied host-to-device per step"),
+    MetricSpec("h2d_pageable_bytes", "bytes", "step", "Bytes copied host-to-device from pageable memory per step"),
+    MetricSpec("h2d_pinned_bytes", "bytes", "step", "Bytes copied host-to-device from pinned memory per step"),
+    MetricSpec("h2d_pageable_frac", "frac", "step", "Share of host-to-device bytes that came from pageable memory"),
+    MetricSpec("h2d_bandwidth_gbps", "GB/s", "step", "Achieved host-to-device bandwidth"),
+    MetricSpec("h2d_blocking_count", "count", "step", "Host-to-device copies followed by a CPU wait (blocking copies)"),
+    MetricSpec("d2h_count", "count", "step", "Device-to-host copies per step"),
+    MetricSpec("d2h_bytes", "bytes", "step", "Bytes copied device-to-host per step"),
+    # --- CPU ops ----------------------------------------------------------------------------------
+    MetricSpec("cpu_op_count", "count", "step", "Top-level CPU operators (aten) per step"),
+    MetricSpec("cpu_op_median_us", "us", "step", "Median duration of a top-level CPU operator (per-op overhead signal)"),
+    MetricSpec("cpu_op_small_frac", "frac", "step", "Share of top-level CPU operators shorter than 20 us"),
+    # --- data loading -----------------------------------------------------------------------------
+    MetricSpec("dataloader_wait_ms", "ms", "step", "Time in DataLoader __next__ per step"),
+    # --- memory -----------------------------------------------------------------------------------
+    MetricSpec("peak_memory_bytes", "bytes", "run", "Peak memory: CUDA max allocated on GPU, peak RSS on CPU"),
+    MetricSpec("device_memory_bytes", "bytes", "run", "Total memory of the device (GPU memory, or system RAM on CPU)"),
+    MetricSpec("memory_used_frac", "frac", "run", "peak_memory_bytes / device_memory_bytes"),
+    # --- compute ----------------------------------------------------------------------------------
+    MetricSpec("flops_per_step", "flops", "step", "Floating-point operations per step, from op shapes (matmul/conv/linear)"),
+    MetricSpec("achieved_tflops", "TFLOP/s", "step", "flops_per_step / step time"),
+    MetricSpec("mfu_frac", "frac", "run", "achieved_tflops / peak TFLOP/s of the device for the dominant dtype"),
+    MetricSpec("fp32_matmul_frac", "frac", "run", "Share of matmul/conv FLOPs (or time) run in float32"),
+    MetricSpec("tensor_cores_flag", "flag", "run", "1 when the device has tensor cores (compute capability >= 7.0)"),
+    MetricSpec("conv_flag", "flag", "run", "1 when the model runs convolutions"),
+    MetricSpec("autocast_flag", "flag", "run", "1 when autocast / reduced precision is already in use"),
+    # --- capture-side (from capture.json; None for a bare trace) ------------------------------------
+    MetricSpec("samples_per_s", "samples/s", "run", "Steady throughput over the timed steps"),
+    MetricSpec("samples_per_step", "count", "run", "Median samples per optimizer step (from DataLoader batches)"),
+    MetricSpec("batches_per_step", "count", "run", "Median DataLoader batches per optimizer step (>1 = gradient accumulation)"),
+    MetricSpec("micro_batch_size", "count", "run", "Median DataLoader batch size"),
+    MetricSpec("gpu_util_frac", "frac", "run", "Mean GPU utilisation sampled by NVML"),
+    MetricSpec("cpu_util_frac", "frac", "run", "Mean CPU utilisation of the machine sampled by psutil (all cores)"),
+    MetricSpec("cpu_count", "count", "run", "Logical CPU cores on the machine"),
+    MetricSpec("dataloader_num_workers", "count", "run", "num_workers of the main DataLoader"),
+    MetricSpec("dataloader_pin_memory_flag", "flag", "run", "pin_memory of the main DataLoader"),
+    MetricSpec("dataloader_persistent_workers_flag", "flag", "run", "persistent_workers of the main DataLoader"),
+    MetricSpec("iterable_dataset_flag", "flag", "run", "1 when the main DataLoader wraps an IterableDataset"),
+    MetricSpec("time_to_first_step_s", "s", "run", "Script start to the end of its first step"),
+    # --- distributed ----------------------------------------------------------------------------------
+    MetricSpec("rank_count", "count", "ranks", "Ranks (trace files) analysed together"),
+    MetricSpec("dataparallel_flag", "flag", "run", "1 when torch.nn.DataParallel is used"),
+    MetricSpec("comm_overlap_frac", "frac", "step", "Share of communication time that overlaps compute kernels"),
+    MetricSpec("straggler_ratio", "ratio", "ranks", "Slowest rank's step time / fastest rank's"),
+    MetricSpec("straggler_rank", "rank", "ranks", "Rank with the longest step time"),
+    MetricSpec("fastest_rank", "rank", "ranks", "Rank with the shortest step time"),
+    MetricSpec("comm_imbalance_ratio", "ratio", "ranks", "Largest rank communication time / smallest"),
+    MetricSpec("comm_max_rank", "rank", "ranks", "Rank with the most communication time"),
+    MetricSpec("comm_min_rank", "rank", "ranks", "Rank with the least communication time"),
+    MetricSpec("data_loading_imbalance_ratio", "ratio", "ranks", "Largest rank data-loading time / smallest"),
+    MetricSpec("compute_imbalance_ratio", "ratio", "ranks", "Largest rank GPU/CPU compute time / smallest"),
+)
+
+METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
+if len(METRICS) != len(_SPECS):  # pragma: no cover - guards edits to this table
+    raise RuntimeError("duplicate metric name in advisor.metrics.registry")
+
+
+def is_declared(name: str) -> bool:
+    """True when ``name`` is a declared metric."""
+    return name in METRICS
+
+
+def spec(name: str) -> MetricSpec:
+    """The declared spec for ``name``; KeyError when it is not declared."""
+    return METRICS[name]

@@ -1,0 +1,209 @@
+"""The document every renderer draws from, and what ``report.json`` in a run directory holds.
+
+:func:`build_report` is the last stage of the pipeline: it gathers the capture (when there is
+one), the metrics, the diagnosis and the fix trials into one versioned, JSON-able value, so
+``advisor report`` and ``advisor compare`` re-render saved runs without re-running anything.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from advisor import __version__
+from advisor._serde import dump_json, from_dict, to_jsonable
+from advisor.capture.model import RunCapture
+from advisor.engine.model import SEVERITIES, Diagnosis, Finding, Primary
+from advisor.errors import InputError
+from advisor.fixes.model import FixOutcome, Trial
+from advisor.metrics.model import Metrics, SourceLocation
+from advisor.metrics.registry import BREAKDOWN_PARTS
+
+REPORT_SCHEMA_VERSION = 1
+REPORT_FILE = "report.json"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What ran and how it ended (``run`` in the JSON report)."""
+
+    status: str = "analyzed"
+    script: str | None = None
+    args: tuple[str, ...] = ()
+    run_dir: str | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    step_source: str | None = None
+    steps_measured: int = 0
+    warmup_steps: int = 0
+    timed_steps: int = 0
+    profiled_steps: int = 0
+    samples_per_s: float | None = None
+    time_to_first_step_s: float | None = None
+    peak_memory_bytes: int | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    dataloaders: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """The full, JSON-able result of one diagnose/analyze run.
+
+    Attributes:
+        schema_version: Layout version of this document.
+        advisor_version: The advisor that wrote it.
+        created: ISO time it was written.
+        source: The trace or run directory it describes.
+        run: How the run went.
+        primary: The primary bottleneck, or None.
+        breakdown: Breakdown part -> mean fraction of step time (parts of BREAKDOWN_PARTS).
+        categories: Category -> recoverable share of step time from the findings.
+        findings: Findings sorted by severity (highest first), code, location.
+        summary: The metric summary (declared names only).
+        steps: Per-step rows: rank, step, step_time_ms and every ``<part>_ms``.
+        ranks: Per-rank rows for distributed inputs.
+        locations: Source locations from the analysis.
+        trials: Fix trials; combined: the combined trial of kept fixes.
+        diff: Unified diff that makes the kept fixes permanent ("" when none is mechanical).
+        timeline: Events of one step for the HTML timeline (lane, name, start_us, dur_us).
+        notes: Analysis notes.
+    """
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    advisor_version: str = __version__
+    created: str = ""
+    source: str = ""
+    run: RunInfo = field(default_factory=RunInfo)
+    primary: Primary | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)
+    categories: dict[str, float] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+    summary: dict[str, float | None] = field(default_factory=dict)
+    steps: tuple[dict[str, Any], ...] = ()
+    ranks: tuple[dict[str, Any], ...] = ()
+    locations: tuple[SourceLocation, ...] = ()
+    trials: tuple[Trial, ...] = ()
+    combined: Trial | None = None
+    kept_fixes: tuple[str, ...] = ()
+    diff: str = ""
+    timeline: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (findings sorted for clean diffs)."""
+        return to_jsonable(self)
+
+    def to_json(self) -> str:
+        """The JSON document as text."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def save(self, run_dir: Path) -> Path:
+        """Write ``report.json`` into ``run_dir``."""
+        path = Path(run_dir) / REPORT_FILE
+        dump_json(self, path)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> Report:
+        """Read a report from a run directory or a ``report.json`` file."""
+        path = Path(path)
+        file = path / REPORT_FILE if path.is_dir() else path
+        if not file.is_file():
+            raise InputError(
+                f"no {REPORT_FILE} in {path}; run `advisor diagnose` or `advisor analyze` first"
+            )
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise InputError(f"{file} is not valid JSON ({exc}); re-create it with advisor") from exc
+        if not isinstance(data, dict) or "schema_version" not in data:
+            raise InputError(f"{file} is not an advisor report (no schema_version)")
+        return from_dict(cls, data)
+
+
+def _severity_rank(sev: str) -> int:
+    return SEVERITIES.index(sev) if sev in SEVERITIES else -1
+
+
+def sort_findings(findings: tuple[Finding, ...] | list[Finding]) -> tuple[Finding, ...]:
+    """Sort by severity (highest first), then code, then first location, for stable output."""
+
+    def key(f: Finding) -> tuple[int, str, str, int]:
+        loc = f.locations[0] if f.locations else None
+        return (-_severity_rank(f.severity), f.code, loc.file if loc else "", loc.line if loc else 0)
+
+    return tuple(sorted(findings, key=key))
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        return value.item()
+    return value
+
+
+def build_report(
+    metrics: Metrics,
+    diagnosis: Diagnosis,
+    capture: RunCapture | None = None,
+    fixes: FixOutcome | None = None,
+    timeline: tuple[dict[str, Any], ...] = (),
+) -> Report:
+    """Assemble the report document from the pipeline's stage outputs."""
+    step_cols = ["rank", "step", "step_time_ms", *(f"{p}_ms" for p in BREAKDOWN_PARTS)]
+    steps_df = metrics.steps
+    present = [c for c in step_cols if c in steps_df.columns]
+    steps = tuple(
+        {k: _clean(v) for k, v in row.items()} for row in steps_df[present].to_dict("records")
+    )
+    ranks = tuple({k: _clean(v) for k, v in row.items()} for row in metrics.ranks.to_dict("records"))
+    if capture is not None:
+        run = RunInfo(
+            status=capture.status,
+            script=capture.script,
+            args=capture.args,
+            run_dir=capture.run_dir,
+            exit_code=capture.exit_code,
+            error=(f"{capture.error.type}: {capture.error.message}" if capture.error else None),
+            step_source=capture.step_source,
+            steps_measured=int(len(steps_df)),
+            warmup_steps=capture.warmup_steps,
+            timed_steps=capture.timed_steps,
+            profiled_steps=capture.profiled_steps,
+            samples_per_s=capture.timed.samples_per_s,
+            time_to_first_step_s=capture.timed.time_to_first_step_s,
+            peak_memory_bytes=capture.peak_memory_bytes,
+            environment=to_jsonable(capture.environment),
+            dataloaders=tuple(to_jsonable(d) for d in capture.dataloaders),
+            notes=capture.notes,
+        )
+    else:
+        run = RunInfo(status="analyzed", steps_measured=int(len(steps_df)))
+    categories: dict[str, float] = {}
+    for f in diagnosis.findings:
+        categories[f.category] = max(categories.get(f.category, 0.0), f.impact_frac)
+    return Report(
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        source=metrics.source,
+        run=run,
+        primary=diagnosis.primary,
+        breakdown=dict(diagnosis.breakdown),
+        categories=categories,
+        findings=sort_findings(diagnosis.findings),
+        summary={k: _clean(v) for k, v in metrics.summary.items()},
+        steps=steps,
+        ranks=ranks,
+        locations=metrics.locations,
+        trials=fixes.trials if fixes else (),
+        combined=fixes.combined if fixes else None,
+        kept_fixes=fixes.kept if fixes else (),
+        diff=fixes.diff if fixes else "",
+        timeline=timeline,
+        notes=(*metrics.notes, *diagnosis.warnings, *(fixes.notes if fixes else ())),
+    )

@@ -1,0 +1,25 @@
+"""Shared fixtures: where the real GPU traces live, and guards that keep tests independent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TRACES = Path(os.environ.get("ADVISOR_SHARED_TRACES", REPO.parent / "shared" / "traces"))
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """The folder of real GPU traces (../shared/traces); skips the test cleanly when absent."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"real GPU traces not found at {SHARED_TRACES} (set ADVISOR_SHARED_TRACES)")
+    return SHARED_TRACES
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository root."""
+    return REPO
