@@ -1,0 +1,181 @@
+"""The library API the CLI calls: whole pipelines, stage by stage.
+
+``diagnose_script``: RunSpec -capture-> RunCapture -metrics-> Metrics -rules-> Diagnosis
+-fixes-> FixOutcome -report-> Report, saved in the run directory as ``report.json``.
+``analyze_report``: the same from metrics on, for traces a user already has.
+
+Stage modules are imported inside the functions so that reading traces never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from advisor.capture.model import CAPTURE_FILE, RunCapture, RunSpec
+from advisor.engine.model import Diagnosis
+from advisor.errors import InputError
+from advisor.fixes.model import FixOutcome
+from advisor.metrics.model import Metrics
+from advisor.report.model import Report, build_report
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    """How the fix loop runs.
+
+    Attributes:
+        enabled: False skips the loop (``--no-fixes``).
+        unsafe: Also try fixes that may change numerics (``--unsafe-fixes``).
+        only: Try only these fix ids (``--fix``, repeatable).
+        repeats: Interleaved baseline/variant repeats per fix.
+        write: Apply the diff to the user's script, keeping a ``.bak`` copy (``--write``).
+    """
+
+    enabled: bool = True
+    unsafe: bool = False
+    only: tuple[str, ...] = ()
+    repeats: int = 3
+    write: bool = False
+
+
+@dataclass(frozen=True)
+class DiagnoseResult:
+    """What ``diagnose_script`` produced: the report, the capture, and where they are on disk."""
+
+    report: Report
+    capture: RunCapture
+    run_dir: Path
+
+
+def _trace_paths(run_dir: Path, capture: RunCapture) -> list[Path]:
+    paths = [run_dir / p for p in capture.trace_files if (run_dir / p).is_file()]
+    for rank_dir in capture.ranks:
+        sub = run_dir / rank_dir
+        if (sub / CAPTURE_FILE).is_file():
+            rank_cap = RunCapture.load(sub)
+            paths += [sub / p for p in rank_cap.trace_files if (sub / p).is_file()]
+    return paths
+
+
+def metrics_for_run(run_dir: Path, capture: RunCapture) -> Metrics:
+    """Compute metrics for a captured run: its traces when there are any, else the capture alone."""
+    from advisor.metrics.compute import compute_metrics
+    from advisor.trace.load import load_traces
+
+    traces: list[Any] = []
+    for path in _trace_paths(run_dir, capture):
+        traces.extend(load_traces(path))
+    pstats = run_dir / capture.pstats_file if capture.pstats_file else None
+    if pstats is not None and not pstats.is_file():
+        pstats = None
+    return compute_metrics(tuple(traces), capture=capture, pstats_path=pstats)
+
+
+def _timeline(run_dir: Path, capture: RunCapture | None, source: Path | None = None) -> tuple[dict[str, Any], ...]:
+    """Events of one representative step for the HTML timeline (empty when unavailable)."""
+    try:
+        from advisor.metrics.timeline import step_timeline
+        from advisor.trace.load import load_traces
+    except ImportError:
+        return ()
+    paths = _trace_paths(run_dir, capture) if capture is not None else ([source] if source else [])
+    if not paths:
+        return ()
+    try:
+        traces = load_traces(paths[0])
+        return tuple(step_timeline(traces[0])) if traces else ()
+    except Exception:  # NOTE: the timeline is decoration; never fail a report over it
+        return ()
+
+
+def evaluate(metrics: Metrics, engine_config: Any = None) -> Diagnosis:
+    """Run the rule engine over metrics."""
+    from advisor.engine.evaluate import diagnose
+
+    return diagnose(metrics, engine_config)
+
+
+def analyze_report(path: str | Path, engine_config: Any = None) -> Report:
+    """Diagnose a trace file, a directory of traces, or a saved run directory.
+
+    Raises:
+        InputError: the path is missing or holds no readable trace (TraceError).
+    """
+    from advisor.metrics.compute import analyze_path
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path} does not exist; pass a .json/.json.gz trace, a folder of traces or a run directory")
+    capture = RunCapture.load(path) if (path / CAPTURE_FILE).is_file() else None
+    metrics = analyze_path(path)
+    diagnosis = evaluate(metrics, engine_config)
+    timeline = _timeline(path, capture, source=path if capture is None else None)
+    return build_report(metrics, diagnosis, capture=capture, timeline=timeline)
+
+
+def diagnose_script(
+    spec: RunSpec,
+    *,
+    engine_config: Any = None,
+    fix_options: FixOptions = FixOptions(),
+    progress: Callable[[Any], None] | None = None,
+    trial_progress: Callable[[Any], None] | None = None,
+) -> DiagnoseResult:
+    """Capture a script, diagnose it, try the suggested fixes, and save ``report.json``.
+
+    Script failures do not raise here: the capture records them (``capture.status``) and the
+    report is still written, so the caller decides the exit code with everything on disk.
+    """
+    from advisor.capture.run import capture as run_capture
+
+    capture = run_capture(spec, progress)
+    run_dir = Path(capture.run_dir or spec.out_dir)
+    metrics = metrics_for_run(run_dir, capture)
+    diagnosis = evaluate(metrics, engine_config)
+    outcome: FixOutcome | None = None
+    if fix_options.enabled and capture.ok:
+        outcome = try_fixes(spec, diagnosis, fix_options, trial_progress)
+    report = build_report(metrics, diagnosis, capture=capture, fixes=outcome, timeline=_timeline(run_dir, capture))
+    report.save(run_dir)
+    return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
+
+
+def try_fixes(
+    spec: RunSpec,
+    diagnosis: Diagnosis,
+    options: FixOptions,
+    progress: Callable[[Any], None] | None = None,
+) -> FixOutcome:
+    """Measure the fixes the findings suggest (or ``options.only``), then build the source diff."""
+    from advisor.fixes.diff import make_diff, write_diff
+    from advisor.fixes.trials import run_trials
+
+    suggested = _suggested_fixes(diagnosis.findings)
+    trial_spec = replace(spec, out_dir=Path(spec.out_dir) / "trials", quiet=True)
+    outcome = run_trials(
+        trial_spec,
+        suggested,
+        unsafe=options.unsafe,
+        only=options.only,
+        repeats=options.repeats,
+        progress=progress,
+    )
+    kept = [t for t in outcome.trials if t.fix in outcome.kept]
+    diff = make_diff(Path(spec.script), kept) if kept else ""
+    notes = outcome.notes
+    if diff and options.write:
+        backup = write_diff(Path(spec.script), diff)
+        notes = (*notes, f"applied the diff to {spec.script} (backup: {backup})")
+    return replace(outcome, diff=diff, notes=notes)
+
+
+def _suggested_fixes(findings: Sequence[Any]) -> list[Any]:
+    """Fix references from the findings, highest-impact finding first, each id once."""
+    seen: dict[str, Any] = {}
+    for finding in sorted(findings, key=lambda f: -f.impact_frac):
+        for fix in finding.fixes:
+            seen.setdefault(fix.id, fix)
+    return list(seen.values())

@@ -1,0 +1,52 @@
+"""Glue shared by the commands that produce a report: engine config, rendering, exit codes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from advisor.cli.options import split_codes
+from advisor.report.model import Report
+
+
+def engine_config(
+    select: tuple[str, ...],
+    extend_select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    preview: bool,
+    start: Path | None = None,
+) -> Any:
+    """Layer ``[tool.advisor]`` from the closest pyproject.toml under the CLI's selection flags."""
+    from advisor.config import resolve_engine_config
+
+    return resolve_engine_config(
+        select=split_codes(select) or None,
+        extend_select=split_codes(extend_select),
+        ignore=split_codes(ignore),
+        preview=preview or None,
+        start=start or Path.cwd(),
+    )
+
+
+def emit_report(report: Report, fmt: str | None, output: str | None, fail_on: str) -> int:
+    """Render ``report`` to stdout or ``output`` and return the exit code ``--fail-on`` implies."""
+    from advisor.report.render import gate, guess_format, render, write_output
+
+    out = Path(output) if output else None
+    chosen = fmt or (guess_format(out) if out else "text")
+    text = render(report, chosen)
+    write_output(text, chosen, out)
+    if out is not None:
+        click.echo(f"advisor: wrote {chosen} report to {out}", err=True)
+    for warning in report.notes:
+        if warning.startswith("unknown rule code"):
+            click.echo(f"advisor: warning: {warning}", err=True)
+    return gate(report, fail_on)
+
+
+def stderr_is_tty() -> bool:
+    """True when live progress can be drawn."""
+    return sys.stderr.isatty()

@@ -1,0 +1,39 @@
+"""``advisor analyze PATH``: diagnose torch.profiler traces a user already has."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from advisor.cli._common import emit_report, engine_config
+from advisor.cli.options import output_options, rule_selection_options
+
+EPILOG = """\b
+Examples:
+  advisor analyze worker0.pt.trace.json.gz
+  advisor analyze runs/dlrm/                 # one trace per rank, side by side
+  advisor analyze trace.json --format json -o report.json
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.argument("path", type=click.Path(path_type=Path))
+@output_options
+@rule_selection_options
+def analyze(
+    path: Path,
+    fmt: str | None,
+    output: str | None,
+    fail_on: str,
+    select: tuple[str, ...],
+    extend_select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    preview: bool,
+) -> int:
+    """Diagnose a trace file (.json/.json.gz), a folder of per-rank traces, or a run directory."""
+    from advisor.api import analyze_report
+
+    config = engine_config(select, extend_select, ignore, preview)
+    report = analyze_report(path, config)
+    return emit_report(report, fmt, output, fail_on)

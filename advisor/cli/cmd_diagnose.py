@@ -1,0 +1,175 @@
+"""``advisor diagnose [OPTIONS] SCRIPT [SCRIPT_ARGS]...``: capture, diagnose, try fixes, report.
+
+Options come before SCRIPT; everything after SCRIPT belongs to the script, unchanged (the
+torchrun convention), so ``advisor diagnose train.py --lr 0.1 -q`` passes ``-q`` to the script.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+
+import click
+
+from advisor.capture.model import STATUS_CRASHED, STATUS_NO_STEPS, STATUS_TIMEOUT, RunSpec
+from advisor.cli._common import emit_report, engine_config
+from advisor.cli.options import output_options, rule_selection_options, verbosity_options
+from advisor.errors import ScriptFailed, UsageError
+
+EPILOG = """\b
+Examples:
+  advisor diagnose train.py --epochs 3          everything after train.py goes to the script
+  advisor diagnose --no-fixes train.py          diagnose only
+  advisor diagnose --unsafe-fixes train.py      also try bf16, compile, batch fusion
+  advisor diagnose --fix dataloader_workers --diff train.py
+  advisor diagnose --format html -o report.html train.py
+"""
+
+
+def default_run_dir(script: Path) -> Path:
+    """``advisor-runs/<script-stem>-<timestamp>``."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("advisor-runs") / f"{script.stem}-{stamp}"
+
+
+@click.command(
+    epilog=EPILOG,
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False},
+)
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Run directory (default: advisor-runs/<script>-<timestamp>).")
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=0), help="Warm-up steps, not measured.")
+@click.option("--steps", "timed_steps", default=20, show_default=True, type=click.IntRange(min=1),
+              help="Timed steps without the profiler (step times, samples/s).")
+@click.option("--profile-steps", default=10, show_default=True, type=click.IntRange(min=0),
+              help="Steps under torch.profiler and cProfile.")
+@click.option("--full", is_flag=True, help="Let the script run to its end instead of stopping after profiling.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop a hung script after SECONDS (exit 3, partial capture kept).")
+@click.option("--no-fixes", is_flag=True, help="Diagnose only; do not try fixes.")
+@click.option("--unsafe-fixes", is_flag=True, help="Also try fixes that may change numerics (bf16, compile, batch fusion...).")
+@click.option("--fix", "only_fixes", multiple=True, metavar="ID", help="Try only this fix (repeatable).")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1, max=20),
+              help="Interleaved baseline/variant repeats per fix.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed for loss-parity checks in fix trials.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff that makes the kept fixes permanent.")
+@click.option("--write", is_flag=True, help="Apply that diff to the script, keeping a .bak copy.")
+@click.option("--nproc-per-node", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Launch through torchrun with this many processes.")
+@click.option("--nnodes", default=1, show_default=True, type=click.IntRange(min=1), help="Nodes for torchrun.")
+@output_options
+@rule_selection_options
+@verbosity_options
+def diagnose(
+    script: Path,
+    script_args: tuple[str, ...],
+    out_dir: Path | None,
+    warmup: int,
+    timed_steps: int,
+    profile_steps: int,
+    full: bool,
+    timeout: float | None,
+    no_fixes: bool,
+    unsafe_fixes: bool,
+    only_fixes: tuple[str, ...],
+    repeats: int,
+    seed: int,
+    show_diff: bool,
+    write: bool,
+    nproc_per_node: int,
+    nnodes: int,
+    fmt: str | None,
+    output: str | None,
+    fail_on: str,
+    select: tuple[str, ...],
+    extend_select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    preview: bool,
+    quiet: int,
+    verbose: int,
+) -> int:
+    """Run SCRIPT under the profiler, find its bottleneck, try the fixes, and report the speedup."""
+    from advisor.api import DiagnoseResult, FixOptions, diagnose_script
+
+    if write and no_fixes:
+        raise UsageError("--write applies the fixes' diff; it cannot be combined with --no-fixes")
+    if not script.exists():
+        raise UsageError(f"script {script} not found; pass the path of a Python file, then its arguments")
+    if not script.is_file() or script.suffix not in (".py", ".pyw"):
+        raise UsageError(f"{script} is not a Python script (.py); pass the training script itself")
+    config = engine_config(select, extend_select, ignore, preview, start=script.resolve().parent)
+    run_dir = out_dir or default_run_dir(script)
+    spec = RunSpec(
+        script=script.resolve(),
+        args=tuple(script_args),
+        out_dir=run_dir.resolve(),
+        warmup_steps=warmup,
+        timed_steps=timed_steps,
+        profiled_steps=profile_steps,
+        full=full,
+        timeout_s=timeout,
+        seed=seed,
+        record_loss_steps=0,
+        quiet=quiet > 0,
+        cwd=Path.cwd(),
+        nproc_per_node=nproc_per_node,
+        nnodes=nnodes,
+    )
+    fix_options = FixOptions(
+        enabled=not no_fixes, unsafe=unsafe_fixes, only=tuple(only_fixes), repeats=repeats, write=write
+    )
+    progress, trial_progress, stop = _progress_sinks(quiet > 0)
+    try:
+        result: DiagnoseResult = diagnose_script(
+            spec,
+            engine_config=config,
+            fix_options=fix_options,
+            progress=progress,
+            trial_progress=trial_progress,
+        )
+    finally:
+        stop()
+    code = emit_report(result.report, fmt, output, fail_on)
+    if show_diff:
+        click.echo(result.report.diff or "# advisor: no kept fix has a mechanical source change\n", nl=False)
+    click.echo(f"advisor: run saved in {result.run_dir}  (advisor report {result.run_dir} --format html -o report.html)", err=True)
+    _raise_for_script(result)
+    return code
+
+
+def _raise_for_script(result: object) -> None:
+    """Turn a failed script run into exit 3 with a one-line message (the report is already saved)."""
+    capture = result.capture  # type: ignore[attr-defined]
+    run_dir = result.run_dir  # type: ignore[attr-defined]
+    log = Path(run_dir) / capture.stderr_log
+    if capture.status == STATUS_CRASHED:
+        err = capture.error
+        what = f"{err.type}: {err.message}" if err else f"exit code {capture.exit_code}"
+        at = f" at step {err.step}" if err and err.step is not None else ""
+        raise ScriptFailed(f"the script failed{at} with {what}; see {log} (partial capture kept in {run_dir})")
+    if capture.status == STATUS_TIMEOUT:
+        raise ScriptFailed(
+            f"the script was stopped by --timeout after {capture.steps_seen} steps; "
+            f"partial capture kept in {run_dir} (see {log})"
+        )
+    if capture.status == STATUS_NO_STEPS:
+        raise ScriptFailed(
+            "no training step was seen: advisor finds steps from optimizer.step(), else from DataLoader "
+            "batches; in a custom loop call advisor.step() once per step "
+            f"(`import advisor; advisor.step()`, a no-op outside advisor); logs in {run_dir}"
+        )
+
+
+def _progress_sinks(quiet: bool):  # type: ignore[no-untyped-def]
+    """Live progress on stderr (rich), or nothing with -q / when stderr is not a terminal."""
+    if quiet:
+        return None, None, (lambda: None)
+    try:
+        from advisor.capture.progress import LiveProgress
+    except ImportError:
+        return None, None, (lambda: None)
+    live = LiveProgress(stream=sys.stderr)
+    return live.capture_event, getattr(live, "trial_event", None), live.close

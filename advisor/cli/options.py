@@ -1,0 +1,64 @@
+"""Options shared by several commands, defined once and stacked per command (pip-tools habit)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FORMATS = ("text", "markdown", "html", "json")
+FAIL_ON = ("never", "info", "warning", "error")
+
+
+def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(func: F) -> F:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return apply
+
+
+output_options = _stack(
+    click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default=None,
+        help="Report format (default: from -o's extension, else text).",
+    ),
+    click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False, writable=True),
+        default=None,
+        help="Write the report to FILE instead of stdout.",
+    ),
+    click.option(
+        "--fail-on",
+        type=click.Choice(FAIL_ON),
+        default="never",
+        show_default=True,
+        help="Exit 1 when findings at or above this severity remain (for CI gates).",
+    ),
+)
+
+rule_selection_options = _stack(
+    click.option("--select", multiple=True, metavar="CODE", help="Only these rules (codes or prefixes, repeatable)."),
+    click.option("--extend-select", multiple=True, metavar="CODE", help="Add rules to the selection."),
+    click.option("--ignore", multiple=True, metavar="CODE", help="Skip these rules (codes or prefixes, repeatable)."),
+    click.option("--preview", is_flag=True, default=False, help="Also run preview rules."),
+)
+
+verbosity_options = _stack(
+    click.option("-q", "--quiet", count=True, help="Less chatter on stderr (no live progress)."),
+    click.option("-v", "--verbose", count=True, help="More chatter on stderr."),
+)
+
+
+def split_codes(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Accept both ``--select DL --select SY`` and ``--select DL,SY``."""
+    return tuple(code.strip() for value in values for code in value.split(",") if code.strip())

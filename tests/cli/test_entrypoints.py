@@ -1,0 +1,53 @@
+"""Smoke tests: the console script and ``python -m advisor`` both start, and errors map to exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli.main import cli, main
+
+BIN = Path(sys.executable).parent / "advisor"
+
+
+def test_console_script_version() -> None:
+    out = subprocess.run([str(BIN), "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("advisor, version ")
+
+
+def test_python_m_advisor_help_lists_commands() -> None:
+    out = subprocess.run([sys.executable, "-m", "advisor", "--help"], capture_output=True, text=True, check=True)
+    for command in ("diagnose", "analyze", "report", "compare", "tensorboard", "rules", "rule"):
+        assert command in out.stdout
+
+
+def test_help_does_not_import_torch() -> None:
+    code = "import sys; from advisor.cli.main import main; sys.argv=['advisor','--help']\n" \
+           "try:\n    main()\nexcept SystemExit:\n    pass\nassert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_unknown_command_is_usage_error() -> None:
+    result = CliRunner().invoke(cli, ["nonsense"])
+    assert result.exit_code == 2
+
+
+def test_missing_script_exit_2(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as exc:
+        main(["diagnose", "--no-fixes", str(tmp_path / "nope.py")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "not found" in err and err.count("\n") == 1
+
+
+def test_not_python_exit_2(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    data = tmp_path / "data.csv"
+    data.write_text("a,b\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["diagnose", str(data)])
+    assert exc.value.code == 2
+    assert "not a Python script" in capsys.readouterr().err
