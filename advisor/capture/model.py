@@ -54,6 +54,10 @@ class RunSpec:
         env: Extra environment variables for the child.
         nproc_per_node: >1 launches through torchrun with that many ranks.
         nnodes: Node count passed to torchrun.
+        cprofile_steps: Steps under cProfile, right after the torch.profiler steps (None: as
+            many as ``profiled_steps``; 0: no cProfile). A separate window because cProfile and
+            ``with_stack`` share CPython's one profile hook per thread: enabled together,
+            cProfile silently removes every Python stack event from the trace.
     """
 
     script: Path
@@ -72,6 +76,7 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)
     nproc_per_node: int = 1
     nnodes: int = 1
+    cprofile_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,8 @@ class TimedPhase:
         steps_per_s: Steps per second over the timed steps.
         time_to_first_step_s: From the script's start to the end of its first step
             (includes imports, data set-up and any compile).
+        batches: DataLoader batches fetched in each timed step (more than 1 per optimizer
+            step means gradient accumulation; 0 where no DataLoader batch was seen).
     """
 
     step_times_ms: tuple[float, ...] = ()
@@ -108,6 +115,7 @@ class TimedPhase:
     samples_per_s: float | None = None
     steps_per_s: float | None = None
     time_to_first_step_s: float | None = None
+    batches: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,8 @@ class RunCapture:
         wall_s: Wall time of the whole child run.
         notes: Human-readable remarks (few steps, no GPU, ...).
         ranks: For torchrun launches, the rank run directories relative to run_dir.
+        cprofiled_steps: Steps spent under cProfile (after the profiled steps).
+        events_file: The child's progress events (JSON lines) relative to run_dir.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -209,6 +219,8 @@ class RunCapture:
     wall_s: float | None = None
     notes: tuple[str, ...] = ()
     ranks: tuple[str, ...] = ()
+    cprofiled_steps: int = 0
+    events_file: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -242,3 +254,36 @@ class RunCapture:
                 f"({CAPTURE_SCHEMA_VERSION}); unknown fields were ignored"
             )
         return from_dict(cls, data)
+
+
+# Phases a capture goes through, in order, as reported in ProgressEvent.phase.
+PHASE_STARTING = "starting"  # child launched, script importing / setting up (no step yet)
+PHASE_WARMUP = "warmup"
+PHASE_TIMED = "timed"
+PHASE_PROFILED = "profiled"  # torch.profiler on
+PHASE_CPROFILE = "cprofile"  # cProfile on
+PHASE_FINISHING = "finishing"  # measurements done: exporting, or the script runs on (--full)
+PHASE_DONE = "done"  # the child has exited
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One live progress update from a capture, passed to ``capture(progress=...)``.
+
+    Attributes:
+        phase: One of the ``PHASE_*`` constants.
+        step: Steps completed so far (all phases).
+        steps_total: Steps the capture asks for (warm-up + timed + profiled + cProfile).
+        phase_step: Steps completed in the current phase.
+        phase_steps: Steps the current phase asks for (0 when it has no count).
+        elapsed_s: Seconds since the child started.
+        message: A short remark (a note, a status), or "".
+    """
+
+    phase: str
+    step: int = 0
+    steps_total: int = 0
+    phase_step: int = 0
+    phase_steps: int = 0
+    elapsed_s: float = 0.0
+    message: str = ""

@@ -85,3 +85,25 @@ class Diagnosis:
     rules_evaluated: int = 0
     suppressed: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Which rules run, with ruff's vocabulary (CLI over config; see :mod:`advisor.config`).
+
+    Attributes:
+        select: Codes or prefixes to run (``None``: every stable rule; ``ALL``: every rule).
+        extend_select: Codes or prefixes added to the selection.
+        ignore: Codes or prefixes to skip (the more specific selector wins over a broader one).
+        preview: Also run ``preview`` rules.
+        layers: Lower-precedence selections applied first (e.g. ``[tool.advisor]`` under the
+            CLI's flags); each is itself an EngineConfig without layers.
+        sources: Where each setting came from, for messages (e.g. ``pyproject.toml``).
+    """
+
+    select: tuple[str, ...] | None = None
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    preview: bool = False
+    layers: tuple[EngineConfig, ...] = ()
+    sources: tuple[str, ...] = ()

@@ -45,10 +45,24 @@ class Trial:
 
 @dataclass(frozen=True)
 class FixOutcome:
-    """Every trial, the combined trial of the kept fixes, and the source diff that makes them permanent."""
+    """Every trial, the combined trial of the kept fixes, and the source diff that makes them permanent.
+
+    Attributes:
+        trials: One trial per fix tried (or skipped), in the order they were considered.
+        combined: The kept fixes measured together (the single trial when one fix is kept).
+        kept: Ids of the fixes that helped and are kept.
+        diff: Unified diff of the user's script making the kept fixes permanent.
+        notes: Remarks about the loop (hidden fixes, fallbacks, failures of the baseline).
+        hidden_unsafe: Unsafe fix ids that were suggested but not tried (no ``--unsafe-fixes``).
+        kept_trials: The trials behind ``kept`` (their params feed the diff).
+        wall_s: Wall time of the whole loop.
+    """
 
     trials: tuple[Trial, ...] = ()
     combined: Trial | None = None
     kept: tuple[str, ...] = ()
     diff: str = ""
     notes: tuple[str, ...] = ()
+    hidden_unsafe: tuple[str, ...] = ()
+    kept_trials: tuple[Trial, ...] = ()
+    wall_s: float | None = None

@@ -7,6 +7,7 @@ one), the metrics, the diagnosis and the fix trials into one versioned, JSON-abl
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -25,6 +26,9 @@ from advisor.metrics.registry import BREAKDOWN_PARTS
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_FILE = "report.json"
+
+TIMELINE_LANES: tuple[str, ...] = ("data_loading", "cpu_ops", "gpu_kernels", "copies", "syncs", "communication")
+"""Lanes of ``Report.timeline`` events, top to bottom in the HTML timeline (others go below)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class Report:
         diff: Unified diff that makes the kept fixes permanent ("" when none is mechanical).
         timeline: Events of one step for the HTML timeline (lane, name, start_us, dur_us).
         notes: Analysis notes.
+        device: Device names seen in the trace (``Metrics.device``; empty for CPU-only traces).
     """
 
     schema_version: int = REPORT_SCHEMA_VERSION
@@ -93,19 +98,22 @@ class Report:
     diff: str = ""
     timeline: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    device: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document (findings sorted for clean diffs)."""
-        return to_jsonable(self)
+        """Return the JSON document (findings sorted for clean diffs)."""
+        # NOTE: sorted here too, not only in build_report, so a hand-built or older report
+        # still diffs cleanly.
+        return to_jsonable(dataclasses.replace(self, findings=sort_findings(self.findings)))
 
     def to_json(self) -> str:
-        """The JSON document as text."""
+        """Return the JSON document as text."""
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def save(self, run_dir: Path) -> Path:
         """Write ``report.json`` into ``run_dir``."""
         path = Path(run_dir) / REPORT_FILE
-        dump_json(self, path)
+        dump_json(self.to_dict(), path)
         return path
 
     @classmethod
@@ -206,4 +214,5 @@ def build_report(
         diff=fixes.diff if fixes else "",
         timeline=timeline,
         notes=(*metrics.notes, *diagnosis.warnings, *(fixes.notes if fixes else ())),
+        device=tuple(metrics.device),
     )

@@ -1,0 +1,447 @@
+"""The capture child: ``python -m advisor.capture.child CONFIG.json`` runs one script, measured.
+
+The parent (:mod:`advisor.capture.run`) writes CONFIG (``{"spec": RunSpec, "run_dir": ...}``)
+and starts this module in its own process group. Here, and only here, hooks are installed:
+
+1. optional seeding (random, numpy, torch), the torch hooks (:mod:`advisor.capture.hooks`),
+   then the run-time fixes (``advisor.fixes.runtime.install``) when the spec has any;
+2. the script runs unmodified through ``runpy.run_path(script, run_name="__main__")`` with
+   ``sys.argv = [script, *args]`` and ``sys.path[0]`` = the script's folder, as Python sets them;
+3. the :class:`~advisor.capture.recorder.StepRecorder` walks the phases; torch.profiler writes
+   ``traces/<host>_<pid>.<ns>.pt.trace.json`` (TensorBoard layout), cProfile ``profile.pstats``;
+4. ``child.json`` (RunCapture field names plus ``phase`` and ``finished``) is rewritten at every
+   phase change and at the end, so a crash or a hang loses nothing already measured;
+   ``events.jsonl`` gets one JSON line per step for the parent's live progress.
+
+With ``WORLD_SIZE`` > 1 (torchrun) each rank writes into ``<run_dir>/rank<RANK>/``.
+Exit code: 0 when stopped or finished, the script's code on ``sys.exit(n)``, 1 when it raised.
+"""
+
+from __future__ import annotations
+
+import time
+
+_T0 = time.perf_counter()  # NOTE: first, so time to first step includes every import below
+
+import cProfile  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import runpy  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
+from advisor.capture.model import (  # noqa: E402
+    PHASE_DONE,
+    PHASE_FINISHING,
+    STATUS_COMPLETED,
+    STATUS_CRASHED,
+    STATUS_NO_STEPS,
+    STATUS_STOPPED,
+    STATUS_TIMEOUT,
+    RunSpec,
+    ScriptError,
+)
+from advisor.capture.environment import environment, peak_memory  # noqa: E402
+from advisor.capture.recorder import Phases, StepRecorder, StopScript  # noqa: E402
+
+CHILD_FILE = "child.json"
+EVENTS_FILE = "events.jsonl"
+TRACES_DIR = "traces"
+PSTATS_FILE = "profile.pstats"
+
+NO_STEPS_NOTE = (
+    "no training step was seen: advisor counts a step at each torch.optim optimizer step, or, "
+    "when there is none, at each DataLoader batch; in a custom loop call `advisor.step()` at "
+    "the end of every step (`import advisor`; it does nothing outside advisor)"
+)
+
+
+class _Terminated(BaseException):
+    """Raised by the SIGTERM handler: the parent's --timeout ended the run."""
+
+
+def rank_dir(run_dir: Path, environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:
+    """Where this process writes: the run directory, or ``rank<N>/`` in it under torchrun."""
+    if int(environ.get("WORLD_SIZE", "1") or 1) > 1:
+        return run_dir / f"rank{int(environ.get('RANK', '0') or 0)}"
+    return run_dir
+
+
+def _record_always(_step: int) -> Any:
+    from torch.profiler import ProfilerAction
+
+    # NOTE: a schedule that always records, rather than no schedule: torch emits the
+    # ProfilerStep#N ranges only when a schedule is set.
+    return ProfilerAction.RECORD
+
+
+class TorchProfilerControl:
+    """torch.profiler for the profiled window, exported in TensorBoard's file layout."""
+
+    def __init__(self, traces_dir: Path, run_dir: Path, files: list[str], notes: list[str]):
+        self.traces_dir = traces_dir
+        self.run_dir = run_dir
+        self.files = files
+        self.notes = notes
+        self._prof: Any = None
+
+    def start(self) -> None:
+        """Start torch.profiler (CPU, plus CUDA when available) with shapes, memory, stacks."""
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(
+            activities=activities,
+            schedule=_record_always,
+            record_shapes=True,
+            profile_memory=True,
+            with_stack=True,
+        )
+        self._prof.start()
+
+    def step(self) -> None:
+        """Close ProfilerStep#N and open the next one."""
+        if self._prof is not None:
+            self._prof.step()
+
+    def stop(self, export: bool) -> None:
+        """Stop and, when asked, export ``<host>_<pid>.<ns>.pt.trace.json`` into traces/."""
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return
+        prof.stop()
+        if not export:
+            return
+        self.traces_dir.mkdir(parents=True, exist_ok=True)
+        name = f"{socket.gethostname()}_{os.getpid()}.{time.time_ns()}.pt.trace.json"
+        path = self.traces_dir / name
+        try:
+            prof.export_chrome_trace(str(path))
+        except Exception as exc:  # noqa: BLE001 - a failed export is a note, not a lost run
+            self.notes.append(f"torch.profiler trace export failed: {exc}")
+            return
+        self.files.append(path.relative_to(self.run_dir).as_posix())
+
+
+class CProfileControl:
+    """cProfile for its own window (it cannot share one with torch's Python stacks)."""
+
+    def __init__(self, path: Path, run_dir: Path, out: dict[str, Any]):
+        self.path = path
+        self.run_dir = run_dir
+        self.out = out
+        self._prof: cProfile.Profile | None = None
+
+    def start(self) -> None:
+        """Enable cProfile on the main thread."""
+        self._prof = cProfile.Profile()
+        self._prof.enable()
+
+    def step(self) -> None:
+        """cProfile has no notion of steps."""
+
+    def stop(self, export: bool) -> None:
+        """Disable it and, when asked, write ``profile.pstats``."""
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return
+        prof.disable()
+        if export:
+            prof.dump_stats(str(self.path))
+            self.out["pstats_file"] = self.path.relative_to(self.run_dir).as_posix()
+
+
+def seed_everything(seed: int) -> None:
+    """Seed random, numpy (when importable) and torch (all devices)."""
+    random.seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+    import torch
+
+    torch.manual_seed(seed)
+
+
+class ChildSession:
+    """One script run inside the child process."""
+
+    def __init__(self, spec: RunSpec, run_dir: Path, t0: float = _T0) -> None:
+        self.spec = spec
+        self.run_dir = run_dir
+        self.out = rank_dir(run_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.t0 = t0
+        self.script = str(Path(spec.script).resolve())
+        self.trace_files: list[str] = []
+        self.results: dict[str, Any] = {"pstats_file": None}
+        self.notes: list[str] = []
+        self.fix_notes: dict[str, str] = {}
+        self.error: ScriptError | None = None
+        self.status = "running"
+        self.exit_code: int | None = None
+        cprofile = spec.profiled_steps if spec.cprofile_steps is None else spec.cprofile_steps
+        self.recorder = StepRecorder(
+            phases=Phases(
+                warmup=max(0, spec.warmup_steps),
+                timed=max(0, spec.timed_steps),
+                profiled=max(0, spec.profiled_steps),
+                cprofile=max(0, cprofile) if spec.profiled_steps > 0 else 0,
+                full=spec.full,
+            ),
+            profiler=TorchProfilerControl(
+                self.out / TRACES_DIR, run_dir, self.trace_files, self.notes
+            ),
+            cprofiler=CProfileControl(self.out / PSTATS_FILE, run_dir, self.results),
+            start_time=t0,
+            on_step=self._on_step,
+            on_phase=self._on_phase,
+            record_loss_steps=max(0, spec.record_loss_steps),
+        )
+        self.hooks: Any = None
+        self._last_event: tuple[str, int, int] | None = None
+        self._events = os.open(self.out / EVENTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+    # ----- progress and partial results --------------------------------------------------------
+
+    def _event(self, phase: str, message: str = "") -> None:
+        rec = self.recorder
+        done, asked = rec.phase_progress()
+        key = (phase, rec.steps_seen, done)
+        if key == self._last_event:
+            return  # a phase change inside a step reports once
+        self._last_event = key
+        line = json.dumps(
+            {
+                "phase": phase,
+                "step": rec.steps_seen,
+                "steps_total": rec.phases.total,
+                "phase_step": done,
+                "phase_steps": asked,
+                "elapsed_s": round(time.perf_counter() - self.t0, 3),
+                "message": message,
+            }
+        )
+        try:
+            os.write(self._events, (line + "\n").encode())
+        except OSError:
+            pass  # progress is best effort; the measurements are not
+
+    def _on_step(self, rec: StepRecorder) -> None:
+        self._event(rec.phase)
+
+    def _on_phase(self, rec: StepRecorder) -> None:
+        self.write(finished=False)
+        self._event(rec.phase)
+
+    def write(self, finished: bool) -> None:
+        """Write ``child.json`` (atomically): everything measured so far."""
+        rec = self.recorder
+        data: dict[str, Any] = {
+            **rec.snapshot(),
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "fix_notes": self.fix_notes,
+            "trace_files": list(self.trace_files),
+            "pstats_file": self.results["pstats_file"],
+            "dataloaders": list(self.hooks.dataloaders) if self.hooks is not None else [],
+            "notes": [*self.notes, *rec.notes],
+            "phase": rec.phase,
+            "finished": finished,
+            "pid": os.getpid(),
+            "wall_s": round(time.perf_counter() - self.t0, 4),
+        }
+        if finished:
+            peak, kind = peak_memory()
+            data.update(peak_memory_bytes=peak, memory_kind=kind, environment=environment())
+        dump_json(to_jsonable(data), self.out / CHILD_FILE)
+
+    # ----- the run -----------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Seed, install the hooks and the run-time fixes (before the script runs)."""
+        if self.spec.seed is not None:
+            seed_everything(self.spec.seed)
+        from advisor.capture.hooks import TorchHooks
+
+        self.hooks = TorchHooks(self.recorder)
+        self.hooks.install()
+        if self.spec.fixes:
+            try:
+                from advisor.fixes import runtime
+            except ImportError as exc:
+                msg = f"not applied: the fix runtime is unavailable ({exc})"
+                self.fix_notes = {fix.id: msg for fix in self.spec.fixes}
+                self.notes.append(f"run-time fixes were asked for but not applied ({exc})")
+            else:
+                self.fix_notes = dict(runtime.install(self.spec.fixes))
+
+    def run(self) -> int:
+        """Run the script measured; return the exit code (see the module docstring)."""
+        for stream in (sys.stdout, sys.stderr):
+            # NOTE: line-buffered like a terminal, so the logs can be followed while it runs and
+            # a kill loses at most a partial line.
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(line_buffering=True)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        self.write(finished=False)
+        outcome, exc = "ended", None
+        try:
+            self._prepare()
+            sys.argv = [self.script, *self.spec.args]
+            sys.path[0] = os.path.dirname(self.script)
+            self.recorder.script_started()
+            runpy.run_path(self.script, run_name="__main__")
+        except StopScript:
+            outcome = "stopped"
+        except SystemExit as e:
+            outcome, exc = "exit", e
+        except _Terminated:
+            outcome = "terminated"
+        except BaseException as e:  # noqa: BLE001 - anything the script raises is recorded
+            outcome, exc = "crashed", e
+            if self.recorder.stop_requested and _caused_by_stop(e):
+                outcome = "stopped"  # the script's own cleanup raised while we stopped it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finishing: let the export complete
+        return self._finish(outcome, exc)
+
+    def _finish(self, outcome: str, exc: BaseException | None) -> int:
+        rec = self.recorder
+        code = 0
+        if outcome == "exit" and exc is not None:
+            code = _exit_code(exc)  # type: ignore[arg-type]
+        elif outcome == "crashed" and exc is not None:
+            code = 1
+            _print_script_traceback(exc, self.script)
+            self.error = ScriptError(
+                type=type(exc).__name__,
+                message=_one_line(str(exc)),
+                log="stderr.log",
+                step=rec.steps_seen + 1,
+            )
+        try:
+            rec.finish()
+        except Exception as e:  # noqa: BLE001 - keep what was measured even if export fails
+            self.notes.append(f"closing the profiler failed: {e}")
+        if self.hooks is not None:
+            self.hooks.uninstall()
+        self.exit_code = code
+        self.status = {
+            "stopped": STATUS_STOPPED,
+            "crashed": STATUS_CRASHED,
+            "terminated": STATUS_TIMEOUT,
+        }.get(outcome, STATUS_COMPLETED)
+        if self.status == STATUS_COMPLETED and rec.steps_seen == 0:
+            self.status = STATUS_NO_STEPS
+        if self.status == STATUS_NO_STEPS:
+            self.notes.append(NO_STEPS_NOTE)
+        elif rec.steps_seen == 0:
+            pass  # crashed or timed out before a step: the error says why
+        elif outcome in ("ended", "exit", "crashed") and rec.phase != PHASE_FINISHING:
+            p = rec.phases
+            self.notes.append(
+                f"the script ended after {rec.steps_seen} steps, fewer than the {p.total} asked "
+                f"(warm-up {p.warmup}, timed {p.timed}, profiled {p.profiled}, cProfile "
+                f"{p.cprofile}): the analysis covers the steps that ran"
+            )
+        if rec.source == "dataloader":
+            self.notes.append(
+                "no optimizer step was seen: steps were counted from DataLoader batches"
+            )
+        self.write(finished=True)
+        self._event(PHASE_DONE, self.status)
+        os.close(self._events)
+        return code
+
+
+def _on_sigterm(_signum: int, _frame: Any) -> None:
+    raise _Terminated()
+
+
+def _caused_by_stop(exc: BaseException) -> bool:
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 20:
+        if isinstance(cur, StopScript):
+            return True
+        cur = cur.__context__
+        seen += 1
+    return False
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The process exit code Python would use for this SystemExit."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # Python prints a non-int exit argument to stderr
+    return 1
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _print_script_traceback(exc: BaseException, script: str) -> None:
+    """Print the traceback as Python would, starting at the script's frame (no runpy frames)."""
+    tb = exc.__traceback__
+    while tb is not None and os.path.realpath(tb.tb_frame.f_code.co_filename) != script:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__, file=sys.stderr)
+
+
+def _kill_children() -> None:
+    """End this process's children (DataLoader workers) before a hard exit."""
+    try:
+        import psutil
+
+        children = psutil.Process().children(recursive=True)
+    except Exception:  # noqa: BLE001
+        return
+    for child in children:
+        try:
+            child.kill()
+        except Exception:  # noqa: BLE001, S110 - already gone
+            pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: ``python -m advisor.capture.child CONFIG.json``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m advisor.capture.child CONFIG.json", file=sys.stderr)
+        raise SystemExit(2)
+    config = json.loads(Path(args[0]).read_text(encoding="utf-8"))
+    spec = from_dict(RunSpec, config["spec"])
+    session = ChildSession(spec, Path(config["run_dir"]))
+    code = session.run()
+    if session.status in (STATUS_STOPPED, STATUS_TIMEOUT):
+        # NOTE: advisor cut the script short: skip interpreter shutdown (the script's atexit
+        # handlers, DataLoader iterator teardown, non-daemon threads) that could hang or run
+        # code the script expected to run only after a full run.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _kill_children()
+        os._exit(code)
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

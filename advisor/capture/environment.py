@@ -1,0 +1,67 @@
+"""Facts about where a capture ran: versions, devices, host, git commit, peak memory."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from advisor.capture.model import Environment
+
+
+def environment() -> Environment:
+    """Python, torch, CUDA, device and host facts of this process (git commit: the parent)."""
+    torch_version, cuda, device, device_name, gpus = "", None, "cpu", platform.processor(), 0
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch_version = torch.__version__
+        cuda = torch.version.cuda
+        try:
+            if torch.cuda.is_available():
+                gpus = torch.cuda.device_count()
+                device, device_name = "cuda", torch.cuda.get_device_name(0)
+        except Exception:  # noqa: BLE001 - a broken driver still leaves a CPU capture
+            pass
+    return Environment(
+        python=platform.python_version(),
+        torch=torch_version,
+        cuda=cuda,
+        device=device,
+        device_name=device_name or platform.machine(),
+        gpu_count=gpus,
+        cpu_count=os.cpu_count() or 0,
+        platform=platform.platform(),
+        hostname=socket.gethostname(),
+    )
+
+
+def peak_memory() -> tuple[int | None, str]:
+    """CUDA max allocated when the script used the GPU, else this process's peak RSS."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            return int(torch.cuda.max_memory_allocated()), "cuda"
+    except Exception:  # noqa: BLE001
+        pass
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "rss"
+
+
+def git_commit(folder: Path) -> str | None:
+    """The HEAD commit of the git repository holding ``folder``, or None (no git, no repo)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and commit else None

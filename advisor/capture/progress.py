@@ -1,0 +1,96 @@
+"""Live progress of a capture on stderr (rich): phase, steps done of asked, elapsed time.
+
+Usage (the CLI does this unless ``-q``)::
+
+    with LiveProgress() as show:
+        result = capture(spec, progress=show)
+
+``capture`` calls ``show(event)`` from a background thread; rich's ``Progress`` is thread-safe.
+On a non-terminal stderr rich prints nothing animated, so logs stay clean.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from advisor.capture.model import (
+    PHASE_CPROFILE,
+    PHASE_DONE,
+    PHASE_FINISHING,
+    PHASE_PROFILED,
+    PHASE_STARTING,
+    PHASE_TIMED,
+    PHASE_WARMUP,
+    ProgressEvent,
+)
+
+PHASE_LABELS = {
+    PHASE_STARTING: "starting the script",
+    PHASE_WARMUP: "warm-up",
+    PHASE_TIMED: "timed steps",
+    PHASE_PROFILED: "profiling (torch.profiler)",
+    PHASE_CPROFILE: "profiling (cProfile)",
+    PHASE_FINISHING: "writing traces",
+    PHASE_DONE: "done",
+}
+
+
+def describe(event: ProgressEvent) -> str:
+    """One line of text for an event, e.g. ``timed steps 3/20``."""
+    label = PHASE_LABELS.get(event.phase, event.phase)
+    if event.phase_steps:
+        label += f" {event.phase_step}/{event.phase_steps}"
+    if event.phase == PHASE_DONE and event.message:
+        label += f": {event.message}"
+    return label
+
+
+class LiveProgress:
+    """A rich progress bar on stderr fed by :class:`ProgressEvent` callbacks.
+
+    Args:
+        console: Where to draw (default: a stderr console).
+        title: Shown before the phase, e.g. the script's name.
+    """
+
+    def __init__(self, console: Console | None = None, title: str = "capture") -> None:
+        self.console = console or Console(stderr=True)
+        self.title = title
+        self._progress = Progress(
+            TextColumn("[bold]{task.fields[title]}[/bold]"),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} steps"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> LiveProgress:
+        self._progress.start()
+        self._task = self._progress.add_task(describe(ProgressEvent(PHASE_STARTING)), total=None, title=self.title)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._progress.stop()
+
+    def __call__(self, event: ProgressEvent) -> None:
+        """Show one event (called from capture's background thread)."""
+        if self._task is None:
+            return
+        total = event.steps_total or None
+        self._progress.update(
+            self._task,
+            description=describe(event),
+            completed=min(event.step, total) if total else event.step,
+            total=total,
+        )

@@ -1,0 +1,370 @@
+"""Run a script under capture: :func:`capture` takes a :class:`RunSpec`, returns a :class:`RunCapture`.
+
+The parent side. It validates the script, prepares the run directory, starts
+``python -m advisor.capture.child config.json`` in its own process group (stdout and stderr go
+to ``stdout.log`` / ``stderr.log``, readable while it runs), samples CPU and GPU utilisation,
+relays the child's progress events, enforces the timeout, then merges the child's
+``child.json`` into ``capture.json``. The script's failures are statuses, never exceptions:
+
+* ``stopped``: advisor stopped it after the profiled steps (the normal case);
+* ``completed``: it ran to its end (``--full``, few steps, or ``sys.exit(n)``: exit_code n);
+* ``crashed``: it raised (``error`` names the exception and step) or its process died;
+* ``timeout``: ``timeout_s`` passed; the process group was ended, measurements kept;
+* ``no_steps``: it ended without a step being seen (a note says how to mark steps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from advisor._serde import dump_json, from_dict, to_jsonable
+from advisor.capture.child import CHILD_FILE, EVENTS_FILE, PSTATS_FILE, TRACES_DIR
+from advisor.capture.environment import environment, git_commit
+from advisor.capture.model import (
+    CAPTURE_FILE,
+    PHASE_DONE,
+    PHASE_STARTING,
+    STATUS_CRASHED,
+    STATUS_TIMEOUT,
+    ProgressEvent,
+    RunCapture,
+    RunSpec,
+    ScriptError,
+)
+from advisor.capture.sampler import UtilSampler
+from advisor.errors import UsageError
+
+CONFIG_FILE = "config.json"
+STDOUT_LOG = "stdout.log"
+STDERR_LOG = "stderr.log"
+TERM_GRACE_S = 10.0
+"""After a timeout, how long the child may take to write what it measured before it is killed."""
+SAMPLE_INTERVAL_S = 0.5
+_POLL_S = 0.1
+
+ProgressCallback = Callable[[ProgressEvent], None]
+
+# Files a previous capture left in a reused run directory (replaced, never mixed with new ones).
+_OWN_FILES = (CAPTURE_FILE, CHILD_FILE, EVENTS_FILE, PSTATS_FILE, CONFIG_FILE, STDOUT_LOG, STDERR_LOG)
+
+
+def validate_script(script: Path) -> Path:
+    """Check that ``script`` is an existing Python file; return it resolved.
+
+    Raises:
+        UsageError: It is missing, a folder, or not Python (no ``.py`` suffix and no python
+            shebang).
+    """
+    path = Path(script)
+    if not path.exists():
+        raise UsageError(f"script not found: {path}; pass the path of a Python file")
+    if not path.is_file():
+        raise UsageError(f"{path} is not a file; pass the path of a Python script")
+    if path.suffix not in (".py", ".pyw"):
+        try:
+            with path.open("rb") as fh:
+                first = fh.readline(200)
+        except OSError as exc:
+            raise UsageError(f"cannot read {path} ({exc.strerror})") from exc
+        if not (first.startswith(b"#!") and b"python" in first):
+            raise UsageError(
+                f"{path} is not a Python script (expected a .py file); "
+                "advisor runs Python training scripts"
+            )
+    return path.resolve()
+
+
+def _validate_spec(spec: RunSpec) -> None:
+    for name in ("warmup_steps", "timed_steps", "profiled_steps", "record_loss_steps"):
+        if getattr(spec, name) < 0:
+            raise UsageError(f"{name.replace('_', '-')} must be 0 or more, got {getattr(spec, name)}")
+    if spec.cprofile_steps is not None and spec.cprofile_steps < 0:
+        raise UsageError(f"cprofile-steps must be 0 or more, got {spec.cprofile_steps}")
+    if spec.timeout_s is not None and spec.timeout_s <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {spec.timeout_s}")
+    if spec.cwd is not None and not Path(spec.cwd).is_dir():
+        raise UsageError(f"working directory {spec.cwd} does not exist")
+
+
+def prepare_run_dir(out_dir: Path) -> Path:
+    """Create the run directory (absolute), removing files a previous capture left there."""
+    run_dir = Path(out_dir).resolve()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"{run_dir} exists and is not a folder; choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in _OWN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    for folder in [run_dir / TRACES_DIR, *run_dir.glob("rank[0-9]*")]:
+        if folder.is_dir():
+            shutil.rmtree(folder)
+    return run_dir
+
+
+def _child_env(spec: RunSpec) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(spec.env)
+    try:
+        metadata.distribution("advisor")
+    except metadata.PackageNotFoundError:
+        # NOTE: running from a source tree without an install: the child must still import us.
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)
+    return env
+
+
+class _EventRelay:
+    """Tails the child's ``events.jsonl`` on a thread and hands each event to ``progress``."""
+
+    def __init__(self, path: Path, progress: ProgressCallback | None) -> None:
+        self.path = path
+        self.progress = progress
+        self.last: ProgressEvent | None = None
+        self._stop = threading.Event()
+        self._offset = 0
+        self._thread = threading.Thread(target=self._loop, name="advisor-events", daemon=True)
+
+    def start(self) -> None:
+        """Start tailing."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop, after relaying whatever the child wrote last."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._read()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(_POLL_S):
+            self._read()
+
+    def _read(self) -> None:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self._offset += end + 1  # a half-written last line waits for the next read
+        for line in data[: end + 1].splitlines():
+            try:
+                event = from_dict(ProgressEvent, json.loads(line))
+            except (ValueError, TypeError):
+                continue
+            if event.phase == PHASE_DONE:
+                continue  # the parent sends the final event itself, with the final status
+            self.last = event
+            if self.progress is not None:
+                self.progress(event)
+
+
+def _kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+@contextlib.contextmanager
+def _started(cmd: list[str], spec: RunSpec, run_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Start the child in its own session; whatever happens, leave no process of it behind."""
+    with (run_dir / STDOUT_LOG).open("wb") as out, (run_dir / STDERR_LOG).open("wb") as err:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            cwd=str(spec.cwd) if spec.cwd is not None else None,
+            env=_child_env(spec),
+            start_new_session=True,  # own process group: we can end it whole; ^C is ours
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc.pid)
+            proc.wait()
+        # NOTE: DataLoader workers (or anything the script started) may outlive the child.
+        _kill_group(proc.pid)
+
+
+def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCapture:
+    """Run ``spec.script`` in a child process, measured, and return (and save) its capture.
+
+    Args:
+        spec: What to run and how (phases, timeout, fixes, seed, output folder).
+        progress: Called from a background thread with each :class:`ProgressEvent` (phase,
+            steps, elapsed); the first has phase ``starting``, the last ``done``.
+
+    Returns:
+        The :class:`RunCapture`, also saved as ``<spec.out_dir>/capture.json``. Script failures
+        (crash, timeout, no steps) are its ``status``, never an exception.
+
+    Raises:
+        UsageError: The script is missing or not Python, or the spec is invalid.
+    """
+    script = validate_script(spec.script)
+    _validate_spec(spec)
+    run_dir = prepare_run_dir(spec.out_dir)
+    spec_for_child = {**to_jsonable(spec), "script": str(script)}
+    dump_json({"spec": spec_for_child, "run_dir": str(run_dir)}, run_dir / CONFIG_FILE)
+    cmd = [sys.executable, "-m", "advisor.capture.child", str(run_dir / CONFIG_FILE)]
+
+    if progress is not None:
+        progress(ProgressEvent(phase=PHASE_STARTING, steps_total=_steps_total(spec)))
+    relay = _EventRelay(run_dir / EVENTS_FILE, progress)
+    timed_out = False
+    start = time.perf_counter()
+    with _started(cmd, spec, run_dir) as proc:
+        sampler = UtilSampler(proc.pid, SAMPLE_INTERVAL_S)
+        sampler.start()
+        relay.start()
+        try:
+            timed_out = _wait(proc, spec.timeout_s, start)
+        finally:
+            wall_s = time.perf_counter() - start
+            cpu, gpu = sampler.stop()
+            relay.stop()
+    result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu)
+    result.save(run_dir)
+    if progress is not None:
+        last = relay.last
+        progress(
+            ProgressEvent(
+                phase=PHASE_DONE,
+                step=result.steps_seen,
+                steps_total=_steps_total(spec),
+                phase_step=last.phase_step if last else 0,
+                phase_steps=last.phase_steps if last else 0,
+                elapsed_s=round(wall_s, 3),
+                message=result.status,
+            )
+        )
+    return result
+
+
+def _steps_total(spec: RunSpec) -> int:
+    cprofile = spec.profiled_steps if spec.cprofile_steps is None else spec.cprofile_steps
+    cprofile = cprofile if spec.profiled_steps > 0 else 0
+    return spec.warmup_steps + spec.timed_steps + spec.profiled_steps + cprofile
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float | None, start: float) -> bool:
+    """Wait for the child; on timeout ask it to save (SIGTERM), then kill. True if timed out."""
+    deadline = None if timeout_s is None else start + timeout_s
+    while True:
+        remaining = None if deadline is None else deadline - time.perf_counter()
+        if remaining is not None and remaining <= 0:
+            break
+        try:
+            proc.wait(timeout=remaining)
+            return False
+        except subprocess.TimeoutExpired:
+            continue
+    # NOTE: SIGTERM to the child alone: its handler closes the profiler and writes child.json;
+    # the process group (DataLoader workers included) is killed afterwards.
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        proc.wait()
+    return True
+
+
+def _read_child(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / CHILD_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _merge(
+    spec: RunSpec,
+    script: Path,
+    run_dir: Path,
+    returncode: int | None,
+    timed_out: bool,
+    wall_s: float,
+    cpu: Any,
+    gpu: Any,
+) -> RunCapture:
+    """Combine what the child wrote with what only the parent knows into one RunCapture."""
+    child = _read_child(run_dir) or {}
+    notes: list[str] = list(child.get("notes") or [])
+    steps_seen = int(child.get("steps_seen") or 0)
+    status = child.get("status")
+    error = child.get("error")
+    exit_code = child.get("exit_code")
+    if timed_out:
+        status = STATUS_TIMEOUT
+        exit_code = returncode
+        error = to_jsonable(
+            ScriptError(
+                type="Timeout",
+                message=f"the script was still running after --timeout {spec.timeout_s:g} s "
+                f"and was stopped after {steps_seen} steps",
+                step=steps_seen + 1,
+            )
+        )
+        if not child.get("finished"):
+            notes.append(
+                "the script did not respond to the stop request; the capture holds what was "
+                "saved at the last phase change"
+            )
+    elif not child.get("finished"):
+        status = STATUS_CRASHED
+        exit_code = returncode
+        if returncode is not None and returncode < 0:
+            name = signal.Signals(-returncode).name
+            message = f"the script's process was killed by {name}"
+            if -returncode == signal.SIGKILL:
+                message += " (out of memory?)"
+            error_type = "ProcessKilled"
+        else:
+            message = f"the capture process exited with code {returncode} before saving results"
+            error_type = "ProcessDied"
+        error = to_jsonable(
+            ScriptError(type=error_type, message=message, step=steps_seen + 1)
+        )
+    if gpu.note:
+        notes.append(gpu.note)
+    env = child.get("environment") or to_jsonable(environment())
+    env["git_commit"] = git_commit(script.parent)
+    merged = {
+        **child,
+        "run_dir": str(run_dir),
+        "script": str(script),
+        "args": list(spec.args),
+        "status": status,
+        "exit_code": exit_code,
+        "error": error,
+        "environment": env,
+        "cpu": to_jsonable(cpu),
+        "gpu": to_jsonable(gpu),
+        "fixes": to_jsonable(spec.fixes),
+        "stdout_log": STDOUT_LOG,
+        "stderr_log": STDERR_LOG,
+        "events_file": EVENTS_FILE,
+        "wall_s": round(wall_s, 4),
+        "notes": list(dict.fromkeys(notes)),
+    }
+    if "peak_memory_bytes" not in child and cpu.peak_memory_bytes is not None:
+        merged["peak_memory_bytes"] = cpu.peak_memory_bytes
+        merged["memory_kind"] = "rss"
+    return from_dict(RunCapture, merged)

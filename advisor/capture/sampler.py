@@ -1,0 +1,151 @@
+"""Utilisation sampling from the parent: CPU with psutil, GPU with NVML (``nvidia-ml-py``).
+
+A daemon thread samples every ``interval_s`` while the child runs. CPU utilisation is the CPU
+time of the child's whole process tree (DataLoader workers included) divided by wall time and
+the machine's logical cores, so other jobs on a shared machine do not count. Without an NVIDIA
+driver or GPU, the GPU summary carries a note instead of numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from advisor.capture.model import UtilSummary
+
+
+class UtilSampler:
+    """Samples CPU (process tree) and GPU (device) utilisation of a running child."""
+
+    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="advisor-sampler", daemon=True)
+        self._cpu: list[float] = []
+        self._rss_peak = 0
+        self._gpu: list[float] = []
+        self._gpu_mem_peak = 0
+        self._gpu_total: int | None = None
+        self._gpu_note: str | None = None
+        self._handles: list[Any] = []
+        self._nvml: Any = None
+
+    def start(self) -> None:
+        """Start sampling in the background."""
+        self._init_nvml()
+        self._thread.start()
+
+    def stop(self) -> tuple[UtilSummary, UtilSummary]:
+        """Stop and return (cpu, gpu) summaries."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+        return self._cpu_summary(), self._gpu_summary()
+
+    # ----- NVML --------------------------------------------------------------------------------
+
+    def _init_nvml(self) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            self._gpu_note = "GPU not sampled: nvidia-ml-py (pynvml) is not installed"
+            return
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound and friends
+            self._gpu_note = f"GPU not sampled: no NVIDIA driver or GPU ({exc})"
+            return
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            if self._handles:
+                self._gpu_total = sum(
+                    int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in self._handles
+                )
+        except Exception as exc:  # noqa: BLE001
+            self._gpu_note = f"GPU not sampled: NVML query failed ({exc})"
+            self._handles = []
+        if not self._handles and self._gpu_note is None:
+            self._gpu_note = "GPU not sampled: NVML sees no GPU"
+        self._nvml = pynvml
+
+    # ----- sampling ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        import psutil
+
+        ncpu = os.cpu_count() or 1
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        last_cpu: float | None = None
+        last_t = time.perf_counter()
+        while True:
+            total_cpu, rss = 0.0, 0
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                break
+            for proc in tree:
+                try:
+                    times = proc.cpu_times()
+                    total_cpu += times.user + times.system
+                    rss += proc.memory_info().rss
+                except psutil.Error:
+                    continue
+            now = time.perf_counter()
+            # NOTE: an exited worker takes its CPU time with it; such an interval is skipped.
+            if last_cpu is not None and now > last_t and total_cpu >= last_cpu:
+                frac = (total_cpu - last_cpu) / ((now - last_t) * ncpu)
+                self._cpu.append(min(1.0, frac))
+            last_cpu, last_t = total_cpu, now
+            self._rss_peak = max(self._rss_peak, rss)
+            self._sample_gpu()
+            if self._stop.wait(self.interval_s):
+                break
+
+    def _sample_gpu(self) -> None:
+        if not self._handles:
+            return
+        nvml = self._nvml
+        try:
+            utils = [nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self._handles]
+            used = sum(int(nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self._handles)
+        except Exception:  # noqa: BLE001 - one failed sample is skipped
+            return
+        self._gpu.append(sum(utils) / (100.0 * len(utils)))
+        self._gpu_mem_peak = max(self._gpu_mem_peak, used)
+
+    def _cpu_summary(self) -> UtilSummary:
+        import psutil
+
+        note = None if self._cpu else "CPU not sampled: the script ended before a full interval"
+        return UtilSummary(
+            mean_util_frac=sum(self._cpu) / len(self._cpu) if self._cpu else None,
+            max_util_frac=max(self._cpu) if self._cpu else None,
+            samples=len(self._cpu),
+            peak_memory_bytes=self._rss_peak or None,
+            total_memory_bytes=int(psutil.virtual_memory().total),
+            note=note,
+        )
+
+    def _gpu_summary(self) -> UtilSummary:
+        if not self._handles:
+            return UtilSummary(note=self._gpu_note)
+        return UtilSummary(
+            mean_util_frac=sum(self._gpu) / len(self._gpu) if self._gpu else None,
+            max_util_frac=max(self._gpu) if self._gpu else None,
+            samples=len(self._gpu),
+            peak_memory_bytes=self._gpu_mem_peak or None,
+            total_memory_bytes=self._gpu_total,
+            note=None if self._gpu else "GPU not sampled: the script ended before a full interval",
+        )

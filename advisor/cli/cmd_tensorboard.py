@@ -1,0 +1,48 @@
+"""``advisor tensorboard RUN_DIR``: open a run's traces in TensorBoard's PyTorch Profiler plugin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from advisor.report.tensorboard import check_plugin, prepare_logdir, serve
+
+TENSORBOARD_EPILOG = """\b
+Serves a prepared copy of the traces (RUN_DIR/tensorboard/) so the deprecated plugin shows
+DataLoader time; the original traces are never modified. Ctrl-C stops it.
+Examples:
+  advisor tensorboard advisor-runs/demo
+  advisor tensorboard advisor-runs/demo --port 6007
+"""
+
+
+@click.command(epilog=TENSORBOARD_EPILOG)
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--port", type=click.IntRange(1, 65535), default=6006, show_default=True, help="TCP port.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to bind; anything but 127.0.0.1 exposes the traces to the network.",
+)
+def tensorboard(run_dir: Path, port: int, host: str) -> int:
+    """Start TensorBoard on RUN_DIR's traces; prints the URL and a Perfetto hint."""
+    check_plugin()  # fail fast, before copying traces
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"advisor: warning: binding {host}: anyone who can reach this machine can read the traces", err=True)
+    click.echo(f"advisor: preparing traces from {run_dir}", err=True)
+    prepared = prepare_logdir(run_dir)
+    if prepared.rewritten:
+        click.echo(
+            f"advisor: re-labelled {prepared.rewritten} user_annotation events as cpu_op in the copy "
+            "(the plugin drops them from torch 2.x traces)",
+            err=True,
+        )
+    return serve(
+        prepared,
+        host=host,
+        port=port,
+        echo=click.echo,
+        say=lambda msg: click.echo(msg, err=True),
+    )

@@ -1,0 +1,200 @@
+"""Layered configuration: ``[tool.advisor]`` in the closest pyproject.toml / advisor.toml, then the CLI.
+
+Layers, lowest precedence first (ruff's model, https://docs.astral.sh/ruff/configuration/):
+
+1. the rules' own defaults (every ``stable`` rule);
+2. the closest config file, searching from the script's (or working) directory upwards:
+   ``advisor.toml`` (top-level keys) wins over ``pyproject.toml`` (``[tool.advisor]``) in the same
+   folder; a ``pyproject.toml`` without a ``[tool.advisor]`` table is skipped. A file may name
+   ``extend = "../base.toml"`` to build on another file (its settings form a lower layer);
+3. the command line.
+
+Keys: ``select``, ``extend-select``, ``ignore`` (lists of codes or prefixes), ``preview`` (bool),
+``extend`` (path). An unknown key or a badly typed value raises :class:`UsageError` naming the
+file and suggesting the closest key, because a silently ignored typo in ``ignore`` would
+change the diagnosis without anyone noticing.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from advisor.engine.condition import did_you_mean
+from advisor.engine.model import EngineConfig
+from advisor.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+CONFIG_FILES: tuple[str, ...] = ("advisor.toml", ".advisor.toml", "pyproject.toml")
+"""File names searched in each folder, first match wins within a folder."""
+
+LIST_KEYS: tuple[str, ...] = ("select", "extend-select", "ignore")
+BOOL_KEYS: tuple[str, ...] = ("preview",)
+KNOWN_KEYS: tuple[str, ...] = (*LIST_KEYS, *BOOL_KEYS, "extend")
+
+REMOVED_KEYS: dict[str, str] = {}
+"""Keys that used to exist -> the migration message shown instead of "unknown key"."""
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """Settings read from one config file.
+
+    Attributes:
+        path: The file.
+        settings: Validated key -> value (keys as written, with hyphens).
+        base: The file it extends, if any.
+    """
+
+    path: Path
+    settings: dict[str, Any]
+    base: ConfigFile | None = None
+
+    def engine_layers(self) -> tuple[tuple[EngineConfig, str], ...]:
+        """This file's selection as engine layers (the extended file's first), with sources."""
+        own = (
+            EngineConfig(
+                select=tuple(self.settings["select"]) if "select" in self.settings else None,
+                extend_select=tuple(self.settings.get("extend-select", ())),
+                ignore=tuple(self.settings.get("ignore", ())),
+                preview=bool(self.settings.get("preview", False)),
+            ),
+            str(self.path),
+        )
+        return (*(self.base.engine_layers() if self.base else ()), own)
+
+    def preview(self) -> bool | None:
+        """The ``preview`` setting, this file's over its base's; None when unset."""
+        if "preview" in self.settings:
+            return bool(self.settings["preview"])
+        return self.base.preview() if self.base else None
+
+
+def find_config_file(start: Path | None = None) -> Path | None:
+    """The closest config file at or above ``start`` (default: the working directory)."""
+    here = Path(start or Path.cwd()).resolve()
+    if here.is_file():
+        here = here.parent
+    for folder in (here, *here.parents):
+        for name in CONFIG_FILES:
+            candidate = folder / name
+            if not candidate.is_file():
+                continue
+            if name == "pyproject.toml" and _read_toml(candidate).get("tool", {}).get("advisor") is None:
+                continue
+            return candidate
+    return None
+
+
+def load_config_file(path: Path, _seen: tuple[Path, ...] = ()) -> ConfigFile:
+    """Read and validate one config file (and the files it ``extend``s).
+
+    Raises:
+        UsageError: unreadable TOML, an unknown key, a bad value, or an ``extend`` cycle.
+    """
+    path = Path(path).resolve()
+    if path in _seen:
+        raise UsageError(f"{path}: extend: cycle through {' -> '.join(str(p) for p in (*_seen, path))}")
+    data = _read_toml(path)
+    if path.name == "pyproject.toml":
+        table = data.get("tool", {}).get("advisor", {})
+        where = f"{path}: [tool.advisor]"
+    else:
+        table = data
+        where = str(path)
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: expected a table of settings")
+    settings = validate_settings(table, where)
+    base = None
+    if "extend" in settings:
+        target = (path.parent / Path(settings["extend"]).expanduser()).resolve()
+        if not target.is_file():
+            raise UsageError(f"{where}: extend: {target} does not exist")
+        base = load_config_file(target, (*_seen, path))
+    return ConfigFile(path=path, settings=settings, base=base)
+
+
+def validate_settings(table: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check keys and value types; return the settings with list values as tuples of str.
+
+    Raises:
+        UsageError: ``<where>: unknown key 'ignor' (did you mean 'ignore'?)`` and the like.
+    """
+    settings: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in REMOVED_KEYS:
+            raise UsageError(f"{where}: {key}: {REMOVED_KEYS[key]}")
+        if key not in KNOWN_KEYS:
+            raise UsageError(
+                f"{where}: unknown key {key!r}{did_you_mean(key, KNOWN_KEYS)}; "
+                f"known keys: {', '.join(KNOWN_KEYS)}"
+            )
+        if key in LIST_KEYS:
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise UsageError(f"{where}: {key}: expected a list of rule codes, e.g. [\"DL001\", \"SY\"]")
+            settings[key] = tuple(v.strip() for v in value if v.strip())
+        elif key in BOOL_KEYS:
+            if not isinstance(value, bool):
+                raise UsageError(f"{where}: {key}: expected true or false")
+            settings[key] = value
+        else:
+            if not isinstance(value, str):
+                raise UsageError(f"{where}: {key}: expected a path")
+            settings[key] = value
+    return settings
+
+
+def resolve_engine_config(
+    select: tuple[str, ...] | None = None,
+    extend_select: tuple[str, ...] = (),
+    ignore: tuple[str, ...] = (),
+    preview: bool | None = None,
+    start: Path | None = None,
+    config_file: Path | None = None,
+) -> EngineConfig:
+    """The engine configuration: the closest config file's layers under the CLI's flags.
+
+    Args:
+        select: ``--select`` (None when not given: keep the config's selection).
+        extend_select: ``--extend-select``.
+        ignore: ``--ignore``.
+        preview: ``--preview`` (None when not given: the config's value, default off).
+        start: Where to search for the config file (the script's folder, or the cwd).
+        config_file: Use this file instead of searching.
+
+    Raises:
+        UsageError: the config file is invalid.
+    """
+    path = config_file or find_config_file(start)
+    layers: tuple[tuple[EngineConfig, str], ...] = ()
+    file_preview: bool | None = None
+    if path is not None:
+        loaded = load_config_file(path)
+        layers = loaded.engine_layers()
+        file_preview = loaded.preview()
+    return EngineConfig(
+        select=tuple(select) if select is not None else None,
+        extend_select=tuple(extend_select),
+        ignore=tuple(ignore),
+        preview=bool(preview if preview is not None else file_preview),
+        layers=tuple(layer for layer, _ in layers),
+        sources=(*(src for _, src in layers), "command line"),
+    )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML ({exc}); fix the file or remove it") from None

@@ -1,0 +1,193 @@
+"""Evaluate the selected rules over :class:`~advisor.metrics.model.Metrics` into a Diagnosis.
+
+The primary bottleneck is the category with the most *recoverable* step time: each finding
+carries ``impact_frac`` (its rule's ``impact`` expression, clamped to [0, 1]), a category's share
+is the largest impact among its findings (the max, not the sum, because rules in one category
+describe overlapping views of the same lost time, e.g. sync wait seen as "long waits" and as
+"many sync calls"), and the primary is the category with the largest share. Ties go to the
+category listed first in :data:`~advisor.engine.model.CATEGORIES`. Categories whose share is 0
+(advice without a time estimate, such as memory headroom) never become primary.
+
+The estimated speedup is Amdahl's bound if that share of the step went away:
+``1 / (1 - share)``, with the share capped at :data:`MAX_SHARE` so one finding never claims
+an unbounded speedup.
+
+``Diagnosis.breakdown`` maps the metric breakdown parts onto categories (see
+:data:`BREAKDOWN_TO_CATEGORY`), so the report's bar and the primary use the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from advisor.engine.condition import clean_value
+from advisor.engine.model import CATEGORIES, SEVERITIES, Diagnosis, EngineConfig, Finding, Location, Primary
+from advisor.engine.rules import Rule, RuleSet, default_rules
+from advisor.engine.selection import select_rules
+from advisor.metrics.model import Metrics, SourceLocation
+from advisor.metrics.registry import BREAKDOWN_PARTS
+
+MAX_SHARE = 0.95
+"""Largest share of step time a category may claim (caps the Amdahl speedup at 20x)."""
+MAX_LOCATIONS = 5
+"""Source locations attached to one finding (the most costly first)."""
+
+BREAKDOWN_TO_CATEGORY: dict[str, str] = {
+    "data_loading": "data_loading",
+    "h2d_copy": "host_to_device",
+    "d2h_copy": "host_to_device",
+    "sync_wait": "sync",
+    "communication": "communication",
+    "gpu_compute": "compute",
+    "optimizer": "compute",
+    "cpu_ops": "compute",
+    "gpu_idle": "idle",
+    "other": "other",
+}
+"""Metric breakdown part -> category for ``Diagnosis.breakdown``.
+
+``cpu_ops`` and ``optimizer`` count as compute: on a CPU-only run the model's arithmetic is CPU
+op time, and on a GPU run the optimizer is part of the training arithmetic. Time the GPU sits
+idle for no attributed reason is ``idle``; the rules (SK002, CO003) say what idle time means.
+"""
+
+
+def diagnose(
+    metrics: Metrics,
+    config: EngineConfig | None = None,
+    rules: RuleSet | None = None,
+) -> Diagnosis:
+    """Run the selected rules over ``metrics``.
+
+    Args:
+        metrics: The metrics stage's output (``metrics.summary`` holds declared names).
+        config: Rule selection (``None``: every stable rule). Build it from the CLI and
+            ``[tool.advisor]`` with :func:`advisor.config.resolve_engine_config`.
+        rules: The rules to use (default: the packaged/checkout rules, loaded once).
+
+    Returns:
+        Findings (sorted by severity, code, location), the primary bottleneck with an Amdahl
+        speedup estimate, the category breakdown, and selection warnings.
+
+    Raises:
+        RuleError: the rules cannot be loaded.
+    """
+    ruleset = rules if rules is not None else default_rules()
+    selection = select_rules(ruleset, config)
+    values = {k: clean_value(v) for k, v in metrics.summary.items()}
+    findings = [f for rule in selection.selected if (f := evaluate_rule(rule, values, metrics.locations))]
+    # NOTE: rules that were deselected but would have fired are reported as suppressed, so a
+    # report can say what an ignore hides (ruff counts hidden fixes the same way).
+    suppressed = tuple(rule.code for rule in selection.deselected if rule.when.holds(values))
+    return Diagnosis(
+        findings=sort_findings(findings),
+        primary=choose_primary(findings),
+        breakdown=category_breakdown(values),
+        rules_evaluated=len(selection.selected),
+        suppressed=suppressed,
+        warnings=selection.warnings,
+    )
+
+
+def evaluate_rule(
+    rule: Rule, values: Mapping[str, Any], locations: tuple[SourceLocation, ...] = ()
+) -> Finding | None:
+    """One rule over the metric values: a Finding when its condition holds, else None."""
+    if not rule.when.holds(values):
+        return None
+    evidence = {name: values.get(name) for name in rule.evidence_names}
+    locs = pick_locations(locations, rule.locations)
+    impact = _as_share(rule.impact.evaluate(values))
+    return Finding(
+        code=rule.code,
+        name=rule.name,
+        category=rule.category,
+        severity=rule.severity,
+        message=rule.message.render(values, locations=", ".join(_loc_text(loc) for loc in locs)),
+        evidence=evidence,
+        locations=locs,
+        fixes=rule.fixes,
+        impact_frac=impact,
+    )
+
+
+def pick_locations(
+    locations: tuple[SourceLocation, ...], kinds: tuple[str, ...], limit: int = MAX_LOCATIONS
+) -> tuple[Location, ...]:
+    """The most costly locations of the given kinds, one per ``file:line``."""
+    if not kinds:
+        return ()
+    chosen = [loc for loc in locations if loc.kind in kinds]
+    # NOTE: the metrics stage lists locations most costly first; sort again (stable) by time,
+    # then count, so the order does not depend on how kinds were interleaved.
+    chosen.sort(key=lambda loc: (-(loc.time_ms or 0.0), -(loc.count or 0.0)))
+    seen: dict[tuple[str, int], Location] = {}
+    for loc in chosen:
+        key = (loc.file, int(loc.line))
+        if key not in seen:
+            seen[key] = Location(file=loc.file, line=int(loc.line), function=loc.function)
+        if len(seen) >= limit:
+            break
+    return tuple(seen.values())
+
+
+def choose_primary(findings: list[Finding] | tuple[Finding, ...]) -> Primary | None:
+    """The category with the most recoverable step time, with its Amdahl speedup (module doc)."""
+    shares = category_shares(findings)
+    if not shares:
+        return None
+    best = max(shares.items(), key=lambda kv: (kv[1], -CATEGORIES.index(kv[0])))
+    if best[1] <= 0.0:
+        return None
+    share = min(best[1], MAX_SHARE)
+    return Primary(category=best[0], share=round(share, 4), estimated_speedup=round(1.0 / (1.0 - share), 3))
+
+
+def category_shares(findings: list[Finding] | tuple[Finding, ...]) -> dict[str, float]:
+    """Category -> recoverable share of step time (max impact among its findings)."""
+    shares: dict[str, float] = {}
+    for f in findings:
+        shares[f.category] = max(shares.get(f.category, 0.0), f.impact_frac)
+    return shares
+
+
+def category_breakdown(values: Mapping[str, Any]) -> dict[str, float]:
+    """Fraction of step time per category (plus ``idle``/``other``) from ``<part>_frac`` metrics.
+
+    Parts with no value are left out; the result is empty when no part is known.
+    """
+    out: dict[str, float] = {}
+    for part in BREAKDOWN_PARTS:
+        value = clean_value(values.get(f"{part}_frac"))
+        if value is None:
+            continue
+        category = BREAKDOWN_TO_CATEGORY.get(part, "other")
+        out[category] = round(out.get(category, 0.0) + float(value), 6)
+    return out
+
+
+def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:
+    """Severity (highest first), then code, then first location: stable output for diffs.
+
+    The same order as ``advisor.report.model.sort_findings``; kept here because the engine
+    must not import the report stage.
+    """
+
+    def key(f: Finding) -> tuple[int, str, str, int]:
+        loc = f.locations[0] if f.locations else None
+        rank = SEVERITIES.index(f.severity) if f.severity in SEVERITIES else -1
+        return (-rank, f.code, loc.file if loc else "", loc.line if loc else 0)
+
+    return tuple(sorted(findings, key=key))
+
+
+def _as_share(value: Any) -> float:
+    if value is None or isinstance(value, str):
+        return 0.0
+    return float(min(max(value, 0.0), 1.0))
+
+
+def _loc_text(loc: Location) -> str:
+    where = f"{loc.file}:{loc.line}"
+    return f"{where} ({loc.function})" if loc.function else where

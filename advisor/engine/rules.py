@@ -1,0 +1,472 @@
+"""Rules as data: the :class:`Rule` schema, the YAML loader and the :class:`RuleSet` registry.
+
+One YAML file per rule, ``rules/<category>/<CODE>.yaml``. Loading validates every key and
+compiles ``when``, ``impact`` and ``message`` with the safe evaluator; any problem raises
+:class:`~advisor.errors.RuleError` naming the file and the offending key, e.g.::
+
+    rules/sync/SY001.yaml: when: unknown metric 'sync_cout' (did you mean 'sync_count'?)
+
+Where the rules come from (:func:`rules_root`):
+
+1. a source checkout or editable install: the repository's top-level ``rules/`` folder (next
+   to ``pyproject.toml``, one level above the ``advisor`` package), so edits show at once;
+2. an installed wheel: the package data ``advisor/_rules/`` (pyproject.toml maps the top-level
+   ``rules/`` folder to the ``advisor._rules`` package when the wheel is built).
+
+If neither exists the loader raises; there is no built-in fallback copy of the rules.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from advisor.engine.condition import ConditionError, Expression, did_you_mean, parse_expression
+from advisor.engine.message import Template, parse_template
+from advisor.engine.model import CATEGORIES, SEVERITIES, FixRef
+from advisor.errors import RuleError
+from advisor.metrics.registry import METRICS, is_declared
+
+FIX_SAFETY: dict[str, str] = {
+    "dataloader_workers": "safe",
+    "pin_memory": "safe",
+    "persistent_workers": "safe",
+    "prefetch_factor": "safe",
+    "non_blocking_copy": "safe",
+    "cpu_threads": "safe",
+    "bf16_autocast": "unsafe",
+    "fp16_amp": "unsafe",
+    "batch_fusion": "unsafe",
+    "torch_compile": "unsafe",
+    "cudnn_benchmark": "unsafe",
+    "tf32": "unsafe",
+    "channels_last": "unsafe",
+    "fused_optimizer": "unsafe",
+}
+"""The shared fix-id vocabulary (rules <-> fix registry) and each fix's safety."""
+
+GROUPS: dict[str, str] = {
+    "DL": "data_loading",
+    "HD": "host_to_device",
+    "SY": "sync",
+    "SK": "small_kernels",
+    "ME": "memory",
+    "CO": "compute",
+    "CM": "communication",
+}
+"""Code prefix (group) -> category. A rule's code prefix must match its category."""
+
+STATUSES: tuple[str, ...] = ("stable", "preview", "deprecated")
+LOCATION_KINDS: tuple[str, ...] = ("sync", "item", "h2d", "d2h", "data_loading", "hot")
+"""``SourceLocation.kind`` values a rule may attach (see advisor.metrics.model)."""
+
+REQUIRED_KEYS: tuple[str, ...] = (
+    "code",
+    "name",
+    "summary",
+    "category",
+    "severity",
+    "status",
+    "when",
+    "impact",
+    "message",
+    "fixes",
+    "why",
+    "example",
+    "instead",
+    "references",
+    "locations",
+)
+OPTIONAL_KEYS: tuple[str, ...] = ("aliases",)
+
+_CODE_RE = re.compile(r"^[A-Z]{2}[0-9]{3}$")
+_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validated rule, as loaded from its YAML file.
+
+    Attributes:
+        code: ``DL001`` style code; its two-letter prefix is the group.
+        name: Kebab-case slug.
+        summary: One line.
+        category: One of :data:`~advisor.engine.model.CATEGORIES`.
+        severity: One of :data:`~advisor.engine.model.SEVERITIES`.
+        status: ``stable``, ``preview`` (needs ``--preview``) or ``deprecated``.
+        when: Condition over declared metrics; the rule fires when it holds.
+        impact: Share of step time the fix could recover (for the primary choice).
+        message: Template filled with the evidence.
+        fixes: Fix ids (shared vocabulary) with their safety.
+        why: Why it matters, and where each threshold comes from.
+        example: Code that triggers the rule.
+        instead: The code to write instead.
+        references: URLs of the sources behind the thresholds and advice.
+        locations: ``SourceLocation`` kinds to attach to a finding.
+        aliases: Former codes that still select this rule.
+        path: The file it was loaded from (for messages).
+    """
+
+    code: str
+    name: str
+    summary: str
+    category: str
+    severity: str
+    status: str
+    when: Expression
+    impact: Expression
+    message: Template
+    fixes: tuple[FixRef, ...]
+    why: str
+    example: str
+    instead: str
+    references: tuple[str, ...]
+    locations: tuple[str, ...]
+    aliases: tuple[str, ...] = ()
+    path: str = ""
+
+    @property
+    def evidence_names(self) -> tuple[str, ...]:
+        """Metric names the condition, impact and message read, sorted."""
+        return tuple(sorted({*self.when.names, *self.impact.names, *self.message.names}))
+
+    def doc(self) -> dict[str, Any]:
+        """A JSON-able description (``advisor rule --format json``, generated docs)."""
+        return {
+            "code": self.code,
+            "name": self.name,
+            "summary": self.summary,
+            "category": self.category,
+            "severity": self.severity,
+            "status": self.status,
+            "when": self.when.source,
+            "impact": self.impact.source,
+            "message": self.message.source,
+            "fixes": [{"id": f.id, "safety": f.safety} for f in self.fixes],
+            "why": self.why,
+            "example": self.example,
+            "instead": self.instead,
+            "references": list(self.references),
+            "locations": list(self.locations),
+            "aliases": list(self.aliases),
+        }
+
+
+class RuleSet:
+    """A registry of rules keyed by code; refuses duplicate codes, names and aliases."""
+
+    def __init__(self, rules: tuple[Rule, ...] | list[Rule] = ()) -> None:
+        self._rules: dict[str, Rule] = {}
+        self._aliases: dict[str, str] = {}
+        self._names: dict[str, str] = {}
+        for rule in rules:
+            self.register(rule)
+
+    def register(self, rule: Rule) -> None:
+        """Add ``rule``.
+
+        Raises:
+            RuleError: its code, an alias or its name is already taken.
+        """
+        for code in (rule.code, *rule.aliases):
+            owner = self._rules.get(code) or self._rules.get(self._aliases.get(code, ""))
+            if owner is not None:
+                raise RuleError(
+                    f"{rule.path}: code: duplicate code {code!r} (already used by {owner.path})"
+                )
+        if rule.name in self._names:
+            other = self._rules[self._names[rule.name]]
+            raise RuleError(f"{rule.path}: name: duplicate name {rule.name!r} (already used by {other.path})")
+        self._rules[rule.code] = rule
+        self._names[rule.name] = rule.code
+        for alias in rule.aliases:
+            self._aliases[alias] = rule.code
+
+    def __iter__(self) -> Iterator[Rule]:
+        """Rules sorted by code."""
+        return iter(sorted(self._rules.values(), key=lambda r: r.code))
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __contains__(self, code: object) -> bool:
+        return isinstance(code, str) and self.get(code) is not None
+
+    def get(self, code: str) -> Rule | None:
+        """The rule with this code, alias or name (case-insensitive code), or None."""
+        key = code.strip()
+        upper = key.upper()
+        if upper in self._rules:
+            return self._rules[upper]
+        if upper in self._aliases:
+            return self._rules[self._aliases[upper]]
+        if key in self._names:
+            return self._rules[self._names[key]]
+        return None
+
+    def lookup(self, code: str) -> Rule:
+        """Like :meth:`get`, but an unknown code raises a UsageError with close matches."""
+        from advisor.errors import UsageError
+
+        rule = self.get(code)
+        if rule is None:
+            candidates = [*self._rules, *self._aliases, *self._names]
+            hint = did_you_mean(code.upper() if _CODE_RE.match(code.upper()) else code, candidates)
+            raise UsageError(f"unknown rule code {code!r}{hint}; `advisor rules` lists them all")
+        return rule
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        """Every code, sorted."""
+        return tuple(sorted(self._rules))
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        """Alias -> current code."""
+        return dict(self._aliases)
+
+
+class _Resource(Protocol):
+    """The part of ``pathlib.Path`` / ``importlib.resources.abc.Traversable`` the loader uses."""
+
+    name: str
+
+    def iterdir(self) -> Iterator[Any]: ...  # noqa: D102
+    def is_dir(self) -> bool: ...  # noqa: D102
+    def is_file(self) -> bool: ...  # noqa: D102
+    def read_text(self, encoding: str = ...) -> str: ...  # noqa: D102
+
+
+def checkout_rules_dir() -> Path | None:
+    """The repository's ``rules/`` folder when running from a source checkout, else None."""
+    import advisor
+
+    repo = Path(advisor.__file__).resolve().parent.parent
+    rules = repo / "rules"
+    if rules.is_dir() and (repo / "pyproject.toml").is_file():
+        return rules
+    return None
+
+
+def packaged_rules_dir() -> Any | None:
+    """The rules shipped in the wheel (``advisor/_rules``) as a Traversable, or None."""
+    try:
+        candidate = importlib.resources.files("advisor") / "_rules"
+    except (ModuleNotFoundError, TypeError):  # pragma: no cover - advisor is importable here
+        return None
+    return candidate if candidate.is_dir() else None
+
+
+def rules_root() -> Any:
+    """Where the rules are: the checkout's ``rules/`` first, else the wheel's package data.
+
+    Raises:
+        RuleError: neither exists (a broken install); never falls back to a built-in copy.
+    """
+    root = checkout_rules_dir() or packaged_rules_dir()
+    if root is None:
+        import advisor
+
+        raise RuleError(
+            f"no rules folder found (looked for rules/ next to {Path(advisor.__file__).parent} "
+            "and for the package data advisor/_rules); reinstall advisor"
+        )
+    return root
+
+
+def load_rules(root: Any = None) -> RuleSet:
+    """Load and validate every ``<category>/<CODE>.yaml`` under ``root`` (default: :func:`rules_root`).
+
+    Raises:
+        RuleError: a missing or empty folder, or any invalid file (names the path and key).
+    """
+    if root is None:
+        root = rules_root()
+    elif isinstance(root, (str, os.PathLike)):
+        root = Path(root)
+        if not root.is_dir():
+            raise RuleError(f"{root}: rules folder does not exist")
+    ruleset = RuleSet()
+    files = sorted(
+        (f for d in root.iterdir() if d.is_dir() for f in d.iterdir() if f.name.endswith((".yaml", ".yml"))),
+        key=lambda f: (str(f)),
+    )
+    stray = [f for f in root.iterdir() if f.is_file() and f.name.endswith((".yaml", ".yml"))]
+    if stray:
+        raise RuleError(f"{_display(stray[0])}: rule files belong in a category folder: rules/<category>/<CODE>.yaml")
+    if not files:
+        raise RuleError(f"{_display(root)}: no rule files found (expected <category>/<CODE>.yaml)")
+    for file in files:
+        ruleset.register(load_rule_file(file))
+    return ruleset
+
+
+@functools.lru_cache(maxsize=1)
+def default_rules() -> RuleSet:
+    """The rules from :func:`rules_root`, loaded once per process."""
+    return load_rules()
+
+
+def load_rule_file(file: Any) -> Rule:
+    """Load one rule file (a Path or Traversable) and validate it.
+
+    Raises:
+        RuleError: ``<path>: <key>: <problem>``.
+    """
+    path = _display(file)
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise RuleError(f"{path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise RuleError(f"{path}: expected a mapping of rule keys at the top level")
+    return parse_rule(data, path=path, category_dir=_parent_name(file), file_name=file.name)
+
+
+def parse_rule(data: dict[str, Any], path: str, category_dir: str | None = None, file_name: str | None = None) -> Rule:
+    """Validate a rule's mapping and build the :class:`Rule`.
+
+    Args:
+        data: The YAML mapping.
+        path: Shown in errors.
+        category_dir: The folder the file sits in (must equal its category), if from a file.
+        file_name: The file's name (must be ``<code>.yaml``), if from a file.
+    """
+    allowed = (*REQUIRED_KEYS, *OPTIONAL_KEYS)
+
+    def fail(key: str, problem: str) -> RuleError:
+        return RuleError(f"{path}: {key}: {problem}")
+
+    for key in data:
+        if key not in allowed:
+            raise fail(str(key), f"unknown key{did_you_mean(str(key), allowed)}")
+    for key in REQUIRED_KEYS:
+        if key not in data or data[key] is None:
+            raise fail(key, "missing required key")
+
+    def text(key: str) -> str:
+        value = data[key]
+        if not isinstance(value, str) or not value.strip():
+            raise fail(key, "expected a non-empty string")
+        return value.strip()
+
+    code = text("code")
+    if not _CODE_RE.match(code):
+        raise fail("code", f"{code!r} is not a code like DL001 (two capital letters, three digits)")
+    category = text("category")
+    if category not in CATEGORIES:
+        raise fail("category", f"unknown category {category!r}{did_you_mean(category, CATEGORIES)}; one of {', '.join(CATEGORIES)}")
+    group = GROUPS.get(code[:2])
+    if group is None:
+        raise fail("code", f"unknown group prefix {code[:2]!r}; one of {', '.join(GROUPS)}")
+    if group != category:
+        raise fail("category", f"{code[:2]} codes belong to category {group!r}, not {category!r}")
+    if file_name is not None and file_name.rsplit(".", 1)[0] != code:
+        raise fail("code", f"{code!r} does not match the file name {file_name!r}")
+    if category_dir is not None and category_dir != category:
+        raise fail("category", f"{category!r} does not match the folder {category_dir!r}")
+    name = text("name")
+    if not _NAME_RE.match(name):
+        raise fail("name", f"{name!r} is not a kebab-case slug")
+    severity = text("severity")
+    if severity not in SEVERITIES:
+        raise fail("severity", f"{severity!r} is not one of {', '.join(SEVERITIES)}")
+    status = text("status")
+    if status not in STATUSES:
+        raise fail("status", f"{status!r} is not one of {', '.join(STATUSES)}")
+
+    known = tuple(METRICS)
+    try:
+        when = parse_expression(data["when"], is_declared, known)
+    except ConditionError as exc:
+        raise fail("when", str(exc)) from None
+    try:
+        impact = parse_expression(data["impact"], is_declared, known)
+    except ConditionError as exc:
+        raise fail("impact", str(exc)) from None
+    try:
+        message = parse_template(data["message"], is_declared, known)
+    except ConditionError as exc:
+        raise fail("message", str(exc)) from None
+
+    fixes = _parse_fixes(data["fixes"], fail)
+    references = _string_list(data["references"], "references", fail)
+    if not references:
+        raise fail("references", "at least one reference URL is required")
+    for ref in references:
+        if not ref.startswith(("https://", "http://")):
+            raise fail("references", f"{ref!r} is not a URL")
+    locations = _string_list(data["locations"], "locations", fail)
+    for kind in locations:
+        if kind not in LOCATION_KINDS:
+            raise fail("locations", f"unknown location kind {kind!r}{did_you_mean(kind, LOCATION_KINDS)}")
+    aliases = _string_list(data.get("aliases") or [], "aliases", fail)
+    for alias in aliases:
+        if not _CODE_RE.match(alias):
+            raise fail("aliases", f"{alias!r} is not a code like DL001")
+    return Rule(
+        code=code,
+        name=name,
+        summary=text("summary"),
+        category=category,
+        severity=severity,
+        status=status,
+        when=when,
+        impact=impact,
+        message=message,
+        fixes=fixes,
+        why=text("why"),
+        example=text("example"),
+        instead=text("instead"),
+        references=references,
+        locations=locations,
+        aliases=aliases,
+        path=path,
+    )
+
+
+def _parse_fixes(value: Any, fail: Any) -> tuple[FixRef, ...]:
+    if not isinstance(value, list):
+        raise fail("fixes", "expected a list of {id, safety} (may be empty)")
+    fixes: list[FixRef] = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) != {"id", "safety"}:
+            raise fail("fixes", f"expected {{id, safety}}, got {item!r}")
+        fix_id, safety = str(item["id"]), str(item["safety"])
+        if fix_id not in FIX_SAFETY:
+            raise fail("fixes", f"unknown fix id {fix_id!r}{did_you_mean(fix_id, FIX_SAFETY)}")
+        if FIX_SAFETY[fix_id] != safety:
+            raise fail("fixes", f"fix {fix_id!r} is {FIX_SAFETY[fix_id]!r}, not {safety!r}")
+        fixes.append(FixRef(id=fix_id, safety=safety))
+    return tuple(fixes)
+
+
+def _string_list(value: Any, key: str, fail: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise fail(key, "expected a list of strings")
+    return tuple(v.strip() for v in value)
+
+
+def _parent_name(file: Any) -> str | None:
+    parent = getattr(file, "parent", None)
+    return parent.name if parent is not None else None
+
+
+def _display(file: Any) -> str:
+    """A path for messages: relative to the working directory when inside it."""
+    text = str(file)
+    try:
+        rel = os.path.relpath(text)
+    except ValueError:  # pragma: no cover - different drive on Windows
+        return text
+    return text if rel.startswith("..") else rel

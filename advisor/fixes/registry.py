@@ -1,0 +1,293 @@
+"""The fix registry: every run-time intervention, registered once with its safety and checks.
+
+A fix id is the shared vocabulary between rules (``fix: {id, safety}``) and this registry.
+Each :class:`FixSpec` says what the fix does, whether it is ``safe`` (performance only, numerics
+unchanged) or ``unsafe`` (precision, batch semantics, compile), how loose the loss-parity check is,
+and an applicability check that runs in the parent on what the baseline run recorded
+(:class:`FixContext`). Checks that can only be made inside the script's process (autocast already
+on, no convolutions, an IterableDataset that does not shard) are made by
+:mod:`advisor.fixes.runtime`, which reports them through its notes.
+
+This module imports no torch: the parent decides from the baseline capture alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from advisor.capture.model import DataLoaderInfo, RunCapture
+
+SAFE = "safe"
+UNSAFE = "unsafe"
+
+# Loss-parity tolerances (largest relative deviation of the first losses from the baseline's).
+# NOTE: safe fixes keep numerics, but random augmentation inside worker processes draws from
+# per-worker RNG streams, so batches may differ slightly from the single-process baseline;
+# 10% catches a broken run (wrong data, NaN, divergence) without rejecting that.
+LOSS_RTOL_SAFE = 0.10
+# Precision, compile and layout change rounding: early losses move by ~1% in bf16 on MLPs;
+# 25% is "far off", not "rounded differently".
+LOSS_RTOL_PRECISION = 0.25
+# Batch fusion changes what one step's loss averages over (k times the samples).
+LOSS_RTOL_BATCH = 0.50
+
+
+@dataclass(frozen=True)
+class FixContext:
+    """What the parent knows when deciding whether a fix can apply.
+
+    Attributes:
+        cuda: The script ran on a CUDA device.
+        cpu_count: Cores available to the script.
+        dataloaders: The DataLoaders the baseline run created.
+        samples_per_step: Median samples per optimizer step in the baseline (None if unknown).
+        batches_per_step: Median DataLoader batches per optimizer step (None if not recorded).
+    """
+
+    cuda: bool = False
+    cpu_count: int = 1
+    dataloaders: tuple[DataLoaderInfo, ...] = ()
+    samples_per_step: float | None = None
+    batches_per_step: float | None = None
+
+    @property
+    def max_workers(self) -> int:
+        """Largest ``num_workers`` among the script's DataLoaders (0 without any)."""
+        return max((d.num_workers for d in self.dataloaders), default=0)
+
+    @property
+    def accumulation(self) -> int | None:
+        """Micro-batches per optimizer step (batches counted per step, else samples / batch size)."""
+        if self.batches_per_step:
+            return max(1, round(self.batches_per_step))
+        sizes = [d.batch_size for d in self.dataloaders if d.batch_size]
+        if not sizes or not self.samples_per_step:
+            return None
+        return max(1, round(self.samples_per_step / sizes[0]))
+
+
+def context_from_capture(capture: RunCapture) -> FixContext:
+    """Build a :class:`FixContext` from a (baseline) capture."""
+    env = capture.environment
+    samples = sorted(s for s in capture.timed.samples if s)
+    per_step = float(samples[len(samples) // 2]) if samples else None
+    batches = sorted(b for b in getattr(capture.timed, "batches", ()) if b)
+    return FixContext(
+        cuda=env.device.startswith("cuda"),
+        cpu_count=env.cpu_count or available_cores(),
+        dataloaders=capture.dataloaders,
+        samples_per_step=per_step,
+        batches_per_step=float(batches[len(batches) // 2]) if batches else None,
+    )
+
+
+def available_cores() -> int:
+    """Cores this process may run on (affinity-aware where the OS tells)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - macOS/Windows
+        return os.cpu_count() or 1
+
+
+Check = Callable[[FixContext], "str | None"]
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    """One registered intervention.
+
+    Attributes:
+        id: The fix id (shared with rules).
+        safety: ``safe`` or ``unsafe``.
+        description: One line: what the fix changes.
+        check: Returns why the fix cannot apply in this context, or None when it can.
+        loss_rtol: Loss-parity tolerance (relative) beyond which the variant is rejected.
+        requires: A fix whose effect this one builds on (e.g. prefetch needs workers): when the
+            baseline lacks it, this fix is measured on top of that fix's best variant.
+        conflicts: Fixes that cannot be combined with this one (the better one is kept).
+    """
+
+    id: str
+    safety: str
+    description: str
+    check: Check = field(default=lambda ctx: None)
+    loss_rtol: float = LOSS_RTOL_SAFE
+    requires: str | None = None
+    conflicts: tuple[str, ...] = ()
+
+
+def _needs_cuda(what: str) -> Check:
+    def check(ctx: FixContext) -> str | None:
+        if ctx.cuda:
+            return None
+        return f"{what} only matters with a CUDA device; on this CPU-only run it is a no-op"
+
+    return check
+
+
+def _needs_loader(ctx: FixContext) -> str | None:
+    if not ctx.dataloaders:
+        return "the script created no torch DataLoader"
+    return None
+
+
+def _check_workers(ctx: FixContext) -> str | None:
+    if (reason := _needs_loader(ctx)) is not None:
+        return reason
+    if all(d.iterable_dataset for d in ctx.dataloaders):
+        # NOTE: the runtime re-checks for worker sharding (get_worker_info) and applies workers
+        # where the dataset shards itself; the parent cannot see the source, so it lets it run.
+        return None
+    if ctx.max_workers >= ctx.cpu_count:
+        return f"the DataLoader already uses {ctx.max_workers} workers on {ctx.cpu_count} cores"
+    return None
+
+
+def _check_pin(ctx: FixContext) -> str | None:
+    if (reason := _needs_cuda("pin_memory")(ctx)) is not None:
+        return reason
+    if ctx.dataloaders and all(d.pin_memory for d in ctx.dataloaders):
+        return "every DataLoader already sets pin_memory=True"
+    return _needs_loader(ctx)
+
+
+def _check_persistent(ctx: FixContext) -> str | None:
+    if (reason := _needs_loader(ctx)) is not None:
+        return reason
+    if ctx.dataloaders and all(d.persistent_workers for d in ctx.dataloaders):
+        return "every DataLoader already sets persistent_workers=True"
+    return None
+
+
+def _check_threads(ctx: FixContext) -> str | None:
+    if ctx.cpu_count <= 1:
+        return "one core: there is no thread count to trade"
+    return _needs_loader(ctx)
+
+
+def _check_fusion(ctx: FixContext) -> str | None:
+    if (reason := _needs_loader(ctx)) is not None:
+        return reason
+    accum = ctx.accumulation
+    if accum is None:
+        return "no samples per step were counted, so gradient accumulation cannot be seen"
+    if accum <= 1:
+        return "one micro-batch per optimizer step: there is no gradient accumulation to fuse"
+    return None
+
+
+_SPECS: dict[str, FixSpec] = {}
+
+
+def register(spec: FixSpec) -> FixSpec:
+    """Add a fix to the registry; a second registration of the same id is a programming error."""
+    if spec.safety not in (SAFE, UNSAFE):
+        raise ValueError(f"fix {spec.id!r}: safety must be 'safe' or 'unsafe', not {spec.safety!r}")
+    if spec.id in _SPECS:
+        raise ValueError(f"fix {spec.id!r} is already registered")
+    _SPECS[spec.id] = spec
+    return spec
+
+
+def get(fix_id: str) -> FixSpec:
+    """Return the spec of a registered fix; KeyError for an unknown id."""
+    return _SPECS[fix_id]
+
+
+def all_fixes() -> tuple[FixSpec, ...]:
+    """Every registered fix, in registration order."""
+    return tuple(_SPECS.values())
+
+
+def fix_ids() -> tuple[str, ...]:
+    """Every registered fix id, in registration order."""
+    return tuple(_SPECS)
+
+
+register(FixSpec(
+    "dataloader_workers", SAFE,
+    "load batches in parallel worker processes (DataLoader num_workers, a ladder sized to the cores)",
+    check=_check_workers,
+))
+register(FixSpec(
+    "pin_memory", SAFE, "page-locked host batches for faster host-to-device copies (pin_memory=True)",
+    check=_check_pin,
+))
+register(FixSpec(
+    "persistent_workers", SAFE, "keep loader workers alive across epochs (persistent_workers=True)",
+    check=_check_persistent, requires="dataloader_workers",
+))
+register(FixSpec(
+    "prefetch_factor", SAFE, "let each loader worker prepare more batches ahead (prefetch_factor)",
+    check=_needs_loader, requires="dataloader_workers",
+))
+register(FixSpec(
+    "non_blocking_copy", SAFE,
+    "host-to-device copies from pinned memory with non_blocking=True",
+    check=_needs_cuda("non_blocking_copy"),
+))
+register(FixSpec(
+    "cpu_threads", SAFE,
+    "leave a core per loader worker: torch.set_num_threads(cores - workers)",
+    check=_check_threads, requires="dataloader_workers",
+))
+register(FixSpec(
+    "bf16_autocast", UNSAFE, "run the model's forward pass under torch.autocast with bfloat16",
+    loss_rtol=LOSS_RTOL_PRECISION, conflicts=("fp16_amp",),
+))
+register(FixSpec(
+    "fp16_amp", UNSAFE, "float16 autocast with a GradScaler for loss scaling",
+    check=_needs_cuda("fp16_amp"), loss_rtol=LOSS_RTOL_PRECISION, conflicts=("bf16_autocast",),
+))
+register(FixSpec(
+    "batch_fusion", UNSAFE,
+    "fuse the gradient-accumulation micro-batches into one larger DataLoader batch",
+    check=_check_fusion, loss_rtol=LOSS_RTOL_BATCH,
+))
+register(FixSpec(
+    "torch_compile", UNSAFE, "compile the model with torch.compile (first steps pay the compile)",
+    loss_rtol=LOSS_RTOL_PRECISION,
+))
+register(FixSpec(
+    "cudnn_benchmark", UNSAFE, "let cuDNN autotune convolution algorithms (cudnn.benchmark=True)",
+    check=_needs_cuda("cudnn_benchmark"), loss_rtol=LOSS_RTOL_PRECISION,
+))
+register(FixSpec(
+    "tf32", UNSAFE, "TensorFloat-32 matmuls and convolutions (set_float32_matmul_precision('high'))",
+    check=_needs_cuda("tf32"), loss_rtol=LOSS_RTOL_PRECISION,
+))
+register(FixSpec(
+    "channels_last", UNSAFE, "channels_last memory format for a conv net and its inputs",
+    loss_rtol=LOSS_RTOL_PRECISION,
+))
+register(FixSpec(
+    "fused_optimizer", UNSAFE, "fused (else foreach) optimizer kernels (fused=True)",
+    loss_rtol=LOSS_RTOL_PRECISION,
+))
+
+
+def safety_of(fix_id: str) -> str:
+    """``safe`` or ``unsafe`` for a registered fix id."""
+    return get(fix_id).safety
+
+
+def worker_ladder(cores: int, current: int = 0) -> tuple[int, ...]:
+    """Return a short ladder of ``num_workers`` to try: few rungs, sized to the machine.
+
+    Args:
+        cores: Cores available.
+        current: Workers the script already uses; only larger counts are tried.
+
+    Returns:
+        Up to three increasing worker counts, e.g. ``(1, 2)`` on 2 cores, ``(2, 8, 16)`` on 16.
+    """
+    cores = max(1, cores)
+    if cores <= 2:
+        rungs = {1, cores}
+    elif cores <= 4:
+        rungs = {1, 2, cores}
+    else:
+        rungs = {2, cores // 2, cores}
+    return tuple(sorted(r for r in rungs if r > current))

@@ -1,0 +1,172 @@
+"""Benchmark statistics for fix trials: paired speedups, their confidence interval, the verdict.
+
+Each trial interleaves baseline (A) and variant (B) runs: ``A B A B ... A``. A variant run is
+paired with the geometric mean of the baseline runs just before and just after it, which cancels
+slow drift of the machine (other processes, thermal state) to first order. The speedup is the
+median of the paired ratios ``variant / baseline`` of steady samples/s.
+
+Confidence interval: a Student-t interval on the mean of the log-ratios, exponentiated. With 3 to
+5 pairs a bootstrap of the median has too few distinct resamples to mean anything, while the
+t interval on logs is exact for log-normal noise and honest (wide) when pairs disagree. A fix is
+``improved`` only when the whole interval lies above 1 *and* the median beats a minimum effect
+(default 3%); ``slower`` when the interval lies below 1 and the median loses at least that much;
+anything else is ``no_effect`` -- a change within noise is never a win.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MIN_EFFECT = 0.03
+"""Smallest speedup (either way) reported as an effect: 3%, below the run-to-run noise here."""
+
+SINGLE_PAIR_EFFECT = 0.15
+"""With one pair there is no noise estimate; only a change beyond the ~15% noise seen on this
+kind of shared machine (FACTS.md) counts, and the interval is left empty."""
+
+# Two-sided 95% Student-t quantiles by degrees of freedom (1..30); beyond, the normal 1.96.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A speedup estimate from paired ratios.
+
+    Attributes:
+        speedup: Median of the paired ratios (None without pairs).
+        ci_low / ci_high: 95% interval (None with fewer than two pairs).
+        verdict: ``improved``, ``no_effect`` or ``slower``.
+        pairs: Number of pairs used.
+    """
+
+    speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    verdict: str
+    pairs: int
+
+
+def t_quantile(df: int) -> float:
+    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom."""
+    if df < 1:
+        raise ValueError("need at least one degree of freedom")
+    return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+def paired_ratios(
+    baseline: Sequence[float | None], variant: Sequence[float | None]
+) -> list[float]:
+    """Ratios of each variant run to its sandwiching baselines (geometric mean of A[i], A[i+1]).
+
+    Args:
+        baseline: Baseline throughputs ``A[0..n]`` (one more than the variant runs when the
+            sequence ends with a baseline; a missing value is None).
+        variant: Variant throughputs ``B[0..n-1]``, run between ``A[i]`` and ``A[i+1]``.
+
+    Returns:
+        One ratio per variant run that has a positive value and at least one positive neighbour.
+    """
+    out: list[float] = []
+    for i, b in enumerate(variant):
+        if not b or b <= 0:
+            continue
+        around = [a for a in baseline[i : i + 2] if a and a > 0]
+        if not around:
+            continue
+        ref = math.exp(sum(math.log(a) for a in around) / len(around))
+        out.append(b / ref)
+    return out
+
+
+def estimate(ratios: Sequence[float], min_effect: float = MIN_EFFECT) -> Estimate:
+    """Median speedup, 95% interval over log-ratios, and the verdict they support.
+
+    Args:
+        ratios: Paired ratios variant/baseline (each > 0).
+        min_effect: Smallest relative change counted as an effect.
+
+    Returns:
+        The :class:`Estimate`; without ratios the verdict is ``no_effect`` and fields are None.
+    """
+    rs = [r for r in ratios if r > 0 and math.isfinite(r)]
+    n = len(rs)
+    if n == 0:
+        return Estimate(None, None, None, "no_effect", 0)
+    med = statistics.median(rs)
+    if n == 1:
+        verdict = "no_effect"
+        if med >= 1 + SINGLE_PAIR_EFFECT:
+            verdict = "improved"
+        elif med <= 1 - SINGLE_PAIR_EFFECT:
+            verdict = "slower"
+        return Estimate(med, None, None, verdict, 1)
+    logs = [math.log(r) for r in rs]
+    mean = statistics.fmean(logs)
+    half = t_quantile(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    lo, hi = math.exp(mean - half), math.exp(mean + half)
+    if lo > 1.0 and med >= 1 + min_effect:
+        verdict = "improved"
+    elif hi < 1.0 and med <= 1 - min_effect:
+        verdict = "slower"
+    else:
+        verdict = "no_effect"
+    return Estimate(med, lo, hi, verdict, n)
+
+
+@dataclass(frozen=True)
+class LossCheck:
+    """Loss parity of a variant against the baseline over the first steps.
+
+    Attributes:
+        max_rel_diff: Largest ``|variant - baseline| / scale`` over the compared steps (None when
+            nothing could be compared).
+        failure: Why the variant is rejected (non-finite or far-off loss), or None.
+        steps: Steps compared.
+    """
+
+    max_rel_diff: float | None
+    failure: str | None
+    steps: int
+
+
+def loss_parity(
+    baseline: Sequence[float | None], variant: Sequence[float | None], rtol: float
+) -> LossCheck:
+    """Compare the first losses of a variant with the baseline's (same seed).
+
+    The scale of step ``i`` is ``max(|baseline[i]|, 1e-3 * max|baseline|, 1e-12)``, so a loss that
+    is legitimately near zero does not turn rounding into a huge relative error.
+
+    Args:
+        baseline: Baseline losses of the first steps (None where not recorded).
+        variant: Variant losses of the same steps.
+        rtol: Largest accepted relative deviation.
+
+    Returns:
+        The :class:`LossCheck`; ``failure`` is set for NaN/inf (where the baseline is finite) or a
+        deviation above ``rtol``.
+    """
+    finite_base = [abs(b) for b in baseline if b is not None and math.isfinite(b)]
+    floor = max(max(finite_base, default=0.0) * 1e-3, 1e-12)
+    worst: float | None = None
+    steps = 0
+    for i, (b, v) in enumerate(zip(baseline, variant, strict=False)):
+        if b is None or v is None or not math.isfinite(b):
+            continue
+        if not math.isfinite(v):
+            return LossCheck(None, f"loss is {v} at step {i + 1} (baseline {b:.4g})", steps + 1)
+        steps += 1
+        rel = abs(v - b) / max(abs(b), floor)
+        worst = rel if worst is None else max(worst, rel)
+    if worst is not None and worst > rtol:
+        return LossCheck(
+            worst, f"loss is off by {worst:.0%} from the baseline in the first steps (limit {rtol:.0%})", steps
+        )
+    return LossCheck(worst, None, steps)

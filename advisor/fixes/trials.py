@@ -1,0 +1,588 @@
+"""The fix loop: re-run the script with each fix applied at run time, measure, keep what helps.
+
+:func:`run_trials` is the whole loop. Its design, in the order it runs:
+
+1. **Choose.** Suggested fixes (from the findings) are de-duplicated; unsafe ones are hidden
+   unless ``unsafe=True`` (counted, ruff-style); ``only`` (``--fix ID``) replaces the suggestions
+   with exactly those ids (naming a fix is opting in to it, even an unsafe one).
+2. **Baseline first.** Round 1 starts with a baseline run; what it recorded (device, cores,
+   DataLoaders, batches per step) decides which fixes can apply at all (registry checks), so a
+   fix that cannot apply is ``skipped`` with the reason before any time is spent on it.
+3. **Rounds.** Each round runs the baseline once, then every active variant once (the variant
+   order is reversed on alternate rounds), and a final baseline closes the last round:
+   ``A V1 V2 .. A V2 V1 .. A``. One baseline run serves every variant of its round, so a loop over
+   four fixes costs ``repeats * 5 + 1`` runs instead of ``repeats * 8``. Each variant run is
+   paired with the geometric mean of the baselines on either side (see :mod:`.stats`). Every run
+   is a fresh child process with ``profiled_steps=0`` (timed steps only), a fixed seed, and the
+   first losses recorded, in ``<run>/trials/<label>-<k>/``.
+4. **Early exits.** After a variant's first run: a crash, timeout or non-finite/far-off loss is
+   ``failed``; a runtime note ``not applied: ...`` (no convolutions, autocast already on, an
+   IterableDataset that does not shard) is ``skipped``. Neither is run again.
+5. **Ladders.** ``dataloader_workers`` is tried at a few worker counts sized to the cores
+   (:func:`~advisor.fixes.registry.worker_ladder`); the best rung is reported.
+6. **Fixes on top of another.** ``persistent_workers``, ``prefetch_factor`` and ``cpu_threads``
+   do nothing without loader workers: when the script has none, they are measured in a second
+   stage against the best workers rung as the reference (the trial says so), and only if workers
+   helped.
+7. **Combine.** The fixes that improved are combined (conflicts such as bf16 vs fp16 keep the
+   faster one) and measured together against the baseline the same way. If the combination is
+   not at least as good as the best single fix, the best single fix is kept instead.
+
+Time to first step is reported apart from the steady throughput (compile cost lands there).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from advisor.capture.model import FixRequest, RunCapture, RunSpec
+from advisor.engine.model import FixRef
+from advisor.errors import AdvisorError, UsageError
+from advisor.fixes import registry
+from advisor.fixes.model import FixOutcome, Trial
+from advisor.fixes.registry import SAFE, UNSAFE, FixContext
+from advisor.fixes.stats import MIN_EFFECT, estimate, loss_parity, paired_ratios
+
+TRIALS_DIR = "trials"
+DEFAULT_LOSS_STEPS = 5
+DEFAULT_SEED = 0
+
+# Verdict strings (advisor.fixes.model.VERDICTS).
+IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED = "improved", "no_effect", "slower", "failed", "skipped"
+
+# Runtime note prefixes (advisor.fixes.runtime; repeated here so the parent never imports it).
+_NOT_APPLIED = "not applied: "
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """One live update from the loop: a run of a trial has finished.
+
+    Attributes:
+        fix: The trial's label (a fix id, ``dataloader_workers@2`` for a ladder rung,
+            ``combined``), or ``baseline`` for a baseline run.
+        repeat: Which round this run belongs to (1-based).
+        repeats: Rounds planned.
+        estimate: The trial's current median speedup (None before its first pair).
+        samples_per_s: The throughput this run measured (None if it failed).
+        stage: ``trials``, ``on-top`` (fixes measured on top of another) or ``combined``.
+        message: A short remark (a verdict reached early, a failure), or "".
+    """
+
+    fix: str
+    repeat: int
+    repeats: int
+    estimate: float | None = None
+    samples_per_s: float | None = None
+    stage: str = "trials"
+    message: str = ""
+
+
+Runner = Callable[[RunSpec], RunCapture]
+Progress = Callable[[TrialProgress], None]
+
+
+def default_runner(spec: RunSpec) -> RunCapture:
+    """Run one capture with the real capture stage (imported lazily)."""
+    from advisor.capture.run import capture
+
+    return capture(spec)
+
+
+@dataclass
+class _Variant:
+    """One candidate under measurement (mutable bookkeeping, turned into a :class:`Trial`)."""
+
+    label: str
+    fix: str
+    safety: str
+    requests: tuple[FixRequest, ...]
+    loss_rtol: float
+    params: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    rates: list[float | None] = field(default_factory=list)
+    ttfs: list[float] = field(default_factory=list)
+    loss_diffs: list[float] = field(default_factory=list)
+    failure: str | None = None
+    skip: str | None = None
+    note: str = ""
+    reference: str = ""
+    ref_rates: list[float | None] = field(default_factory=list)
+    ref_ttfs: list[float] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.failure is None and self.skip is None
+
+
+def run_trials(
+    spec: RunSpec,
+    suggested: Sequence[FixRef],
+    *,
+    unsafe: bool = False,
+    only: Sequence[str] = (),
+    repeats: int = 3,
+    runner: Runner = default_runner,
+    progress: Progress | None = None,
+    min_effect: float = MIN_EFFECT,
+    loss_steps: int = DEFAULT_LOSS_STEPS,
+    make_diff_text: bool = True,
+) -> FixOutcome:
+    """Try each suggested fix at run time, measure it against the baseline, keep what helps.
+
+    Args:
+        spec: The diagnosed run's spec; trials run the same script and arguments, in
+            ``<spec.out_dir>/trials/``, without the profiler.
+        suggested: Fixes the findings suggest (duplicates are merged).
+        unsafe: Also try unsafe fixes (precision, batch semantics, compile).
+        only: Try exactly these fix ids instead of the suggestions (``--fix ID``).
+        repeats: Interleaved baseline/variant rounds per trial (at least 1; 3 by default).
+        runner: Runs one capture (the real capture stage by default; tests pass a fake).
+        progress: Called after every run with a :class:`TrialProgress`.
+        min_effect: Smallest relative change reported as an effect.
+        loss_steps: First steps whose loss is compared with the baseline.
+        make_diff_text: Also compute the source diff for the kept fixes.
+
+    Returns:
+        A :class:`~advisor.fixes.model.FixOutcome`: every trial with its verdict, the combined
+        trial, the kept fix ids and the diff.
+
+    Raises:
+        UsageError: ``only`` names an unknown fix id, or ``repeats`` is below 1.
+    """
+    started = time.perf_counter()
+    if repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, not {repeats}")
+    loop = _Loop(spec, runner, progress, repeats, min_effect, loss_steps)
+    wanted, hidden, notes = _choose(suggested, only, unsafe)
+    if not wanted:
+        return FixOutcome(notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
+
+    # Round 1's baseline comes first: it decides what can apply.
+    base0 = loop.run_baseline("baseline", 1)
+    if not base0.ok or loop.rate(base0) is None:
+        reason = _failure_reason(base0) if not base0.ok else "the baseline recorded no timed steps"
+        notes.append(f"no fix measured: the baseline run failed ({reason})")
+        trials = tuple(
+            Trial(fix=f, safety=registry.safety_of(f), verdict=SKIPPED, reason=f"baseline run failed: {reason}")
+            for f in wanted
+        )
+        return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
+    ctx = registry.context_from_capture(base0)
+
+    skipped: dict[str, Trial] = {}
+    stage1: list[_Variant] = []
+    on_top: list[str] = []
+    for fix in wanted:
+        spec_ = registry.get(fix)
+        why = spec_.check(ctx)
+        if why is not None:
+            skipped[fix] = Trial(fix=fix, safety=spec_.safety, verdict=SKIPPED, reason=why)
+        elif spec_.requires == "dataloader_workers" and ctx.max_workers == 0:
+            on_top.append(fix)
+        else:
+            stage1.extend(_variants(fix, ctx, spec))
+
+    loop.measure(stage1, reference=(), ref_label="baseline", first_baseline=base0)
+    results: dict[str, Trial] = dict(skipped)
+    for fix, trial in _collapse(stage1, loop).items():
+        results[fix] = trial
+
+    # Stage 2: fixes that build on loader workers, measured on top of the best workers rung.
+    if on_top:
+        workers = results.get("dataloader_workers")
+        if workers is None or workers.verdict != IMPROVED:
+            why = (
+                "needs DataLoader workers (the script has num_workers=0) and dataloader_workers "
+                + ("was not tried" if workers is None else f"was not kept ({workers.verdict})")
+            )
+            for fix in on_top:
+                results[fix] = Trial(fix=fix, safety=registry.safety_of(fix), verdict=SKIPPED, reason=why)
+        else:
+            ref = (FixRequest("dataloader_workers", dict(workers.params)),)
+            ref_label = f"dataloader_workers@{workers.params.get('num_workers')}"
+            stage2 = [v for fix in on_top for v in _variants(fix, ctx, spec, on_top_of=ref)]
+            for v in stage2:
+                v.reference = ref_label
+            loop.measure(stage2, reference=ref, ref_label=ref_label, stage="on-top")
+            results.update(_collapse(stage2, loop))
+
+    trials = tuple(results[f] for f in wanted if f in results)
+    combined, kept, more = _combine(trials, loop, ctx, spec)
+    notes.extend(more)
+    diff = ""
+    if make_diff_text and kept:
+        try:
+            from advisor.fixes.diff import make_diff
+
+            diff = make_diff(Path(spec.script), kept)
+        except Exception as exc:  # noqa: BLE001 - a diff problem must not lose the measurements
+            notes.append(f"no diff: {type(exc).__name__}: {exc}")
+    return FixOutcome(
+        trials=trials,
+        combined=combined,
+        kept=tuple(t.fix for t in kept),
+        diff=diff,
+        notes=tuple(notes),
+        hidden_unsafe=hidden,
+        kept_trials=tuple(kept),
+        wall_s=_since(started),
+    )
+
+
+# -- choosing ----------------------------------------------------------------------------------
+
+
+def _choose(
+    suggested: Sequence[FixRef], only: Sequence[str], unsafe: bool
+) -> tuple[list[str], tuple[str, ...], list[str]]:
+    notes: list[str] = []
+    known = set(registry.fix_ids())
+    if only:
+        unknown = [f for f in only if f not in known]
+        if unknown:
+            import difflib
+
+            hint = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            tip = f" (did you mean {hint[0]}?)" if hint else f"; known: {', '.join(sorted(known))}"
+            raise UsageError(f"unknown fix id {unknown[0]!r} for --fix{tip}")
+        return list(dict.fromkeys(only)), (), notes
+    wanted: list[str] = []
+    hidden: list[str] = []
+    for ref in suggested:
+        if ref.id not in known:
+            notes.append(f"suggested fix {ref.id!r} is not in the fix registry; not tried")
+            continue
+        if registry.safety_of(ref.id) == UNSAFE and not unsafe:
+            if ref.id not in hidden:
+                hidden.append(ref.id)
+            continue
+        if ref.id not in wanted:
+            wanted.append(ref.id)
+    if hidden:
+        n = len(hidden)
+        notes.append(
+            f"{n} unsafe fix{'es' if n > 1 else ''} hidden ({', '.join(hidden)}); "
+            "use --unsafe-fixes to try them"
+        )
+    return wanted, tuple(hidden), notes
+
+
+def _variants(
+    fix: str, ctx: FixContext, spec: RunSpec, on_top_of: tuple[FixRequest, ...] = ()
+) -> list[_Variant]:
+    """Build the candidate runs for one fix: a ladder for workers, one variant otherwise."""
+    fs = registry.get(fix)
+
+    def make(label: str, params: dict[str, Any], overrides: dict[str, Any] | None = None) -> _Variant:
+        return _Variant(
+            label=label, fix=fix, safety=fs.safety,
+            requests=(*on_top_of, FixRequest(fix, params)),
+            loss_rtol=fs.loss_rtol, params=params, overrides=overrides or {},
+        )
+
+    if fix == "dataloader_workers":
+        return [
+            make(f"dataloader_workers@{n}", {"num_workers": n})
+            for n in registry.worker_ladder(ctx.cpu_count, ctx.max_workers)
+        ] or []
+    if fix == "batch_fusion":
+        k = ctx.accumulation or 1
+        # NOTE: a fused step holds k times the samples; fewer steps keep the run time similar.
+        overrides = {
+            "timed_steps": max(5, math.ceil(spec.timed_steps / k)),
+            "warmup_steps": max(2, math.ceil(spec.warmup_steps / k)),
+        }
+        return [make(fix, {"factor": k}, overrides)]
+    if fix == "prefetch_factor":
+        return [make(fix, {"prefetch_factor": 4})]
+    if fix in ("bf16_autocast", "fp16_amp"):
+        return [make(fix, {"device_type": "cuda" if ctx.cuda else "cpu"})]
+    return [make(fix, {})]
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+class _Loop:
+    """Runs captures for the trials and keeps the baseline runs of each measurement."""
+
+    def __init__(
+        self, spec: RunSpec, runner: Runner, progress: Progress | None, repeats: int,
+        min_effect: float, loss_steps: int,
+    ) -> None:
+        self.spec = spec
+        self.runner = runner
+        self.progress = progress
+        self.repeats = repeats
+        self.min_effect = min_effect
+        self.loss_steps = loss_steps
+        self.root = Path(spec.out_dir) / TRIALS_DIR
+        self.baseline_losses: tuple[float | None, ...] = ()
+        self.base_timeout: float | None = spec.timeout_s
+
+    def trial_spec(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any]) -> RunSpec:
+        s = replace(
+            self.spec,
+            out_dir=self.root / name,
+            profiled_steps=0,
+            full=False,
+            fixes=fixes,
+            seed=self.spec.seed if self.spec.seed is not None else DEFAULT_SEED,
+            record_loss_steps=self.loss_steps,
+            quiet=True,
+            timeout_s=self.base_timeout,
+        )
+        if hasattr(s, "cprofile_steps"):
+            s = replace(s, cprofile_steps=0)
+        return replace(s, **overrides) if overrides else s
+
+    def run(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any] | None = None) -> RunCapture:
+        spec = self.trial_spec(name, fixes, overrides or {})
+        try:
+            return self.runner(spec)
+        except AdvisorError as exc:  # the capture stage may raise for a script that failed
+            from advisor.capture.model import STATUS_CRASHED, ScriptError
+
+            return RunCapture(
+                run_dir=str(spec.out_dir), status=STATUS_CRASHED,
+                error=ScriptError(type=type(exc).__name__, message=str(exc)),
+            )
+
+    def run_baseline(self, name: str, k: int, fixes: tuple[FixRequest, ...] = ()) -> RunCapture:
+        cap = self.run(f"{name}-{k}", fixes)
+        if not fixes and cap.ok and not self.baseline_losses:
+            self.baseline_losses = tuple(cap.losses)
+        if self.spec.timeout_s is None and cap.ok and cap.wall_s:
+            # NOTE: a hung variant must not hang the loop: allow generous slack over the
+            # baseline (compile can take 15 s cold) but not forever.
+            self.base_timeout = max(self.base_timeout or 0.0, 120.0, 6 * cap.wall_s)
+        return cap
+
+    def rate(self, cap: RunCapture) -> float | None:
+        """Steady samples/s of a run (steps/s when the script yields no DataLoader batches)."""
+        if not cap.ok:
+            return None
+        t = cap.timed
+        value = t.samples_per_s if t.samples_per_s else t.steps_per_s
+        return float(value) if value and value > 0 else None
+
+    def emit(self, event: TrialProgress) -> None:
+        if self.progress is not None:
+            self.progress(event)
+
+    def measure(
+        self,
+        variants: list[_Variant],
+        reference: tuple[FixRequest, ...],
+        ref_label: str,
+        first_baseline: RunCapture | None = None,
+        stage: str = "trials",
+    ) -> None:
+        """Interleave reference and variant runs for ``repeats`` rounds, closing with a reference."""
+        n = self.repeats
+        if not variants:
+            return
+        prefix = "baseline" if not reference else f"{ref_label}-ref"
+        if stage == "combined":
+            prefix = "combined-baseline"
+        ref_rates: list[float | None] = []
+        ref_ttfs: list[float] = []
+        ref_losses: list[tuple[float | None, ...]] = []
+        for v in variants:
+            v.ref_rates, v.ref_ttfs = ref_rates, ref_ttfs
+        for r in range(n + 1):
+            cap = first_baseline if (r == 0 and first_baseline is not None) else self.run_baseline(
+                prefix, r + 1, reference
+            )
+            ref_rates.append(self.rate(cap))
+            if cap.ok and cap.timed.time_to_first_step_s is not None:
+                ref_ttfs.append(cap.timed.time_to_first_step_s)
+            ref_losses.append(tuple(cap.losses) if cap.ok else ())
+            self.emit(TrialProgress(
+                fix="baseline" if not reference else ref_label, repeat=min(r + 1, n), repeats=n,
+                samples_per_s=ref_rates[-1], stage=stage,
+                message="" if cap.ok else f"reference run failed: {_failure_reason(cap)}",
+            ))
+            if r == n:
+                break
+            order = variants if r % 2 == 0 else list(reversed(variants))
+            for v in order:
+                if not v.active:
+                    continue
+                self._run_variant(v, r, n, ref_rates, ref_losses[-1] or self.baseline_losses, stage)
+
+    def _run_variant(
+        self, v: _Variant, r: int, n: int, ref_rates: list[float | None],
+        ref_losses: tuple[float | None, ...], stage: str,
+    ) -> None:
+        cap = self.run(f"{_safe_name(v.label)}-{r + 1}", v.requests, v.overrides)
+        note = cap.fix_notes.get(v.fix, "")
+        v.note = note or v.note
+        message = ""
+        if not cap.ok:
+            v.failure = _failure_reason(cap)
+            message = f"failed: {v.failure}"
+        elif note.startswith(_NOT_APPLIED):
+            v.skip = note[len(_NOT_APPLIED):]
+            message = f"skipped: {v.skip}"
+        else:
+            rate = self.rate(cap)
+            if rate is None:
+                v.failure = "the run recorded no timed steps"
+            while len(v.rates) < r:
+                v.rates.append(None)
+            v.rates.append(rate)
+            if cap.timed.time_to_first_step_s is not None:
+                v.ttfs.append(cap.timed.time_to_first_step_s)
+            base_losses = ref_losses or self.baseline_losses
+            check = loss_parity(base_losses, cap.losses, v.loss_rtol)
+            if check.max_rel_diff is not None:
+                v.loss_diffs.append(check.max_rel_diff)
+            if check.failure is not None:
+                v.failure = check.failure
+                message = f"failed: {check.failure}"
+        est = estimate(paired_ratios(ref_rates + [None], v.rates), self.min_effect)
+        self.emit(TrialProgress(
+            fix=v.label, repeat=r + 1, repeats=n, estimate=est.speedup,
+            samples_per_s=self.rate(cap), stage=stage, message=message,
+        ))
+
+    def trial(self, v: _Variant) -> Trial:
+        """Turn a measured variant into a :class:`Trial` with its verdict."""
+        ref_rates = v.ref_rates
+        ratios = paired_ratios(ref_rates, v.rates)
+        base_ttfs = _median(v.ref_ttfs)
+        loss = max(v.loss_diffs) if v.loss_diffs else None
+        common = {
+            "fix": v.fix, "safety": v.safety, "params": dict(v.params),
+            "loss_max_rel_diff": loss, "time_to_first_step_s": _median(v.ttfs),
+            "baseline_time_to_first_step_s": base_ttfs,
+        }
+        if v.skip is not None:
+            return Trial(**common, verdict=SKIPPED, reason=v.skip, repeats=0)
+        if v.failure is not None:
+            return Trial(**common, verdict=FAILED, reason=v.failure, repeats=len(ratios))
+        est = estimate(ratios, self.min_effect)
+        used = [a for a in ref_rates if a]
+        reason = _describe(v)
+        return Trial(
+            **common,
+            baseline_samples_per_s=_median(used),
+            samples_per_s=_median([x for x in v.rates if x]),
+            speedup=est.speedup, ci_low=est.ci_low, ci_high=est.ci_high,
+            verdict=est.verdict, reason=reason, repeats=est.pairs,
+        )
+
+
+def _collapse(variants: list[_Variant], loop: _Loop) -> dict[str, Trial]:
+    """One trial per fix: the best measured rung of a ladder, with the ladder in its reason."""
+    by_fix: dict[str, list[Trial]] = {}
+    for v in variants:
+        by_fix.setdefault(v.fix, []).append(loop.trial(v))
+    out: dict[str, Trial] = {}
+    for fix, trials in by_fix.items():
+        if len(trials) == 1:
+            out[fix] = trials[0]
+            continue
+        measured = [t for t in trials if t.speedup is not None and t.verdict not in (FAILED, SKIPPED)]
+        if measured:
+            best = max(measured, key=lambda t: (t.verdict == IMPROVED, t.speedup or 0.0))
+        else:
+            best = trials[0]
+        ladder = ", ".join(
+            f"{t.params.get('num_workers')} workers: "
+            + (f"{t.speedup:.2f}x ({t.verdict})" if t.speedup is not None else t.verdict)
+            for t in trials
+        )
+        out[fix] = replace(best, reason=f"{best.reason}; ladder {ladder}".lstrip("; "))
+    return out
+
+
+def _combine(
+    trials: Sequence[Trial], loop: _Loop, ctx: FixContext, spec: RunSpec
+) -> tuple[Trial | None, list[Trial], list[str]]:
+    """Measure the improved fixes together; fall back to the best single fix if that is better."""
+    notes: list[str] = []
+    improved = [t for t in trials if t.verdict == IMPROVED]
+    # Conflicting fixes (bf16 vs fp16): keep the faster of each conflicting pair.
+    chosen: list[Trial] = []
+    for t in sorted(improved, key=lambda t: -(t.speedup or 0.0)):
+        conflicts = set(registry.get(t.fix).conflicts)
+        if any(c.fix in conflicts for c in chosen):
+            notes.append(f"{t.fix} conflicts with a faster kept fix; not combined")
+            continue
+        chosen.append(t)
+    chosen.sort(key=lambda t: [x.fix for x in trials].index(t.fix))
+    if not chosen:
+        return None, [], notes
+    if len(chosen) == 1:
+        # NOTE: a fix measured on top of workers only runs when workers improved, so a single
+        # kept fix is always one measured against the plain baseline: its trial is the answer.
+        return chosen[0], chosen, notes
+    requests = tuple(FixRequest(t.fix, dict(t.params)) for t in chosen)
+    label = "+".join(t.fix for t in chosen)
+    overrides: dict[str, Any] = {}
+    fusion = next((t for t in chosen if t.fix == "batch_fusion"), None)
+    if fusion is not None:
+        overrides = _variants("batch_fusion", ctx, spec)[0].overrides
+    v = _Variant(
+        label="combined", fix=label,
+        safety=SAFE if all(t.safety == SAFE for t in chosen) else UNSAFE,
+        requests=requests, loss_rtol=max(registry.get(t.fix).loss_rtol for t in chosen),
+        params={t.fix: dict(t.params) for t in chosen}, overrides=overrides,
+    )
+    loop.measure([v], reference=(), ref_label="baseline", stage="combined")
+    combined = loop.trial(v)
+    best = max(chosen, key=lambda t: t.speedup or 0.0)
+    if combined.verdict == IMPROVED and (combined.speedup or 0.0) >= (best.speedup or 0.0) * (1 - loop.min_effect):
+        return combined, chosen, notes
+    notes.append(
+        f"the combination {label} measured {_fmt(combined.speedup)} ({combined.verdict}), "
+        f"not better than {best.fix} alone ({_fmt(best.speedup)}): keeping {best.fix} only"
+    )
+    return combined, [best], notes
+
+
+# -- small helpers -----------------------------------------------------------------------------
+
+
+def _describe(v: _Variant) -> str:
+    parts = []
+    if v.reference:
+        parts.append(f"on top of {v.reference}")
+    if v.note:
+        parts.append(v.note.split(": ", 1)[-1] if v.note.startswith(("applied: ", "installed: ")) else v.note)
+    return "; ".join(parts)
+
+
+def _failure_reason(cap: RunCapture) -> str:
+    where = f" (see {Path(cap.run_dir) / cap.stderr_log})" if cap.run_dir else ""
+    if cap.error is not None:
+        return f"{cap.status}: {cap.error.type}: {cap.error.message}{where}"
+    if cap.ok:
+        return "no timed steps"
+    return f"{cap.status} (exit code {cap.exit_code}){where}"
+
+
+def _median(xs: Sequence[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
+
+
+def _safe_name(label: str) -> str:
+    return label.replace("@", "-w").replace("+", "_").replace("/", "_")
+
+
+def _since(t0: float) -> float:
+    return round(time.perf_counter() - t0, 3)

@@ -1,0 +1,295 @@
+"""Turn traces (and optionally a capture and a pstats file) into :class:`Metrics`.
+
+Pipeline: :func:`advisor.trace.load.load_traces` -> :func:`advisor.metrics.steps.analyze_trace`
+per rank -> this module merges ranks, adds capture-side and cross-rank metrics and source
+locations, and fills every metric declared in :mod:`advisor.metrics.registry` that the input
+allows (``None`` otherwise).
+
+Step-time breakdown (details in :mod:`advisor.metrics.breakdown`): each instant of a
+``ProfilerStep`` goes to exactly one part, by priority, so the parts add up to the step's wall
+time. On GPU traces device activity wins (torch-tb-profiler's Kernel > Memcpy > Memset >
+Communication > Runtime > DataLoader > CPU Exec > Other is the baseline): ``gpu_compute`` >
+``communication`` (collective kernels) > ``h2d_copy`` > ``d2h_copy``; only GPU-idle time is
+explained by the CPU: ``sync_wait`` > ``communication`` (CPU collectives) > ``data_loading`` >
+``optimizer`` > ``cpu_ops`` > ``gpu_idle``. So data loading on the CPU while kernels run counts as
+GPU-busy time; ``dataloader_wait_ms`` keeps the full time in ``__next__``. On CPU-only traces the
+parts are CPU-side: ``sync_wait`` > ``communication`` > ``data_loading`` > ``optimizer`` >
+``cpu_ops`` > ``other``.
+
+Summary values: ``step``-scope metrics are medians over all steps of all ranks, except the
+breakdown, whose ``<part>_frac`` are time-weighted over steps (sum of the part / sum of step
+time) and whose ``<part>_ms`` are those fractions times the median step time, so the summary's
+parts still add up to ``step_time_ms``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advisor.capture.model import CAPTURE_FILE, RunCapture
+from advisor.errors import InputError, TraceError
+from advisor.metrics.model import Metrics
+from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
+from advisor.metrics.sources import find_locations
+from advisor.metrics.steps import TraceAnalysis, analyze_trace
+from advisor.trace.load import Trace, find_trace_files, load_traces
+
+_RANK_COLUMNS = (
+    "step_time_ms",
+    *(f"{p}_ms" for p in BREAKDOWN_PARTS),
+    "comm_time_ms",
+    "dataloader_wait_ms",
+    "kernel_count",
+    "cpu_op_count",
+    "sync_count",
+)
+
+
+def _clean(value: Any) -> float | None:
+    """A finite float, or None."""
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _median(series: pd.Series) -> float | None:
+    values = pd.to_numeric(series, errors="coerce").dropna()
+    return _clean(values.median()) if len(values) else None
+
+
+def _step_summary(steps: pd.DataFrame) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    step_scope = [name for name, spec in METRICS.items() if spec.scope == "step"]
+    for name in step_scope:
+        if name in steps.columns:
+            out[name] = _median(steps[name])
+    total = float(steps["step_time_ms"].sum())
+    median_step = out.get("step_time_ms")
+    if total > 0 and median_step is not None:
+        for part in BREAKDOWN_PARTS:
+            frac = float(steps[f"{part}_ms"].sum()) / total
+            out[f"{part}_frac"] = frac
+            out[f"{part}_ms"] = frac * median_step
+    return out
+
+
+def _ranks_frame(analyses: Sequence[TraceAnalysis]) -> pd.DataFrame:
+    rows = []
+    for a in analyses:
+        row: dict[str, Any] = {"rank": a.trace.rank, "step_count": len(a.steps)}
+        for col in _RANK_COLUMNS:
+            row[col] = _median(a.steps[col]) if col in a.steps.columns else None
+        row["file"] = a.trace.path.name
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _imbalance(ranks: pd.DataFrame, col: str) -> tuple[float | None, int | None, int | None]:
+    """max/min of a per-rank column, with the ranks holding the max and the min."""
+    values = pd.to_numeric(ranks[col], errors="coerce")
+    ok = values.notna()
+    if ok.sum() < 2:
+        return None, None, None
+    v = values[ok]
+    hi, lo = v.idxmax(), v.idxmin()
+    ratio = float(v[hi] / v[lo]) if v[lo] > 0 else None
+    return ratio, int(ranks.loc[hi, "rank"]), int(ranks.loc[lo, "rank"])
+
+
+def _rank_metrics(ranks: pd.DataFrame, has_gpu: bool) -> dict[str, float | None]:
+    out: dict[str, float | None] = {"rank_count": float(len(ranks))}
+    if len(ranks) < 2:
+        return out
+    ratio, slow, fast = _imbalance(ranks, "step_time_ms")
+    out.update(straggler_ratio=ratio, straggler_rank=_clean(slow), fastest_rank=_clean(fast))
+    ratio, hi, lo = _imbalance(ranks, "comm_time_ms")
+    out.update(comm_imbalance_ratio=ratio, comm_max_rank=_clean(hi), comm_min_rank=_clean(lo))
+    out["data_loading_imbalance_ratio"] = _imbalance(ranks, "dataloader_wait_ms")[0]
+    out["compute_imbalance_ratio"] = _imbalance(ranks, "gpu_compute_ms" if has_gpu else "cpu_ops_ms")[0]
+    return out
+
+
+def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> dict[str, float | None]:
+    """Metrics that come from capture.json rather than from the trace."""
+    out: dict[str, float | None] = {}
+    timed = capture.timed
+    out["samples_per_s"] = _clean(timed.samples_per_s)
+    samples = [s for s in timed.samples if s is not None]
+    out["samples_per_step"] = _clean(np.median(samples)) if samples else None
+    batches = [b for b in getattr(timed, "batches", ()) or () if b is not None]
+    out["batches_per_step"] = _clean(np.median(batches)) if batches else None
+    if samples and batches and len(samples) == len(batches):
+        sizes = [s / b for s, b in zip(samples, batches, strict=True) if b]
+        out["micro_batch_size"] = _clean(np.median(sizes)) if sizes else None
+    loader = capture.dataloaders[0] if capture.dataloaders else None
+    if out.get("micro_batch_size") is None and loader is not None:
+        out["micro_batch_size"] = _clean(loader.batch_size)
+    if loader is not None:
+        out["dataloader_num_workers"] = float(loader.num_workers)
+        out["dataloader_pin_memory_flag"] = 1.0 if loader.pin_memory else 0.0
+        out["dataloader_persistent_workers_flag"] = 1.0 if loader.persistent_workers else 0.0
+        out["iterable_dataset_flag"] = 1.0 if loader.iterable_dataset else 0.0
+    out["cpu_count"] = _clean(capture.environment.cpu_count) or None
+    out["gpu_util_frac"] = _clean(capture.gpu.mean_util_frac)
+    out["cpu_util_frac"] = _clean(capture.cpu.mean_util_frac)
+    out["time_to_first_step_s"] = _clean(timed.time_to_first_step_s)
+    if summary.get("peak_memory_bytes") is None:
+        out["peak_memory_bytes"] = _clean(capture.peak_memory_bytes)
+    if summary.get("device_memory_bytes") is None:
+        total = capture.gpu.total_memory_bytes if capture.memory_kind == "cuda" else capture.cpu.total_memory_bytes
+        out["device_memory_bytes"] = _clean(total)
+    return out
+
+
+def _host_memory_bytes() -> float | None:
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return None
+    return float(psutil.virtual_memory().total)
+
+
+def compute_metrics(
+    traces: Sequence[Trace],
+    capture: RunCapture | None = None,
+    pstats_path: Path | None = None,
+    source: str = "",
+) -> Metrics:
+    """Compute every declared metric the input allows.
+
+    Args:
+        traces: One trace per rank (from :func:`advisor.trace.load.load_traces`).
+        capture: The run's capture, for throughput, DataLoader settings and utilisation.
+        pstats_path: The run's cProfile output, for data-loading hot spots.
+        source: What was analysed (path), for reports.
+
+    Returns:
+        The :class:`Metrics`: summary (every registry name, None where unknown), per-step and
+        per-rank tables, source locations and notes.
+
+    Raises:
+        TraceError: When ``traces`` is empty.
+    """
+    if not traces:
+        raise TraceError("no traces to analyse; pass a torch.profiler trace file or folder")
+    analyses = [analyze_trace(t) for t in traces]
+    steps = pd.concat([a.steps for a in analyses], ignore_index=True)
+    has_gpu = any(a.cls.has_gpu for a in analyses)
+    notes: list[str] = [n for a in analyses for n in a.notes]
+
+    summary: dict[str, float | None] = dict.fromkeys(METRICS)
+    summary.update(_step_summary(steps))
+    summary["step_count"] = float(max(len(a.steps) for a in analyses)) if any(a.real_steps for a in analyses) else 0.0
+    cvs = []
+    for a in analyses:
+        st = a.steps["step_time_ms"]
+        if len(st) >= 2 and st.mean() > 0:
+            cvs.append(float(st.std(ddof=0) / st.mean()))
+    summary["step_time_cv_frac"] = float(np.median(cvs)) if cvs else None
+
+    # run-level values: first rank that has them (ranks of one job share the hardware)
+    for key in ("has_gpu_flag", "device_memory_bytes", "tensor_cores_flag", "fp32_matmul_frac",
+                "conv_flag", "autocast_flag", "mfu_frac", "dataparallel_flag"):
+        values = [a.run.get(key) for a in analyses if a.run.get(key) is not None]
+        summary[key] = _clean(values[0]) if values else None
+    summary["conv_flag"] = max(_clean(a.run.get("conv_flag")) or 0.0 for a in analyses)
+    peaks = [a.run["peak_memory_bytes"] for a in analyses if a.run.get("peak_memory_bytes") is not None]
+    summary["peak_memory_bytes"] = float(max(peaks)) if peaks else None
+    mfus = [a.run["mfu_frac"] for a in analyses if a.run.get("mfu_frac") is not None]
+    summary["mfu_frac"] = float(np.median(mfus)) if mfus else None
+
+    ranks = _ranks_frame(analyses)
+    summary.update(_rank_metrics(ranks, has_gpu))
+
+    if capture is not None:
+        summary.update(_capture_metrics(capture, summary))
+    if summary.get("device_memory_bytes") is None and not has_gpu and capture is not None:
+        summary["device_memory_bytes"] = _host_memory_bytes()
+    peak, total = summary.get("peak_memory_bytes"), summary.get("device_memory_bytes")
+    summary["memory_used_frac"] = float(peak / total) if peak is not None and total else None
+
+    locations, loc_notes = find_locations(analyses, pstats_path, capture)
+    notes.extend(loc_notes)
+    if any(a.trace.events["call_stack"].notna().any() for a in analyses[:1]):
+        notes.append("old Kineto trace format (Operator/Runtime/Kernel categories, 'Call stack' args)")
+
+    devices = tuple(sorted({a.run["device_name"] for a in analyses if a.run.get("device_name")}))
+    extra: dict[str, Any] = {
+        "dominant_dtype": next((a.run["dominant_dtype"] for a in analyses if a.run.get("dominant_dtype")), None),
+        "peak_tflops": next((a.run["peak_tflops"] for a in analyses if a.run.get("peak_tflops")), None),
+        "top_kernels": _top_kernels(analyses[0]),
+        "breakdown_mode": "gpu" if has_gpu else "cpu",
+    }
+    # Only declared names, all present (None where unknown).
+    summary = {name: _clean(summary.get(name)) for name in METRICS}
+    return Metrics(
+        source=source or str(traces[0].path),
+        summary=summary,
+        steps=steps,
+        ranks=ranks,
+        locations=tuple(locations),
+        notes=tuple(dict.fromkeys(notes)),
+        device=devices,
+        extra=extra,
+    )
+
+
+def _top_kernels(analysis: TraceAnalysis, limit: int = 10) -> list[dict[str, Any]]:
+    """The kernels with the most total time in the analysed steps (name, count, total_ms)."""
+    ev = analysis.trace.events
+    mask = analysis.cls.kernel
+    if not mask.any():
+        return []
+    sub = ev.loc[mask, ["name", "dur"]]
+    grouped = sub.groupby("name", observed=True)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+    return [
+        {"name": str(name)[:200], "count": int(row["count"]), "total_ms": round(float(row["sum"]) / 1e3, 3)}
+        for name, row in grouped.head(limit).iterrows()
+    ]
+
+
+def analyze_path(path: str | Path) -> Metrics:
+    """Load and analyse a trace file, a folder of traces, or an advisor run directory.
+
+    An advisor run directory (one holding ``capture.json``) is analysed with its capture,
+    its ``traces/`` and its ``profile.pstats`` (or the capture's ``pstats_file``).
+
+    Raises:
+        TraceError / InputError: With a one-line message when the input cannot be read.
+    """
+    path = Path(path)
+    capture: RunCapture | None = None
+    pstats_path: Path | None = None
+    trace_root: Path = path
+    if path.is_dir() and (path / CAPTURE_FILE).is_file():
+        capture = RunCapture.load(path)
+        if capture.trace_files:
+            files = [path / f for f in capture.trace_files if (path / f).is_file()]
+            if not files:
+                raise InputError(f"{path}: the traces listed in {CAPTURE_FILE} are missing; re-run `advisor diagnose`")
+            traces = tuple(sorted((_load_one(f, i) for i, f in enumerate(files)), key=lambda t: t.rank))
+        else:
+            trace_root = path / "traces" if (path / "traces").is_dir() else path
+            traces = load_traces(trace_root)
+        candidate = path / (capture.pstats_file or "profile.pstats")
+        pstats_path = candidate if candidate.is_file() else None
+    else:
+        traces = load_traces(trace_root)
+    return compute_metrics(traces, capture=capture, pstats_path=pstats_path, source=str(path))
+
+
+def _load_one(path: Path, index: int) -> Trace:
+    from advisor.trace.load import load_trace
+
+    find_trace_files(path)  # same checks and messages as a folder
+    return load_trace(path, index=index)

@@ -1,0 +1,189 @@
+"""Classify a trace's events (kernels, copies, syncs, DataLoader ranges, ...) and find its steps.
+
+All classification is by name and category, decided once per *distinct* name (names are
+categoricals) and broadcast to rows through the category codes, so a million events cost a
+few numpy operations.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from advisor.metrics.intervals import Windows
+from advisor.trace.load import Trace
+
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+# CUDA/HIP calls that block the CPU until the device (or a stream/event) catches up.
+SYNC_CALLS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaStreamQuery",  # polling; not blocking, excluded below
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+    }
+) - {"cudaStreamQuery"}
+ITEM_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+LAUNCH_RE = re.compile(r"Launch(Kernel|CooperativeKernel)|GraphLaunch|^cuLaunch|^hipLaunch|hipExtLaunch")
+COMM_OP_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms", "ProcessGroup")
+DATALOADER_PREFIX = "enumerate(DataLoader)#"
+OPTIMIZER_PREFIX = "Optimizer.step#"
+# Annotations that are ranges, not operators: never count them as CPU ops.
+ANNOTATION_PREFIXES = ("ProfilerStep#", DATALOADER_PREFIX, "Optimizer.", "## ")
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+CPU_RANGE_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+
+
+def name_mask(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Boolean row mask from a predicate evaluated once per distinct (categorical) name."""
+    cats = names.cat.categories
+    per_cat = np.fromiter((bool(predicate(str(c))) for c in cats), dtype=bool, count=len(cats))
+    codes = names.cat.codes.to_numpy()
+    if len(per_cat) == 0:
+        return np.zeros(len(codes), dtype=bool)
+    return np.where(codes >= 0, per_cat[np.clip(codes, 0, None)], False)
+
+
+def cat_mask(cats: pd.Series, wanted: tuple[str, ...]) -> np.ndarray:
+    """Rows whose (normalised) category is one of ``wanted``."""
+    return name_mask(cats, lambda c: c in wanted)
+
+
+@dataclass(frozen=True)
+class Classified:
+    """Row masks over one trace's events (all numpy bool arrays of the same length)."""
+
+    complete: np.ndarray  # ph == "X" with a duration
+    gpu: np.ndarray  # kernel / memcpy / memset on the device
+    kernel: np.ndarray
+    comm_kernel: np.ndarray
+    memcpy: np.ndarray
+    memset: np.ndarray
+    h2d: np.ndarray
+    d2h: np.ndarray
+    pageable: np.ndarray
+    pinned: np.ndarray
+    runtime: np.ndarray  # cuda_runtime / cuda_driver calls
+    launch: np.ndarray
+    sync_call: np.ndarray
+    item: np.ndarray  # aten::item / _local_scalar_dense
+    cpu_op: np.ndarray  # real operators (annotations excluded)
+    comm_op: np.ndarray  # CPU-side collectives (nccl:/gloo:/c10d)
+    dataloader: np.ndarray
+    optimizer: np.ndarray
+    memory: np.ndarray  # [memory] instants
+    python: np.ndarray  # python_function events
+
+    @property
+    def has_gpu(self) -> bool:
+        """True when the trace holds any device activity."""
+        return bool(self.gpu.any())
+
+
+def classify(events: pd.DataFrame) -> Classified:
+    """Compute the row masks the analysis uses."""
+    names = events["name"]
+    cats = events["cat"]
+    complete = (events["ph"] == "X").to_numpy()
+    kernel = cat_mask(cats, ("kernel",)) & complete
+    memcpy = cat_mask(cats, ("gpu_memcpy",)) & complete
+    memset = cat_mask(cats, ("gpu_memset",)) & complete
+    comm_kernel = kernel & name_mask(names, lambda n: "nccl" in n.lower() or "rccl" in n.lower())
+    h2d = memcpy & name_mask(names, lambda n: "HtoD" in n)
+    d2h = memcpy & name_mask(names, lambda n: "DtoH" in n)
+    runtime = cat_mask(cats, ("cuda_runtime", "cuda_driver")) & complete
+    cpu_like = cat_mask(cats, ("cpu_op", "user_annotation")) & complete
+    is_annotation = name_mask(names, lambda n: n.startswith(ANNOTATION_PREFIXES))
+    comm_op = cpu_like & name_mask(names, lambda n: n.startswith(COMM_OP_PREFIXES))
+    cpu_op = cat_mask(cats, ("cpu_op",)) & complete & ~is_annotation
+    return Classified(
+        complete=complete,
+        gpu=kernel | memcpy | memset,
+        kernel=kernel,
+        comm_kernel=comm_kernel,
+        memcpy=memcpy,
+        memset=memset,
+        h2d=h2d,
+        d2h=d2h,
+        pageable=memcpy & name_mask(names, lambda n: "Pageable" in n),
+        pinned=memcpy & name_mask(names, lambda n: "Pinned" in n),
+        runtime=runtime,
+        launch=runtime & name_mask(names, lambda n: bool(LAUNCH_RE.search(n))),
+        sync_call=runtime & name_mask(names, lambda n: n in SYNC_CALLS),
+        item=cpu_op & name_mask(names, lambda n: n in ITEM_OPS),
+        cpu_op=cpu_op,
+        comm_op=comm_op,
+        dataloader=cpu_like & name_mask(names, lambda n: n.startswith(DATALOADER_PREFIX) and "__next__" in n),
+        optimizer=cpu_like & name_mask(names, lambda n: n.startswith(OPTIMIZER_PREFIX)),
+        memory=name_mask(names, lambda n: n == "[memory]"),
+        python=cat_mask(cats, ("python_function",)) & complete,
+    )
+
+
+def find_windows(trace: Trace) -> tuple[Windows, bool]:
+    """The trace's ProfilerStep windows, or one window over the whole trace.
+
+    Returns:
+        The windows and True when they are real ``ProfilerStep#N`` spans (False when the trace
+        has none and the whole trace is one window, numbered -1).
+    """
+    ev = trace.events
+    cats = ev["cat"]
+    is_step = (
+        name_mask(ev["name"], lambda n: STEP_RE.match(n) is not None)
+        & (ev["ph"] == "X").to_numpy()
+        & ~cat_mask(cats, ("gpu_user_annotation",))
+    )
+    if is_step.any():
+        steps = ev.loc[is_step, ["name", "ts", "end"]].sort_values("ts")
+        numbers = steps["name"].astype(str).str.slice(len("ProfilerStep#")).astype(np.int64).to_numpy()
+        # Several threads may record the same step: keep the first span of each number.
+        _, first = np.unique(numbers, return_index=True)
+        keep = np.sort(first)
+        start = steps["ts"].to_numpy()[keep]
+        end = steps["end"].to_numpy()[keep]
+        # NOTE: windows must be disjoint; a step that overruns the next one's start is cut there.
+        end = np.minimum(end, np.r_[start[1:], np.inf])
+        return Windows(numbers[keep], start, end), True
+    real = (ev["ph"] == "X").to_numpy() & ~cat_mask(cats, ("Trace",)) & ev["ts"].notna().to_numpy()
+    if not real.any():
+        real = ev["ts"].notna().to_numpy()
+    if not real.any():
+        return Windows(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)), False
+    start = float(ev.loc[real, "ts"].min())
+    end = float(ev.loc[real, "end"].max())
+    if end <= start:
+        end = start + 1.0
+    return Windows(np.array([-1]), np.array([start]), np.array([end])), False
+
+
+def launch_ts(events: pd.DataFrame, cls: Classified) -> np.ndarray:
+    """For each event, the ts of the runtime call that launched it (own ts when unknown).
+
+    GPU work runs after its launch; attributing it to the step that *launched* it (through
+    the CUDA correlation id) keeps per-step counts right even when the device lags.
+    """
+    ts = events["ts"].to_numpy()
+    corr = events["correlation"].to_numpy()
+    rt = cls.runtime & (corr >= 0)
+    if not rt.any():
+        return ts
+    rt_corr = corr[rt]
+    rt_ts = ts[rt]
+    uniq, first = np.unique(rt_corr, return_index=True)
+    pos = np.searchsorted(uniq, corr)
+    pos = np.clip(pos, 0, len(uniq) - 1)
+    found = (uniq[pos] == corr) & (corr >= 0)
+    return np.where(found, rt_ts[first][pos], ts)

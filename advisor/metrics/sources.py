@@ -1,0 +1,406 @@
+"""Point at the user's code: ``file:line`` for syncs, host-to-device copies and data loading.
+
+Two sources:
+
+* the profiler's Python stacks in the trace. New traces (``with_stack`` on torch >= 2) hold
+  ``python_function`` events that nest by time on the thread that ran them, linked by
+  ``Python id`` / ``Python parent id``; an event's innermost enclosing frame is found with a
+  ``searchsorted`` on the thread's frames, then the parent chain is walked up to the first frame
+  in the user's code. The line of a ``python_function`` frame is where the frame was when it
+  was entered (the ``def`` line for functions called while profiling). Old traces carry a
+  ``Call stack`` string on each operator (innermost frame first, with the current line).
+* the cProfile output (``profile.pstats``; read with :mod:`pstats`, which uses marshal, never
+  pickle) for data-loading hot spots: the user's functions reached from
+  ``torch/utils/data`` (a Dataset's ``__getitem__`` and what it calls), by cumulative time.
+
+Frames in torch, site-packages, the standard library and advisor itself are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from advisor.metrics.intervals import Windows, clip_to_steps, merge
+from advisor.metrics.model import SourceLocation
+
+if TYPE_CHECKING:
+    from advisor.capture.model import RunCapture
+    from advisor.metrics.steps import TraceAnalysis
+
+FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
+# Top-level packages whose frames are never "the user's code" (stacks strip site-packages/).
+LIBRARY_TOPS = frozenset(
+    {
+        "torch", "torchvision", "torchaudio", "torchtext", "functorch", "triton", "numpy", "pandas",
+        "tqdm", "transformers", "accelerate", "datasets", "monai", "lightning", "pytorch_lightning",
+        "timm", "PIL", "advisor", "apex", "deepspeed", "fairscale", "huggingface_hub", "safetensors",
+        "tokenizers", "scipy", "sklearn", "cv2", "albumentations", "importlib", "ipykernel",
+    }
+)
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"runpy", "threading", "typing"}
+MAX_QUERIES = 5000  # per kind; beyond that, an even sample is resolved and counts scaled
+
+
+def is_user_file(path: str) -> bool:
+    """True when a frame's file is the user's code (not torch, a library, stdlib or advisor)."""
+    if not path or path.startswith("<") or "site-packages" in path or "dist-packages" in path:
+        return False
+    norm = path.replace("\\", "/")
+    if re.search(r"/lib/python\d", norm) or "/advisor/" in norm:
+        return False
+    parts = [p for p in norm.split("/") if p and p != "."]
+    if not parts:
+        return False
+    top = parts[0] if not norm.startswith("/") else ""
+    if top in LIBRARY_TOPS:
+        return False
+    if len(parts) == 1:
+        stem = parts[0].rsplit(".", 1)[0]
+        return stem not in _STDLIB
+    return True
+
+
+def parse_frame(text: str) -> tuple[str, int, str] | None:
+    """``"file.py(12): func"`` -> (file, 12, func); None for built-ins and module markers."""
+    m = FRAME_RE.match(text.strip())
+    if not m:
+        return None
+    return m.group("file"), int(m.group("line")), m.group("func")
+
+
+def first_user_frame(frames: Sequence[str]) -> tuple[str, int, str] | None:
+    """The innermost frame (frames ordered innermost first) that is the user's code."""
+    for text in frames:
+        parsed = parse_frame(text)
+        if parsed and is_user_file(parsed[0]):
+            return parsed
+    return None
+
+
+class _PythonStacks:
+    """Resolve (tid, ts) -> the user's innermost frame, from ``python_function`` events."""
+
+    def __init__(self, analysis: TraceAnalysis) -> None:
+        ev = analysis.trace.events
+        rows = np.flatnonzero(analysis.cls.python)
+        self.ok = len(rows) > 0
+        if not self.ok:
+            return
+        self.tid = _tids(ev)[rows]
+        self.ts = ev["ts"].to_numpy()[rows]
+        self.end = ev["end"].to_numpy()[rows]
+        self.name = ev["name"].to_numpy()[rows]
+        self.py_id = ev["py_id"].to_numpy()[rows]
+        parent_ids = ev["py_parent"].to_numpy()[rows]
+        index = {int(pid): i for i, pid in enumerate(self.py_id) if pid >= 0}
+        self.parent = np.array([index.get(int(p), -1) for p in parent_ids], dtype=np.int64)
+        self.by_tid: dict[str, np.ndarray] = {}
+        for tid in np.unique(self.tid):
+            idx = np.flatnonzero(self.tid == tid)
+            self.by_tid[str(tid)] = idx[np.argsort(self.ts[idx], kind="stable")]
+        self._cache: dict[int, tuple[str, int, str] | None] = {}
+
+    def resolve(self, tid: str, ts: float, direct: bool = False) -> tuple[str, int, str] | None:
+        """The user's innermost frame around (tid, ts); with ``direct``, only when the op was
+        called straight from user code (through built-in methods at most)."""
+        if not self.ok:
+            return None
+        idx = self.by_tid.get(str(tid))
+        if idx is None or len(idx) == 0:
+            return None
+        pos = int(np.searchsorted(self.ts[idx], ts, side="right")) - 1
+        if pos < 0:
+            return None
+        i = int(idx[pos])
+        while i >= 0 and self.end[i] < ts:  # a finished sibling: climb to the enclosing frame
+            i = int(self.parent[i])
+        if i < 0:
+            return None
+        if direct:
+            while i >= 0 and str(self.name[i]).startswith("<built-in"):
+                i = int(self.parent[i])
+            parsed = parse_frame(str(self.name[i])) if i >= 0 else None
+            return parsed if parsed and is_user_file(parsed[0]) else None
+        return self._user_frame(i)
+
+    def _user_frame(self, i: int) -> tuple[str, int, str] | None:
+        start = i
+        if start in self._cache:
+            return self._cache[start]
+        found = None
+        depth = 0
+        while i >= 0 and depth < 512:
+            parsed = parse_frame(str(self.name[i]))
+            if parsed and is_user_file(parsed[0]):
+                found = parsed
+                break
+            i = int(self.parent[i])
+            depth += 1
+        self._cache[start] = found
+        return found
+
+
+class _CallStacks:
+    """Resolve (tid, ts) -> user frame from old traces' ``Call stack`` args on top-level ops."""
+
+    def __init__(self, analysis: TraceAnalysis) -> None:
+        from advisor.metrics.steps import top_level_ops
+
+        ev = analysis.trace.events
+        stacks = ev["call_stack"]
+        self.ok = bool(stacks.notna().any())
+        if not self.ok:
+            return
+        top = top_level_ops(ev, analysis.cls)
+        has = stacks.notna().to_numpy()
+        rows = np.flatnonzero(has)
+        # Top-level ops give the user's call site; nested ones fall back to their own stack.
+        rows = np.union1d(top[has[top]], rows)
+        self.tid = _tids(ev)[rows]
+        self.ts = ev["ts"].to_numpy()[rows]
+        self.end = ev["end"].to_numpy()[rows]
+        self.stack = stacks.to_numpy()[rows]
+        self.by_tid = {}
+        for tid in np.unique(self.tid):
+            idx = np.flatnonzero(self.tid == tid)
+            self.by_tid[str(tid)] = idx[np.argsort(self.ts[idx], kind="stable")]
+        self._cache: dict[str, tuple[str, int, str] | None] = {}
+
+    def resolve(self, tid: str, ts: float, direct: bool = False) -> tuple[str, int, str] | None:
+        """The first user frame of the op stack around (tid, ts) (``direct`` is accepted for
+        symmetry: old stacks start at the op's own call site)."""
+        if not self.ok:
+            return None
+        idx = self.by_tid.get(str(tid))
+        if idx is None:
+            return None
+        pos = int(np.searchsorted(self.ts[idx], ts, side="right")) - 1
+        # walk back over ops that started earlier until one contains ts and names user code
+        for back in range(pos, max(pos - 64, -1), -1):
+            i = int(idx[back])
+            if self.end[i] >= ts:
+                frame = self._frame(str(self.stack[i]))
+                if frame:
+                    return frame
+        return None
+
+    def _frame(self, stack: str) -> tuple[str, int, str] | None:
+        if stack not in self._cache:
+            self._cache[stack] = first_user_frame(stack.split(";"))
+        return self._cache[stack]
+
+
+def _tids(ev: Any) -> np.ndarray:
+    """The tid column as an array of str (through the categories: no per-row conversion)."""
+    cats = np.asarray(ev["tid"].cat.categories.astype(str), dtype=object)
+    codes = ev["tid"].cat.codes.to_numpy()
+    return cats[np.clip(codes, 0, None)] if len(cats) else np.full(len(codes), "", dtype=object)
+
+
+def _resolver(analysis: TraceAnalysis) -> Any:
+    stacks = _PythonStacks(analysis)
+    return stacks if stacks.ok else _CallStacks(analysis)
+
+
+def _aggregate(
+    kind: str,
+    resolver: Any,
+    tids: np.ndarray,
+    ts: np.ndarray,
+    cost_us: np.ndarray,
+    n_steps: int,
+    direct: bool = False,
+) -> list[SourceLocation]:
+    if len(ts) == 0 or not resolver.ok:
+        return []
+    scale = 1.0
+    pick = np.arange(len(ts))
+    if len(ts) > MAX_QUERIES:
+        pick = np.linspace(0, len(ts) - 1, MAX_QUERIES).astype(np.int64)
+        scale = len(ts) / len(pick)
+    counts: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for i in pick:
+        frame = resolver.resolve(str(tids[i]), float(ts[i]), direct)
+        if frame is None:
+            continue
+        acc = counts[frame]
+        acc[0] += scale
+        acc[1] += float(cost_us[i]) * scale
+    per = max(n_steps, 1)
+    return [
+        SourceLocation(kind=kind, file=f, line=line, function=func, count=c / per, time_ms=t / per / 1e3, source="trace")
+        for (f, line, func), (c, t) in counts.items()
+    ]
+
+
+def _in_step(analysis: TraceAnalysis, mask: np.ndarray) -> np.ndarray:
+    from advisor.metrics.intervals import point_step
+
+    ts = analysis.trace.events["ts"].to_numpy()
+    return mask & (point_step(ts, analysis.windows) >= 0)
+
+
+def _trace_locations(analysis: TraceAnalysis) -> list[SourceLocation]:
+    ev = analysis.trace.events
+    cls = analysis.cls
+    resolver = _resolver(analysis)
+    if not resolver.ok:
+        return []
+    n = len(analysis.windows)
+    tid = _tids(ev)
+    ts = ev["ts"].to_numpy()
+    dur = ev["dur"].to_numpy()
+    out: list[SourceLocation] = []
+    # .item() / _local_scalar_dense: one location per call (outermost of the two)
+    item_mask = _in_step(analysis, cls.item)
+    item_rows = np.flatnonzero(item_mask)
+    if len(item_rows):
+        names = ev["name"].to_numpy()[item_rows]
+        has_item = (names == "aten::item").any()
+        keep = names == ("aten::item" if has_item else "aten::_local_scalar_dense")
+        item_rows = item_rows[keep]
+        out += _aggregate("item", resolver, tid[item_rows], ts[item_rows], dur[item_rows], n)
+    # sync calls not already inside an item() call
+    sync_rows = np.flatnonzero(_in_step(analysis, cls.sync_call))
+    if len(sync_rows) and len(item_rows):
+        one = Windows(np.array([0]), np.array([-np.inf]), np.array([np.inf]))
+        merged = merge(clip_to_steps(ts[item_rows], ts[item_rows] + dur[item_rows], one))
+        pos = np.searchsorted(merged.start, ts[sync_rows], side="right") - 1
+        inside = (pos >= 0) & (ts[sync_rows] < merged.end[np.clip(pos, 0, None)])
+        sync_rows = sync_rows[~inside]
+    out += _aggregate("sync", resolver, tid[sync_rows], ts[sync_rows], dur[sync_rows], n)
+    # host-to-device copies: the runtime call that launched each HtoD memcpy
+    if cls.has_gpu:
+        h_rows = np.flatnonzero(cls.h2d)
+        corr = ev["correlation"].to_numpy()
+        rt_rows = np.flatnonzero(cls.runtime & (corr >= 0))
+        keys, first = np.unique(corr[rt_rows], return_index=True)
+        if len(keys) and len(h_rows):
+            from advisor.metrics.intervals import point_step
+
+            c = corr[h_rows]
+            p = np.clip(np.searchsorted(keys, c), 0, len(keys) - 1)
+            found = keys[p] == c
+            launch = rt_rows[first[p[found]]]
+            cost = dur[h_rows[found]]
+            keep = point_step(ts[launch], analysis.windows) >= 0
+            out += _aggregate("h2d", resolver, tid[launch[keep]], ts[launch[keep]], cost[keep], n)
+    else:
+        from advisor.metrics.events import name_mask
+
+        to_ops = cls.cpu_op & name_mask(ev["name"], lambda s: s in ("aten::to", "aten::_to_copy"))
+        rows = np.flatnonzero(_in_step(analysis, to_ops))
+        # NOTE: on CPU `.to(device)` copies nothing; the call sites still show where copies
+        # will happen on a GPU. Only calls made straight from user code count.
+        out += _aggregate("h2d", resolver, tid[rows], ts[rows], dur[rows], n, direct=True)
+    out += _dataloader_frames(analysis, resolver)
+    return out
+
+
+def _dataloader_frames(analysis: TraceAnalysis, resolver: Any) -> list[SourceLocation]:
+    """User functions running inside DataLoader ``__next__`` ranges, by time per step."""
+    ev = analysis.trace.events
+    cls = analysis.cls
+    dl = np.flatnonzero(_in_step(analysis, cls.dataloader))
+    if len(dl) == 0:
+        return []
+    ts = ev["ts"].to_numpy()
+    end = ev["end"].to_numpy()
+    one = Windows(np.array([0]), np.array([-np.inf]), np.array([np.inf]))
+    ranges = merge(clip_to_steps(ts[dl], end[dl], one))
+    n = len(analysis.windows)
+    if isinstance(resolver, _PythonStacks):
+        rows = np.flatnonzero(cls.python)
+    else:
+        rows = np.flatnonzero(cls.cpu_op)
+    pos = np.searchsorted(ranges.start, ts[rows], side="right") - 1
+    inside = (pos >= 0) & (ts[rows] < ranges.end[np.clip(pos, 0, None)])
+    rows = rows[inside]
+    if len(rows) == 0:
+        return []
+    totals: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    if isinstance(resolver, _PythonStacks):
+        names = ev["name"].to_numpy()[rows]
+        durs = ev["dur"].to_numpy()[rows]
+        for name, d in zip(names, durs, strict=True):
+            parsed = parse_frame(str(name))
+            if parsed and is_user_file(parsed[0]):
+                totals[parsed][0] += 1
+                totals[parsed][1] += float(d)
+    else:
+        from advisor.metrics.steps import top_level_ops
+
+        top = np.intersect1d(top_level_ops(ev, cls), rows)
+        tids = _tids(ev)
+        for i in top[:MAX_QUERIES]:
+            frame = resolver.resolve(tids[i], float(ts[i]))
+            if frame:
+                totals[frame][0] += 1
+                totals[frame][1] += float(ev["dur"].iat[i])
+    per = max(n, 1)
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:5]
+    return [
+        SourceLocation("data_loading", f, line, func, count=c / per, time_ms=t / per / 1e3, source="trace")
+        for (f, line, func), (c, t) in ranked
+    ]
+
+
+def pstats_locations(pstats_path: Path, steps: int) -> list[SourceLocation]:
+    """Data-loading hot spots from a cProfile file: user functions called from torch.utils.data."""
+    import pstats
+
+    try:
+        stats = pstats.Stats(str(pstats_path)).stats  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a broken optional file must not stop the analysis
+        return []
+    callees: dict[tuple, set] = defaultdict(set)
+    roots = []
+    for func, (_cc, _nc, _tt, _ct, callers) in stats.items():
+        for caller in callers:
+            callees[caller].add(func)
+            if "torch/utils/data" in caller[0].replace("\\", "/") and is_user_file(func[0]):
+                roots.append(func)
+    seen: set = set()
+    stack = list(dict.fromkeys(roots))
+    while stack:
+        func = stack.pop()
+        if func in seen:
+            continue
+        seen.add(func)
+        stack.extend(c for c in callees.get(func, ()) if is_user_file(c[0]) and c not in seen)
+    per = max(steps, 1)
+    ranked = sorted(seen, key=lambda f: -stats[f][3])[:5]
+    return [
+        SourceLocation(
+            "data_loading", f[0], int(f[1]), f[2], count=stats[f][1] / per, time_ms=stats[f][3] * 1e3 / per, source="pstats"
+        )
+        for f in ranked
+    ]
+
+
+def find_locations(
+    analyses: Sequence[TraceAnalysis], pstats_path: Path | None, capture: RunCapture | None
+) -> tuple[list[SourceLocation], list[str]]:
+    """Source locations for syncs, copies and data loading, most costly first.
+
+    Only the first rank's trace is searched (ranks of one job run the same code).
+    """
+    notes: list[str] = []
+    locations: list[SourceLocation] = []
+    if analyses:
+        first = analyses[0]
+        locations += _trace_locations(first)
+        if not locations and not first.cls.python.any() and not first.trace.events["call_stack"].notna().any():
+            notes.append("no Python stacks in the trace (record with with_stack=True to get file:line locations)")
+    if pstats_path is not None and Path(pstats_path).is_file():
+        steps = (capture.profiled_steps if capture and capture.profiled_steps else 0) or (len(analyses[0].steps) if analyses else 1)
+        locations += pstats_locations(Path(pstats_path), steps)
+    locations.sort(key=lambda loc: (-loc.time_ms, -loc.count, loc.kind, loc.file, loc.line))
+    return locations, notes

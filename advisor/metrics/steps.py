@@ -1,0 +1,321 @@
+"""Per-step metrics of one trace (one rank): breakdown, counts, copies, memory, FLOPs.
+
+Every event is attributed to its ``ProfilerStep#N`` window with ``searchsorted`` (instants by
+their timestamp; GPU work by the timestamp of the runtime call that launched it; intervals are
+clipped at window edges). The result is one row per step with the ``step``-scope metric names
+of :mod:`advisor.metrics.registry` as columns, plus a few run-level values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advisor.metrics.breakdown import breakdown
+from advisor.metrics.events import Classified, classify, find_windows, launch_ts, name_mask
+from advisor.metrics.flops import FlopsResult, compute_flops, peak_tflops
+from advisor.metrics.intervals import Pieces, Windows, clip_to_steps, concat, max_gap_per_step, point_step, union_per_step
+from advisor.trace.load import Trace
+
+SMALL_KERNEL_US = 10.0
+SMALL_CPU_OP_US = 20.0
+SYNC_MEMCPY_CALLS = frozenset({"cudaMemcpy", "cuMemcpyHtoD_v2", "cuMemcpyHtoD", "hipMemcpy", "cudaMemcpy2D"})
+
+
+@dataclass(frozen=True)
+class TraceAnalysis:
+    """What one trace yields: its step rows and run-level values, plus reusable intermediates."""
+
+    trace: Trace
+    windows: Windows
+    real_steps: bool
+    cls: Classified
+    steps: pd.DataFrame
+    run: dict[str, Any]
+    notes: tuple[str, ...] = ()
+    flops: FlopsResult | None = field(default=None, repr=False)
+
+
+def _clip(events: pd.DataFrame, mask: np.ndarray, windows: Windows) -> Pieces:
+    return clip_to_steps(events["ts"].to_numpy()[mask], events["end"].to_numpy()[mask], windows)
+
+
+def _count(step_idx: np.ndarray, n: int, weights: np.ndarray | None = None) -> np.ndarray:
+    ok = step_idx >= 0
+    w = None if weights is None else weights[ok]
+    return np.bincount(step_idx[ok], weights=w, minlength=n).astype(np.float64)
+
+
+def _median(step_idx: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    ok = step_idx >= 0
+    out = np.full(n, np.nan)
+    if ok.any():
+        med = pd.Series(values[ok]).groupby(step_idx[ok]).median()
+        out[med.index.to_numpy()] = med.to_numpy()
+    return out
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def top_level_ops(events: pd.DataFrame, cls: Classified) -> np.ndarray:
+    """Row positions of CPU operators not nested inside another operator on the same thread."""
+    rows = np.flatnonzero(cls.cpu_op)
+    if len(rows) == 0:
+        return rows
+    tid = events["tid"].cat.codes.to_numpy()[rows]
+    ts = events["ts"].to_numpy()[rows]
+    end = events["end"].to_numpy()[rows]
+    # parents first when two ops start together (longer first)
+    order = np.lexsort((-end, ts, tid))
+    tid_s, ts_s, end_s = tid[order], ts[order], end[order]
+    run = pd.Series(end_s).groupby(tid_s).cummax().to_numpy()
+    prev = np.r_[-np.inf, run[:-1]]
+    new_thread = np.r_[True, tid_s[1:] != tid_s[:-1]]
+    top = new_thread | (ts_s >= prev)
+    return np.sort(rows[order[top]])
+
+
+def _h2d_blocking(events: pd.DataFrame, cls: Classified, h2d_rows: np.ndarray) -> np.ndarray:
+    """Which HtoD copies block the CPU: pageable source, a synchronous memcpy call, or a sync
+    call right after the launching call on the same thread."""
+    sync_memcpy = cls.runtime & name_mask(events["name"], lambda n: n in SYNC_MEMCPY_CALLS)
+    blocking = cls.pageable[h2d_rows].copy()
+    rt_rows = np.flatnonzero(cls.runtime)
+    if len(rt_rows) == 0 or len(h2d_rows) == 0:
+        return blocking
+    tid = events["tid"].cat.codes.to_numpy()[rt_rows]
+    ts = events["ts"].to_numpy()[rt_rows]
+    order = np.lexsort((ts, tid))
+    rt_sorted = rt_rows[order]
+    same_next = np.r_[tid[order][1:] == tid[order][:-1], False]
+    next_sync = np.r_[cls.sync_call[rt_sorted[1:]], False] & same_next
+    corr = events["correlation"].to_numpy()
+    rt_corr = corr[rt_sorted]
+    valid = rt_corr >= 0
+    keys, first = np.unique(rt_corr[valid], return_index=True)
+    if len(keys) == 0:
+        return blocking
+    pos_in_valid = np.flatnonzero(valid)[first]
+    c = corr[h2d_rows]
+    p = np.clip(np.searchsorted(keys, c), 0, len(keys) - 1)
+    found = keys[p] == c
+    launcher = pos_in_valid[p]
+    sync_call = sync_memcpy[rt_sorted[launcher]]
+    return blocking | (found & (sync_call | next_sync[launcher]))
+
+
+def _peak_memory(events: pd.DataFrame, cls: Classified, gpu: bool) -> tuple[float | None, str | None]:
+    """Peak allocated bytes from [memory] events: max 'Total Allocated', else max running sum of
+    'Bytes' (a lower bound: allocations made before profiling started are not in the trace)."""
+    if not cls.memory.any():
+        return None, None
+    mem = events.loc[cls.memory, ["ts", "total_allocated", "mem_bytes", "device_type", "device_id"]]
+    wanted = 1 if gpu else 0  # Kineto Device Type: 0 = CPU, 1 = CUDA
+    sub = mem[mem["device_type"] == wanted]
+    if sub.empty:
+        return None, None
+    if (sub["total_allocated"] >= 0).any():
+        return float(sub.loc[sub["total_allocated"] >= 0, "total_allocated"].max()), None
+    sub = sub[sub["mem_bytes"] != -1].sort_values("ts", kind="stable")
+    running = sub.groupby("device_id")["mem_bytes"].cumsum()
+    peak = float(running.max()) if len(running) else None
+    return peak, (
+        "peak memory from [memory] events is the growth during the trace (no 'Total Allocated' "
+        "in this trace): memory allocated before profiling started is not included"
+    )
+
+
+def _main_device(trace: Trace, events: pd.DataFrame, cls: Classified) -> dict[str, Any] | None:
+    props = trace.device_properties
+    if not props:
+        return None
+    devices = events["device"].to_numpy()[cls.gpu]
+    devices = devices[devices >= 0]
+    wanted = int(np.bincount(devices).argmax()) if len(devices) else None
+    for p in props:
+        if wanted is not None and p.get("id") == wanted:
+            return p
+    return props[0]
+
+
+def analyze_trace(trace: Trace) -> TraceAnalysis:
+    """Compute per-step metrics and run-level values for one trace."""
+    ev = trace.events
+    cls = classify(ev)
+    windows, real_steps = find_windows(trace)
+    n = len(windows)
+    notes: list[str] = []
+    if not real_steps:
+        notes.append(
+            f"{trace.path.name}: no ProfilerStep#N found; the whole trace was analysed as one window "
+            "(call prof.step() once per iteration to get per-step figures)"
+        )
+    gpu = cls.has_gpu
+    frame = breakdown(ev, cls, windows)
+    step_us = windows.duration
+    ts = ev["ts"].to_numpy()
+    dur = ev["dur"].to_numpy()
+    lts = launch_ts(ev, cls) if gpu else ts
+    cols: dict[str, np.ndarray] = {}
+    nan = np.full(n, np.nan)
+
+    # --- kernels -----------------------------------------------------------------------------
+    if gpu:
+        k_rows = np.flatnonzero(cls.kernel)
+        k_step = point_step(lts[k_rows], windows)
+        k_dur = dur[k_rows]
+        small = k_dur < SMALL_KERNEL_US
+        count = _count(k_step, n)
+        cols["kernel_count"] = count
+        cols["small_kernel_count"] = _count(k_step[small], n)
+        cols["small_kernel_frac"] = _ratio(cols["small_kernel_count"], count)
+        cols["small_kernel_time_frac"] = _ratio(_count(k_step, n, np.where(small, k_dur, 0.0)), _count(k_step, n, k_dur))
+        cols["kernel_median_us"] = _median(k_step, k_dur, n)
+        gpu_pieces = _clip(ev, cls.gpu, windows)
+        cols["gpu_busy_frac"] = union_per_step(gpu_pieces, n) / np.where(step_us > 0, step_us, 1.0)
+        cols["gpu_max_gap_ms"] = max_gap_per_step(gpu_pieces, windows) / 1e3
+        l_rows = np.flatnonzero(cls.launch)
+        cols["launch_count"] = _count(point_step(ts[l_rows], windows), n)
+        cols["launch_overhead_frac"] = union_per_step(_clip(ev, cls.launch, windows), n) / np.where(step_us > 0, step_us, 1.0)
+    else:
+        for name in ("kernel_count", "small_kernel_count", "small_kernel_frac", "small_kernel_time_frac",
+                     "kernel_median_us", "gpu_busy_frac", "gpu_max_gap_ms", "launch_count", "launch_overhead_frac"):
+            cols[name] = nan.copy()
+
+    # --- syncs -------------------------------------------------------------------------------
+    names = ev["name"]
+    cols["sync_count"] = _count(point_step(ts[cls.sync_call], windows), n)
+    lsd = cls.item & (names == "aten::_local_scalar_dense").to_numpy()
+    item_rows = lsd if lsd.any() else cls.item
+    cols["item_count"] = _count(point_step(ts[item_rows], windows), n)
+    cols["sync_ms"] = union_per_step(_clip(ev, cls.sync_call | cls.item, windows), n) / 1e3
+
+    # --- copies ------------------------------------------------------------------------------
+    if gpu:
+        byts = ev["bytes"].to_numpy().astype(np.float64)
+        byts = np.where(byts >= 0, byts, 0.0)
+        cols["memcpy_count"] = _count(point_step(lts[cls.memcpy], windows), n)
+        h_rows = np.flatnonzero(cls.h2d)
+        h_step = point_step(lts[h_rows], windows)
+        hb = byts[h_rows]
+        cols["h2d_count"] = _count(h_step, n)
+        cols["h2d_bytes"] = _count(h_step, n, hb)
+        cols["h2d_pageable_bytes"] = _count(h_step, n, np.where(cls.pageable[h_rows], hb, 0.0))
+        cols["h2d_pinned_bytes"] = _count(h_step, n, np.where(cls.pinned[h_rows], hb, 0.0))
+        cols["h2d_pageable_frac"] = _ratio(cols["h2d_pageable_bytes"], cols["h2d_bytes"])
+        h_time_us = _count(h_step, n, dur[h_rows])
+        cols["h2d_bandwidth_gbps"] = _ratio(cols["h2d_bytes"], h_time_us * 1e3)  # bytes/ns = GB/s
+        cols["h2d_blocking_count"] = _count(h_step[_h2d_blocking(ev, cls, h_rows)], n)
+        d_rows = np.flatnonzero(cls.d2h)
+        d_step = point_step(lts[d_rows], windows)
+        cols["d2h_count"] = _count(d_step, n)
+        cols["d2h_bytes"] = _count(d_step, n, byts[d_rows])
+    else:
+        for name in ("memcpy_count", "h2d_count", "h2d_bytes", "h2d_pageable_bytes", "h2d_pinned_bytes",
+                     "h2d_pageable_frac", "h2d_bandwidth_gbps", "h2d_blocking_count", "d2h_count", "d2h_bytes"):
+            cols[name] = nan.copy()
+
+    # --- CPU ops -----------------------------------------------------------------------------
+    top = top_level_ops(ev, cls)
+    t_step = point_step(ts[top], windows)
+    t_dur = dur[top]
+    cols["cpu_op_count"] = _count(t_step, n)
+    cols["cpu_op_median_us"] = _median(t_step, t_dur, n)
+    cols["cpu_op_small_frac"] = _ratio(_count(t_step[t_dur < SMALL_CPU_OP_US], n), cols["cpu_op_count"])
+
+    # --- data loading ------------------------------------------------------------------------
+    cols["dataloader_wait_ms"] = union_per_step(_clip(ev, cls.dataloader, windows), n) / 1e3
+
+    # --- communication -----------------------------------------------------------------------
+    if cls.comm_kernel.any():
+        comm = _clip(ev, cls.comm_kernel, windows)
+        compute = _clip(ev, cls.kernel & ~cls.comm_kernel, windows)
+        c_len = union_per_step(comm, n)
+        both = union_per_step(concat(comm, compute), n)
+        overlap = c_len + union_per_step(compute, n) - both
+        cols["comm_overlap_frac"] = _ratio(overlap, c_len)
+        cols["comm_time_ms"] = c_len / 1e3
+    else:
+        cols["comm_overlap_frac"] = nan.copy()
+        cols["comm_time_ms"] = union_per_step(_clip(ev, cls.comm_op, windows), n) / 1e3
+
+    # --- FLOPs -------------------------------------------------------------------------------
+    fl = compute_flops(ev, cls.cpu_op)
+    run: dict[str, Any] = {}
+    if len(fl.rows) and not fl.unsized_conv:
+        f_step = point_step(ts[fl.rows], windows)
+        vals = fl.flops
+        per_step = _count(f_step, n, np.where(np.isfinite(vals), vals, 0.0))
+        unknown = _count(f_step, n, (~np.isfinite(vals)).astype(np.float64))
+        cols["flops_per_step"] = np.where(unknown > 0, np.nan, per_step)
+        cols["achieved_tflops"] = _ratio(cols["flops_per_step"], step_us * 1e6)  # flops/us*1e-6 = TFLOP/s
+    else:
+        cols["flops_per_step"] = nan.copy()
+        cols["achieved_tflops"] = nan.copy()
+        if fl.unsized_conv:
+            notes.append(
+                f"{trace.path.name}: convolution FLOPs cannot be sized from this trace (no Concrete "
+                "Inputs or flops args), so FLOPs and MFU are not reported"
+            )
+    run.update(_dtype_metrics(fl, ev))
+
+    # --- device, memory ----------------------------------------------------------------------
+    dev = _main_device(trace, ev, cls) if gpu else None
+    run["has_gpu_flag"] = 1.0 if gpu else 0.0
+    run["device_name"] = str(dev.get("name", "")) if dev else ""
+    run["device_memory_bytes"] = float(dev["totalGlobalMem"]) if dev and "totalGlobalMem" in dev else None
+    run["tensor_cores_flag"] = (1.0 if int(dev.get("computeMajor", 0)) >= 7 else 0.0) if dev else None
+    peak, mem_note = _peak_memory(ev, cls, gpu)
+    run["peak_memory_bytes"] = peak
+    if mem_note and peak is not None:
+        notes.append(f"{trace.path.name}: {mem_note}")
+    dtype = run.pop("_dominant_dtype", None)
+    ach = cols["achieved_tflops"]
+    peak_tf = peak_tflops(run["device_name"], dtype) if (gpu and dtype and run["device_name"]) else None
+    run["mfu_frac"] = float(np.nanmedian(ach) / peak_tf) if peak_tf and np.isfinite(ach).any() else None
+    run["peak_tflops"] = peak_tf
+    run["dominant_dtype"] = dtype
+    run["dataparallel_flag"] = _dataparallel(ev, cls)
+
+    steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
+    steps = pd.concat([steps, frame, pd.DataFrame(cols)], axis=1)
+    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl)
+
+
+def _dtype_metrics(fl: FlopsResult, ev: pd.DataFrame) -> dict[str, Any]:
+    """fp32_matmul_frac, autocast_flag, conv_flag and the dominant matmul dtype."""
+    out: dict[str, Any] = {"conv_flag": 1.0 if fl.conv_seen else 0.0}
+    known = np.array([d is not None for d in fl.dtype], dtype=bool)
+    if not known.any():
+        out.update(fp32_matmul_frac=None, autocast_flag=None, _dominant_dtype=None)
+        return out
+    weights = np.where(np.isfinite(fl.flops), fl.flops, np.nan)
+    if not np.isfinite(weights[known]).any():
+        # no sizes at all: weigh by op time instead
+        weights = ev["dur"].to_numpy()[fl.rows]
+    weights = np.where(np.isfinite(weights), weights, 0.0)
+    dtypes = pd.Series(weights[known]).groupby(fl.dtype[known].astype(str)).sum()
+    total = float(dtypes.sum())
+    out["fp32_matmul_frac"] = float(dtypes.get("fp32", 0.0) / total) if total > 0 else None
+    reduced = {"bf16", "fp16", "fp8"}
+    out["autocast_flag"] = 1.0 if any(d in reduced for d in dtypes.index) else 0.0
+    out["_dominant_dtype"] = str(dtypes.idxmax()) if total > 0 else None
+    return out
+
+
+def _dataparallel(ev: pd.DataFrame, cls: Classified) -> float | None:
+    """1 when torch.nn.DataParallel shows in the Python stacks; None without stacks."""
+    stacks = ev["call_stack"]
+    has_old = bool(stacks.notna().any())
+    if not cls.python.any() and not has_old:
+        return None
+    found = bool((cls.python & name_mask(ev["name"], lambda n: "data_parallel.py" in n)).any())
+    if has_old and not found:
+        found = bool(stacks.dropna().astype(str).str.contains("data_parallel.py", regex=False).any())
+    return 1.0 if found else 0.0

@@ -1,0 +1,354 @@
+r"""HTML renderer: one self-contained page (inline CSS, inline SVG plots, a few lines of script).
+
+Nothing is fetched when the page opens: no CDN, no fonts, no images from anywhere; a
+Content-Security-Policy with ``default-src 'none'`` enforces it even if a bug let markup through.
+Every string from a trace, a script or its output is escaped with :func:`html.escape`; the
+report's JSON is embedded as a data island with ``<``, ``>`` and ``&`` written as ``\\u003c``-style
+escapes, so no name can close the ``<script>`` element.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from advisor.report import style as s
+from advisor.report import svg
+from advisor.report.model import Report
+from advisor.report.svg import esc
+from advisor.report.text import (
+    device_text,
+    mean_part_ms,
+    median_step_ms,
+    severity_counts,
+    throughput,
+)
+
+CSS = """
+:root{--bg:#f7f7f8;--card:#fff;--fg:#1d1d1f;--muted:#6b6b73;--line:#e3e3e8;--accent:#4e79a7;
+--code:#f0f0f3;--add:#e6f4ea;--del:#fdecea}
+@media (prefers-color-scheme:dark){:root{--bg:#141416;--card:#1e1e22;--fg:#ececf1;--muted:#a0a0aa;
+--line:#33333a;--accent:#8ab4f8;--code:#2a2a30;--add:#1e3a26;--del:#3d1f1f}}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--fg);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
+main{max-width:960px;margin:0 auto;padding:28px 20px 60px}
+header h1{font-size:22px;margin:0 0 2px}
+header .sub{color:var(--muted);font-size:13px;word-break:break-all}
+h2{font-size:17px;margin:34px 0 10px}
+.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(170px,1fr));gap:12px;margin-top:18px}
+.card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:12px 14px}
+.card .k{font-size:12px;color:var(--muted);text-transform:uppercase;letter-spacing:.04em}
+.card .v{font-size:22px;font-weight:650;margin-top:2px}
+.card .d{font-size:13px;color:var(--muted)}
+.card.primary{border-left:4px solid #e15759}
+.panel{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:14px 16px}
+.finding{background:var(--card);border:1px solid var(--line);border-left:4px solid var(--sev);border-radius:10px;padding:10px 14px;margin:10px 0}
+.finding .head{display:flex;gap:10px;align-items:baseline;flex-wrap:wrap}
+.badge{font-size:11px;font-weight:700;text-transform:uppercase;color:#fff;background:var(--sev);border-radius:4px;padding:1px 6px}
+.code{font-weight:700}
+.cat{color:var(--muted);font-size:13px}
+.msg{margin:4px 0}
+.loc,.fix{font-size:13px;color:var(--muted)}
+code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:13px}
+code{background:var(--code);padding:1px 5px;border-radius:4px;word-break:break-all}
+pre{background:var(--code);padding:10px 12px;border-radius:8px;overflow-x:auto;margin:0}
+pre .a{background:var(--add);display:block}pre .r{background:var(--del);display:block}pre .h{color:var(--accent);display:block}
+table{border-collapse:collapse;width:100%;background:var(--card);border:1px solid var(--line);border-radius:10px;overflow:hidden;font-size:14px}
+th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th{font-size:12px;color:var(--muted);text-transform:uppercase;letter-spacing:.03em}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.nw{white-space:nowrap}td.nw code{word-break:normal}
+tr.combined td{font-weight:650}
+.verdict{font-weight:600}
+ul.notes{padding-left:20px}
+svg.plot{display:block;max-width:100%;height:auto}
+svg .grid{stroke:var(--line);stroke-width:1}
+svg .muted{fill:var(--muted)} svg .fg{fill:var(--fg)}
+svg .lane{fill:var(--code)}
+svg .ci line{stroke:var(--fg);stroke-width:1.5}
+svg .baseline{stroke:var(--fg);stroke-dasharray:4 3;stroke-width:1}
+svg rect.ev:hover,svg rect:hover{opacity:.8}
+.muted{color:var(--muted)}
+.nc{border-left:4px solid #e8a317}
+footer{margin-top:40px;color:var(--muted);font-size:12px}
+a{color:var(--accent)}
+@media print{body{background:#fff}.card,.panel,.finding,table{break-inside:avoid}}
+"""
+
+# NOTE: the only script on the page. It records any script error on <html data-js-error> (the
+# browser test reads it) and offers the embedded JSON as a download; the page is complete
+# without it.
+SCRIPT = """
+(function(){
+  var root=document.documentElement;
+  window.addEventListener('error',function(e){root.setAttribute('data-js-error',String(e.message||e));});
+  try{
+    var raw=document.getElementById('advisor-data').textContent;
+    var data=JSON.parse(raw);
+    var link=document.getElementById('download-json');
+    if(link&&window.Blob&&window.URL){
+      link.href=URL.createObjectURL(new Blob([JSON.stringify(data,null,2)],{type:'application/json'}));
+      link.hidden=false;
+    }
+    root.setAttribute('data-ready','1');
+  }catch(err){root.setAttribute('data-js-error',String(err&&err.message||err));}
+})();
+"""
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+
+
+def json_island(data: Any) -> str:
+    """JSON that is safe inside ``<script type="application/json">`` (no ``</script>``, no ``<!--``)."""
+    text = json.dumps(data, ensure_ascii=False, sort_keys=False)
+    return (
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def page(title: str, subtitle: str, body: str, data: Any, footer: str, download_name: str = "report.json") -> str:
+    """Return the page shell shared by reports and comparisons.
+
+    Args:
+        title: Page heading (escaped here).
+        subtitle: Line under the heading (escaped here).
+        body: Already-escaped HTML of the sections.
+        data: JSON-able document embedded as ``#advisor-data``.
+        footer: Footer text (escaped here).
+        download_name: File name offered by the download link.
+    """
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">\n'
+        '<meta name="color-scheme" content="light dark">\n'
+        f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
+        f'<header><h1>{esc(title)}</h1><div class="sub">{esc(subtitle)}</div></header>\n'
+        f"{body}\n"
+        f'<footer>{esc(footer)} · <a id="download-json" download="{esc(download_name)}" hidden>download the JSON</a></footer>\n'
+        "</main>\n"
+        f'<script type="application/json" id="advisor-data">{json_island(data)}</script>\n'
+        f"<script>{SCRIPT}</script>\n"
+        "</body>\n</html>\n"
+    )
+
+
+def card(key: str, value: str, detail: str = "", cls: str = "") -> str:
+    """Return a summary card; all three strings are escaped here."""
+    d = f'<div class="d">{esc(detail)}</div>' if detail else ""
+    return f'<div class="card {esc(cls)}"><div class="k">{esc(key)}</div><div class="v">{esc(value)}</div>{d}</div>'
+
+
+def diff_block(diff: str) -> str:
+    """Return a unified diff as an escaped ``<pre>`` with added/removed lines highlighted."""
+    lines = []
+    for line in diff.splitlines():
+        cls = ""
+        if line.startswith("+") and not line.startswith("+++"):
+            cls = "a"
+        elif line.startswith("-") and not line.startswith("---"):
+            cls = "r"
+        elif line.startswith("@@"):
+            cls = "h"
+        lines.append(f'<span class="{cls}">{esc(line)}</span>' if cls else esc(line) + "\n")
+    return "<pre>" + "".join(lines) + "</pre>"
+
+
+def _cards(report: Report) -> str:
+    out = []
+    p = report.primary
+    if p is not None:
+        out.append(card("Primary bottleneck", s.category_label(p.category), f"{s.pct(p.share)} of step time", "primary"))
+        out.append(card("Estimated speedup", s.times(p.estimated_speedup), "upper bound if that time went away (Amdahl)"))
+    else:
+        out.append(card("Primary bottleneck", "none found", "no rule fired above its threshold"))
+    tput = throughput(report)
+    c = report.combined
+    if c is not None and s.finite(c.speedup) is not None:
+        out.append(
+            card(
+                "Measured speedup",
+                s.times(c.speedup),
+                f"{s.ci(c.ci_low, c.ci_high)} 95% CI · {s.rate(c.baseline_samples_per_s)} → {s.rate(c.samples_per_s)} samples/s",
+            )
+        )
+    elif tput is not None:
+        out.append(card("Throughput", f"{s.rate(tput)}", "samples/s"))
+    n = report.run.steps_measured or len(report.steps)
+    out.append(card("Step time", s.ms(median_step_ms(report)), f"median of {n} steps · {device_text(report)}"))
+    out.append(card("Findings", str(len(report.findings)), severity_counts(report.findings)))
+    return '<div class="cards">' + "".join(out) + "</div>"
+
+
+def _breakdown(report: Report) -> str:
+    if not report.breakdown and not report.steps:
+        return ""
+    parts = s.ordered_parts(report.breakdown) or list(s.PART_LABELS)
+    part_ms = mean_part_ms(report)
+    rows = "".join(
+        f"<tr><td><svg width='11' height='11' style='vertical-align:-1px'><rect width='11' height='11' rx='2' "
+        f"fill='{s.PART_COLORS.get(p, '#888')}'/></svg> {esc(s.part_label(p))}</td>"
+        f'<td class="n">{esc(s.pct(report.breakdown.get(p)))}</td><td class="n">{esc(s.ms(part_ms.get(p)))}</td></tr>'
+        for p in parts
+        if (s.finite(report.breakdown.get(p)) or 0) > 0
+    )
+    per_step = svg.stacked_steps(report.steps, parts)
+    return (
+        "<h2>Where the step time goes</h2>"
+        f'<div class="panel">{svg.share_bar(report.breakdown)}'
+        + (f'<div style="margin-top:14px">{per_step}</div>' if per_step else "")
+        + "</div>"
+        + (f'<table style="margin-top:10px"><tr><th>Part</th><th class="n">Share</th><th class="n">Mean per step</th></tr>{rows}</table>' if rows else "")
+    )
+
+
+def _findings(report: Report) -> str:
+    if not report.findings:
+        return '<h2>Findings</h2><div class="panel">No rule fired for this run.</div>'
+    items = []
+    for f in report.findings:
+        colour = s.SEVERITY_COLORS.get(f.severity, "#888")
+        locs = "".join(
+            f'<div class="loc">at <code>{esc(s.location_text(loc.file, loc.line, loc.function))}</code></div>' for loc in f.locations
+        )
+        fixes = ", ".join(f"<code>{esc(x.id)}</code> ({esc(x.safety)})" for x in f.fixes)
+        impact = f" · up to {esc(s.pct(f.impact_frac))} of step time" if s.finite(f.impact_frac) else ""
+        items.append(
+            f'<div class="finding" style="--sev:{colour}"><div class="head"><span class="badge">{esc(f.severity)}</span>'
+            f'<span class="code">{esc(f.code)}</span><span>{esc(f.name)}</span>'
+            f'<span class="cat">{esc(s.category_label(f.category))}{impact}</span></div>'
+            f'<div class="msg">{esc(f.message)}</div>{locs}'
+            + (f'<div class="fix">fix: {fixes}</div>' if fixes else "")
+            + "</div>"
+        )
+    return f"<h2>Findings ({len(report.findings)})</h2>" + "".join(items)
+
+
+def _trials(report: Report) -> str:
+    trials = list(report.trials)
+    if not trials and report.combined is None:
+        return ""
+    rows = []
+    all_trials = [(t, False) for t in trials] + ([(report.combined, True)] if report.combined else [])
+    for t, is_combined in all_trials:
+        colour = s.VERDICT_COLORS.get(t.verdict, "inherit")
+        rows.append(
+            f'<tr class="{"combined" if is_combined else ""}"><td class="nw">{"combined: " if is_combined else ""}<code>{esc(t.fix)}</code></td>'
+            f"<td>{esc(t.safety)}</td>"
+            f'<td class="n">{esc(s.rate(t.baseline_samples_per_s))}</td><td class="n">{esc(s.rate(t.samples_per_s))}</td>'
+            f'<td class="n">{esc(s.times(t.speedup))} <span class="muted">{esc(s.ci(t.ci_low, t.ci_high))}</span></td>'
+            f'<td class="verdict" style="color:{colour}">{esc(s.VERDICT_LABELS.get(t.verdict, t.verdict))}</td>'
+            f'<td class="n">{esc(s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—")}</td>'
+            f"<td>{esc(t.reason)}</td></tr>"
+        )
+    kept = (
+        '<p>Kept: ' + ", ".join(f"<code>{esc(k)}</code>" for k in report.kept_fixes) + "</p>" if report.kept_fixes else ""
+    )
+    return (
+        "<h2>Before and after each fix</h2>"
+        '<p class="muted">Interleaved repeats against the baseline; a change within noise is <em>no measurable effect</em>, never a win.</p>'
+        f'<div class="panel">{svg.trials_plot(report.trials, report.combined)}</div>'
+        '<table style="margin-top:10px"><tr><th>Fix</th><th>Safety</th><th class="n">Before</th><th class="n">After</th>'
+        '<th class="n">Speedup [95% CI]</th><th>Verdict</th><th class="n">Loss Δ</th><th>Note</th></tr>'
+        + "".join(rows)
+        + "</table>"
+        + kept
+    )
+
+
+def _timeline(report: Report) -> str:
+    plot = svg.timeline(report.timeline)
+    if not plot:
+        return ""
+    return (
+        "<h2>Timeline of one step</h2>"
+        '<p class="muted">Hover a block for its name and duration. For every event, open the trace in '
+        "ui.perfetto.dev or <code>advisor tensorboard RUN_DIR</code>.</p>"
+        f'<div class="panel">{plot}</div>'
+    )
+
+
+def _locations(report: Report) -> str:
+    if not report.locations:
+        return ""
+    rows = "".join(
+        f"<tr><td>{esc(loc.kind)}</td><td><code>{esc(s.location_text(loc.file, loc.line, loc.function))}</code></td>"
+        f'<td class="n">{esc(s.number(round(loc.count, 2)))}</td><td class="n">{esc(s.ms(loc.time_ms) if loc.time_ms else "—")}</td>'
+        f"<td>{esc(loc.source)}</td></tr>"
+        for loc in report.locations[:30]
+    )
+    return (
+        "<h2>Where in the code</h2>"
+        '<table><tr><th>Kind</th><th>Where</th><th class="n">Count/step</th><th class="n">Time/step</th><th>From</th></tr>'
+        f"{rows}</table>"
+    )
+
+
+def _run(report: Report) -> str:
+    run = report.run
+    rows: list[tuple[str, str]] = []
+    if run.script:
+        rows.append(("Script", " ".join([run.script, *run.args])))
+    rows.append(("Status", run.status + (f" (exit {run.exit_code})" if run.exit_code not in (None, 0) else "")))
+    if run.error:
+        rows.append(("Error", run.error))
+    if run.step_source:
+        rows.append(("Steps from", run.step_source))
+    if run.warmup_steps or run.timed_steps or run.profiled_steps:
+        rows.append(("Phases", f"{run.warmup_steps} warm-up · {run.timed_steps} timed · {run.profiled_steps} profiled steps"))
+    if run.time_to_first_step_s is not None:
+        rows.append(("Time to first step", f"{run.time_to_first_step_s:.2f} s"))
+    if run.peak_memory_bytes is not None:
+        rows.append(("Peak memory", s.nbytes(run.peak_memory_bytes)))
+    for key, value in sorted((run.environment or {}).items()):
+        if value not in (None, "", 0):
+            rows.append((key.replace("_", " ").capitalize(), str(value)))
+    if report.device:
+        rows.append(("Devices in trace", ", ".join(report.device)))
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f"<h2>Run</h2><table>{body}</table>"
+
+
+def _notes(report: Report) -> str:
+    notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
+    if not notes:
+        return ""
+    return "<h2>Notes</h2><ul class=\"notes\">" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"
+
+
+def render_html(report: Report) -> str:
+    """Render ``report`` as one self-contained HTML page.
+
+    Args:
+        report: The report to render.
+
+    Returns:
+        The HTML document.
+    """
+    body = "".join(
+        [
+            _cards(report),
+            _breakdown(report),
+            _findings(report),
+            _trials(report),
+            (
+                "<h2>Source diff</h2><details open><summary>Makes the kept fixes permanent</summary>"
+                f"{diff_block(report.diff)}</details>"
+                if report.diff.strip()
+                else ""
+            ),
+            _timeline(report),
+            _locations(report),
+            _run(report),
+            _notes(report),
+        ]
+    )
+    title = f"advisor · {report.run.script or report.source or 'report'}"
+    subtitle = report.source
+    footer = f"advisor {report.advisor_version} · {report.created}"
+    return page(title, subtitle, body, report.to_dict(), footer)

@@ -1,0 +1,153 @@
+"""Renderer registry: ``render(report, fmt)``, format guessing from ``-o``, and output writing.
+
+Renderers are pure functions registered in :data:`RENDERERS` (pyinstrument's renderer
+plug-ins, without its ``if/elif`` chain); the CLI commands only look formats up here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from advisor.errors import InputError, UsageError
+from advisor.report.model import Report
+
+FORMATS: tuple[str, ...] = ("text", "markdown", "html", "json")
+"""Output formats, in ``--format`` order."""
+
+EXTENSIONS: dict[str, str] = {
+    ".txt": "text",
+    ".text": "text",
+    ".log": "text",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".json": "json",
+}
+"""``-o`` file extension -> format."""
+
+
+def _render_text(report: Report, *, color: bool = False) -> str:
+    from advisor.report.text import render_text
+
+    return render_text(report, color=color)
+
+
+def _render_markdown(report: Report, *, color: bool = False) -> str:
+    from advisor.report.markdown import render_markdown
+
+    return render_markdown(report)
+
+
+def _render_html(report: Report, *, color: bool = False) -> str:
+    from advisor.report.html import render_html
+
+    return render_html(report)
+
+
+def _render_json(report: Report, *, color: bool = False) -> str:
+    return report.to_json()  # findings sorted by Report.to_dict
+
+
+Renderer = Callable[..., str]
+RENDERERS: dict[str, Renderer] = {
+    "text": _render_text,
+    "markdown": _render_markdown,
+    "html": _render_html,
+    "json": _render_json,
+}
+"""Format name -> ``renderer(report, *, color=False) -> str``."""
+
+
+def render(report: Report, fmt: str, *, color: bool = False) -> str:
+    """Render ``report`` in ``fmt``.
+
+    Args:
+        report: The report to render.
+        fmt: One of :data:`FORMATS`.
+        color: ANSI colours for ``text`` (only when writing to a terminal).
+
+    Raises:
+        UsageError: ``fmt`` is not a known format.
+    """
+    renderer = RENDERERS.get(fmt)
+    if renderer is None:
+        raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    return renderer(report, color=color)
+
+
+def guess_format(path: Path | str | None, default: str = "text") -> str:
+    """Return the format implied by an output path's extension (``report.html`` -> ``html``).
+
+    Args:
+        path: The ``-o`` path, or None.
+        default: Format when there is no path.
+
+    Raises:
+        UsageError: The extension is not one advisor knows (pass ``--format``).
+    """
+    if path is None or str(path) == "-":
+        return default
+    suffix = Path(path).suffix.lower()
+    fmt = EXTENSIONS.get(suffix)
+    if fmt is None:
+        raise UsageError(
+            f"cannot tell the format from {str(path)!r}; pass --format "
+            f"({', '.join(FORMATS)}) or use .txt, .md, .html or .json"
+        )
+    return fmt
+
+
+def resolve_format(fmt: str | None, out: Path | None) -> str:
+    """``--format`` when given, else the format of ``-o``'s extension, else ``text``."""
+    return fmt if fmt else guess_format(out)
+
+
+def use_color(fmt: str, out: Path | None, stream: TextIO | None = None) -> bool:
+    """Colour only for text going to a terminal, and never when ``NO_COLOR`` is set."""
+    stream = stream if stream is not None else sys.stdout
+    return (
+        fmt == "text"
+        and out is None
+        and not os.environ.get("NO_COLOR")
+        and hasattr(stream, "isatty")
+        and stream.isatty()
+    )
+
+
+def write_output(text: str, fmt: str, out: Path | None, stream: TextIO | None = None) -> Path | None:
+    """Write rendered output to ``out`` (atomically) or to stdout.
+
+    Args:
+        text: Rendered document.
+        fmt: Its format (HTML is refused on a terminal).
+        out: Destination file, or None / ``-`` for stdout.
+        stream: Stdout replacement (tests).
+
+    Returns:
+        The path written, or None for stdout.
+
+    Raises:
+        UsageError: HTML would go to a terminal.
+        InputError: The file cannot be written.
+    """
+    stream = stream if stream is not None else sys.stdout
+    if out is None or str(out) == "-":
+        if fmt == "html" and hasattr(stream, "isatty") and stream.isatty():
+            raise UsageError("HTML is not written to a terminal; pass -o report.html or pipe it")
+        stream.write(text)
+        stream.flush()
+        return None
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        raise InputError(f"cannot write {out} ({exc.strerror or exc}); choose another -o path") from exc
+    return out

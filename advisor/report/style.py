@@ -1,0 +1,224 @@
+"""Labels, colours and number formats every renderer shares, so text, Markdown and HTML agree.
+
+Nothing here knows about an output format: these are plain functions from values to short
+strings (``42.0%``, ``1.32×``, ``12.4 ms``) and the display vocabulary for breakdown parts,
+categories and timeline lanes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from advisor.engine.model import SEVERITIES
+from advisor.metrics.registry import BREAKDOWN_PARTS
+
+PART_LABELS: dict[str, str] = {
+    "data_loading": "Data loading",
+    "h2d_copy": "Host→device copies",
+    "d2h_copy": "Device→host copies",
+    "sync_wait": "Sync waits",
+    "communication": "Communication",
+    "gpu_compute": "GPU compute",
+    "optimizer": "Optimizer",
+    "cpu_ops": "CPU ops",
+    "gpu_idle": "GPU idle",
+    "other": "Other",
+}
+"""Display name of each breakdown part (keys are :data:`BREAKDOWN_PARTS`)."""
+
+# NOTE: one palette for every format (HTML fills, rich colours) so a colleague reading the HTML
+# and someone reading the terminal see data loading in the same red. Colour-blind-safe-ish
+# (Tableau 10 order), and the "waste" parts are warm while useful work is green/blue.
+PART_COLORS: dict[str, str] = {
+    "data_loading": "#e15759",
+    "h2d_copy": "#f28e2b",
+    "d2h_copy": "#edc948",
+    "sync_wait": "#b07aa1",
+    "communication": "#76b7b2",
+    "gpu_compute": "#59a14f",
+    "optimizer": "#4e79a7",
+    "cpu_ops": "#9cc3e6",
+    "gpu_idle": "#bab0ac",
+    "other": "#d4d4d4",
+}
+
+CATEGORY_LABELS: dict[str, str] = {
+    "data_loading": "Data loading",
+    "host_to_device": "Host-to-device copies",
+    "sync": "CPU–GPU syncs",
+    "small_kernels": "Small kernels / per-op overhead",
+    "memory": "Memory",
+    "compute": "Compute",
+    "communication": "Communication",
+}
+"""Display name of each bottleneck category (keys are ``advisor.engine.model.CATEGORIES``)."""
+
+SEVERITY_COLORS: dict[str, str] = {"error": "#d62728", "warning": "#e8a317", "info": "#4e79a7"}
+SEVERITY_RICH: dict[str, str] = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+VERDICT_LABELS: dict[str, str] = {
+    "improved": "faster",
+    "no_effect": "no measurable effect",
+    "slower": "slower",
+    "failed": "failed",
+    "skipped": "skipped",
+}
+VERDICT_SHORT: dict[str, str] = {**VERDICT_LABELS, "no_effect": "no effect"}
+"""Verdict words for tight spaces (plot labels)."""
+VERDICT_COLORS: dict[str, str] = {
+    "improved": "#59a14f",
+    "no_effect": "#9d9d9d",
+    "slower": "#e15759",
+    "failed": "#b22222",
+    "skipped": "#c8c8c8",
+}
+
+LANE_LABELS: dict[str, str] = {
+    "data_loading": "Data loading",
+    "cpu_ops": "CPU ops",
+    "gpu_kernels": "GPU kernels",
+    "copies": "Copies",
+    "syncs": "Syncs",
+    "communication": "Communication",
+}
+LANE_COLORS: dict[str, str] = {
+    "data_loading": PART_COLORS["data_loading"],
+    "cpu_ops": "#4e79a7",
+    "gpu_kernels": PART_COLORS["gpu_compute"],
+    "copies": PART_COLORS["h2d_copy"],
+    "syncs": PART_COLORS["sync_wait"],
+    "communication": PART_COLORS["communication"],
+}
+
+
+def part_label(part: str) -> str:
+    """Display name of a breakdown part (the raw name when unknown)."""
+    return PART_LABELS.get(part, part.replace("_", " "))
+
+
+def category_label(category: str) -> str:
+    """Display name of a bottleneck category (the raw name when unknown)."""
+    return CATEGORY_LABELS.get(category, category.replace("_", " "))
+
+
+def lane_label(lane: str) -> str:
+    """Display name of a timeline lane (the raw name when unknown)."""
+    return LANE_LABELS.get(lane, lane.replace("_", " "))
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number, else None (None, NaN, strings)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def pct(frac: Any, digits: int = 1) -> str:
+    """Return a fraction as a percentage (``0.42`` -> ``42.0%``); ``—`` when unknown."""
+    v = finite(frac)
+    return "—" if v is None else f"{v * 100:.{digits}f}%"
+
+
+def times(ratio: Any, digits: int = 2) -> str:
+    """Return a ratio as a speedup (``1.5`` -> ``1.50×``); ``—`` when unknown."""
+    v = finite(ratio)
+    return "—" if v is None else f"{v:.{digits}f}×"
+
+
+def ms(value: Any) -> str:
+    """Milliseconds with sensible precision (``0.042 ms``, ``12.4 ms``, ``1,234 ms``)."""
+    v = finite(value)
+    if v is None:
+        return "—"
+    if abs(v) >= 1000:
+        return f"{v:,.0f} ms"
+    if abs(v) >= 10:
+        return f"{v:.1f} ms"
+    if abs(v) >= 0.1:
+        return f"{v:.2f} ms"
+    return f"{v:.3f} ms"
+
+
+def signed_ms(value: Any) -> str:
+    """Return a millisecond delta with its sign (``+3.2 ms``, ``−1.0 ms``)."""
+    v = finite(value)
+    if v is None:
+        return "—"
+    text = ms(abs(v))
+    return ("+" if v > 0 else "−" if v < 0 else "±") + text
+
+
+def signed_pts(delta_frac: Any) -> str:
+    """Return a change of share in percentage points (``+4.1 pt``)."""
+    v = finite(delta_frac)
+    if v is None:
+        return "—"
+    sign = "+" if v > 0 else "−" if v < 0 else "±"
+    return f"{sign}{abs(v) * 100:.1f} pt"
+
+
+def rate(value: Any) -> str:
+    """Return a throughput in samples/s with three significant-ish digits."""
+    v = finite(value)
+    if v is None:
+        return "—"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def number(value: Any) -> str:
+    """Return a generic metric value: integers plainly, floats to 4 significant digits."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return f"{value:,}"
+    v = finite(value)
+    if v is None:
+        return str(value)
+    if v == int(v) and abs(v) < 1e15:
+        return f"{int(v):,}"
+    return f"{v:.4g}"
+
+
+def nbytes(value: Any) -> str:
+    """Return a byte count in binary units (``1.5 GiB``)."""
+    v = finite(value)
+    if v is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"  # pragma: no cover - loop always returns
+
+
+def ci(low: Any, high: Any) -> str:
+    """Return a confidence interval on a ratio (``[1.21–1.40]``); empty when unknown."""
+    lo, hi = finite(low), finite(high)
+    if lo is None or hi is None:
+        return ""
+    return f"[{lo:.2f}–{hi:.2f}]"
+
+
+def severity_rank(severity: str) -> int:
+    """Position of ``severity`` in SEVERITIES (higher is worse); -1 when unknown."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+
+
+def ordered_parts(breakdown: dict[str, Any]) -> list[str]:
+    """Breakdown parts in display order: the declared parts first, then any unknown extras."""
+    extra = sorted(k for k in breakdown if k not in BREAKDOWN_PARTS)
+    return [p for p in BREAKDOWN_PARTS if p in breakdown] + extra
+
+
+def location_text(file: str, line: int | None, function: str = "") -> str:
+    """``file:line`` (with ``in function`` when known)."""
+    where = f"{file}:{line}" if line else file
+    return f"{where} ({function})" if function else where

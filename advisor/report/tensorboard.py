@@ -1,0 +1,356 @@
+"""Serve a run's traces in TensorBoard's PyTorch Profiler plugin (torch-tb-profiler).
+
+The plugin is deprecated upstream and drops every ``user_annotation`` event except
+``ProfilerStep#*`` from torch 2.x traces, so DataLoader time shows as 0 (FACTS.md). We therefore
+serve a prepared *copy* of the traces (``<run>/tensorboard/<run name>/``) in which those events'
+category is rewritten to ``cpu_op``; the originals are never touched. TensorBoard runs in a
+child process bound to 127.0.0.1 by default, and Ctrl-C stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from advisor.errors import InputError, UsageError
+
+TB_DIR = "tensorboard"
+"""Folder inside a run directory that holds the prepared copy of the traces."""
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+PLUGIN_RUNS_PATH = "/data/plugin/pytorch_profiler/runs"
+PERFETTO_URL = "https://ui.perfetto.dev"
+_RUN_MARKERS = ("capture.json", "report.json")
+
+
+@dataclass(frozen=True)
+class PreparedLogdir:
+    """A TensorBoard log directory ready to serve.
+
+    Attributes:
+        logdir: The ``--logdir`` to pass to TensorBoard.
+        run: The run name the plugin will list.
+        traces: The prepared trace copies.
+        originals: The trace files they were made from (open these in Perfetto).
+        rewritten: ``user_annotation`` events re-labelled ``cpu_op`` across all copies.
+        temporary: True when ``logdir`` is a temp folder (the input was not a run directory).
+    """
+
+    logdir: Path
+    run: str
+    traces: tuple[Path, ...]
+    originals: tuple[Path, ...]
+    rewritten: int
+    temporary: bool
+
+
+def is_trace_file(path: Path) -> bool:
+    """Return True for a Chrome-trace JSON file name (``.json`` or ``.json.gz``)."""
+    name = path.name
+    return path.is_file() and (name.endswith(".json") or name.endswith(".json.gz")) and name not in _RUN_MARKERS
+
+
+def find_traces(path: Path) -> list[Path]:
+    """Return the trace files of a run directory, a trace directory or a single trace file.
+
+    Raises:
+        InputError: Nothing that looks like a trace is there.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path} does not exist; pass a run directory or a trace file")
+    if path.is_file():
+        if not is_trace_file(path):
+            raise InputError(f"{path} is not a trace (.json or .json.gz)")
+        return [path]
+    capture = path / "capture.json"
+    listed: list[Path] = []
+    if capture.is_file():
+        try:
+            data = json.loads(capture.read_text(encoding="utf-8"))
+            listed = [path / p for p in data.get("trace_files", []) if (path / p).is_file()]
+        except (OSError, ValueError):
+            listed = []
+    if listed:
+        return sorted(listed)
+    tb = (path / TB_DIR).resolve()
+    found = [
+        p
+        for p in path.rglob("*")
+        if is_trace_file(p) and tb not in p.resolve().parents and (p.name.endswith(TRACE_SUFFIXES) or p.parent.name == "traces")
+    ]
+    if not found:
+        found = [p for p in path.rglob("*") if is_trace_file(p) and tb not in p.resolve().parents]
+    if not found:
+        raise InputError(f"no trace files (*.pt.trace.json[.gz]) under {path}; run `advisor diagnose` first")
+    return sorted(found)
+
+
+def _load(path: Path) -> dict:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    # NOTE: the garbage collector, not the parser, dominates loading big traces (FACTS.md).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"{path} is not a readable trace ({exc}); re-record it") from exc
+    finally:
+        if enabled:
+            gc.enable()
+    if isinstance(data, list):  # bare event arrays are valid Chrome traces
+        data = {"traceEvents": data}
+    if not isinstance(data, dict):
+        raise InputError(f"{path} does not hold a Chrome trace object")
+    return data
+
+
+def rewrite_annotations(data: dict) -> int:
+    """Re-label ``user_annotation`` events (except ``ProfilerStep#*``) as ``cpu_op``, in place.
+
+    Returns:
+        How many events were re-labelled.
+    """
+    n = 0
+    for ev in data.get("traceEvents") or ():
+        if (
+            isinstance(ev, dict)
+            and ev.get("cat") == "user_annotation"
+            and not str(ev.get("name", "")).startswith("ProfilerStep#")
+        ):
+            ev["cat"] = "cpu_op"
+            n += 1
+    return n
+
+
+def _target_name(src: Path) -> str:
+    """Return a file name the plugin accepts (``<worker>.pt.trace.json[.gz]``)."""
+    name = src.name
+    if name.endswith(TRACE_SUFFIXES):
+        return name
+    gz = name.endswith(".gz")
+    stem = name[: -len(".json.gz")] if gz else name[: -len(".json")]
+    return f"{stem.replace('.', '_')}.pt.trace.json" + (".gz" if gz else "")
+
+
+def prepare_logdir(path: Path, logdir: Path | None = None) -> PreparedLogdir:
+    """Copy a run's traces into a TensorBoard log directory, fixing what the plugin drops.
+
+    Args:
+        path: A run directory, a folder of traces, or one trace file.
+        logdir: Where to write; default ``<run>/tensorboard`` for a run directory, else a new
+            temporary folder (never next to a user's own trace files).
+
+    Returns:
+        The prepared log directory.
+    """
+    path = Path(path).resolve()
+    traces = find_traces(path)
+    is_run = path.is_dir() and any((path / m).is_file() for m in _RUN_MARKERS)
+    temporary = False
+    if logdir is None:
+        if is_run:
+            logdir = path / TB_DIR
+        else:
+            logdir = Path(tempfile.mkdtemp(prefix="advisor-tb-"))
+            temporary = True
+    run = (path.name if path.is_dir() else path.name.split(".")[0]) or "run"
+    run_dir = Path(logdir) / run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out: list[Path] = []
+    rewritten = 0
+    used: set[str] = set()
+    for src in traces:
+        name = _target_name(src)
+        if name in used:  # same file name in two rank folders
+            name = f"{src.parent.name}_{name}"
+        used.add(name)
+        dst = run_dir / name
+        if dst.is_file() and dst.stat().st_mtime >= src.stat().st_mtime:
+            out.append(dst)  # already prepared from this version of the trace
+            continue
+        data = _load(src)
+        rewritten += rewrite_annotations(data)
+        tmp = dst.with_name(dst.name + ".tmp")
+        opener = gzip.open if dst.name.endswith(".gz") else open
+        with opener(tmp, "wt", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        tmp.replace(dst)
+        out.append(dst)
+    return PreparedLogdir(Path(logdir), run, tuple(out), tuple(traces), rewritten, temporary)
+
+
+def check_plugin() -> None:
+    """Raise a one-line UsageError when TensorBoard or torch-tb-profiler cannot be imported."""
+    try:
+        import tensorboard  # noqa: F401
+    except Exception as exc:
+        raise UsageError(f"TensorBoard cannot be imported ({exc}); install it: pip install tensorboard") from exc
+    try:
+        import torch_tb_profiler  # noqa: F401
+    except Exception as exc:
+        raise UsageError(
+            f"the PyTorch Profiler plugin (torch_tb_profiler) cannot be imported ({type(exc).__name__}: {exc}); "
+            "install it with `pip install torch-tb-profiler`, or open the trace in ui.perfetto.dev"
+        ) from exc
+
+
+def port_free(host: str, port: int) -> bool:
+    """Return True when ``host:port`` can be bound right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
+    """Return the command line that starts TensorBoard on ``logdir``."""
+    return [
+        sys.executable,
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        str(logdir),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--reload_interval",
+        "5",
+    ]
+
+
+def tensorboard_env() -> dict[str, str]:
+    """Environment for the TensorBoard child.
+
+    ``TORCH_PROFILER_START_METHOD=fork`` lets the plugin's loader parse traces without spawning
+    a fresh interpreter per run (FACTS.md); deprecation warnings from the unmaintained plugin
+    under pandas 3 are silenced so the terminal stays readable.
+    """
+    env = dict(os.environ)
+    env.setdefault("TORCH_PROFILER_START_METHOD", "fork")
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return env
+
+
+def wait_until_up(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> bool:
+    """Poll ``url`` until it answers, the child exits, or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def serve(
+    prepared: PreparedLogdir,
+    host: str = "127.0.0.1",
+    port: int = 6006,
+    echo: Callable[[str], None] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> int:
+    """Run TensorBoard on a prepared log directory until Ctrl-C (or until it exits).
+
+    Args:
+        prepared: From :func:`prepare_logdir`.
+        host: Interface to bind (127.0.0.1 keeps it on this machine).
+        port: TCP port.
+        echo: Where the URL goes (stdout: it is the command's data).
+        say: Where hints go (stderr).
+
+    Returns:
+        0 after a clean stop.
+
+    Raises:
+        UsageError: The port is taken, or TensorBoard failed to start.
+    """
+    echo = echo or print
+    say = say or (lambda m: print(m, file=sys.stderr))
+    check_plugin()
+    if not port_free(host, port):
+        raise UsageError(f"port {port} on {host} is in use; pass another --port")
+    log_path = prepared.logdir / "tensorboard.log"
+    # NOTE: a log file, not a pipe: nobody drains a pipe while we wait, and a full one would
+    # block TensorBoard.
+    log = log_path.open("w", encoding="utf-8")
+    proc = subprocess.Popen(
+        tensorboard_command(prepared.logdir, host, port),
+        env=tensorboard_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        # NOTE: its own process group, so our Ctrl-C handling decides how it stops (and a
+        # terminal's SIGINT does not race our shutdown).
+        start_new_session=True,
+    )
+    shown_host = "localhost" if host in ("127.0.0.1", "localhost") else host
+    try:
+        if not wait_until_up(f"http://{host}:{port}/data/logdir", proc):
+            _stop(proc)
+            err = _log_tail(log_path)
+            raise UsageError(f"TensorBoard did not start on {host}:{port} ({err or 'no output'}); try another --port")
+        echo(f"http://{shown_host}:{port}/#pytorch_profiler")
+        say(f"advisor: TensorBoard serves run {prepared.run!r} from {prepared.logdir} (a prepared copy; originals untouched)")
+        for trace in prepared.originals:
+            say(f"advisor: Perfetto: open {PERFETTO_URL} and drop in {trace}")
+        say("advisor: press Ctrl-C to stop")
+        while proc.poll() is None:
+            time.sleep(0.5)
+        if proc.returncode not in (0, -signal.SIGINT, -signal.SIGTERM):
+            raise UsageError(f"TensorBoard exited with code {proc.returncode}: {_log_tail(log_path) or 'no output'}")
+        return 0
+    except KeyboardInterrupt:
+        say("advisor: stopping TensorBoard")
+        return 0
+    finally:
+        _stop(proc)
+        log.close()
+        if prepared.temporary:
+            shutil.rmtree(prepared.logdir, ignore_errors=True)
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the child: SIGINT, then SIGTERM, then SIGKILL, a few seconds apart."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

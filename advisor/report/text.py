@@ -1,0 +1,341 @@
+"""Terminal renderer: a rich summary panel, a breakdown bar chart, findings, trials and notes.
+
+The output is a string. Without colour (files, pipes, golden tests) it is rendered at a fixed
+width with no control codes, so it is byte-for-byte deterministic. Every string that came from
+a trace, a script or its output is wrapped in :class:`rich.text.Text`, never parsed as rich
+markup (a kernel named ``[bold]x`` prints as itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from io import StringIO
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from advisor.engine.model import Finding
+from advisor.fixes.model import Trial
+from advisor.report import style as s
+from advisor.report.model import Report
+
+WIDTH = 100
+"""Fixed render width for deterministic output."""
+BAR_WIDTH = 40
+
+
+def make_console(color: bool, width: int = WIDTH) -> tuple[Console, StringIO]:
+    """Return a console that renders into a string buffer (with ANSI colours only when ``color``)."""
+    buf = StringIO()
+    console = Console(
+        file=buf,
+        width=width,
+        color_system="truecolor" if color else None,
+        force_terminal=color,
+        force_jupyter=False,
+        force_interactive=False,
+        highlight=False,
+        emoji=False,
+        markup=False,
+        legacy_windows=False,
+        soft_wrap=False,
+        # NOTE: rich reads COLUMNS/NO_COLOR from the environment; pinning everything here keeps
+        # golden output identical on every machine.
+        _environ={},
+    )
+    return console, buf
+
+
+def _t(value: Any, style: str = "") -> Text:
+    """Untrusted text as a rich Text (never interpreted as markup)."""
+    return Text("" if value is None else str(value), style=style)
+
+
+def mean_part_ms(report: Report) -> dict[str, float | None]:
+    """Mean milliseconds per breakdown part over the report's steps (None when not recorded)."""
+    out: dict[str, float | None] = {}
+    for part in s.ordered_parts(report.breakdown):
+        vals = [s.finite(row.get(f"{part}_ms")) for row in report.steps]
+        nums = [v for v in vals if v is not None]
+        out[part] = sum(nums) / len(nums) if nums else None
+    return out
+
+
+def median_step_ms(report: Report) -> float | None:
+    """Median step time: the summary's value, else the median of the step rows."""
+    v = s.finite(report.summary.get("step_time_ms"))
+    if v is not None:
+        return v
+    vals = sorted(x for x in (s.finite(r.get("step_time_ms")) for r in report.steps) if x is not None)
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def throughput(report: Report) -> float | None:
+    """Samples/s of the run (capture first, then the metric summary)."""
+    v = s.finite(report.run.samples_per_s)
+    return v if v is not None else s.finite(report.summary.get("samples_per_s"))
+
+
+def severity_counts(findings: Iterable[Finding]) -> str:
+    """``1 error · 2 warnings`` style count, highest severity first; ``none`` when empty."""
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    if not counts:
+        return "none"
+    parts = []
+    for sev in sorted(counts, key=lambda x: -s.severity_rank(x)):
+        n = counts[sev]
+        parts.append(f"{n} {sev}{'s' if n != 1 and not sev.endswith('s') else ''}")
+    return " · ".join(parts)
+
+
+def device_text(report: Report) -> str:
+    """Return the device the run used, from the capture environment or the trace summary."""
+    env = report.run.environment or {}
+    name = env.get("device_name") or ""
+    dev = env.get("device") or ""
+    if name:
+        return str(name)
+    if dev:
+        return "CPU" if dev == "cpu" else str(dev)
+    flag = report.summary.get("has_gpu_flag")
+    if flag is None:
+        return "unknown device"
+    return "GPU" if flag else "CPU"
+
+
+def _summary_panel(report: Report) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    p = report.primary
+    if p is not None:
+        grid.add_row(
+            "Primary bottleneck",
+            Text.assemble(
+                _t(s.category_label(p.category), "bold red"),
+                f" — {s.pct(p.share)} of step time",
+            ),
+        )
+        grid.add_row(
+            "Estimated speedup",
+            Text.assemble("up to ", _t(s.times(p.estimated_speedup), "bold green"), " if that time went away (Amdahl bound)"),
+        )
+    else:
+        grid.add_row("Primary bottleneck", Text("none found", style="green"))
+    tput = throughput(report)
+    combined = report.combined
+    if tput is not None:
+        line = Text(f"{s.rate(tput)} samples/s")
+        if combined is not None and s.finite(combined.speedup) is not None:
+            line = Text(f"{s.rate(tput)} → {s.rate(combined.samples_per_s)} samples/s with ")
+            line.append(_t(", ".join(report.kept_fixes) or combined.fix, "bold"))
+            line.append(f" ({_speedup_text(combined)})")
+        grid.add_row("Throughput", line)
+    step = median_step_ms(report)
+    n_steps = report.run.steps_measured or len({(r.get("rank"), r.get("step")) for r in report.steps})
+    grid.add_row(
+        "Step time",
+        _t(f"{s.ms(step)} median over {n_steps} step{'s' if n_steps != 1 else ''} · {device_text(report)}"),
+    )
+    grid.add_row("Findings", _t(severity_counts(report.findings)))
+    if report.run.status not in ("analyzed", "stopped", "completed"):
+        grid.add_row("Run status", _t(report.run.status, "bold red"))
+    if report.run.error:
+        grid.add_row("Script error", _t(report.run.error, "red"))
+    title = Text("advisor · ")
+    title.append(_t(report.run.script or report.source or "report", "bold"))
+    return Panel(grid, title=title, title_align="left", box=box.ROUNDED, padding=(0, 1))
+
+
+def _speedup_text(trial: Trial) -> str:
+    ci = s.ci(trial.ci_low, trial.ci_high)
+    return f"{s.times(trial.speedup)} {ci}".strip()
+
+
+def _breakdown(report: Report, color: bool) -> RenderableType | None:
+    if not report.breakdown:
+        return None
+    part_ms = mean_part_ms(report)
+    table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
+    table.add_column("part", no_wrap=True, min_width=20)
+    table.add_column("bar", no_wrap=True, width=BAR_WIDTH)
+    table.add_column("share", justify="right", no_wrap=True)
+    table.add_column("ms", justify="right", no_wrap=True)
+    for part in s.ordered_parts(report.breakdown):
+        frac = s.finite(report.breakdown.get(part)) or 0.0
+        if frac <= 0:
+            continue  # NOTE: a CPU run has no GPU parts; rows of 0% are noise, not information
+        cells = round(max(0.0, min(1.0, frac)) * BAR_WIDTH * 2)  # half-cell resolution
+        bar = "█" * (cells // 2) + ("▌" if cells % 2 else "")
+        colour = s.PART_COLORS.get(part, "#888888") if color else ""
+        table.add_row(
+            _t(s.part_label(part)),
+            Text(bar.ljust(BAR_WIDTH, "·" if not color else " "), style=colour),
+            _t(s.pct(frac)),
+            _t(s.ms(part_ms.get(part))),
+        )
+    return Group(Text("Step-time breakdown (mean share of a step's wall time)", style="bold"), table)
+
+
+def _findings(report: Report) -> RenderableType:
+    if not report.findings:
+        return Text("No findings: nothing in the rules fired for this run.", style="green")
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), expand=True)
+    table.add_column("Severity", no_wrap=True)
+    table.add_column("Rule", no_wrap=True)
+    table.add_column("Finding", ratio=1)
+    for f in report.findings:
+        body = Text()
+        body.append(_t(f.name, "bold"))
+        body.append(f" · {s.category_label(f.category)}")
+        if s.finite(f.impact_frac):
+            body.append(f" · up to {s.pct(f.impact_frac)} of step time")
+        body.append("\n")
+        body.append(_t(f.message))
+        for loc in f.locations:
+            body.append("\n  at ")
+            body.append(_t(s.location_text(loc.file, loc.line, loc.function), "underline"))
+        if f.fixes:
+            body.append("\n  fix: ")
+            body.append(_t(", ".join(f"{x.id} ({x.safety})" for x in f.fixes)))
+        table.add_row(
+            Text(f.severity.upper(), style=s.SEVERITY_RICH.get(f.severity, "")),
+            _t(f.code, "bold"),
+            body,
+        )
+    return Group(Text(f"Findings ({len(report.findings)})", style="bold"), table)
+
+
+def _trials(report: Report) -> RenderableType | None:
+    trials = list(report.trials) + ([report.combined] if report.combined else [])
+    if not trials:
+        return None
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), expand=True)
+    table.add_column("Fix", min_width=18, overflow="fold")
+    table.add_column("Before", justify="right", no_wrap=True)
+    table.add_column("After", justify="right", no_wrap=True)
+    table.add_column("Speedup [95% CI]", justify="right", no_wrap=True)
+    table.add_column("Verdict", min_width=8, max_width=12)
+    table.add_column("Loss Δ", justify="right", no_wrap=True)
+    table.add_column("Note", ratio=1, min_width=16)
+    combined_at = len(trials) - 1 if report.combined is not None else -1
+    for i, t in enumerate(trials):
+        verdict_style = {"improved": "green", "slower": "red", "failed": "bold red"}.get(t.verdict, "")
+        name = Text()
+        name.append(_t(t.fix, "bold" if i == combined_at else ""))
+        name.append(_t(f"\n{'combined · ' if i == combined_at else ''}{t.safety}", "dim"))
+        table.add_row(
+            name,
+            _t(s.rate(t.baseline_samples_per_s)),
+            _t(s.rate(t.samples_per_s)),
+            _t(_speedup_text(t)),
+            _t(s.VERDICT_LABELS.get(t.verdict, t.verdict), verdict_style),
+            _t(s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—"),
+            _t(t.reason),
+            end_section=i == combined_at - 1,
+        )
+    title = Text("Fix trials (samples/s; interleaved repeats against the baseline)", style="bold")
+    parts: list[RenderableType] = [title, table]
+    if report.kept_fixes:
+        parts.append(Text.assemble("Kept: ", _t(", ".join(report.kept_fixes), "bold green")))
+    return Group(*parts)
+
+
+def _diff(report: Report, color: bool) -> RenderableType | None:
+    if not report.diff.strip():
+        return None
+    body = Text()
+    for line in report.diff.splitlines():
+        st = ""
+        if color:
+            if line.startswith("+") and not line.startswith("+++"):
+                st = "green"
+            elif line.startswith("-") and not line.startswith("---"):
+                st = "red"
+            elif line.startswith("@@"):
+                st = "cyan"
+        body.append(_t(line, st))
+        body.append("\n")
+    body.rstrip()
+    return Group(Text("Source diff that makes the kept fixes permanent", style="bold"), body)
+
+
+def _locations(report: Report) -> RenderableType | None:
+    if not report.locations:
+        return None
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+    table.add_column("Kind", no_wrap=True)
+    table.add_column("Where", overflow="fold")
+    table.add_column("Count/step", justify="right", no_wrap=True)
+    table.add_column("Time/step", justify="right", no_wrap=True)
+    for loc in report.locations[:8]:
+        table.add_row(
+            _t(loc.kind),
+            _t(s.location_text(loc.file, loc.line, loc.function)),
+            _t(s.number(round(loc.count, 2))),
+            _t(s.ms(loc.time_ms) if loc.time_ms else "—"),
+        )
+    more = len(report.locations) - 8
+    items: list[RenderableType] = [Text("Where in the code", style="bold"), table]
+    if more > 0:
+        items.append(Text(f"… and {more} more (see --format json)"))
+    return Group(*items)
+
+
+def _notes(report: Report) -> RenderableType | None:
+    notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
+    if not notes:
+        return None
+    body = Text()
+    for i, n in enumerate(notes):
+        body.append("• ")
+        body.append(_t(n))
+        if i < len(notes) - 1:
+            body.append("\n")
+    return Group(Text("Notes", style="bold"), body)
+
+
+def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> str:
+    """Render ``report`` for a terminal.
+
+    Args:
+        report: The report to render.
+        color: Emit ANSI colours (only for a TTY; golden files use the default, no colour).
+        width: Render width in columns.
+
+    Returns:
+        The rendered text, ending with a newline.
+    """
+    console, buf = make_console(color, width)
+    console.print(_summary_panel(report))
+    sections = [
+        _breakdown(report, color),
+        _findings(report),
+        _trials(report),
+        _diff(report, color),
+        _locations(report),
+        _notes(report),
+    ]
+    for section in sections:
+        if section is None:
+            continue
+        console.print()
+        console.print(section)
+    console.print(Rule(style="dim"))
+    bits = [f"source: {report.source}"] if report.source else []
+    bits += [f"advisor {report.advisor_version}", report.created]
+    console.print(_t("  ·  ".join(b for b in bits if b), "dim"))
+    text = buf.getvalue()
+    # NOTE: rich pads table rows with trailing spaces; stripping them keeps diffs and golden
+    # files clean without changing what a reader sees.
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"

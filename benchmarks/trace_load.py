@@ -1,0 +1,224 @@
+"""Benchmark: load + analyse a big torch.profiler trace with advisor, json.load and HTA.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/trace_load.py [--copies 11] [--skip-hta]
+
+It builds ``benchmarks/_data/large/resnet50_xN.pt.trace.json`` (git-ignored) from the ResNet-50
+trace in ../shared/traces: its events repeated N times with shifted timestamps, step numbers
+and correlation/external ids (about 35 MB per copy), then measures each tool in a fresh
+subprocess (wall time from the parent; peak RSS of that child from ``os.wait4``) on the largest
+shared trace and on the large one, and prints a markdown table.
+
+Tools:
+  * advisor: ``advisor.metrics.compute.analyze_path`` (load, per-step breakdown, every metric);
+  * json.load: the standard library parser alone (no analysis), as a floor for naive loaders;
+  * HTA: Holistic Trace Analysis ``TraceAnalysis(trace_dir=...).get_temporal_breakdown()``
+    (``pip install HolisticTraceAnalysis``; the ``bench`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("ADVISOR_SHARED_TRACES", REPO.parent / "shared" / "traces"))
+RESNET = SHARED / "kineto" / "resnet50_num_workers_0" / "worker0.1623143089861.pt.trace.json.gz"
+DATA = REPO / "benchmarks" / "_data"
+
+ADVISOR_CODE = """
+import json, sys, time
+t0 = time.perf_counter()
+from advisor.trace.load import load_traces
+from advisor.metrics.compute import compute_metrics
+traces = load_traces(sys.argv[1])
+t1 = time.perf_counter()
+m = compute_metrics(traces)
+t2 = time.perf_counter()
+print(json.dumps({"load_s": t1 - t0, "analyze_s": t2 - t1, "steps": len(m.steps),
+                  "events": sum(len(t.events) for t in traces),
+                  "torch_imported": "torch" in sys.modules}))
+"""
+
+JSON_CODE = """
+import gzip, json, sys
+path = sys.argv[1]
+import glob, os
+files = [path] if os.path.isfile(path) else sorted(glob.glob(os.path.join(path, "*.json*")))
+n = 0
+for f in files:
+    opener = gzip.open if f.endswith(".gz") else open
+    with opener(f, "rt", encoding="utf-8") as fh:
+        n += len(json.load(fh)["traceEvents"])
+print(json.dumps({"events": n}))
+"""
+
+HTA_CODE = """
+import json, sys, warnings, logging
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+df = a.get_temporal_breakdown(visualize=False)
+print(json.dumps({"rows": int(len(df))}))
+"""
+
+
+def build_large(copies: int) -> Path:
+    """Write the ResNet-50 trace's events ``copies`` times, shifted, as one uncompressed trace."""
+    out_dir = DATA / "large"
+    out = out_dir / f"resnet50_x{copies}.pt.trace.json"
+    if out.is_file():
+        return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with gzip.open(RESNET, "rt", encoding="utf-8") as fh:
+        doc = json.load(fh)
+    events = doc["traceEvents"]
+    timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
+    t0 = min(e["ts"] for e in timed)
+    t1 = max(e["ts"] + e.get("dur", 0) for e in timed)
+    span = t1 - t0 + 1000
+    id_keys = ("correlation", "External id", "external id")
+    max_id = max(
+        [int(e["args"][k]) for e in events for k in id_keys if isinstance(e.get("args", {}).get(k), int)]
+        + [int(e["id"]) for e in events if isinstance(e.get("id"), int)]
+    )
+    id_step = max_id + 1
+    steps = sorted(int(e["name"].split("#")[1]) for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    step_shift = steps[-1] - steps[0] + 1
+    tmp = out.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        head = {k: v for k, v in doc.items() if k != "traceEvents"}
+        # HTA needs a rank; the original trace predates distributedInfo
+        head["distributedInfo"] = {"rank": 0, "world_size": 1, "backend": "nccl"}
+        fh.write(json.dumps(head)[:-1] + ', "traceEvents": [\n')
+        first = True
+        for k in range(copies):
+            for e in events:
+                if k and e.get("ph") == "M":
+                    continue  # metadata once is enough
+                e2 = dict(e)
+                if isinstance(e2.get("ts"), (int, float)):
+                    e2["ts"] = e2["ts"] + k * span
+                if k and isinstance(e2.get("id"), int):
+                    e2["id"] = e2["id"] + k * id_step
+                args = e2.get("args")
+                if k and isinstance(args, dict):
+                    args = dict(args)
+                    for key in id_keys:
+                        if isinstance(args.get(key), int):
+                            args[key] = args[key] + k * id_step
+                    if isinstance(args.get("external ts"), (int, float)):
+                        args["external ts"] = args["external ts"] + k * span
+                    e2["args"] = args
+                name = e2.get("name", "")
+                if k and name.startswith("ProfilerStep#"):
+                    e2["name"] = f"ProfilerStep#{int(name.split('#')[1]) + k * step_shift}"
+                fh.write(("" if first else ",\n") + json.dumps(e2))
+                first = False
+        fh.write("\n]}\n")
+    tmp.replace(out)
+    return out
+
+
+def shared_copy() -> Path:
+    """The largest shared trace, alone in a folder (HTA reads whole folders), with a rank."""
+    out_dir = DATA / "resnet50"
+    out = out_dir / "worker0.pt.trace.json.gz"
+    if out.is_file():
+        return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with gzip.open(RESNET, "rt", encoding="utf-8") as fh:
+        doc = json.load(fh)
+    doc["distributedInfo"] = {"rank": 0, "world_size": 1, "backend": "nccl"}
+    with gzip.open(out, "wt", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    return out
+
+
+def uncompressed_size(path: Path) -> int:
+    if path.suffix != ".gz":
+        return path.stat().st_size
+    n = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            n += len(chunk)
+    return n
+
+
+def measure(code: str, arg: Path, timeout: float = 1800) -> dict:
+    """Run ``code`` in a fresh interpreter; wall seconds and that child's peak RSS (MB)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(arg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
+    # NOTE: read pipes before wait4 so a chatty child cannot block on a full pipe.
+    out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    result: dict = {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "ok": proc.returncode == 0}
+    if proc.returncode == 0:
+        try:
+            result.update(json.loads(out.decode().strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            pass
+    else:
+        result["error"] = (err.decode(errors="replace").strip().splitlines() or ["?"])[-1][:160]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=11, help="ResNet-50 trace copies in the large trace")
+    parser.add_argument("--skip-hta", action="store_true", help="do not run Holistic Trace Analysis")
+    args = parser.parse_args()
+    if not RESNET.is_file():
+        sys.exit(f"shared traces not found at {SHARED}")
+    has_hta = not args.skip_hta and shutil.which(sys.executable) and _has_module("hta")
+    inputs = [("ResNet-50 (shared, .json.gz)", shared_copy()), (f"ResNet-50 x{args.copies} (.json)", build_large(args.copies))]
+    rows = []
+    for label, path in inputs:
+        size_mb = uncompressed_size(path) / 1e6
+        results = {"advisor": measure(ADVISOR_CODE, path.parent), "json.load": measure(JSON_CODE, path)}
+        if has_hta:
+            results["HTA"] = measure(HTA_CODE, path.parent)
+        base = results["advisor"]["wall_s"]
+        for tool, r in results.items():
+            rows.append((label, size_mb, tool, r, r["wall_s"] / base))
+            print(f"{label}: {tool}: {r}", file=sys.stderr)
+    print("| trace | uncompressed MB | tool | wall s | x advisor time | peak RSS MB | RSS / size |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
+    for label, size_mb, tool, r, ratio in rows:
+        wall = f"{r['wall_s']:.1f}" if r["ok"] else f"failed ({r.get('error', '')})"
+        print(
+            f"| {label} | {size_mb:.0f} | {tool} | {wall} | {ratio:.1f} | {r['peak_rss_mb']:.0f} | "
+            f"{r['peak_rss_mb'] / size_mb:.2f} |"
+        )
+    for label, _size, tool, r, _ratio in rows:
+        if tool == "advisor" and r["ok"]:
+            print(
+                f"\nadvisor on {label}: load {r['load_s']:.1f} s + analysis {r['analyze_s']:.1f} s, "
+                f"{r['events']:,} events, {r['steps']} steps, torch imported: {r['torch_imported']}"
+            )
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+if __name__ == "__main__":
+    main()

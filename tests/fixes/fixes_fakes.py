@@ -1,0 +1,86 @@
+"""A deterministic fake of the capture stage for the trial loop."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from advisor.capture.model import (
+    DataLoaderInfo,
+    Environment,
+    RunCapture,
+    RunSpec,
+    ScriptError,
+    TimedPhase,
+)
+
+Effect = float | Callable[[dict], float]
+
+
+@dataclass
+class FakeRunner:
+    """Returns captures whose throughput is ``base`` times each applied fix's effect.
+
+    Noise is deterministic: a +-``noise`` factor derived from the run directory's name.
+    """
+
+    effects: dict[str, Effect] = field(default_factory=dict)
+    base: float = 100.0
+    noise: float = 0.01
+    crash: set[str] = field(default_factory=set)
+    nan_loss: set[str] = field(default_factory=set)
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    workers: int = 0
+    batches_per_step: int = 1
+    device: str = "cpu"
+    cpu_count: int = 2
+    calls: list[RunSpec] = field(default_factory=list)
+
+    def __call__(self, spec: RunSpec) -> RunCapture:
+        self.calls.append(spec)
+        ids = [f.id for f in spec.fixes]
+        run_dir = str(spec.out_dir)
+        env = Environment(device=self.device, cpu_count=self.cpu_count)
+        loaders = (DataLoaderInfo(batch_size=8, num_workers=self.workers),)
+        notes = {f.id: self.not_applicable.get(f.id, "applied: fake") for f in spec.fixes}
+        if notes and all(n.startswith("not applied") for n in notes.values()):
+            notes = {k: "not applied: " + v.split(": ", 1)[1] for k, v in notes.items()}
+        for fix in ids:
+            if fix in self.crash:
+                return RunCapture(
+                    run_dir=run_dir, status="crashed", exit_code=1, environment=env,
+                    error=ScriptError(type="RuntimeError", message="out of memory"), fix_notes=notes,
+                )
+        rate = self.base
+        for f in spec.fixes:
+            if notes[f.id].startswith("not applied"):
+                continue
+            effect = self.effects.get(f.id, 1.0)
+            rate *= effect(f.params) if callable(effect) else effect
+        jitter = (zlib.crc32(spec.out_dir.name.encode()) % 2001 - 1000) / 1000 * self.noise
+        rate *= 1 + jitter
+        losses = [2.3 - 0.1 * i for i in range(spec.record_loss_steps)]
+        if any(f in self.nan_loss for f in ids) and losses:
+            losses[-1] = float("nan")
+        n = spec.timed_steps
+        return RunCapture(
+            run_dir=run_dir,
+            status="stopped",
+            exit_code=0,
+            environment=env,
+            dataloaders=loaders,
+            fix_notes=notes,
+            losses=tuple(losses),
+            timed=TimedPhase(
+                step_times_ms=(8000.0 / rate,) * n,
+                samples=(8 * self.batches_per_step,) * n,
+                samples_per_s=rate,
+                steps_per_s=rate / (8 * self.batches_per_step),
+                time_to_first_step_s=3.0 if "torch_compile" in ids else 1.0,
+                batches=(self.batches_per_step,) * n,
+            ),
+        )
+
+    def runs_with(self, fix: str) -> int:
+        return sum(1 for s in self.calls if any(f.id == fix for f in s.fixes))

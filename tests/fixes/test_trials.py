@@ -1,0 +1,188 @@
+"""The trial loop against a deterministic fake capture stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from advisor.capture.model import RunSpec
+from advisor.engine.model import FixRef
+from advisor.errors import UsageError
+from advisor.fixes.trials import TrialProgress, run_trials
+
+from fixes_fakes import FakeRunner
+
+
+def refs(*ids: str) -> list[FixRef]:
+    from advisor.fixes.registry import safety_of
+
+    return [FixRef(i, safety_of(i)) for i in ids]
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> RunSpec:
+    script = tmp_path / "train.py"
+    script.write_text("print('train')\n")
+    return RunSpec(script=script, out_dir=tmp_path / "run", seed=None)
+
+
+def by_fix(outcome):
+    return {t.fix: t for t in outcome.trials}
+
+
+def test_workers_win_is_kept_and_the_best_rung_is_picked(spec):
+    runner = FakeRunner(effects={"dataloader_workers": lambda p: {1: 1.5, 2: 1.9}[p["num_workers"]]})
+    events: list[TrialProgress] = []
+    out = run_trials(spec, refs("dataloader_workers"), runner=runner, progress=events.append,
+                     make_diff_text=False)
+    t = by_fix(out)["dataloader_workers"]
+    assert t.verdict == "improved"
+    assert t.params == {"num_workers": 2}
+    assert t.speedup == pytest.approx(1.9, rel=0.03)
+    assert t.ci_low > 1.0 and t.repeats == 3
+    assert "ladder 1 workers: 1.4" in t.reason or "ladder 1 workers: 1.5" in t.reason
+    assert out.kept == ("dataloader_workers",)
+    assert out.combined is t
+    # A V1 V2 A V2 V1 A V1 V2 A: one baseline per round serves both rungs.
+    assert len(runner.calls) == 4 + 6
+    assert all(s.profiled_steps == 0 and s.record_loss_steps == 5 and s.seed == 0 for s in runner.calls)
+    assert all(s.out_dir.parent == spec.out_dir / "trials" for s in runner.calls)
+    assert len({s.out_dir for s in runner.calls}) == len(runner.calls)
+    assert [e.fix for e in events][:3] == ["baseline", "dataloader_workers@1", "dataloader_workers@2"]
+    assert events[-1].estimate is None and events[-1].fix == "baseline"
+    assert any(e.estimate and e.estimate > 1.8 for e in events if e.fix == "dataloader_workers@2")
+
+
+def test_noise_slower_crash_nan_and_skips(spec):
+    runner = FakeRunner(
+        effects={"fused_optimizer": 1.0, "torch_compile": 0.6, "bf16_autocast": 1.7},
+        noise=0.02,
+        crash={"channels_last"},
+        nan_loss={"bf16_autocast"},
+    )
+    out = run_trials(
+        spec,
+        refs("fused_optimizer", "torch_compile", "channels_last", "bf16_autocast", "pin_memory"),
+        unsafe=True, runner=runner, make_diff_text=False,
+    )
+    t = by_fix(out)
+    assert t["fused_optimizer"].verdict == "no_effect"
+    assert t["torch_compile"].verdict == "slower"
+    assert t["torch_compile"].time_to_first_step_s == 3.0
+    assert t["torch_compile"].baseline_time_to_first_step_s == 1.0
+    assert t["channels_last"].verdict == "failed"
+    assert "out of memory" in t["channels_last"].reason
+    assert t["bf16_autocast"].verdict == "failed" and "nan" in t["bf16_autocast"].reason
+    assert t["pin_memory"].verdict == "skipped" and "CUDA" in t["pin_memory"].reason
+    # Failures are not run again; a skip found by the registry costs no run at all.
+    assert runner.runs_with("channels_last") == 1
+    assert runner.runs_with("bf16_autocast") == 1
+    assert runner.runs_with("pin_memory") == 0
+    assert out.kept == () and out.combined is None
+
+
+def test_runtime_not_applicable_note_is_a_skip(spec):
+    runner = FakeRunner(not_applicable={"channels_last": "not applied: Net has no 2-D/3-D convolutions"})
+    out = run_trials(spec, refs("channels_last"), unsafe=True, runner=runner, make_diff_text=False)
+    t = by_fix(out)["channels_last"]
+    assert t.verdict == "skipped" and t.reason == "Net has no 2-D/3-D convolutions"
+    assert runner.runs_with("channels_last") == 1
+
+
+def test_unsafe_fixes_are_hidden_and_counted(spec):
+    runner = FakeRunner()
+    out = run_trials(spec, refs("bf16_autocast", "torch_compile", "torch_compile"), runner=runner)
+    assert out.trials == () and runner.calls == []
+    assert out.hidden_unsafe == ("bf16_autocast", "torch_compile")
+    assert any("2 unsafe fixes hidden" in n and "--unsafe-fixes" in n for n in out.notes)
+
+
+def test_only_tries_exactly_the_named_fixes(spec):
+    runner = FakeRunner(effects={"bf16_autocast": 1.3})
+    out = run_trials(spec, refs("dataloader_workers"), only=["bf16_autocast"], runner=runner,
+                     make_diff_text=False)
+    assert [t.fix for t in out.trials] == ["bf16_autocast"]
+    assert by_fix(out)["bf16_autocast"].verdict == "improved"
+    with pytest.raises(UsageError, match="did you mean bf16_autocast"):
+        run_trials(spec, (), only=["bf16_autocast2"], runner=runner)
+
+
+def test_prefetch_is_measured_on_top_of_workers_and_everything_is_combined(spec):
+    runner = FakeRunner(effects={
+        "dataloader_workers": lambda p: 1.0 + 0.4 * p["num_workers"],
+        "prefetch_factor": 1.2,
+        "persistent_workers": 1.0,
+    })
+    out = run_trials(spec, refs("dataloader_workers", "prefetch_factor", "persistent_workers"),
+                     runner=runner, make_diff_text=False)
+    t = by_fix(out)
+    assert t["prefetch_factor"].verdict == "improved"
+    assert t["prefetch_factor"].reason.startswith("on top of dataloader_workers@2")
+    assert t["prefetch_factor"].speedup == pytest.approx(1.2, rel=0.03)
+    assert t["persistent_workers"].verdict == "no_effect"
+    assert out.kept == ("dataloader_workers", "prefetch_factor")
+    assert out.combined.fix == "dataloader_workers+prefetch_factor"
+    assert out.combined.verdict == "improved"
+    assert out.combined.speedup == pytest.approx(1.8 * 1.2, rel=0.03)
+    combined_runs = [s for s in runner.calls if s.out_dir.name.startswith("combined")]
+    assert len(combined_runs) == 3 + 4  # 3 variant runs, 4 sandwiching baselines
+
+
+def test_on_top_fixes_are_skipped_when_workers_do_not_help(spec):
+    runner = FakeRunner(effects={"dataloader_workers": 1.0})
+    out = run_trials(spec, refs("dataloader_workers", "prefetch_factor"), runner=runner, make_diff_text=False)
+    t = by_fix(out)
+    assert t["dataloader_workers"].verdict == "no_effect"
+    assert t["prefetch_factor"].verdict == "skipped"
+    assert "was not kept (no_effect)" in t["prefetch_factor"].reason
+    assert runner.runs_with("prefetch_factor") == 0
+
+
+def test_a_worse_combination_falls_back_to_the_best_single_fix(spec):
+    def effect_bf16(p):
+        return 1.5
+
+    class Clashing(FakeRunner):
+        def __call__(self, s):
+            ids = {f.id for f in s.fixes}
+            cap = super().__call__(s)
+            if {"bf16_autocast", "fused_optimizer"} <= ids:  # they interfere
+                from dataclasses import replace
+
+                cap = replace(cap, timed=replace(cap.timed, samples_per_s=self.base * 1.05))
+            return cap
+
+    runner = Clashing(effects={"bf16_autocast": effect_bf16, "fused_optimizer": 1.2})
+    out = run_trials(spec, refs("bf16_autocast", "fused_optimizer"), unsafe=True, runner=runner,
+                     make_diff_text=False)
+    assert out.kept == ("bf16_autocast",)
+    assert out.combined is not None and out.combined.speedup == pytest.approx(1.05, rel=0.03)
+    assert any("keeping bf16_autocast only" in n for n in out.notes)
+
+
+def test_batch_fusion_uses_the_accumulation_count_and_fewer_steps(spec):
+    runner = FakeRunner(effects={"batch_fusion": 2.5}, batches_per_step=4)
+    out = run_trials(spec, refs("batch_fusion"), unsafe=True, runner=runner, make_diff_text=False)
+    t = by_fix(out)["batch_fusion"]
+    assert t.verdict == "improved" and t.params == {"factor": 4}
+    fused = [s for s in runner.calls if s.fixes]
+    assert all(s.timed_steps == 5 and s.warmup_steps == 2 for s in fused)
+    # Without accumulation there is nothing to fuse.
+    out = run_trials(spec, refs("batch_fusion"), unsafe=True, runner=FakeRunner(), make_diff_text=False)
+    assert by_fix(out)["batch_fusion"].verdict == "skipped"
+
+
+def test_a_failing_baseline_measures_nothing(spec):
+    from advisor.capture.model import RunCapture, ScriptError
+
+    calls = []
+
+    def broken(s):
+        calls.append(s)
+        return RunCapture(status="crashed", error=ScriptError("ValueError", "bad data"))
+
+    out = run_trials(spec, refs("dataloader_workers"), runner=broken)
+    assert len(calls) == 1
+    assert out.trials[0].verdict == "skipped" and "bad data" in out.trials[0].reason
+    assert any("baseline run failed" in n for n in out.notes)
