@@ -129,9 +129,7 @@ def diagnose_script(
     Script failures do not raise here: the capture records them (``capture.status``) and the
     report is still written, so the caller decides the exit code with everything on disk.
     """
-    from advisor.capture.run import capture as run_capture
-
-    capture = run_capture(spec, progress)
+    capture = _runner(spec)(spec, progress)
     run_dir = Path(capture.run_dir or spec.out_dir)
     metrics = metrics_for_run(run_dir, capture)
     diagnosis = evaluate(metrics, engine_config)
@@ -141,6 +139,17 @@ def diagnose_script(
     report = build_report(metrics, diagnosis, capture=capture, fixes=outcome, timeline=_timeline(run_dir, capture))
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
+
+
+def _runner(spec: RunSpec) -> Callable[..., RunCapture]:
+    """The capture function for ``spec``: torchrun for multi-process jobs, a plain child otherwise."""
+    if spec.nproc_per_node > 1 or spec.nnodes > 1:
+        from advisor.capture.launch import capture_distributed
+
+        return capture_distributed
+    from advisor.capture.run import capture
+
+    return capture
 
 
 def try_fixes(
@@ -161,6 +170,7 @@ def try_fixes(
         unsafe=options.unsafe,
         only=options.only,
         repeats=options.repeats,
+        runner=_runner(spec),
         progress=progress,
     )
     kept = [t for t in outcome.trials if t.fix in outcome.kept]

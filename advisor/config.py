@@ -57,7 +57,7 @@ class ConfigFile:
     base: ConfigFile | None = None
 
     def engine_layers(self) -> tuple[tuple[EngineConfig, str], ...]:
-        """This file's selection as engine layers (the extended file's first), with sources."""
+        """Return this file's selection as engine layers (the extended file's first), with sources."""
         own = (
             EngineConfig(
                 select=tuple(self.settings["select"]) if "select" in self.settings else None,
@@ -70,14 +70,14 @@ class ConfigFile:
         return (*(self.base.engine_layers() if self.base else ()), own)
 
     def preview(self) -> bool | None:
-        """The ``preview`` setting, this file's over its base's; None when unset."""
+        """Return the ``preview`` setting, this file's over its base's; None when unset."""
         if "preview" in self.settings:
             return bool(self.settings["preview"])
         return self.base.preview() if self.base else None
 
 
 def find_config_file(start: Path | None = None) -> Path | None:
-    """The closest config file at or above ``start`` (default: the working directory)."""
+    """Find the closest config file at or above ``start`` (default: the working directory)."""
     here = Path(start or Path.cwd()).resolve()
     if here.is_file():
         here = here.parent
@@ -160,7 +160,7 @@ def resolve_engine_config(
     start: Path | None = None,
     config_file: Path | None = None,
 ) -> EngineConfig:
-    """The engine configuration: the closest config file's layers under the CLI's flags.
+    """Build the engine configuration: the closest config file's layers under the CLI's flags.
 
     Args:
         select: ``--select`` (None when not given: keep the config's selection).

@@ -108,6 +108,8 @@ def main(argv=None) -> None:
         shuffle=True,
         num_workers=0,  # <- the bottleneck: augmentation runs in the training process
     )
+    if len(loader) == 0:
+        raise SystemExit("the data set is smaller than one batch; raise the sample count")
     model = make_model().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

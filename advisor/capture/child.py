@@ -26,7 +26,6 @@ _T0 = time.perf_counter()  # NOTE: first, so time to first step includes every i
 import cProfile  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import platform  # noqa: E402
 import random  # noqa: E402
 import runpy  # noqa: E402
 import signal  # noqa: E402
@@ -37,6 +36,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
+from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
     PHASE_DONE,
     PHASE_FINISHING,
@@ -48,13 +48,13 @@ from advisor.capture.model import (  # noqa: E402
     RunSpec,
     ScriptError,
 )
-from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.recorder import Phases, StepRecorder, StopScript  # noqa: E402
 
 CHILD_FILE = "child.json"
 EVENTS_FILE = "events.jsonl"
 TRACES_DIR = "traces"
 PSTATS_FILE = "profile.pstats"
+EVENT_INTERVAL_S = 0.1  # at most this often a progress line within a phase
 
 NO_STEPS_NOTE = (
     "no training step was seen: advisor counts a step at each torch.optim optimizer step, or, "
@@ -134,7 +134,7 @@ class TorchProfilerControl:
 
 
 class CProfileControl:
-    """cProfile for its own window (it cannot share one with torch's Python stacks)."""
+    """Run cProfile over its own window (it cannot share one with torch's Python stacks)."""
 
     def __init__(self, path: Path, run_dir: Path, out: dict[str, Any]):
         self.path = path
@@ -148,7 +148,7 @@ class CProfileControl:
         self._prof.enable()
 
     def step(self) -> None:
-        """cProfile has no notion of steps."""
+        """CProfile has no notion of steps."""
 
     def stop(self, export: bool) -> None:
         """Disable it and, when asked, write ``profile.pstats``."""
@@ -192,15 +192,8 @@ class ChildSession:
         self.error: ScriptError | None = None
         self.status = "running"
         self.exit_code: int | None = None
-        cprofile = spec.profiled_steps if spec.cprofile_steps is None else spec.cprofile_steps
         self.recorder = StepRecorder(
-            phases=Phases(
-                warmup=max(0, spec.warmup_steps),
-                timed=max(0, spec.timed_steps),
-                profiled=max(0, spec.profiled_steps),
-                cprofile=max(0, cprofile) if spec.profiled_steps > 0 else 0,
-                full=spec.full,
-            ),
+            phases=Phases.for_spec(spec),
             profiler=TorchProfilerControl(
                 self.out / TRACES_DIR, run_dir, self.trace_files, self.notes
             ),
@@ -212,17 +205,23 @@ class ChildSession:
         )
         self.hooks: Any = None
         self._last_event: tuple[str, int, int] | None = None
-        self._events = os.open(self.out / EVENTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self._last_event_t = 0.0
+        self._events = os.open(
+            self.out / EVENTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
 
     # ----- progress and partial results --------------------------------------------------------
 
-    def _event(self, phase: str, message: str = "") -> None:
+    def _event(self, phase: str, message: str = "", force: bool = True) -> None:
         rec = self.recorder
         done, asked = rec.phase_progress()
         key = (phase, rec.steps_seen, done)
         if key == self._last_event:
             return  # a phase change inside a step reports once
-        self._last_event = key
+        now = time.perf_counter()
+        if not force and now - self._last_event_t < EVENT_INTERVAL_S:
+            return  # NOTE: a line per step costs ~50 us on a busy machine; 10 per second is plenty
+        self._last_event, self._last_event_t = key, now
         line = json.dumps(
             {
                 "phase": phase,
@@ -230,7 +229,7 @@ class ChildSession:
                 "steps_total": rec.phases.total,
                 "phase_step": done,
                 "phase_steps": asked,
-                "elapsed_s": round(time.perf_counter() - self.t0, 3),
+                "elapsed_s": round(now - self.t0, 3),
                 "message": message,
             }
         )
@@ -240,7 +239,7 @@ class ChildSession:
             pass  # progress is best effort; the measurements are not
 
     def _on_step(self, rec: StepRecorder) -> None:
-        self._event(rec.phase)
+        self._event(rec.phase, force=False)
 
     def _on_phase(self, rec: StepRecorder) -> None:
         self.write(finished=False)
@@ -254,7 +253,7 @@ class ChildSession:
             "status": self.status,
             "exit_code": self.exit_code,
             "error": self.error,
-            "fix_notes": self.fix_notes,
+            "fix_notes": dict(self.fix_notes),
             "trace_files": list(self.trace_files),
             "pstats_file": self.results["pstats_file"],
             "dataloaders": list(self.hooks.dataloaders) if self.hooks is not None else [],
@@ -287,7 +286,8 @@ class ChildSession:
                 self.fix_notes = {fix.id: msg for fix in self.spec.fixes}
                 self.notes.append(f"run-time fixes were asked for but not applied ({exc})")
             else:
-                self.fix_notes = dict(runtime.install(self.spec.fixes))
+                # NOTE: a live dict: fixes update their notes as the script reaches them.
+                self.fix_notes = runtime.install(self.spec.fixes)
 
     def run(self) -> int:
         """Run the script measured; return the exit code (see the module docstring)."""
@@ -384,7 +384,7 @@ def _caused_by_stop(exc: BaseException) -> bool:
 
 
 def _exit_code(exc: SystemExit) -> int:
-    """The process exit code Python would use for this SystemExit."""
+    """Return the process exit code Python would use for this SystemExit."""
     code = exc.code
     if code is None:
         return 0

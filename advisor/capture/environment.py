@@ -52,7 +52,7 @@ def peak_memory() -> tuple[int | None, str]:
 
 
 def git_commit(folder: Path) -> str | None:
-    """The HEAD commit of the git repository holding ``folder``, or None (no git, no repo)."""
+    """Return the HEAD commit of the git repository holding ``folder`` (None: no git or repo)."""
     try:
         out = subprocess.run(
             ["git", "-C", str(folder), "rev-parse", "HEAD"],

@@ -28,7 +28,7 @@ _MAX_DEPTH = 4
 
 
 def count_samples(batch: Any, depth: int = 0) -> int | None:
-    """Samples in a batch: the first dimension of the first tensor found in it (None if none).
+    """Count the samples in a batch: the first dimension of the first tensor found in it (None if none).
 
     Looks through tuples, lists and mappings (MONAI's dict batches), a few levels deep.
     """
@@ -52,7 +52,7 @@ def count_samples(batch: Any, depth: int = 0) -> int | None:
 
 
 def _library_roots() -> tuple[str, ...]:
-    """Folders whose frames are not the user's code (stdlib, site-packages, torch, advisor)."""
+    """Return folders whose frames are not the user's code (stdlib, site-packages, torch, advisor)."""
     import torch
 
     paths = sysconfig.get_paths()
@@ -63,7 +63,7 @@ def _library_roots() -> tuple[str, ...]:
 
 
 def user_frame(roots: tuple[str, ...]) -> tuple[str | None, int | None]:
-    """File and line of the innermost caller outside the library roots (the user's code)."""
+    """Return file and line of the innermost caller outside the library roots (the user's code)."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -74,7 +74,7 @@ def user_frame(roots: tuple[str, ...]) -> tuple[str | None, int | None]:
 
 
 def describe_dataloader(loader: Any, file: str | None, line: int | None) -> DataLoaderInfo:
-    """The effective settings of a constructed DataLoader (read back from the object)."""
+    """Describe a constructed DataLoader by its effective settings (read back from it)."""
     from torch.utils.data import IterableDataset
 
     dataset = getattr(loader, "dataset", None)

@@ -33,7 +33,7 @@ PHASE_LABELS = {
     PHASE_TIMED: "timed steps",
     PHASE_PROFILED: "profiling (torch.profiler)",
     PHASE_CPROFILE: "profiling (cProfile)",
-    PHASE_FINISHING: "writing traces",
+    PHASE_FINISHING: "finishing",
     PHASE_DONE: "done",
 }
 

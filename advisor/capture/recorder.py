@@ -15,9 +15,10 @@ Step source policy (precedence marker > optimizer > dataloader):
   ``advisor.step()`` switches it to ``marker`` for good. Lower-precedence events are ignored
   afterwards (batches are still counted as samples).
 * A switch during warm-up just carries on (warm-up absorbs it: a training loop switches at its
-  first optimizer step). A switch after warm-up means what was measured used the wrong
-  boundaries (e.g. an inference pass over a DataLoader before training starts): measurement
-  restarts from warm-up, any open profiler is discarded, and a note says so.
+  first optimizer step). A switch later means the step in progress, and any measured ones,
+  used the wrong boundaries (gradient accumulation over more micro-batches than warm-up steps,
+  or an inference pass over a DataLoader before training starts): measurement restarts from
+  warm-up, any open profiler is discarded, and a note says so when measured steps were dropped.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from advisor.capture.model import (
     PHASE_STARTING,
     PHASE_TIMED,
     PHASE_WARMUP,
+    RunSpec,
     TimedPhase,
 )
 
@@ -57,7 +59,7 @@ class ProfilerControl(Protocol):
         """Start recording; the first profiled step begins now."""
 
     def step(self) -> None:
-        """A step boundary inside the profiled window."""
+        """Mark a step boundary inside the profiled window."""
 
     def stop(self, export: bool) -> None:
         """Stop recording; write the results when ``export`` is true, else discard them."""
@@ -77,6 +79,19 @@ class Phases:
     def total(self) -> int:
         """Steps measurement needs before the script may be stopped."""
         return self.warmup + self.timed + self.profiled + self.cprofile
+
+    @classmethod
+    def for_spec(cls, spec: RunSpec) -> Phases:
+        """Build the phases a spec asks for (cProfile: as many steps as torch.profiler by default)."""
+        cprofile = spec.profiled_steps if spec.cprofile_steps is None else spec.cprofile_steps
+        return cls(
+            warmup=max(0, spec.warmup_steps),
+            timed=max(0, spec.timed_steps),
+            profiled=max(0, spec.profiled_steps),
+            # NOTE: profiled_steps=0 (fix trials) means no profiler of either kind.
+            cprofile=max(0, cprofile) if spec.profiled_steps > 0 else 0,
+            full=spec.full,
+        )
 
 
 @dataclass
@@ -125,7 +140,7 @@ class StepRecorder:
     # ----- events from the hooks -------------------------------------------------------------
 
     def script_started(self) -> None:
-        """The script is about to run: the first step (optimizer or marker) starts here."""
+        """Start the clock: the script is about to run; its first step starts here."""
         self._step_start = self.clock()
         self._set_phase(PHASE_WARMUP)
         self._advance()  # phases asked with 0 steps (e.g. no warm-up) are passed at once
@@ -135,11 +150,11 @@ class StepRecorder:
         self._boundary(SOURCE_MARKER, self.clock())
 
     def optimizer_step(self) -> None:
-        """An optimizer step finished: end the step in progress (unless a marker rules)."""
+        """End the step in progress: an optimizer step finished (unless a marker rules)."""
         self._boundary(SOURCE_OPTIMIZER, self.clock())
 
     def batch_requested(self) -> None:
-        """A DataLoader iterator's ``__next__`` was entered."""
+        """Handle entry into a DataLoader iterator's ``__next__``."""
         now = self.clock()
         if self.source not in (None, SOURCE_DATALOADER):
             return
@@ -153,17 +168,17 @@ class StepRecorder:
         self._boundary(SOURCE_DATALOADER, now)
 
     def batch_yielded(self, samples: int | None) -> None:
-        """A DataLoader yielded a batch of ``samples`` samples (None: unknown)."""
+        """Count a batch of ``samples`` samples (None: unknown) yielded by a DataLoader."""
         self._cur_batches += 1
         if samples is not None:
             self._cur_samples = (self._cur_samples or 0) + samples
 
     def epoch_ended(self) -> None:
-        """A DataLoader iterator raised StopIteration."""
+        """Note that a DataLoader iterator raised StopIteration (the epoch ended)."""
         self._epoch_ended = True
 
     def wants_loss(self) -> bool:
-        """True while the step in progress is one whose loss should be recorded."""
+        """Return True while the step in progress is one whose loss should be recorded."""
         return self.steps_seen < self.record_loss_steps
 
     def loss(self, value: float) -> None:
@@ -181,7 +196,7 @@ class StepRecorder:
         self.losses[index] = value if previous is None else previous + value
 
     def finish(self) -> None:
-        """The script ended (or is being stopped): close an open profiler window, exporting it."""
+        """Close an open profiler window, exporting it: the script ended or is being stopped."""
         if self.open_window is not None:
             if not self.stop_requested:
                 self.notes.append(
@@ -193,7 +208,7 @@ class StepRecorder:
     # ----- results ---------------------------------------------------------------------------
 
     def timed_phase(self) -> TimedPhase:
-        """The timed phase's measurements so far."""
+        """Return the timed phase's measurements so far."""
         times = tuple(self.step_times_ms)
         total_s = sum(times) / 1000.0
         samples = tuple(self.step_samples)
@@ -213,7 +228,7 @@ class StepRecorder:
         )
 
     def snapshot(self) -> dict[str, Any]:
-        """The recorder's part of ``child.json`` (RunCapture field names)."""
+        """Return the recorder's part of ``child.json`` (RunCapture field names)."""
         return {
             "step_source": self.source,
             "steps_seen": self.steps_seen,
@@ -227,7 +242,7 @@ class StepRecorder:
         }
 
     def phase_progress(self) -> tuple[int, int]:
-        """(steps done, steps asked) in the current phase."""
+        """Return (steps done, steps asked) in the current phase."""
         asked = {
             PHASE_WARMUP: self.phases.warmup,
             PHASE_TIMED: self.phases.timed,
@@ -245,7 +260,6 @@ class StepRecorder:
             self._switch(source)
         self.source = source
         start = self._step_start if self._step_start is not None else now
-        self._step_start = now
         self.steps += 1
         self.steps_seen += 1
         if self.first_step_end is None:
@@ -261,6 +275,9 @@ class StepRecorder:
         self._advance()
         if self.on_step is not None:
             self.on_step(self)
+        # NOTE: the next step starts after our own work (progress line, child.json, profiler
+        # start), so timed steps measure the script, not advisor.
+        self._step_start = self.clock()
         if self.stop_requested and not self.phases.full:
             raise StopScript()
 
@@ -306,15 +323,18 @@ class StepRecorder:
             control.stop(export)
 
     def _switch(self, source: str) -> None:
-        if self.phase == PHASE_WARMUP:
+        if self.phase in (PHASE_WARMUP, PHASE_FINISHING):
+            # Warm-up absorbs the switch; after measurement (a --full run) it changes nothing.
             return
-        if self.phase == PHASE_FINISHING:
-            # Measurement is complete (a --full run goes on): keep what was measured.
-            return
-        self.notes.append(
-            f"steps were counted from {self.source} boundaries until step {self.steps_seen}, "
-            f"then a {source} boundary appeared: measurement restarted from warm-up there"
-        )
+        # NOTE: even with no measured step yet, the step in progress began at an old-source
+        # boundary (e.g. between two accumulated micro-batches): it must not be timed.
+        measured = sum(self.counts.get(p, 0) for p in (PHASE_TIMED, PHASE_PROFILED, PHASE_CPROFILE))
+        if measured:
+            self.notes.append(
+                f"steps were counted from {self.source} boundaries until step "
+                f"{self.steps_seen}, then a {source} boundary appeared: measurement restarted "
+                "from warm-up there"
+            )
         if self.open_window is not None:
             self._close_window(export=False)
         self.steps = 0

@@ -43,6 +43,7 @@ from advisor.capture.model import (
     RunSpec,
     ScriptError,
 )
+from advisor.capture.recorder import Phases
 from advisor.capture.sampler import UtilSampler
 from advisor.errors import UsageError
 
@@ -169,7 +170,10 @@ class _EventRelay:
                 continue  # the parent sends the final event itself, with the final status
             self.last = event
             if self.progress is not None:
-                self.progress(event)
+                try:
+                    self.progress(event)
+                except Exception:  # noqa: BLE001 - a broken display must not end the capture
+                    self.progress = None
 
 
 def _kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
@@ -256,9 +260,8 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
 
 
 def _steps_total(spec: RunSpec) -> int:
-    cprofile = spec.profiled_steps if spec.cprofile_steps is None else spec.cprofile_steps
-    cprofile = cprofile if spec.profiled_steps > 0 else 0
-    return spec.warmup_steps + spec.timed_steps + spec.profiled_steps + cprofile
+    """Count the steps the capture asks for (also used by the torchrun launcher, launch.py)."""
+    return Phases.for_spec(spec).total
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout_s: float | None, start: float) -> bool:

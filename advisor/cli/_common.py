@@ -33,11 +33,11 @@ def engine_config(
 
 def emit_report(report: Report, fmt: str | None, output: str | None, fail_on: str) -> int:
     """Render ``report`` to stdout or ``output`` and return the exit code ``--fail-on`` implies."""
-    from advisor.report.render import gate, guess_format, render, write_output
+    from advisor.report.render import gate, resolve_format, render, use_color, write_output
 
     out = Path(output) if output else None
-    chosen = fmt or (guess_format(out) if out else "text")
-    text = render(report, chosen)
+    chosen = resolve_format(fmt, out)
+    text = render(report, chosen, color=use_color(chosen, out))
     write_output(text, chosen, out)
     if out is not None:
         click.echo(f"advisor: wrote {chosen} report to {out}", err=True)

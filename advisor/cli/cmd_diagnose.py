@@ -121,7 +121,7 @@ def diagnose(
     fix_options = FixOptions(
         enabled=not no_fixes, unsafe=unsafe_fixes, only=tuple(only_fixes), repeats=repeats, write=write
     )
-    progress, trial_progress, stop = _progress_sinks(quiet > 0)
+    progress, trial_progress, stop = _progress_sinks(quiet > 0, script.name)
     try:
         result: DiagnoseResult = diagnose_script(
             spec,
@@ -163,13 +163,32 @@ def _raise_for_script(result: object) -> None:
         )
 
 
-def _progress_sinks(quiet: bool):  # type: ignore[no-untyped-def]
-    """Live progress on stderr (rich), or nothing with -q / when stderr is not a terminal."""
+def _progress_sinks(quiet: bool, title: str):  # type: ignore[no-untyped-def]
+    """Live progress on stderr: a rich bar for the capture, then one line per fix-trial run."""
     if quiet:
         return None, None, (lambda: None)
-    try:
-        from advisor.capture.progress import LiveProgress
-    except ImportError:
-        return None, None, (lambda: None)
-    live = LiveProgress(stream=sys.stderr)
-    return live.capture_event, getattr(live, "trial_event", None), live.close
+    from rich.console import Console
+
+    from advisor.capture.progress import LiveProgress
+
+    console = Console(stderr=True)
+    live = LiveProgress(console=console, title=title)
+    live.__enter__()
+    state = {"live": True}
+
+    def stop() -> None:
+        if state["live"]:
+            state["live"] = False
+            live.__exit__(None, None, None)
+
+    def on_trial(event) -> None:  # type: ignore[no-untyped-def]
+        stop()  # the capture bar is finished once trials start
+        estimate = f"  speedup so far {event.estimate:.2f}x" if event.estimate else ""
+        rate = f"  {event.samples_per_s:,.1f} samples/s" if event.samples_per_s else ""
+        note = f"  {event.message}" if event.message else ""
+        console.print(
+            f"[dim]fix trial[/dim] [bold]{event.fix}[/bold] run {event.repeat}/{event.repeats}{rate}{estimate}{note}",
+            highlight=False,
+        )
+
+    return live, on_trial, stop

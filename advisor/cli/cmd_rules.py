@@ -71,7 +71,7 @@ def rule(code: str | None, show_all: bool, fmt: str) -> int:
 
 
 def explain(r: Rule) -> str:
-    """The rule's documentation as plain text (Markdown-friendly), in ruff's order."""
+    """Render the rule's documentation as plain text (Markdown-friendly), in ruff's order."""
     fixes = (
         "\n".join(f"- `{f.id}` ({f.safety}{': keeps numerics' if f.safety == 'safe' else ': may change numerics or memory'})" for f in r.fixes)
         if r.fixes

@@ -80,7 +80,7 @@ class Expression:
         return _eval(self._tree, values)
 
     def holds(self, values: Mapping[str, Any]) -> bool:
-        """True only when the expression evaluates to exactly true (unknown is false)."""
+        """Return True only when the expression evaluates to exactly true (unknown is false)."""
         return _truth(self.evaluate(values)) is True
 
 

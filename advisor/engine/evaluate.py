@@ -22,7 +22,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from advisor.engine.condition import clean_value
-from advisor.engine.model import CATEGORIES, SEVERITIES, Diagnosis, EngineConfig, Finding, Location, Primary
+from advisor.engine.model import (
+    CATEGORIES,
+    SEVERITIES,
+    Diagnosis,
+    EngineConfig,
+    Finding,
+    Location,
+    Primary,
+)
 from advisor.engine.rules import Rule, RuleSet, default_rules
 from advisor.engine.selection import select_rules
 from advisor.metrics.model import Metrics, SourceLocation
@@ -115,10 +123,16 @@ def evaluate_rule(
 def pick_locations(
     locations: tuple[SourceLocation, ...], kinds: tuple[str, ...], limit: int = MAX_LOCATIONS
 ) -> tuple[Location, ...]:
-    """The most costly locations of the given kinds, one per ``file:line``."""
+    """Pick the most costly locations of the given kinds, one per ``file:line``."""
     if not kinds:
         return ()
-    chosen = [loc for loc in locations if loc.kind in kinds]
+    # NOTE: frames without a usable place (builtins recorded as "~:0", "<string>", line 0)
+    # cannot point anyone at code; they are dropped here rather than shown.
+    chosen = [
+        loc
+        for loc in locations
+        if loc.kind in kinds and int(loc.line) > 0 and loc.file and loc.file != "~" and not loc.file.startswith("<")
+    ]
     # NOTE: the metrics stage lists locations most costly first; sort again (stable) by time,
     # then count, so the order does not depend on how kinds were interleaved.
     chosen.sort(key=lambda loc: (-(loc.time_ms or 0.0), -(loc.count or 0.0)))
@@ -133,7 +147,7 @@ def pick_locations(
 
 
 def choose_primary(findings: list[Finding] | tuple[Finding, ...]) -> Primary | None:
-    """The category with the most recoverable step time, with its Amdahl speedup (module doc)."""
+    """Choose the category with the most recoverable step time, with its Amdahl speedup (module doc)."""
     shares = category_shares(findings)
     if not shares:
         return None

@@ -119,7 +119,7 @@ def format_value(value: Any, spec: str) -> str:
 
 
 def human_bytes(n: float) -> str:
-    """A byte count in binary units, e.g. ``18.4 MiB``."""
+    """Format a byte count in binary units, e.g. ``18.4 MiB``."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

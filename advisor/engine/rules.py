@@ -25,14 +25,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from advisor.engine.condition import ConditionError, Expression, did_you_mean, parse_expression
 from advisor.engine.message import Template, parse_template
 from advisor.engine.model import CATEGORIES, SEVERITIES, FixRef
-from advisor.errors import RuleError
+from advisor.errors import RuleError, UsageError
 from advisor.metrics.registry import METRICS, is_declared
 
 FIX_SAFETY: dict[str, str] = {
@@ -139,7 +139,7 @@ class Rule:
         return tuple(sorted({*self.when.names, *self.impact.names, *self.message.names}))
 
     def doc(self) -> dict[str, Any]:
-        """A JSON-able description (``advisor rule --format json``, generated docs)."""
+        """Describe the rule as JSON-able data (``advisor rule --format json``, generated docs)."""
         return {
             "code": self.code,
             "name": self.name,
@@ -201,7 +201,7 @@ class RuleSet:
         return isinstance(code, str) and self.get(code) is not None
 
     def get(self, code: str) -> Rule | None:
-        """The rule with this code, alias or name (case-insensitive code), or None."""
+        """Return the rule with this code, alias or name (case-insensitive code), or None."""
         key = code.strip()
         upper = key.upper()
         if upper in self._rules:
@@ -214,8 +214,6 @@ class RuleSet:
 
     def lookup(self, code: str) -> Rule:
         """Like :meth:`get`, but an unknown code raises a UsageError with close matches."""
-        from advisor.errors import UsageError
-
         rule = self.get(code)
         if rule is None:
             candidates = [*self._rules, *self._aliases, *self._names]
@@ -234,19 +232,8 @@ class RuleSet:
         return dict(self._aliases)
 
 
-class _Resource(Protocol):
-    """The part of ``pathlib.Path`` / ``importlib.resources.abc.Traversable`` the loader uses."""
-
-    name: str
-
-    def iterdir(self) -> Iterator[Any]: ...  # noqa: D102
-    def is_dir(self) -> bool: ...  # noqa: D102
-    def is_file(self) -> bool: ...  # noqa: D102
-    def read_text(self, encoding: str = ...) -> str: ...  # noqa: D102
-
-
 def checkout_rules_dir() -> Path | None:
-    """The repository's ``rules/`` folder when running from a source checkout, else None."""
+    """Return the repository's ``rules/`` folder when running from a source checkout, else None."""
     import advisor
 
     repo = Path(advisor.__file__).resolve().parent.parent
@@ -257,7 +244,7 @@ def checkout_rules_dir() -> Path | None:
 
 
 def packaged_rules_dir() -> Any | None:
-    """The rules shipped in the wheel (``advisor/_rules``) as a Traversable, or None."""
+    """Return the rules shipped in the wheel (``advisor/_rules``) as a Traversable, or None."""
     try:
         candidate = importlib.resources.files("advisor") / "_rules"
     except (ModuleNotFoundError, TypeError):  # pragma: no cover - advisor is importable here
@@ -311,7 +298,7 @@ def load_rules(root: Any = None) -> RuleSet:
 
 @functools.lru_cache(maxsize=1)
 def default_rules() -> RuleSet:
-    """The rules from :func:`rules_root`, loaded once per process."""
+    """Return the rules from :func:`rules_root`, loaded once per process."""
     return load_rules()
 
 
@@ -463,7 +450,7 @@ def _parent_name(file: Any) -> str | None:
 
 
 def _display(file: Any) -> str:
-    """A path for messages: relative to the working directory when inside it."""
+    """Show a path for messages: relative to the working directory when inside it."""
     text = str(file)
     try:
         rel = os.path.relpath(text)

@@ -8,7 +8,8 @@ Semantics (ruff's, as documented at https://docs.astral.sh/ruff/linter/#rule-sel
   ``extend-select`` adds to it, and ``ignore`` removes from it.
 * Within a layer, when a rule matches both a selector and an ignore, the more specific one
   wins (``select = ["SY001"]`` with ``ignore = ["SY"]`` keeps SY001); on a tie, ignore wins.
-* Without any ``select`` the default selection is every ``stable`` rule.
+* Without any ``select`` the default selection is every ``stable`` rule (plus the ``preview``
+  ones in preview mode).
 * ``preview`` rules run only with ``preview`` on, even when selected; ``deprecated`` rules
   run only when selected by their exact code.
 * A selector that matches no rule produces a warning that starts with ``unknown rule code``
@@ -45,7 +46,8 @@ def select_rules(ruleset: RuleSet, config: EngineConfig | None = None) -> Select
     rules = list(ruleset)
     warnings: list[str] = []
     layers = [*config.layers, config]
-    enabled: set[str] = {r.code for r in rules if r.status == "stable"}
+    default_statuses = ("stable", "preview") if config.preview else ("stable",)
+    enabled: set[str] = {r.code for r in rules if r.status in default_statuses}
     exact_codes: set[str] = set()
     for index, layer in enumerate(layers):
         origin = _origin(config, index, len(layers))

@@ -164,7 +164,9 @@ class _State:
         from torch.utils.data import DataLoader
 
         original = DataLoader.__init__
-        signature = inspect.signature(original)
+        # NOTE: bind against torch's own signature, not that of a wrapper installed before us
+        # (the capture's hooks wrap __init__ as (*args, **kwargs)).
+        signature = inspect.signature(_pristine(original))
         state = self
 
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
@@ -587,6 +589,25 @@ _HANDLERS: dict[str, Callable[[_State, dict[str, Any]], None]] = {
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+
+def _pristine(fn: Any, depth: int = 0) -> Any:
+    """Find the function torch defined under wrappers (``__wrapped__`` or a closure cell)."""
+    if getattr(fn, "__module__", "").startswith("torch") or depth > 8:
+        return fn
+    inner = getattr(fn, "__wrapped__", None)
+    if inner is not None:
+        return _pristine(inner, depth + 1)
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if callable(value) and getattr(value, "__name__", "") == getattr(fn, "__name__", None):
+            found = _pristine(value, depth + 1)
+            if getattr(found, "__module__", "").startswith("torch"):
+                return found
+    return fn
 
 
 def _shards_itself(dataset: Any) -> bool:

@@ -15,6 +15,9 @@
    paired with the geometric mean of the baselines on either side (see :mod:`.stats`). Every run
    is a fresh child process with ``profiled_steps=0`` (timed steps only), a fixed seed, and the
    first losses recorded, in ``<run>/trials/<label>-<k>/``.
+   A trial whose median shows a gain but whose interval still includes 1.0 after ``repeats``
+   rounds gets extra rounds (up to ``max_repeats``) -- on a noisy machine a real win needs more
+   pairs to be shown, and a fix is never called a win without them.
 4. **Early exits.** After a variant's first run: a crash, timeout or non-finite/far-off loss is
    ``failed``; a runtime note ``not applied: ...`` (no convolutions, autocast already on, an
    IterableDataset that does not shard) is ``skipped``. Neither is run again.
@@ -59,6 +62,12 @@ IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED = "improved", "no_effect", "slower"
 # Runtime note prefixes (advisor.fixes.runtime; repeated here so the parent never imports it).
 _NOT_APPLIED = "not applied: "
 
+# Fixes that act through DataLoader arguments: the capture records the effective settings, so
+# an unchanged DataLoader proves the fix did not apply, whatever the notes say.
+_LOADER_FIXES = frozenset(
+    {"dataloader_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_fusion"}
+)
+
 
 @dataclass(frozen=True)
 class TrialProgress:
@@ -82,6 +91,17 @@ class TrialProgress:
     samples_per_s: float | None = None
     stage: str = "trials"
     message: str = ""
+
+    def line(self) -> str:
+        """One human line for a live progress display, e.g. ``pin_memory  2/3  1.84x so far``."""
+        parts = [f"{self.fix}", f"{self.repeat}/{self.repeats}"]
+        if self.samples_per_s is not None:
+            parts.append(f"{self.samples_per_s:.1f} samples/s")
+        if self.estimate is not None:
+            parts.append(f"{self.estimate:.2f}x so far")
+        if self.message:
+            parts.append(self.message)
+        return "  ".join(parts)
 
 
 Runner = Callable[[RunSpec], RunCapture]
@@ -133,6 +153,7 @@ def run_trials(
     min_effect: float = MIN_EFFECT,
     loss_steps: int = DEFAULT_LOSS_STEPS,
     make_diff_text: bool = True,
+    max_repeats: int | None = None,
 ) -> FixOutcome:
     """Try each suggested fix at run time, measure it against the baseline, keep what helps.
 
@@ -148,6 +169,7 @@ def run_trials(
         min_effect: Smallest relative change reported as an effect.
         loss_steps: First steps whose loss is compared with the baseline.
         make_diff_text: Also compute the source diff for the kept fixes.
+        max_repeats: Rounds an undecided trial may grow to (default ``2 * repeats``).
 
     Returns:
         A :class:`~advisor.fixes.model.FixOutcome`: every trial with its verdict, the combined
@@ -160,6 +182,7 @@ def run_trials(
     if repeats < 1:
         raise UsageError(f"--repeats must be at least 1, not {repeats}")
     loop = _Loop(spec, runner, progress, repeats, min_effect, loss_steps)
+    loop.max_repeats = max(repeats, max_repeats if max_repeats is not None else 2 * repeats)
     wanted, hidden, notes = _choose(suggested, only, unsafe)
     if not wanted:
         return FixOutcome(notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
@@ -326,6 +349,7 @@ class _Loop:
         self.root = Path(spec.out_dir) / TRIALS_DIR
         self.baseline_losses: tuple[float | None, ...] = ()
         self.base_timeout: float | None = spec.timeout_s
+        self.max_repeats = repeats
 
     def trial_spec(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any]) -> RunSpec:
         s = replace(
@@ -385,8 +409,12 @@ class _Loop:
         first_baseline: RunCapture | None = None,
         stage: str = "trials",
     ) -> None:
-        """Interleave reference and variant runs for ``repeats`` rounds, closing with a reference."""
-        n = self.repeats
+        """Interleave reference and variant runs for ``repeats`` rounds, closing with a reference.
+
+        A variant still undecided after ``repeats`` rounds (its interval straddles 1.0 while its
+        median shows an effect) gets extra rounds, up to ``max_repeats``, with only the
+        undecided variants; the closing reference of one round opens the next.
+        """
         if not variants:
             return
         prefix = "baseline" if not reference else f"{ref_label}-ref"
@@ -395,32 +423,50 @@ class _Loop:
         ref_rates: list[float | None] = []
         ref_ttfs: list[float] = []
         ref_losses: list[tuple[float | None, ...]] = []
+        ref_loaders: tuple[Any, ...] = ()
         for v in variants:
             v.ref_rates, v.ref_ttfs = ref_rates, ref_ttfs
-        for r in range(n + 1):
+        planned = self.repeats
+        running = list(variants)
+        r = 0
+        while True:
             cap = first_baseline if (r == 0 and first_baseline is not None) else self.run_baseline(
                 prefix, r + 1, reference
             )
             ref_rates.append(self.rate(cap))
+            ref_loaders = ref_loaders or tuple(cap.dataloaders)
             if cap.ok and cap.timed.time_to_first_step_s is not None:
                 ref_ttfs.append(cap.timed.time_to_first_step_s)
             ref_losses.append(tuple(cap.losses) if cap.ok else ())
             self.emit(TrialProgress(
-                fix="baseline" if not reference else ref_label, repeat=min(r + 1, n), repeats=n,
-                samples_per_s=ref_rates[-1], stage=stage,
+                fix="baseline" if not reference else ref_label, repeat=min(r + 1, planned),
+                repeats=planned, samples_per_s=ref_rates[-1], stage=stage,
                 message="" if cap.ok else f"reference run failed: {_failure_reason(cap)}",
             ))
-            if r == n:
-                break
-            order = variants if r % 2 == 0 else list(reversed(variants))
+            if r == planned:
+                running = [v for v in running if v.active and self._undecided(v)]
+                if not running or planned >= self.max_repeats:
+                    break
+                planned += 1
+            order = running if r % 2 == 0 else list(reversed(running))
             for v in order:
-                if not v.active:
-                    continue
-                self._run_variant(v, r, n, ref_rates, ref_losses[-1] or self.baseline_losses, stage)
+                if v.active:
+                    self._run_variant(
+                        v, r, planned, ref_rates, ref_losses[-1] or self.baseline_losses, stage,
+                        ref_loaders,
+                    )
+            r += 1
+
+    def _undecided(self, v: _Variant) -> bool:
+        est = estimate(paired_ratios(v.ref_rates, v.rates), self.min_effect)
+        # NOTE: only a possible win is worth more runs; slower and no_effect are both dropped.
+        if est.speedup is None or est.verdict != NO_EFFECT:
+            return False
+        return est.speedup >= 1.0 + self.min_effect
 
     def _run_variant(
         self, v: _Variant, r: int, n: int, ref_rates: list[float | None],
-        ref_losses: tuple[float | None, ...], stage: str,
+        ref_losses: tuple[float | None, ...], stage: str, ref_loaders: tuple[Any, ...] = (),
     ) -> None:
         cap = self.run(f"{_safe_name(v.label)}-{r + 1}", v.requests, v.overrides)
         note = cap.fix_notes.get(v.fix, "")
@@ -431,6 +477,9 @@ class _Loop:
             message = f"failed: {v.failure}"
         elif note.startswith(_NOT_APPLIED):
             v.skip = note[len(_NOT_APPLIED):]
+            message = f"skipped: {v.skip}"
+        elif v.fix in _LOADER_FIXES and ref_loaders and tuple(cap.dataloaders) == ref_loaders:
+            v.skip = "the DataLoader settings did not change: the fix found nothing to apply"
             message = f"skipped: {v.skip}"
         else:
             rate = self.rate(cap)

@@ -60,7 +60,7 @@ def _pieces(events: pd.DataFrame, mask: np.ndarray, windows: Windows) -> Pieces:
 
 
 def priority_layers(events: pd.DataFrame, cls: Classified, windows: Windows) -> list[tuple[str, Pieces]]:
-    """The (part, clipped intervals) layers in priority order for this trace."""
+    """Return the (part, clipped intervals) layers in priority order for this trace."""
     layers: list[tuple[str, np.ndarray]] = []
     if cls.has_gpu:
         other_copy = cls.memcpy & ~cls.h2d & ~cls.d2h

@@ -52,7 +52,7 @@ _RANK_COLUMNS = (
 
 
 def _clean(value: Any) -> float | None:
-    """A finite float, or None."""
+    """Return a finite float, or None."""
     if value is None:
         return None
     try:
@@ -126,11 +126,11 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     out["samples_per_s"] = _clean(timed.samples_per_s)
     samples = [s for s in timed.samples if s is not None]
     out["samples_per_step"] = _clean(np.median(samples)) if samples else None
-    batches = [b for b in getattr(timed, "batches", ()) or () if b is not None]
+    raw_batches = tuple(getattr(timed, "batches", ()) or ())
+    batches = [b for b in raw_batches if b]  # 0/None: no DataLoader batch seen in that step
     out["batches_per_step"] = _clean(np.median(batches)) if batches else None
-    if samples and batches and len(samples) == len(batches):
-        sizes = [s / b for s, b in zip(samples, batches, strict=True) if b]
-        out["micro_batch_size"] = _clean(np.median(sizes)) if sizes else None
+    sizes = [s / b for s, b in zip(timed.samples, raw_batches, strict=False) if s and b]
+    out["micro_batch_size"] = _clean(np.median(sizes)) if sizes else None
     loader = capture.dataloaders[0] if capture.dataloaders else None
     if out.get("micro_batch_size") is None and loader is not None:
         out["micro_batch_size"] = _clean(loader.batch_size)
@@ -149,6 +149,37 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
         total = capture.gpu.total_memory_bytes if capture.memory_kind == "cuda" else capture.cpu.total_memory_bytes
         out["device_memory_bytes"] = _clean(total)
     return out
+
+
+def _unique_ranks(traces: Sequence[Trace]) -> list[Trace]:
+    """Traces loaded one by one may all claim rank 0 (no distributedInfo): number them in order."""
+    ranks = [t.rank for t in traces]
+    if len(set(ranks)) == len(ranks):
+        return list(traces)
+    return [Trace(path=t.path, rank=i, events=t.events, metadata=t.metadata) for i, t in enumerate(traces)]
+
+
+def _capture_only(capture: RunCapture, source: str) -> Metrics:
+    """Metrics from capture.json alone (a run captured without the profiler)."""
+    summary: dict[str, float | None] = dict.fromkeys(METRICS)
+    summary.update(_capture_metrics(capture, summary))
+    if summary.get("device_memory_bytes") is None and capture.memory_kind != "cuda":
+        summary["device_memory_bytes"] = _host_memory_bytes()
+    times = [t for t in capture.timed.step_times_ms if t is not None]
+    if times:
+        summary["step_time_ms"] = float(np.median(times))
+        mean = float(np.mean(times))
+        summary["step_time_cv_frac"] = float(np.std(times) / mean) if len(times) >= 2 and mean > 0 else None
+    peak, total = summary.get("peak_memory_bytes"), summary.get("device_memory_bytes")
+    summary["memory_used_frac"] = float(peak / total) if peak is not None and total else None
+    summary = {name: _clean(summary.get(name)) for name in METRICS}
+    return Metrics(
+        source=source or capture.run_dir,
+        summary=summary,
+        steps=pd.DataFrame(columns=["rank", "step", "start_us", "end_us"]),
+        ranks=pd.DataFrame(columns=["rank", "step_count", "step_time_ms"]),
+        notes=("no profiler trace in this run: only the capture's timings and settings were analysed",),
+    )
 
 
 def _host_memory_bytes() -> float | None:
@@ -178,10 +209,14 @@ def compute_metrics(
         per-rank tables, source locations and notes.
 
     Raises:
-        TraceError: When ``traces`` is empty.
+        TraceError: When ``traces`` is empty and there is no capture either (with a capture
+            alone, the capture-side metrics are returned).
     """
     if not traces:
-        raise TraceError("no traces to analyse; pass a torch.profiler trace file or folder")
+        if capture is None:
+            raise TraceError("no traces to analyse; pass a torch.profiler trace file or folder")
+        return _capture_only(capture, source)
+    traces = _unique_ranks(traces)
     analyses = [analyze_trace(t) for t in traces]
     steps = pd.concat([a.steps for a in analyses], ignore_index=True)
     has_gpu = any(a.cls.has_gpu for a in analyses)
@@ -245,7 +280,7 @@ def compute_metrics(
 
 
 def _top_kernels(analysis: TraceAnalysis, limit: int = 10) -> list[dict[str, Any]]:
-    """The kernels with the most total time in the analysed steps (name, count, total_ms)."""
+    """List the kernels with the most total time in the analysed steps (name, count, total_ms)."""
     ev = analysis.trace.events
     mask = analysis.cls.kernel
     if not mask.any():
@@ -273,14 +308,20 @@ def analyze_path(path: str | Path) -> Metrics:
     trace_root: Path = path
     if path.is_dir() and (path / CAPTURE_FILE).is_file():
         capture = RunCapture.load(path)
-        if capture.trace_files:
-            files = [path / f for f in capture.trace_files if (path / f).is_file()]
+        listed = [path / f for f in capture.trace_files]
+        for rank_dir in capture.ranks:  # torchrun launches: one run directory per rank
+            sub = path / rank_dir
+            if (sub / CAPTURE_FILE).is_file():
+                listed += [sub / f for f in RunCapture.load(sub).trace_files]
+        if listed:
+            files = [f for f in listed if f.is_file()]
             if not files:
                 raise InputError(f"{path}: the traces listed in {CAPTURE_FILE} are missing; re-run `advisor diagnose`")
             traces = tuple(sorted((_load_one(f, i) for i, f in enumerate(files)), key=lambda t: t.rank))
+        elif (path / "traces").is_dir():
+            traces = load_traces(path / "traces")
         else:
-            trace_root = path / "traces" if (path / "traces").is_dir() else path
-            traces = load_traces(trace_root)
+            traces = ()  # captured without the profiler: the capture alone is analysed
         candidate = path / (capture.pstats_file or "profile.pstats")
         pstats_path = candidate if candidate.is_file() else None
     else:

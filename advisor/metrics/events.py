@@ -56,6 +56,20 @@ def name_mask(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
     return np.where(codes >= 0, per_cat[np.clip(codes, 0, None)], False)
 
 
+def take(series: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """Take a categorical column's values at ``rows`` (object array, None where missing).
+
+    The whole column is never materialised.
+    """
+    cats = np.asarray(series.cat.categories, dtype=object)
+    codes = series.cat.codes.to_numpy()[rows]
+    out = np.full(len(codes), None, dtype=object)
+    ok = codes >= 0
+    if len(cats) and ok.any():
+        out[ok] = cats[codes[ok]]
+    return out
+
+
 def cat_mask(cats: pd.Series, wanted: tuple[str, ...]) -> np.ndarray:
     """Rows whose (normalised) category is one of ``wanted``."""
     return name_mask(cats, lambda c: c in wanted)
@@ -133,7 +147,7 @@ def classify(events: pd.DataFrame) -> Classified:
 
 
 def find_windows(trace: Trace) -> tuple[Windows, bool]:
-    """The trace's ProfilerStep windows, or one window over the whole trace.
+    """Find the trace's ProfilerStep windows, or one window over the whole trace.
 
     Returns:
         The windows and True when they are real ``ProfilerStep#N`` spans (False when the trace

@@ -21,6 +21,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from advisor.metrics.events import take
+
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 CONV_OPS = frozenset({"aten::convolution", "aten::convolution_backward"})
 FLOP_OPS = MATMUL_OPS | CONV_OPS
@@ -90,7 +92,7 @@ def _prod(values: list[int]) -> int:
 
 
 def _int_list(text: object, n: int) -> list[int] | None:
-    """A Concrete Inputs entry like "[1, 1]" or "1" -> n ints."""
+    """Parse a Concrete Inputs entry like "[1, 1]" or "1" -> n ints."""
     if not isinstance(text, str) or not text:
         return None
     try:
@@ -192,15 +194,15 @@ def compute_flops(events: pd.DataFrame, cpu_op: np.ndarray) -> FlopsResult:
         wanted = np.array([str(c) in FLOPS_ARG_OPS for c in cats], dtype=bool)
         mask = has_arg & np.where(codes >= 0, wanted[np.clip(codes, 0, None)], False)
         rows = np.flatnonzero(mask)
-        dtypes = np.array([op_dtype(t) for t in events["input_type"].to_numpy()[rows]], dtype=object)
+        dtypes = np.array([op_dtype(t) for t in take(events["input_type"], rows)], dtype=object)
         return FlopsResult(rows, flops_arg[rows], dtypes, conv_seen, False, True)
     wanted = np.array([str(c) in FLOP_OPS for c in cats], dtype=bool)
     mask = cpu_op & np.where(codes >= 0, wanted[np.clip(codes, 0, None)], False)
     rows = np.flatnonzero(mask)
-    sub_names = names.to_numpy()[rows]
-    dims = events["input_dims"].to_numpy()[rows]
-    concrete = events["concrete_inputs"].to_numpy()[rows]
-    types = events["input_type"].to_numpy()[rows]
+    sub_names = take(names, rows)
+    dims = take(events["input_dims"], rows)
+    concrete = take(events["concrete_inputs"], rows)
+    types = take(events["input_type"], rows)
     values = np.array(
         [op_flops(str(n), _text(d), _text(c)) for n, d, c in zip(sub_names, dims, concrete, strict=True)],
         dtype=np.float64,

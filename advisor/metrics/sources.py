@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from advisor.metrics.events import take
 from advisor.metrics.intervals import Windows, clip_to_steps, merge
 from advisor.metrics.model import SourceLocation
 
@@ -49,7 +50,7 @@ MAX_QUERIES = 5000  # per kind; beyond that, an even sample is resolved and coun
 
 
 def is_user_file(path: str) -> bool:
-    """True when a frame's file is the user's code (not torch, a library, stdlib or advisor)."""
+    """Tell whether a frame's file is the user's code (not torch, a library, stdlib or advisor)."""
     if not path or path.startswith("<") or "site-packages" in path or "dist-packages" in path:
         return False
     norm = path.replace("\\", "/")
@@ -76,7 +77,7 @@ def parse_frame(text: str) -> tuple[str, int, str] | None:
 
 
 def first_user_frame(frames: Sequence[str]) -> tuple[str, int, str] | None:
-    """The innermost frame (frames ordered innermost first) that is the user's code."""
+    """Return the innermost frame (frames ordered innermost first) that is the user's code."""
     for text in frames:
         parsed = parse_frame(text)
         if parsed and is_user_file(parsed[0]):
@@ -96,23 +97,30 @@ class _PythonStacks:
         self.tid = _tids(ev)[rows]
         self.ts = ev["ts"].to_numpy()[rows]
         self.end = ev["end"].to_numpy()[rows]
-        self.name = ev["name"].to_numpy()[rows]
+        self.name = take(ev["name"], rows)
         self.py_id = ev["py_id"].to_numpy()[rows]
         parent_ids = ev["py_parent"].to_numpy()[rows]
-        index = {int(pid): i for i, pid in enumerate(self.py_id) if pid >= 0}
-        self.parent = np.array([index.get(int(p), -1) for p in parent_ids], dtype=np.int64)
-        self.by_tid: dict[str, np.ndarray] = {}
+        # parent row of each frame: a sorted search of the parent ids among the frame ids
+        order = np.argsort(self.py_id, kind="stable")
+        sorted_ids = self.py_id[order]
+        pos = np.clip(np.searchsorted(sorted_ids, parent_ids), 0, max(len(sorted_ids) - 1, 0))
+        found = (parent_ids >= 0) & (sorted_ids[pos] == parent_ids)
+        self.parent = np.where(found, order[pos], -1).astype(np.int64)
+        self.by_tid: dict[int, np.ndarray] = {}
         for tid in np.unique(self.tid):
             idx = np.flatnonzero(self.tid == tid)
-            self.by_tid[str(tid)] = idx[np.argsort(self.ts[idx], kind="stable")]
+            self.by_tid[int(tid)] = idx[np.argsort(self.ts[idx], kind="stable")]
         self._cache: dict[int, tuple[str, int, str] | None] = {}
 
-    def resolve(self, tid: str, ts: float, direct: bool = False) -> tuple[str, int, str] | None:
-        """The user's innermost frame around (tid, ts); with ``direct``, only when the op was
-        called straight from user code (through built-in methods at most)."""
+    def resolve(self, tid: int, ts: float, direct: bool = False) -> tuple[str, int, str] | None:
+        """Return the user's innermost frame around (tid, ts).
+
+        With ``direct``, only when the op was called straight from user code (through
+        built-in methods at most).
+        """
         if not self.ok:
             return None
-        idx = self.by_tid.get(str(tid))
+        idx = self.by_tid.get(int(tid))
         if idx is None or len(idx) == 0:
             return None
         pos = int(np.searchsorted(self.ts[idx], ts, side="right")) - 1
@@ -158,38 +166,35 @@ class _CallStacks:
         self.ok = bool(stacks.notna().any())
         if not self.ok:
             return
+        # Top-level ops do not overlap on a thread, so one searchsorted finds the op around
+        # any instant, and its stack starts at the user's call site.
         top = top_level_ops(ev, analysis.cls)
-        has = stacks.notna().to_numpy()
-        rows = np.flatnonzero(has)
-        # Top-level ops give the user's call site; nested ones fall back to their own stack.
-        rows = np.union1d(top[has[top]], rows)
+        rows = top[stacks.notna().to_numpy()[top]]
         self.tid = _tids(ev)[rows]
         self.ts = ev["ts"].to_numpy()[rows]
         self.end = ev["end"].to_numpy()[rows]
-        self.stack = stacks.to_numpy()[rows]
+        self.stack = take(stacks, rows)
         self.by_tid = {}
         for tid in np.unique(self.tid):
             idx = np.flatnonzero(self.tid == tid)
-            self.by_tid[str(tid)] = idx[np.argsort(self.ts[idx], kind="stable")]
+            self.by_tid[int(tid)] = idx[np.argsort(self.ts[idx], kind="stable")]
         self._cache: dict[str, tuple[str, int, str] | None] = {}
 
-    def resolve(self, tid: str, ts: float, direct: bool = False) -> tuple[str, int, str] | None:
-        """The first user frame of the op stack around (tid, ts) (``direct`` is accepted for
-        symmetry: old stacks start at the op's own call site)."""
+    def resolve(self, tid: int, ts: float, direct: bool = False) -> tuple[str, int, str] | None:
+        """Return the first user frame of the top-level op around (tid, ts).
+
+        ``direct`` is accepted for symmetry: old stacks start at the op's own call site.
+        """
         if not self.ok:
             return None
-        idx = self.by_tid.get(str(tid))
+        idx = self.by_tid.get(int(tid))
         if idx is None:
             return None
         pos = int(np.searchsorted(self.ts[idx], ts, side="right")) - 1
-        # walk back over ops that started earlier until one contains ts and names user code
-        for back in range(pos, max(pos - 64, -1), -1):
-            i = int(idx[back])
-            if self.end[i] >= ts:
-                frame = self._frame(str(self.stack[i]))
-                if frame:
-                    return frame
-        return None
+        if pos < 0:
+            return None
+        i = int(idx[pos])
+        return self._frame(str(self.stack[i])) if self.end[i] >= ts else None
 
     def _frame(self, stack: str) -> tuple[str, int, str] | None:
         if stack not in self._cache:
@@ -198,10 +203,8 @@ class _CallStacks:
 
 
 def _tids(ev: Any) -> np.ndarray:
-    """The tid column as an array of str (through the categories: no per-row conversion)."""
-    cats = np.asarray(ev["tid"].cat.categories.astype(str), dtype=object)
-    codes = ev["tid"].cat.codes.to_numpy()
-    return cats[np.clip(codes, 0, None)] if len(cats) else np.full(len(codes), "", dtype=object)
+    """Thread ids as the tid column's integer codes (cheap to compare and group)."""
+    return ev["tid"].cat.codes.to_numpy()
 
 
 def _resolver(analysis: TraceAnalysis) -> Any:
@@ -227,7 +230,7 @@ def _aggregate(
         scale = len(ts) / len(pick)
     counts: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for i in pick:
-        frame = resolver.resolve(str(tids[i]), float(ts[i]), direct)
+        frame = resolver.resolve(int(tids[i]), float(ts[i]), direct)
         if frame is None:
             continue
         acc = counts[frame]
@@ -262,7 +265,7 @@ def _trace_locations(analysis: TraceAnalysis) -> list[SourceLocation]:
     item_mask = _in_step(analysis, cls.item)
     item_rows = np.flatnonzero(item_mask)
     if len(item_rows):
-        names = ev["name"].to_numpy()[item_rows]
+        names = take(ev["name"], item_rows)
         has_item = (names == "aten::item").any()
         keep = names == ("aten::item" if has_item else "aten::_local_scalar_dense")
         item_rows = item_rows[keep]
@@ -326,24 +329,27 @@ def _dataloader_frames(analysis: TraceAnalysis, resolver: Any) -> list[SourceLoc
     if len(rows) == 0:
         return []
     totals: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    durs = ev["dur"].to_numpy()[rows]
     if isinstance(resolver, _PythonStacks):
-        names = ev["name"].to_numpy()[rows]
-        durs = ev["dur"].to_numpy()[rows]
-        for name, d in zip(names, durs, strict=True):
-            parsed = parse_frame(str(name))
-            if parsed and is_user_file(parsed[0]):
-                totals[parsed][0] += 1
-                totals[parsed][1] += float(d)
+        # every user frame running inside the loader ranges, grouped by distinct frame name
+        column, parse = ev["name"], parse_frame
     else:
         from advisor.metrics.steps import top_level_ops
 
-        top = np.intersect1d(top_level_ops(ev, cls), rows)
-        tids = _tids(ev)
-        for i in top[:MAX_QUERIES]:
-            frame = resolver.resolve(tids[i], float(ts[i]))
-            if frame:
-                totals[frame][0] += 1
-                totals[frame][1] += float(ev["dur"].iat[i])
+        top = top_level_ops(ev, cls)
+        keep = np.isin(rows, top)
+        rows, durs = rows[keep], durs[keep]
+        column, parse = ev["call_stack"], lambda stack: first_user_frame(stack.split(";"))
+    codes = column.cat.codes.to_numpy()[rows]
+    ok = codes >= 0
+    count = np.bincount(codes[ok], minlength=len(column.cat.categories))
+    time_us = np.bincount(codes[ok], weights=durs[ok], minlength=len(column.cat.categories))
+    cats = column.cat.categories
+    for code in np.flatnonzero(count):
+        frame = parse(str(cats[code]))
+        if frame and (not isinstance(resolver, _PythonStacks) or is_user_file(frame[0])):
+            totals[frame][0] += float(count[code])
+            totals[frame][1] += float(time_us[code])
     per = max(n, 1)
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:5]
     return [

@@ -17,7 +17,15 @@ import pandas as pd
 from advisor.metrics.breakdown import breakdown
 from advisor.metrics.events import Classified, classify, find_windows, launch_ts, name_mask
 from advisor.metrics.flops import FlopsResult, compute_flops, peak_tflops
-from advisor.metrics.intervals import Pieces, Windows, clip_to_steps, concat, max_gap_per_step, point_step, union_per_step
+from advisor.metrics.intervals import (
+    Pieces,
+    Windows,
+    clip_to_steps,
+    concat,
+    max_gap_per_step,
+    point_step,
+    union_per_step,
+)
 from advisor.trace.load import Trace
 
 SMALL_KERNEL_US = 10.0
@@ -82,8 +90,11 @@ def top_level_ops(events: pd.DataFrame, cls: Classified) -> np.ndarray:
 
 
 def _h2d_blocking(events: pd.DataFrame, cls: Classified, h2d_rows: np.ndarray) -> np.ndarray:
-    """Which HtoD copies block the CPU: pageable source, a synchronous memcpy call, or a sync
-    call right after the launching call on the same thread."""
+    """Flag the HtoD copies that block the CPU.
+
+    Blocking: a pageable source, a synchronous memcpy call, or a sync call right after the
+    launching call on the same thread.
+    """
     sync_memcpy = cls.runtime & name_mask(events["name"], lambda n: n in SYNC_MEMCPY_CALLS)
     blocking = cls.pageable[h2d_rows].copy()
     rt_rows = np.flatnonzero(cls.runtime)
@@ -111,8 +122,11 @@ def _h2d_blocking(events: pd.DataFrame, cls: Classified, h2d_rows: np.ndarray) -
 
 
 def _peak_memory(events: pd.DataFrame, cls: Classified, gpu: bool) -> tuple[float | None, str | None]:
-    """Peak allocated bytes from [memory] events: max 'Total Allocated', else max running sum of
-    'Bytes' (a lower bound: allocations made before profiling started are not in the trace)."""
+    """Return the peak allocated bytes from [memory] events, and a caveat if any.
+
+    Uses the max 'Total Allocated', else the max running sum of 'Bytes' (a lower bound:
+    allocations made before profiling started are not in the trace).
+    """
     if not cls.memory.any():
         return None, None
     mem = events.loc[cls.memory, ["ts", "total_allocated", "mem_bytes", "device_type", "device_id"]]
@@ -317,5 +331,5 @@ def _dataparallel(ev: pd.DataFrame, cls: Classified) -> float | None:
         return None
     found = bool((cls.python & name_mask(ev["name"], lambda n: "data_parallel.py" in n)).any())
     if has_old and not found:
-        found = bool(stacks.dropna().astype(str).str.contains("data_parallel.py", regex=False).any())
+        found = any("data_parallel.py" in str(c) for c in stacks.cat.categories)
     return 1.0 if found else 0.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from advisor.metrics.events import classify, find_windows
+from advisor.metrics.events import classify, find_windows, take
 from advisor.metrics.steps import top_level_ops
 from advisor.trace.load import Trace
 
@@ -17,7 +17,7 @@ LANES: tuple[str, ...] = ("data_loading", "cpu_ops", "gpu_kernels", "copies", "s
 
 
 def step_timeline(trace: Trace, step: int | None = None, max_events: int = 2000) -> tuple[dict, ...]:
-    """The events of one step, lane by lane.
+    """Return the events of one step, lane by lane.
 
     Args:
         trace: A loaded trace.
@@ -70,7 +70,7 @@ def step_timeline(trace: Trace, step: int | None = None, max_events: int = 2000)
         rank = d + np.isin(lane_of, (0, 3, 4)) * 1e18
         keep = np.sort(np.argsort(-rank, kind="stable")[:max_events])
         lane_of, idx, s, d = lane_of[keep], idx[keep], s[keep], d[keep]
-    names = ev["name"].to_numpy()[idx]
+    names = take(ev["name"], idx)
     order = np.lexsort((s, lane_of))
     return tuple(
         {"lane": LANES[int(lane_of[k])], "name": str(names[k]), "start_us": float(s[k]), "dur_us": float(d[k])}

@@ -20,12 +20,14 @@ from advisor.engine.model import Finding
 from advisor.errors import InputError
 from advisor.report import style as s
 from advisor.report.model import REPORT_FILE, Report
-from advisor.report.text import median_step_ms, throughput
+from advisor.report.text import median_step_ms, part_shares, throughput
 
 COMPARISON_SCHEMA_VERSION = 1
 NOISE_BAND = 0.05
 """Relative change treated as noise when no confidence interval can be computed."""
 BOOTSTRAP_RESAMPLES = 2000
+GPU_ONLY_PARTS = frozenset({"h2d_copy", "d2h_copy", "sync_wait", "gpu_compute", "gpu_idle"})
+"""Breakdown parts that are zero by construction on a CPU-only run."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,8 @@ def device_name(report: Report) -> str:
     """Return the device in words: its model when known, else ``GPU``/``CPU``/``unknown device``."""
     env = report.run.environment or {}
     if env.get("device_name"):
-        return str(env["device_name"])
+        name = str(env["device_name"])
+        return f"CPU, {name}" if env.get("device") == "cpu" else name
     if report.device:
         return ", ".join(dict.fromkeys(report.device))
     kind = device_kind(report)
@@ -178,24 +181,37 @@ def _median(values: list[float]) -> float:
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
-def bootstrap_ratio_ci(before: list[float], after: list[float], seed: int = 0) -> tuple[float, float] | None:
-    """95% percentile-bootstrap interval on ``median(before) / median(after)``.
+def bootstrap_ratio_ci(numer: list[float], denom: list[float], seed: int = 0) -> tuple[float, float] | None:
+    """95% percentile-bootstrap interval on ``median(numer) / median(denom)``.
 
     Deterministic (fixed seed) so reports diff cleanly. None with fewer than 3 values a side.
     """
-    if len(before) < 3 or len(after) < 3:
+    if len(numer) < 3 or len(denom) < 3:
         return None
     rng = random.Random(seed)
     ratios = []
     for _ in range(BOOTSTRAP_RESAMPLES):
-        b = _median(rng.choices(before, k=len(before)))
-        a = _median(rng.choices(after, k=len(after)))
-        if a > 0:
-            ratios.append(b / a)
+        n = _median(rng.choices(numer, k=len(numer)))
+        d = _median(rng.choices(denom, k=len(denom)))
+        if d > 0:
+            ratios.append(n / d)
     ratios.sort()
     lo = ratios[int(0.025 * (len(ratios) - 1))]
     hi = ratios[int(0.975 * (len(ratios) - 1))]
     return lo, hi
+
+
+def timed_throughputs(report: Report) -> list[float]:
+    """Per-step samples/s over the timed steps (step times alone when samples are not counted)."""
+    times = report.run.timed_step_times_ms
+    samples = report.run.timed_samples
+    out = []
+    for i, t in enumerate(times):
+        ft = s.finite(t)
+        n = samples[i] if i < len(samples) else None
+        if ft and ft > 0 and isinstance(n, int) and n > 0:
+            out.append(n / (ft / 1000.0))
+    return out
 
 
 def _part_ms(report: Report, part: str) -> float | None:
@@ -204,10 +220,11 @@ def _part_ms(report: Report, part: str) -> float | None:
 
 
 def _parts(a: Report, b: Report) -> tuple[PartDelta, ...]:
-    names = s.ordered_parts({**a.breakdown, **b.breakdown})
+    sa, sb = part_shares(a), part_shares(b)
+    names = s.ordered_parts({**sa, **sb})
     out = []
     for p in names:
-        fa, fb = s.finite(a.breakdown.get(p)), s.finite(b.breakdown.get(p))
+        fa, fb = sa.get(p), sb.get(p)
         if (fa or 0) <= 0 and (fb or 0) <= 0:
             continue
         out.append(PartDelta(p, fa, fb, _part_ms(a, p), _part_ms(b, p)))
@@ -263,10 +280,14 @@ def compare_reports(before: Report, after: Report) -> Comparison:
         metric, value_a, value_b = "samples_per_s", tput_a, tput_b
         speedup = tput_b / tput_a
         notes.append("speedup = samples/s after ÷ samples/s before (timed steps, no profiler)")
+        ta, tb = timed_throughputs(before), timed_throughputs(after)
+        ci = bootstrap_ratio_ci(tb, ta)  # throughput after / before
+        if ci is not None:
+            notes.append(f"95% interval: bootstrap over {len(ta)} and {len(tb)} timed steps")
     elif step_a and step_b:
         metric, value_a, value_b = "step_time_ms", step_a, step_b
         speedup = step_speedup
-        ci = bootstrap_ratio_ci(times_a, times_b)
+        ci = bootstrap_ratio_ci(times_a, times_b)  # step time before / after
         if tput_a or tput_b:
             notes.append("samples/s is known on one side only; the speedup uses median step time")
         else:
@@ -290,7 +311,9 @@ def compare_reports(before: Report, after: Report) -> Comparison:
             f"rank counts differ ({ranks_a} vs {ranks_b}): step times are per rank, total throughput is not compared"
         )
     parts = _parts(before, after)
-    one_sided = [p.part for p in parts if (p.before_frac or 0) <= 0 or (p.after_frac or 0) <= 0]
+    one_sided = [
+        p.part for p in parts if p.part in GPU_ONLY_PARTS and ((p.before_frac or 0) <= 0 or (p.after_frac or 0) <= 0)
+    ]
     if one_sided and devices_differ:
         not_comparable.append(
             "breakdown parts measured on one side only: " + ", ".join(s.part_label(p) for p in one_sided)
@@ -304,14 +327,16 @@ def compare_reports(before: Report, after: Report) -> Comparison:
         speedup, ci = None, None
         notes = [n for n in notes if not n.startswith(("speedup =", "samples/s is known", "samples per step unknown"))]
     verdict = "not comparable" if devices_differ or (speedup is None and metric is not None) else _verdict(speedup, ci)
+    if speedup is not None and ci is not None and not ci[0] <= speedup <= ci[1]:
+        notes.append("the overall samples/s ratio lies outside the per-step interval: step times were uneven")
     if speedup is not None and ci is None and metric == "samples_per_s":
         notes.append(f"one throughput per side: changes under {NOISE_BAND:.0%} are treated as noise")
 
     codes_a = {f.code: f for f in before.findings}
     codes_b = {f.code: f for f in after.findings}
     return Comparison(
-        before=before.source or before.run.run_dir or "before",
-        after=after.source or after.run.run_dir or "after",
+        before=before.run.run_dir or before.source or "before",
+        after=after.run.run_dir or after.source or "after",
         before_device=name_a,
         after_device=name_b,
         metric=metric,

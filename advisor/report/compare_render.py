@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor.errors import UsageError
+from advisor.fixes.model import Trial
 from advisor.report import style as s
 from advisor.report import svg
 from advisor.report.compare import Comparison
@@ -23,6 +24,7 @@ from advisor.report.markdown import md_code, md_table, md_text
 from advisor.report.svg import esc
 from advisor.report.text import WIDTH, _t, make_console
 
+_VERDICT_KEYS = {"faster": "improved", "slower": "slower", "no measurable effect": "no_effect"}
 METRIC_LABELS = {"samples_per_s": "samples/s", "step_time_ms": "median step time"}
 
 
@@ -188,7 +190,8 @@ def render_comparison_html(cmp: Comparison, *, color: bool = False) -> str:
                 f"before: {_value(cmp.metric, cmp.before_value)}",
             )
         )
-    cards.append(card("Step time", s.ms(cmp.step_time_after_ms), f"before: {s.ms(cmp.step_time_before_ms)} (median)"))
+    if cmp.metric != "step_time_ms":
+        cards.append(card("Step time", s.ms(cmp.step_time_after_ms), f"before: {s.ms(cmp.step_time_before_ms)} (median)"))
     cards.append(card("Findings", f"{len(cmp.disappeared)} gone", f"{len(cmp.appeared)} new · {len(cmp.persisting)} still there"))
     body = [
         '<table style="margin-top:16px"><tr><th>Before</th><td><code>'
@@ -198,6 +201,20 @@ def render_comparison_html(cmp: Comparison, *, color: bool = False) -> str:
         + f"</code> · {esc(cmp.after_device)}</td></tr></table>",
         '<div class="cards">' + "".join(cards) + "</div>",
     ]
+    if cmp.metric == "samples_per_s" and cmp.speedup is not None:
+        # NOTE: the after side drawn as a "trial" against the before side, so the plot (bar,
+        # 95% whisker, dashed baseline) matches the report's before/after-fix figure.
+        after = Trial(
+            fix="after",
+            safety="",
+            baseline_samples_per_s=cmp.before_value,
+            samples_per_s=cmp.after_value,
+            speedup=cmp.speedup,
+            ci_low=cmp.ci_low,
+            ci_high=cmp.ci_high,
+            verdict=_VERDICT_KEYS.get(cmp.verdict, "no_effect"),
+        )
+        body.append(f'<h2>Throughput before and after</h2><div class="panel">{svg.trials_plot([after], None, baseline_label="before")}</div>')
     if cmp.not_comparable:
         body.append(
             '<h2>Not comparable</h2><div class="panel nc"><ul>'

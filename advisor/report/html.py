@@ -20,8 +20,10 @@ from advisor.report.text import (
     device_text,
     mean_part_ms,
     median_step_ms,
+    part_shares,
     severity_counts,
     throughput,
+    title_of,
 )
 
 CSS = """
@@ -61,6 +63,7 @@ td.nw{white-space:nowrap}td.nw code{word-break:normal}
 tr.combined td{font-weight:650}
 .verdict{font-weight:600}
 ul.notes{padding-left:20px}
+.tw{overflow-x:auto;margin-top:10px}.tw table{margin-top:0}
 svg.plot{display:block;max-width:100%;height:auto}
 svg .grid{stroke:var(--line);stroke-width:1}
 svg .muted{fill:var(--muted)} svg .fg{fill:var(--fg)}
@@ -180,27 +183,28 @@ def _cards(report: Report) -> str:
     elif tput is not None:
         out.append(card("Throughput", f"{s.rate(tput)}", "samples/s"))
     n = report.run.steps_measured or len(report.steps)
-    out.append(card("Step time", s.ms(median_step_ms(report)), f"median of {n} steps · {device_text(report)}"))
+    out.append(card("Step time", s.ms(median_step_ms(report)), f"median of {n} step{'s' if n != 1 else ''} · {device_text(report)}"))
     out.append(card("Findings", str(len(report.findings)), severity_counts(report.findings)))
     return '<div class="cards">' + "".join(out) + "</div>"
 
 
 def _breakdown(report: Report) -> str:
-    if not report.breakdown and not report.steps:
+    shares = part_shares(report)
+    if not shares and not report.steps:
         return ""
-    parts = s.ordered_parts(report.breakdown) or list(s.PART_LABELS)
+    parts = s.ordered_parts(shares) or list(s.PART_LABELS)
     part_ms = mean_part_ms(report)
     rows = "".join(
         f"<tr><td><svg width='11' height='11' style='vertical-align:-1px'><rect width='11' height='11' rx='2' "
         f"fill='{s.PART_COLORS.get(p, '#888')}'/></svg> {esc(s.part_label(p))}</td>"
-        f'<td class="n">{esc(s.pct(report.breakdown.get(p)))}</td><td class="n">{esc(s.ms(part_ms.get(p)))}</td></tr>'
+        f'<td class="n">{esc(s.pct(shares.get(p)))}</td><td class="n">{esc(s.ms(part_ms.get(p)))}</td></tr>'
         for p in parts
-        if (s.finite(report.breakdown.get(p)) or 0) > 0
+        if (shares.get(p) or 0) > 0
     )
     per_step = svg.stacked_steps(report.steps, parts)
     return (
         "<h2>Where the step time goes</h2>"
-        f'<div class="panel">{svg.share_bar(report.breakdown)}'
+        f'<div class="panel">{svg.share_bar(shares)}'
         + (f'<div style="margin-top:14px">{per_step}</div>' if per_step else "")
         + "</div>"
         + (f'<table style="margin-top:10px"><tr><th>Part</th><th class="n">Share</th><th class="n">Mean per step</th></tr>{rows}</table>' if rows else "")
@@ -253,10 +257,10 @@ def _trials(report: Report) -> str:
         "<h2>Before and after each fix</h2>"
         '<p class="muted">Interleaved repeats against the baseline; a change within noise is <em>no measurable effect</em>, never a win.</p>'
         f'<div class="panel">{svg.trials_plot(report.trials, report.combined)}</div>'
-        '<table style="margin-top:10px"><tr><th>Fix</th><th>Safety</th><th class="n">Before</th><th class="n">After</th>'
+        '<div class="tw"><table><tr><th>Fix</th><th>Safety</th><th class="n">Before</th><th class="n">After</th>'
         '<th class="n">Speedup [95% CI]</th><th>Verdict</th><th class="n">Loss Δ</th><th>Note</th></tr>'
         + "".join(rows)
-        + "</table>"
+        + "</table></div>"
         + kept
     )
 
@@ -348,7 +352,7 @@ def render_html(report: Report) -> str:
             _notes(report),
         ]
     )
-    title = f"advisor · {report.run.script or report.source or 'report'}"
+    title = f"advisor · {title_of(report)}"
     subtitle = report.source
     footer = f"advisor {report.advisor_version} · {report.created}"
     return page(title, subtitle, body, report.to_dict(), footer)

@@ -17,14 +17,16 @@ from advisor.report.text import (
     device_text,
     mean_part_ms,
     median_step_ms,
+    part_shares,
     severity_counts,
     throughput,
+    title_of,
 )
 
 # NOTE: only characters that are markup anywhere in a line; "-", "+", "#" and "1." matter only
 # at the start of a line and are handled there, which keeps the Markdown source readable.
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
-_MD_LINE_START = re.compile(r"^(\s*)([-+#=>]|\d+[.)])")
+_MD_LINE_START = re.compile(r"^(\s*)((?:[-+=]|#{1,6}|\d{1,9}[.)])(?=\s|$))")
 BAR_WIDTH = 20
 SEVERITY_ICONS: dict[str, str] = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
@@ -92,7 +94,7 @@ def _summary(report: Report) -> list[str]:
             cell = cell.rstrip() if cell.endswith(")") else cell
         rows.append(["**Throughput**", cell])
     n_steps = report.run.steps_measured or len(report.steps)
-    rows.append(["**Step time**", f"{s.ms(median_step_ms(report))} median over {n_steps} steps · {md_text(device_text(report))}"])
+    rows.append(["**Step time**", f"{s.ms(median_step_ms(report))} median over {n_steps} step{'s' if n_steps != 1 else ''} · {md_text(device_text(report))}"])
     rows.append(["**Findings**", md_text(severity_counts(report.findings))])
     if report.run.error:
         rows.append(["**Script error**", md_code(report.run.error)])
@@ -100,12 +102,13 @@ def _summary(report: Report) -> list[str]:
 
 
 def _breakdown(report: Report) -> list[str]:
-    parts = [p for p in s.ordered_parts(report.breakdown) if (s.finite(report.breakdown.get(p)) or 0) > 0]
+    shares = part_shares(report)
+    parts = [p for p in s.ordered_parts(shares) if shares[p] > 0]
     if not parts:
         return []
     part_ms = mean_part_ms(report)
     rows = [
-        [md_text(s.part_label(p)), f"`{bar(report.breakdown[p]) or ' '}`", s.pct(report.breakdown[p]), s.ms(part_ms.get(p))]
+        [md_text(s.part_label(p)), f"`{bar(shares[p]) or ' '}`", s.pct(shares[p]), s.ms(part_ms.get(p))]
         for p in parts
     ]
     return ["### Step-time breakdown", "", md_table(["Part", "Share", "%", "Mean per step"], rows, "llrr")]
@@ -200,7 +203,7 @@ def render_markdown(report: Report) -> str:
     Returns:
         The Markdown document, ending with a newline.
     """
-    title = report.run.script or report.source or "report"
+    title = title_of(report)
     blocks: list[list[str]] = [
         [f"## advisor: {md_code(title)}"],
         _summary(report),

@@ -33,7 +33,11 @@ TIMELINE_LANES: tuple[str, ...] = ("data_loading", "cpu_ops", "gpu_kernels", "co
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What ran and how it ended (``run`` in the JSON report)."""
+    """What ran and how it ended (``run`` in the JSON report).
+
+    ``timed_step_times_ms`` and ``timed_samples`` are the timed (unprofiled) steps from the
+    capture; ``advisor compare`` bootstraps a confidence interval on the speedup from them.
+    """
 
     status: str = "analyzed"
     script: str | None = None
@@ -52,6 +56,8 @@ class RunInfo:
     environment: dict[str, Any] = field(default_factory=dict)
     dataloaders: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    timed_step_times_ms: tuple[float, ...] = ()
+    timed_samples: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,8 @@ class Report:
         source: The trace or run directory it describes.
         run: How the run went.
         primary: The primary bottleneck, or None.
-        breakdown: Breakdown part -> mean fraction of step time (parts of BREAKDOWN_PARTS).
+        breakdown: Category (plus ``idle``/``other``) -> mean fraction of step time, as the
+            engine maps the metric breakdown parts (see advisor.engine.evaluate.category_breakdown).
         categories: Category -> recoverable share of step time from the findings.
         findings: Findings sorted by severity (highest first), code, location.
         summary: The metric summary (declared names only).
@@ -190,6 +197,8 @@ def build_report(
             environment=to_jsonable(capture.environment),
             dataloaders=tuple(to_jsonable(d) for d in capture.dataloaders),
             notes=capture.notes,
+            timed_step_times_ms=tuple(capture.timed.step_times_ms),
+            timed_samples=tuple(capture.timed.samples),
         )
     else:
         run = RunInfo(status="analyzed", steps_measured=int(len(steps_df)))

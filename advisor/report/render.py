@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import TextIO
 
 from advisor.errors import InputError, UsageError
+from advisor.report.gate import gate
 from advisor.report.model import Report
+
+__all__ = ["FORMATS", "RENDERERS", "gate", "guess_format", "render", "resolve_format", "use_color", "write_output"]
 
 FORMATS: tuple[str, ...] = ("text", "markdown", "html", "json")
 """Output formats, in ``--format`` order."""

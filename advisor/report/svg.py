@@ -165,7 +165,7 @@ def share_bar(breakdown: dict[str, float]) -> str:
     return "".join(out)
 
 
-def trials_plot(trials: Sequence[Trial], combined: Trial | None) -> str:
+def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label: str = "baseline") -> str:
     """Before/after samples/s: the baseline, then each measured trial with its confidence interval.
 
     The interval is the trial's CI on the speedup applied to its own baseline, so the whisker is
@@ -193,7 +193,7 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None) -> str:
     ticks = nice_ticks(max(values) * 1.02)
     xmax = ticks[-1] or 1
     W, left, right, top, row_h = 880, 210, 210, 26, 30
-    all_rows: list[tuple[str, Trial | None, bool]] = [("baseline", None, False), *rows]
+    all_rows: list[tuple[str, Trial | None, bool]] = [(baseline_label, None, False), *rows]
     H = top + row_h * len(all_rows) + 30
     plot_w = W - left - right
     out = [_svg_open(W, H, "Samples per second before and after each fix")]

@@ -307,6 +307,7 @@ def serve(
         start_new_session=True,
     )
     shown_host = "localhost" if host in ("127.0.0.1", "localhost") else host
+    previous = _stop_on_sigterm()
     try:
         if not wait_until_up(f"http://{host}:{port}/data/logdir", proc):
             _stop(proc)
@@ -328,8 +329,22 @@ def serve(
     finally:
         _stop(proc)
         log.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if prepared.temporary:
             shutil.rmtree(prepared.logdir, ignore_errors=True)
+
+
+def _stop_on_sigterm() -> signal.Handlers | None:
+    """Make SIGTERM behave like Ctrl-C while serving, so `kill` also stops TensorBoard cleanly."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)  # type: ignore[return-value]
+    except ValueError:  # not the main thread (e.g. embedded): leave signals alone
+        return None
 
 
 def _log_tail(path: Path) -> str:

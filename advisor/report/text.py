@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -21,6 +22,7 @@ from rich.text import Text
 
 from advisor.engine.model import Finding
 from advisor.fixes.model import Trial
+from advisor.metrics.registry import BREAKDOWN_PARTS
 from advisor.report import style as s
 from advisor.report.model import Report
 
@@ -56,10 +58,35 @@ def _t(value: Any, style: str = "") -> Text:
     return Text("" if value is None else str(value), style=style)
 
 
+def part_shares(report: Report) -> dict[str, float]:
+    """Share of step time per breakdown part, in display order.
+
+    From the per-step ``<part>_ms`` columns when the report has them (they add up to the step),
+    else the summary's ``<part>_frac`` medians, else ``Report.breakdown`` as written.
+    """
+    totals: dict[str, float] = {}
+    step_total = 0.0
+    for row in report.steps:
+        st = s.finite(row.get("step_time_ms"))
+        if st is None:
+            continue
+        step_total += st
+        for part in BREAKDOWN_PARTS:
+            v = s.finite(row.get(f"{part}_ms"))
+            if v is not None:
+                totals[part] = totals.get(part, 0.0) + v
+    if totals and step_total > 0:
+        return {p: totals[p] / step_total for p in BREAKDOWN_PARTS if p in totals}
+    fracs = {p: s.finite(report.summary.get(f"{p}_frac")) for p in BREAKDOWN_PARTS}
+    if any(v is not None for v in fracs.values()):
+        return {p: v for p, v in fracs.items() if v is not None}
+    return {p: v for p in s.ordered_parts(report.breakdown) if (v := s.finite(report.breakdown.get(p))) is not None}
+
+
 def mean_part_ms(report: Report) -> dict[str, float | None]:
     """Mean milliseconds per breakdown part over the report's steps (None when not recorded)."""
     out: dict[str, float | None] = {}
-    for part in s.ordered_parts(report.breakdown):
+    for part in s.ordered_parts({**report.breakdown, **dict.fromkeys(BREAKDOWN_PARTS, 0.0)}):
         vals = [s.finite(row.get(f"{part}_ms")) for row in report.steps]
         nums = [v for v in vals if v is not None]
         out[part] = sum(nums) / len(nums) if nums else None
@@ -104,13 +131,24 @@ def device_text(report: Report) -> str:
     name = env.get("device_name") or ""
     dev = env.get("device") or ""
     if name:
-        return str(name)
+        return f"CPU, {name}" if dev == "cpu" else str(name)
     if dev:
         return "CPU" if dev == "cpu" else str(dev)
+    if report.device:
+        return ", ".join(dict.fromkeys(report.device))
     flag = report.summary.get("has_gpu_flag")
     if flag is None:
         return "unknown device"
     return "GPU" if flag else "CPU"
+
+
+def title_of(report: Report) -> str:
+    """Return what the report is about, short: the script, else the trace or run folder name."""
+    if report.run.script:
+        return report.run.script
+    if report.source:
+        return Path(report.source).name or report.source
+    return "report"
 
 
 def _summary_panel(report: Report) -> Panel:
@@ -153,7 +191,7 @@ def _summary_panel(report: Report) -> Panel:
     if report.run.error:
         grid.add_row("Script error", _t(report.run.error, "red"))
     title = Text("advisor · ")
-    title.append(_t(report.run.script or report.source or "report", "bold"))
+    title.append(_t(title_of(report), "bold"))
     return Panel(grid, title=title, title_align="left", box=box.ROUNDED, padding=(0, 1))
 
 
@@ -163,7 +201,8 @@ def _speedup_text(trial: Trial) -> str:
 
 
 def _breakdown(report: Report, color: bool) -> RenderableType | None:
-    if not report.breakdown:
+    shares = part_shares(report)
+    if not shares:
         return None
     part_ms = mean_part_ms(report)
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
@@ -171,8 +210,8 @@ def _breakdown(report: Report, color: bool) -> RenderableType | None:
     table.add_column("bar", no_wrap=True, width=BAR_WIDTH)
     table.add_column("share", justify="right", no_wrap=True)
     table.add_column("ms", justify="right", no_wrap=True)
-    for part in s.ordered_parts(report.breakdown):
-        frac = s.finite(report.breakdown.get(part)) or 0.0
+    for part in s.ordered_parts(shares):
+        frac = shares[part]
         if frac <= 0:
             continue  # NOTE: a CPU run has no GPU parts; rows of 0% are noise, not information
         cells = round(max(0.0, min(1.0, frac)) * BAR_WIDTH * 2)  # half-cell resolution

@@ -3,21 +3,29 @@
 A trace file can be hundreds of MB to GBs. Reading it with ``json.load`` builds a Python dict
 per event and spends most of its time in the garbage collector, so this module:
 
-* decodes with msgspec into typed ``Struct``s that keep only the fields the analysis uses
-  (unknown keys are skipped by the decoder without building Python objects);
+* decodes the top level with msgspec, keeping each event as ``Raw`` (a zero-copy view of its
+  bytes), so nothing per event is built yet;
+* decodes the events in batches of ``BATCH_EVENTS`` into typed msgspec ``Struct``s that keep
+  only the fields the analysis uses (unknown keys are skipped without building objects), and
+  turns each batch straight into numpy columns; only one batch of Python objects is alive
+  at a time, which keeps the peak memory near the file's size plus the final table;
 * turns the garbage collector off while decoding (millions of small objects, no cycles);
-* converts the structs column by column into a :class:`pandas.DataFrame` with interned
-  (categorical) names, then drops the structs.
+* interns names, categories, pids/tids and the JSON args kept (shapes, dtypes, stacks) as
+  categoricals, through dicts that assign codes at C speed.
 
-Nothing here imports torch or unpickles anything. Old Kineto category names (``Operator``,
-``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``) are rewritten to the current ones.
+A value of an unexpected type (a string id, a null name) sends its batch down a slower, untyped
+path instead of failing. Nothing here imports torch or unpickles anything. Old Kineto category
+names (``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``) become the current ones.
 """
 
 from __future__ import annotations
 
 import gc
 import gzip
-import re
+import itertools
+import mmap
+import operator
+import os
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,56 +66,110 @@ _INT_COLUMNS = (
 )
 
 
-class _Args(msgspec.Struct, gc=False):
-    """The ``args`` fields the analysis reads; everything else is skipped while decoding."""
+_NAN = float("nan")
 
-    ext_id: Any = msgspec.field(default=None, name="External id")
-    ext_id_old: Any = msgspec.field(default=None, name="external id")
-    correlation: Any = None
-    bytes: Any = None
-    stream: Any = None
-    device: Any = None
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    """The ``args`` fields the analysis reads (strictly typed: the fast path).
+
+    Everything else in ``args`` is skipped by the decoder without building objects. JSON
+    fragments that only a few ops carry (shapes, dtypes, stacks) stay ``Raw`` (a view into the
+    file's bytes) and are interned later, once per distinct value.
+    """
+
+    ext_id: int = msgspec.field(default=MISSING, name="External id")
+    ext_id_old: int = msgspec.field(default=MISSING, name="external id")
+    correlation: int = MISSING
+    bytes: int = MISSING
+    stream: int = MISSING
+    device: int = MISSING
     input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=None, name="Concrete Inputs")
-    call_stack: str | None = msgspec.field(default=None, name="Call stack")
-    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
-    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
-    device_type: Any = msgspec.field(default=None, name="Device Type")
-    device_id: Any = msgspec.field(default=None, name="Device Id")
-    py_id: Any = msgspec.field(default=None, name="Python id")
-    py_parent: Any = msgspec.field(default=None, name="Python parent id")
-    flops: Any = None
+    call_stack: msgspec.Raw = msgspec.field(default=None, name="Call stack")
+    total_allocated: int = msgspec.field(default=MISSING, name="Total Allocated")
+    mem_bytes: int = msgspec.field(default=MISSING, name="Bytes")
+    device_type: int = msgspec.field(default=MISSING, name="Device Type")
+    device_id: int = msgspec.field(default=MISSING, name="Device Id")
+    py_id: int = msgspec.field(default=MISSING, name="Python id")
+    py_parent: int | None = msgspec.field(default=MISSING, name="Python parent id")
+    flops: int | float = _NAN
+
+
+_NO_ARGS = _Args()
 
 
 class _Event(msgspec.Struct, gc=False):
-    """One Chrome-trace event, reduced to the fields the analysis reads."""
+    """One Chrome-trace event, reduced to the fields the analysis reads (fast path)."""
 
     name: str = ""
-    cat: str | None = None
+    cat: str = ""
     ph: str = ""
-    ts: float | None = None
-    dur: float | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    args: _Args | None = None
+    ts: float = _NAN
+    dur: float = 0.0
+    pid: int | str = MISSING
+    tid: int | str = MISSING
+    args: _Args = _NO_ARGS
 
 
-class _TraceFile(msgspec.Struct, gc=False):
-    """The top level of a trace file: events plus the metadata blocks we keep."""
+class _LooseArgs(msgspec.Struct, frozen=True, gc=False):
+    """Same fields as :class:`_Args`, untyped: for traces whose args break the fast path."""
 
-    traceEvents: list[_Event] | None = None  # noqa: N815 - the file's own key
-    deviceProperties: list[dict[str, Any]] | None = None  # noqa: N815
-    distributedInfo: dict[str, Any] | None = None  # noqa: N815
-    baseTimeNanoseconds: int | None = None  # noqa: N815
-    schemaVersion: int | None = None  # noqa: N815
-    with_stack: int | bool | None = None
-    record_shapes: int | bool | None = None
-    profile_memory: int | bool | None = None
-    with_flops: int | bool | None = None
+    ext_id: Any = msgspec.field(default=MISSING, name="External id")
+    ext_id_old: Any = msgspec.field(default=MISSING, name="external id")
+    correlation: Any = MISSING
+    bytes: Any = MISSING
+    stream: Any = MISSING
+    device: Any = MISSING
+    input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=None, name="Concrete Inputs")
+    call_stack: msgspec.Raw = msgspec.field(default=None, name="Call stack")
+    total_allocated: Any = msgspec.field(default=MISSING, name="Total Allocated")
+    mem_bytes: Any = msgspec.field(default=MISSING, name="Bytes")
+    device_type: Any = msgspec.field(default=MISSING, name="Device Type")
+    device_id: Any = msgspec.field(default=MISSING, name="Device Id")
+    py_id: Any = msgspec.field(default=MISSING, name="Python id")
+    py_parent: Any = msgspec.field(default=MISSING, name="Python parent id")
+    flops: Any = _NAN
 
 
-_DECODER = msgspec.json.Decoder(_TraceFile)
+_NO_LOOSE_ARGS = _LooseArgs()
+
+
+class _LooseEvent(msgspec.Struct, gc=False):
+    """An event with untyped fields (slow path)."""
+
+    name: Any = ""
+    cat: Any = ""
+    ph: Any = ""
+    ts: Any = _NAN
+    dur: Any = 0.0
+    pid: Any = MISSING
+    tid: Any = MISSING
+    args: Any = _NO_LOOSE_ARGS
+
+
+class _Head(msgspec.Struct, gc=False):
+    """The top level of a trace file: events kept as raw JSON, plus the metadata we keep."""
+
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - the file's own key
+    deviceProperties: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    with_stack: Any = None
+    record_shapes: Any = None
+    profile_memory: Any = None
+    with_flops: Any = None
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+_BATCH = msgspec.json.Decoder(list[_Event])
+_LOOSE_BATCH = msgspec.json.Decoder(list[_LooseEvent])
+_LOOSE_ARGS = msgspec.json.Decoder(_LooseArgs)
+BATCH_EVENTS = 65536
+"""Events decoded into Python objects at a time: bounds the memory of the object stage."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +184,9 @@ class Trace:
             is 0 for instants), the integer args ``ext_id``, ``correlation``, ``bytes``,
             ``stream``, ``device``, ``total_allocated``, ``mem_bytes``, ``device_type``,
             ``device_id``, ``py_id``, ``py_parent`` (``MISSING`` = -1 when absent), ``flops``
-            (float, NaN when absent) and the object columns ``input_dims``, ``input_type``,
-            ``concrete_inputs`` (JSON text), ``call_stack`` (str) -- None when absent.
+            (float, NaN when absent) and the categoricals ``input_dims``, ``input_type``,
+            ``concrete_inputs`` (JSON text; kept for the matmul/conv ops of ``SHAPE_OPS``) and
+            ``call_stack`` (str; every operator), NaN when absent.
         metadata: ``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``,
             ``schemaVersion`` and the profiler flags (``with_stack``, ...), where present.
     """
@@ -159,7 +222,10 @@ def _is_trace_name(path: Path) -> bool:
 
 
 def find_trace_files(path: Path) -> list[Path]:
-    """The trace files under ``path``: the file itself, or ``*.json[.gz]`` found recursively.
+    """Find the trace files under ``path``: the file itself, or ``*.json[.gz]`` found recursively.
+
+    In a folder, files named like torch.profiler's ``*.pt.trace.json[.gz]`` win when there are
+    any; otherwise every ``*.json``/``*.json.gz`` file is taken as a trace.
 
     Raises:
         TraceError: The path does not exist, or a directory holds no trace file.
@@ -170,25 +236,43 @@ def find_trace_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     files = sorted(p for p in path.rglob("*") if p.is_file() and _is_trace_name(p))
-    # NOTE: an advisor run directory holds capture.json next to traces/; it is not a trace.
-    files = [p for p in files if p.name != "capture.json"]
+    # NOTE: torch.profiler names its files *.pt.trace.json[.gz]; when a folder has any, other
+    # JSON files next to them (capture.json, reports, goldens) are not traces.
+    named = [p for p in files if ".pt.trace.json" in p.name]
+    files = named or [p for p in files if p.name != "capture.json"]
     if not files:
         raise TraceError(f"no *.json or *.json.gz trace files found under {path}; point at a torch.profiler trace or its folder")
     return files
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's decompressed bytes; TraceError for empty or truncated files."""
+def _read_bytes(path: Path) -> Any:
+    """Read the file's (decompressed) bytes; TraceError for empty or truncated files.
+
+    Plain files are memory-mapped (read-only): the decoder reads the page cache directly
+    instead of a private copy of the whole file. Gzip files are decompressed into memory.
+    """
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+            if magic != b"\x1f\x8b":
+                size = os.fstat(fh.fileno()).st_size
+                if size == 0:
+                    raise TraceError(f"trace {path} is empty; re-record it with torch.profiler")
+                # MAP_POPULATE (Linux) maps the cached pages in one go instead of one fault each
+                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+                data: Any = mmap.mmap(fh.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
+                if data[: min(size, 4096)].isspace() and data[:].isspace():
+                    raise TraceError(f"trace {path} is empty; re-record it with torch.profiler")
+                return data
+            fh.seek(0)
+            raw = fh.read()
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from exc
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise TraceError(f"trace {path} is a truncated or corrupt gzip file ({exc}); re-copy or re-record it") from exc
-    if not raw.strip():
+    try:
+        raw = gzip.decompress(raw)
+    except (EOFError, OSError, zlib.error) as exc:
+        raise TraceError(f"trace {path} is a truncated or corrupt gzip file ({exc}); re-copy or re-record it") from exc
+    if not raw or raw.isspace():
         raise TraceError(f"trace {path} is empty; re-record it with torch.profiler")
     return raw
 
@@ -197,100 +281,296 @@ def _first_line(text: str) -> str:
     return " ".join(str(text).split())[:200]
 
 
-def _decode(path: Path) -> _TraceFile:
+def _decode_head(path: Path) -> tuple[_Head, Any]:
     raw = _read_bytes(path)
     try:
         with _gc_paused():
-            doc = _DECODER.decode(raw)
+            head = _HEAD.decode(raw)
     except msgspec.ValidationError as exc:
         raise TraceError(f"{path} is not a torch.profiler trace ({_first_line(str(exc))})") from exc
     except msgspec.DecodeError as exc:
         raise TraceError(f"{path} is not valid JSON ({_first_line(str(exc))}); the file may be truncated") from exc
-    if doc.traceEvents is None:
+    if head.traceEvents is None:
         raise TraceError(f"{path} is JSON but not a Chrome trace (no traceEvents); pass a torch.profiler trace")
-    return doc
+    return head, raw
 
 
-def _raw_text(values: list[msgspec.Raw | None]) -> np.ndarray:
-    """Raw JSON fragments -> object array of str (None kept), so the file buffer can be freed."""
-    out = np.empty(len(values), dtype=object)
-    cache: dict[bytes, str] = {}
-    for i, raw in enumerate(values):
-        if raw is not None:
-            b = bytes(raw)
-            s = cache.get(b)
-            if s is None:
-                s = cache[b] = b.decode("utf-8")
-            out[i] = s
-    return out
+class _Interner(dict):
+    """Global codes for a categorical column built batch by batch.
+
+    A dict from raw value to code whose ``__missing__`` assigns the next code (merging values
+    whose ``key`` is equal, e.g. pid ``25738`` and ``"25738"``): encoding a batch is one
+    C-level ``map`` of ``__getitem__``, with Python code only for values seen the first time.
+    """
+
+    def __init__(self, key: Any = None, empty: Any = None) -> None:
+        super().__init__()
+        self.codes: dict[Any, int] = {}  # normalised key -> code
+        self.values: list[Any] = []
+        self.key = key
+        self.empty = empty
+
+    def __missing__(self, value: Any) -> int:
+        if value is None or (self.empty is not None and type(value) is type(self.empty) and value == self.empty):
+            code = -1
+        else:
+            k = self.key(value) if self.key else value
+            code = self.codes.get(k, -2)
+            if code == -2:
+                code = self.codes[k] = len(self.values)
+                self.values.append(k)
+        self[value] = code
+        return code
+
+    def encode(self, values: Any, n: int) -> np.ndarray:
+        """Codes (int32; -1 for None or for the field's "absent" default) of ``n`` values."""
+        return np.fromiter(map(self.__getitem__, values), dtype=np.int32, count=n)
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        cats = pd.Index(self.values, dtype=object) if self.values else pd.Index([], dtype=object)
+        return pd.Categorical.from_codes(codes, categories=cats)
 
 
-def _number(value: Any, default: float) -> float:
-    """A JSON scalar as float; ``default`` for None, strings and other odd values."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return default
+def _raw_key(raw: Any) -> str:
+    return bytes(raw).decode("utf-8", errors="replace")
 
 
-def _float_col(values: list[Any], default: float) -> np.ndarray:
-    """Optional numbers -> float64 (``default`` where missing or not a number)."""
+def _stack_key(raw: Any) -> str:
+    # "Call stack" is a JSON string: decode it once per distinct value
     try:
-        return np.array([default if v is None else v for v in values], dtype=np.float64)
+        value = msgspec.json.decode(bytes(raw))
+    except msgspec.DecodeError:
+        value = None
+    return value if isinstance(value, str) else bytes(raw).decode("utf-8", errors="replace")
+
+
+def _loose_args(value: Any) -> Any:
+    """Args of the loose path (decoded as plain JSON) -> a :class:`_LooseArgs`."""
+    if isinstance(value, dict):
+        try:
+            return _LOOSE_ARGS.decode(msgspec.json.encode(value))
+        except (msgspec.DecodeError, msgspec.EncodeError):
+            return _NO_LOOSE_ARGS
+    return value if isinstance(value, _LooseArgs) else _NO_LOOSE_ARGS
+
+
+def _num(values: Any, n: int, default: float) -> np.ndarray:
+    """``n`` numbers -> float64, at C speed when they are all numbers (the strict path).
+
+    ``values`` is an iterator (strict path: consumed once by ``fromiter``) or a list (loose
+    path); anything that is not a number becomes ``default`` on the slow path.
+    """
+    if not isinstance(values, list):
+        return np.fromiter(values, dtype=np.float64, count=n)
+    try:
+        return np.fromiter(values, dtype=np.float64, count=n)
     except (TypeError, ValueError):
-        # NOTE: rare hand-edited or foreign traces put strings in numeric args: coerce slowly.
-        return np.array([_number(v, default) for v in values], dtype=np.float64)
+        return np.array(
+            [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default for v in values],
+            dtype=np.float64,
+        )
 
 
-def _int_col(values: list[Any]) -> np.ndarray:
-    """Optional ints -> int64 with MISSING for None or non-numbers."""
-    arr = _float_col(values, float(MISSING))
-    arr[~np.isfinite(arr)] = MISSING
-    return arr.astype(np.int64)
+_INT_ATTRS = ("correlation", "bytes", "stream", "device", "total_allocated", "mem_bytes",
+              "device_type", "device_id", "py_id", "py_parent")
+# Operators whose "Input Dims" / "Input type" / "Concrete Inputs" are kept: the matmul and
+# convolution family the FLOP count and the dtype mix use (a few per step, out of thousands
+# of ops; decoding every op's shapes would cost a fifth of the load time on big traces).
+SHAPE_OPS = frozenset(
+    {
+        "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+        "aten::einsum", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+        "aten::_convolution", "aten::convolution_backward", "aten::conv_transpose2d",
+        "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_efficient_attention",
+    }
+)
+# Categories (after renaming old names) whose events carry the args below.
+_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")
+_HOST_CATS = ("cpu_op", "user_annotation")
+_RAW_ATTRS = (("input_dims", "input_dims"), ("input_type", "input_type"),
+              ("concrete", "concrete_inputs"), ("call_stack", "call_stack"))
 
 
-def _categorical(values: list[Any]) -> pd.Categorical:
-    return pd.Categorical(values)
+class _Columns:
+    """Accumulates column chunks batch by batch, then builds the events frame."""
+
+    def __init__(self) -> None:
+        self.names = _Interner()
+        self.cats = _Interner(key=lambda c: CATEGORY_ALIASES.get(c, c), empty="")
+        self.phs = _Interner()
+        # pid/tid are ints in new traces and sometimes strings ("stream 7") in old ones
+        self.pids = _Interner(key=str, empty=MISSING)
+        self.tids = _Interner(key=str, empty=MISSING)
+        self.raws = {col: _Interner(key=_stack_key if attr == "call_stack" else _raw_key) for attr, col in _RAW_ATTRS}
+        self.chunks: dict[str, list[np.ndarray]] = {}
+
+    def _add(self, col: str, arr: np.ndarray) -> None:
+        self.chunks.setdefault(col, []).append(arr)
+
+    def _rows(self, codes: np.ndarray, interner: _Interner, wanted: tuple[str, ...]) -> np.ndarray:
+        ids = [interner.codes[w] for w in wanted if w in interner.codes]
+        return np.flatnonzero(np.isin(codes, ids)) if ids else np.zeros(0, dtype=np.int64)
+
+    def add_batch(self, events: list[Any]) -> None:
+        """Append one decoded batch to the columns.
+
+        Args are read only for the event kinds that carry them (ids and shapes on operators,
+        stream/bytes on device events, memory fields on ``[memory]`` instants, frame ids on
+        ``python_function`` events): a field read costs one C-level pass over its rows.
+        """
+        get = operator.attrgetter
+        n = len(events)
+        name_codes = self.names.encode(map(get("name"), events), n)
+        cat_codes = self.cats.encode(map(get("cat"), events), n)
+        self._add("name", name_codes)
+        self._add("cat", cat_codes)
+        self._add("ph", self.phs.encode(map(get("ph"), events), n))
+        self._add("pid", self.pids.encode(map(get("pid"), events), n))
+        self._add("tid", self.tids.encode(map(get("tid"), events), n))
+        loose = bool(events) and isinstance(events[0], _LooseEvent)
+
+        def column(items: list[Any], attr: str, default: float) -> np.ndarray:
+            values = map(get(attr), items)
+            if not loose and attr != "py_parent":
+                return _num(values, len(items), default)
+            # loose path, or the one field that may be null (a root Python frame)
+            listed = [default if v is None else v for v in values]
+            return _num(listed, len(items), default)
+
+        def subset(rows: np.ndarray, attr: str, default: float) -> np.ndarray:
+            out = np.full(n, default, dtype=np.float64)
+            if len(rows):
+                out[rows] = column([args[i] for i in rows], attr, default)
+            return out
+
+        self._add("ts", column(events, "ts", _NAN))
+        self._add("dur", column(events, "dur", 0.0))
+        args = list(map(get("args"), events))
+        if loose:
+            args = [_loose_args(a) for a in args]
+        device_rows = self._rows(cat_codes, self.cats, _DEVICE_CATS)
+        host_rows = self._rows(cat_codes, self.cats, _HOST_CATS)
+        memory_rows = self._rows(name_codes, self.names, ("[memory]",))
+        python_rows = self._rows(cat_codes, self.cats, ("python_function",))
+        corr_rows = np.union1d(device_rows, self._rows(cat_codes, self.cats, ("cuda_runtime", "cuda_driver")))
+        ext = column(args, "ext_id", MISSING)
+        # old traces spell it "external id" on runtime and GPU events: read that spelling only
+        # where the first one is missing
+        retry = np.union1d(corr_rows, host_rows)
+        retry = retry[ext[retry] == MISSING]
+        if len(retry):
+            ext[retry] = column([args[i] for i in retry], "ext_id_old", MISSING)
+        self._add("ext_id", ext)
+        self._add("correlation", subset(corr_rows, "correlation", MISSING))
+        for attr in ("bytes", "stream", "device"):
+            self._add(attr, subset(device_rows, attr, MISSING))
+        for attr in ("total_allocated", "mem_bytes", "device_type", "device_id"):
+            self._add(attr, subset(memory_rows, attr, MISSING))
+        for attr in ("py_id", "py_parent"):
+            self._add(attr, subset(python_rows, attr, MISSING))
+        self._add("flops", subset(host_rows, "flops", _NAN))
+        host_args = [args[i] for i in host_rows]
+        shape_ids = [self.names.codes[k] for k in SHAPE_OPS if k in self.names.codes]
+        shaped = host_rows[np.isin(name_codes[host_rows], shape_ids)] if shape_ids else host_rows[:0]
+        shaped_args = [args[i] for i in shaped]
+        for attr, col in _RAW_ATTRS:
+            # shapes and dtypes only for the ops that use them; stacks for every operator
+            rows_for, args_for = (host_rows, host_args) if attr == "call_stack" else (shaped, shaped_args)
+            values = list(map(get(attr), args_for))
+            codes = np.full(n, -1, dtype=np.int32)
+            if values:
+                present = np.fromiter(map(operator.is_not, values, itertools.repeat(None)), dtype=bool, count=len(values))
+                idx = np.flatnonzero(present)
+                if len(idx):
+                    codes[rows_for[idx]] = self.raws[col].encode(map(bytes, (values[i] for i in idx)), len(idx))
+            self._add(col, codes)
+
+    def frame(self) -> pd.DataFrame:
+        def cat(col: str) -> np.ndarray:
+            return np.concatenate(self.chunks[col]) if col in self.chunks else np.zeros(0, dtype=np.int32)
+
+        def num(col: str) -> np.ndarray:
+            return np.concatenate(self.chunks[col]) if col in self.chunks else np.zeros(0)
+
+        cols: dict[str, Any] = {
+            "name": self.names.categorical(cat("name")),
+            "cat": self.cats.categorical(cat("cat")),
+            "ph": self.phs.categorical(cat("ph")),
+            "pid": self.pids.categorical(cat("pid")),
+            "tid": self.tids.categorical(cat("tid")),
+        }
+        ts = num("ts")
+        dur = num("dur")
+        cols["ts"] = ts
+        cols["dur"] = dur
+        cols["end"] = ts + dur
+        for col in ("ext_id", *_INT_ATTRS):
+            arr = num(col)
+            arr[~np.isfinite(arr)] = MISSING
+            cols[col] = arr.astype(np.int64)
+        cols["flops"] = num("flops")
+        for _attr, col in _RAW_ATTRS:
+            cols[col] = self.raws[col].categorical(cat(col))
+        return pd.DataFrame(cols, copy=False)
 
 
-def _events_frame(events: list[_Event]) -> pd.DataFrame:
-    """Structs -> columns. One pass per column keeps peak memory to one column at a time."""
-    n = len(events)
-    cols: dict[str, Any] = {}
-    cols["name"] = _categorical([e.name for e in events])
-    cat = pd.Categorical([e.cat for e in events])
-    # NOTE: rename categories (not values): cheap, and merges old and new names if both occur.
-    cats = [CATEGORY_ALIASES.get(c, c) for c in cat.categories]
-    if len(set(cats)) != len(cats):
-        cat = pd.Categorical(np.asarray(cat, dtype=object))
-        cat = pd.Categorical([CATEGORY_ALIASES.get(c, c) if c is not None else None for c in cat])
-    else:
-        cat = cat.rename_categories(cats)
-    cols["cat"] = cat
-    cols["ph"] = _categorical([e.ph for e in events])
-    # pid/tid are ints in new traces and sometimes strings ("stream 7", "25738") in old ones.
-    cols["pid"] = pd.Categorical([None if e.pid is None else str(e.pid) for e in events])
-    cols["tid"] = pd.Categorical([None if e.tid is None else str(e.tid) for e in events])
-    ts = np.array([np.nan if e.ts is None else e.ts for e in events], dtype=np.float64)
-    dur = np.array([0.0 if e.dur is None else e.dur for e in events], dtype=np.float64)
-    cols["ts"] = ts
-    cols["dur"] = dur
-    cols["end"] = ts + dur
-    args = [e.args for e in events]
-    del events
-    empty = _Args()
-    args = [a if a is not None else empty for a in args]
-    ext = _int_col([a.ext_id if a.ext_id is not None else a.ext_id_old for a in args])
-    cols["ext_id"] = ext
-    for name in _INT_COLUMNS[1:]:
-        cols[name] = _int_col([getattr(a, name) for a in args])
-    cols["flops"] = _float_col([a.flops for a in args], np.nan)
-    cols["input_dims"] = _raw_text([a.input_dims for a in args])
-    cols["input_type"] = _raw_text([a.input_type for a in args])
-    cols["concrete_inputs"] = _raw_text([a.concrete for a in args])
-    stacks = np.empty(n, dtype=object)
-    stacks[:] = [a.call_stack for a in args]
-    cols["call_stack"] = stacks
-    return pd.DataFrame(cols, copy=False)
+def _address(buffer: Any) -> int:
+    """Memory address of a buffer's first byte (to locate Raw views inside the file buffer)."""
+    return int(np.frombuffer(buffer, dtype=np.uint8, count=1).__array_interface__["data"][0])
+
+
+def _batches(raw: Any, raw_events: list[msgspec.Raw]) -> Iterator[memoryview]:
+    """JSON arrays of ``BATCH_EVENTS`` events each, as views of one reused buffer.
+
+    ``Raw`` values are zero-copy views into the input buffer and the events lie in it in
+    order, so a batch is one slice from its first event's start to its last event's end
+    (checked; otherwise the events are joined one by one). Reusing one buffer avoids
+    allocating (and page-faulting) a fresh copy per batch. Each yielded view must be consumed
+    before the next one is requested.
+    """
+    source = memoryview(raw)
+    base = _address(raw)
+    buf = bytearray()
+    for i in range(0, len(raw_events), BATCH_EVENTS):
+        part = raw_events[i : i + BATCH_EVENTS]
+        first, last = part[0], part[-1]
+        start = _address(first) - base
+        stop = _address(last) - base + len(last)
+        if (
+            0 <= start < stop <= len(source)
+            and source[start : start + len(first)] == memoryview(first)
+            and source[stop - len(last) : stop] == memoryview(last)
+        ):
+            size = stop - start + 2
+            if len(buf) < size:
+                buf = bytearray(size)  # NOTE: a fresh buffer; earlier views were consumed
+            view = memoryview(buf)
+            view[0] = 0x5B  # [
+            view[1 : size - 1] = source[start:stop]
+            view[size - 1] = 0x5D  # ]
+            yield view[:size]
+            view.release()
+        else:  # pragma: no cover - msgspec always views its input; kept as a safe fallback
+            yield memoryview(b"[" + b",".join(part) + b"]")
+
+
+def _events_frame(path: Path, raw: Any, raw_events: list[msgspec.Raw]) -> pd.DataFrame:
+    """Decode the events batch by batch into typed structs and straight into columns."""
+    columns = _Columns()
+    for chunk in _batches(raw, raw_events):
+        try:
+            batch: list[Any] = _BATCH.decode(chunk)
+        except msgspec.ValidationError:
+            # NOTE: an odd value somewhere (a string id, a null name): decode this batch loosely.
+            try:
+                batch = _LOOSE_BATCH.decode(chunk)
+            except msgspec.ValidationError as exc:
+                raise TraceError(f"{path} has malformed events ({_first_line(str(exc))})") from exc
+        columns.add_batch(batch)
+        del batch
+        chunk.release()
+    return columns.frame()
 
 
 def load_trace(path: Path, index: int = 0) -> Trace:
@@ -306,7 +586,7 @@ def load_trace(path: Path, index: int = 0) -> Trace:
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"trace file {path} does not exist; pass a .json/.json.gz trace")
-    doc = _decode(path)
+    head, raw = _decode_head(path)
     metadata: dict[str, Any] = {}
     for key in (
         "deviceProperties",
@@ -318,16 +598,17 @@ def load_trace(path: Path, index: int = 0) -> Trace:
         "profile_memory",
         "with_flops",
     ):
-        value = getattr(doc, key)
+        value = getattr(head, key)
         if value is not None:
             metadata[key] = value
-    events_list = doc.traceEvents or []
-    doc.traceEvents = None
+    raw_events = head.traceEvents or []
+    head.traceEvents = None
     with _gc_paused():
-        frame = _events_frame(events_list)
-        del events_list
+        frame = _events_frame(path, raw, raw_events)
+    del raw_events, raw
     rank = index
-    info = metadata.get("distributedInfo") or {}
+    info = metadata.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
     if isinstance(info.get("rank"), int):
         rank = int(info["rank"])
     return Trace(path=path, rank=rank, events=frame, metadata=metadata)

@@ -111,6 +111,8 @@ def main(argv=None) -> None:
         prefetch_factor=4,
         pin_memory=device.type == "cuda",
     )
+    if len(loader) == 0:
+        raise SystemExit("the data set is smaller than one batch; raise the sample count")
     model = make_model().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

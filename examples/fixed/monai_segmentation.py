@@ -119,6 +119,8 @@ def main(argv=None) -> None:
         pin_memory=device.type == "cuda",
         worker_init_fn=seed_worker,
     )
+    if len(loader) == 0:
+        raise SystemExit("the data set is smaller than one batch; raise the sample count")
     model = UNet(
         spatial_dims=3, in_channels=1, out_channels=2, channels=(8, 16, 32), strides=(2, 2),
         num_res_units=1,

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from advisor.capture.model import RunCapture
-from tests.capture.conftest import SCRIPTS
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 TRACE_NAME = re.compile(r"^traces/[^/]+_\d+\.\d+\.pt\.trace\.json$")
 
@@ -63,7 +64,8 @@ def test_training_loop(run_script):
     assert sum(n == "Optimizer.step#SGD.step" for n in names) == 2
     assert any(n.startswith("enumerate(DataLoader)") for n in names)
     stats = pstats.Stats(str(run_dir / cap.pstats_file))
-    assert any(key[0].endswith("train_loop.py") for key in stats.stats)  # type: ignore[attr-defined]
+    # the cProfile window saw the script's work (module-level code itself is not a call)
+    assert any(key[2] == "mse_loss" for key in stats.stats)  # type: ignore[attr-defined]
 
     assert RunCapture.load(run_dir) == cap
     phases = [e.phase for e in events]
@@ -111,8 +113,9 @@ def test_gradient_accumulation_batches_per_step(run_script):
     cap, _ = run_script("train_loop.py", "--accum", "2")
     assert cap.status == "stopped" and cap.step_source == "optimizer"
     assert cap.timed.batches == (2, 2, 2) and cap.timed.samples == (16, 16, 16)
-    # warm-up (1 step) is shorter than the 2 micro-batches: measurement restarted, and says so
-    assert any("restarted" in n for n in cap.notes)
+    # warm-up (1 step) is shorter than the 2 micro-batches: the first optimizer step arrives in
+    # the timed phase; measurement restarts silently (nothing measured was dropped)
+    assert not any("restarted" in n for n in cap.notes)
 
 
 def test_dataloader_workers_do_not_survive(run_script):

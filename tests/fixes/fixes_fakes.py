@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from advisor.capture.model import (
     DataLoaderInfo,
@@ -31,6 +31,7 @@ class FakeRunner:
     crash: set[str] = field(default_factory=set)
     nan_loss: set[str] = field(default_factory=set)
     not_applicable: dict[str, str] = field(default_factory=dict)
+    inert: set[str] = field(default_factory=set)  # notes say "installed:", nothing changes
     workers: int = 0
     batches_per_step: int = 1
     device: str = "cpu"
@@ -42,8 +43,22 @@ class FakeRunner:
         ids = [f.id for f in spec.fixes]
         run_dir = str(spec.out_dir)
         env = Environment(device=self.device, cpu_count=self.cpu_count)
-        loaders = (DataLoaderInfo(batch_size=8, num_workers=self.workers),)
         notes = {f.id: self.not_applicable.get(f.id, "applied: fake") for f in spec.fixes}
+        notes.update({f.id: "installed: waiting" for f in spec.fixes if f.id in self.inert})
+        applied = {
+            f.id: f.params for f in spec.fixes
+            if not notes[f.id].startswith(("not applied", "installed"))
+        }
+        loader = DataLoaderInfo(batch_size=8, num_workers=self.workers)
+        if "dataloader_workers" in applied:
+            loader = replace(loader, num_workers=applied["dataloader_workers"]["num_workers"])
+        if "prefetch_factor" in applied:
+            loader = replace(loader, prefetch_factor=applied["prefetch_factor"].get("prefetch_factor", 4))
+        if "persistent_workers" in applied:
+            loader = replace(loader, persistent_workers=True)
+        if "batch_fusion" in applied:
+            loader = replace(loader, batch_size=8 * applied["batch_fusion"]["factor"])
+        loaders = (loader,)
         if notes and all(n.startswith("not applied") for n in notes.values()):
             notes = {k: "not applied: " + v.split(": ", 1)[1] for k, v in notes.items()}
         for fix in ids:
@@ -54,7 +69,7 @@ class FakeRunner:
                 )
         rate = self.base
         for f in spec.fixes:
-            if notes[f.id].startswith("not applied"):
+            if f.id not in applied:
                 continue
             effect = self.effects.get(f.id, 1.0)
             rate *= effect(f.params) if callable(effect) else effect

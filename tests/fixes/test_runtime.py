@@ -242,3 +242,22 @@ def test_install_writes_no_files(tmp_path: Path, monkeypatch):
     after = {p: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     assert before == after
     assert os.listdir(tmp_path) == ["train.py"]
+
+
+def test_loader_kwargs_are_bound_through_a_foreign_wrapper():
+    # The capture's hooks wrap DataLoader.__init__ as (*args, **kwargs) before install() runs.
+    real = DataLoader.__init__
+
+    def __init__(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+
+    DataLoader.__init__ = __init__
+    try:
+        notes = install(FixRequest("dataloader_workers", {"num_workers": 2}))
+        loader = DataLoader(_ds(), 4)
+        assert loader.num_workers == 2 and loader.batch_size == 4
+        assert runtime.is_applied(notes["dataloader_workers"])
+        runtime.uninstall()
+        assert DataLoader.__init__ is __init__
+    finally:
+        DataLoader.__init__ = real

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixes_fakes import FakeRunner
 
 from advisor.capture.model import RunSpec
 from advisor.engine.model import FixRef
 from advisor.errors import UsageError
 from advisor.fixes.trials import TrialProgress, run_trials
-
-from fixes_fakes import FakeRunner
 
 
 def refs(*ids: str) -> list[FixRef]:
@@ -186,3 +185,28 @@ def test_a_failing_baseline_measures_nothing(spec):
     assert len(calls) == 1
     assert out.trials[0].verdict == "skipped" and "bad data" in out.trials[0].reason
     assert any("baseline run failed" in n for n in out.notes)
+
+
+def test_an_unchanged_dataloader_proves_a_loader_fix_did_not_apply(spec):
+    # Even when the notes were saved before the script ran ("installed: ..."), the recorded
+    # DataLoader settings show the fix did nothing.
+    runner = FakeRunner(inert={"dataloader_workers"})
+    out = run_trials(spec, refs("dataloader_workers"), runner=runner, make_diff_text=False)
+    t = by_fix(out)["dataloader_workers"]
+    assert t.verdict == "skipped" and "did not change" in t.reason
+    assert runner.runs_with("dataloader_workers") == 2  # one run per rung, then dropped
+
+
+def test_an_undecided_gain_gets_extra_rounds_and_a_null_fix_does_not(spec):
+    runner = FakeRunner(effects={"fused_optimizer": 1.6}, noise=0.45)
+    out = run_trials(spec, refs("fused_optimizer", "torch_compile"), unsafe=True, runner=runner,
+                     make_diff_text=False, max_repeats=6)
+    t = by_fix(out)
+    assert runner.runs_with("torch_compile") == 3
+    assert 3 < runner.runs_with("fused_optimizer") <= 6
+    assert t["fused_optimizer"].repeats == runner.runs_with("fused_optimizer")
+
+
+def test_progress_line_is_readable():
+    e = TrialProgress(fix="pin_memory", repeat=2, repeats=3, estimate=1.842, samples_per_s=120.04)
+    assert e.line() == "pin_memory  2/3  120.0 samples/s  1.84x so far"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from advisor.capture.model import DataLoaderInfo, Environment, RunCapture, TimedPhase
 from advisor.engine.model import Diagnosis, Finding, FixRef, Location, Primary
@@ -38,6 +41,12 @@ def _steps(parts: dict[str, list[float]], first_step: int = 10, rank: int = 0) -
         row["step_time_ms"] = round(total, 3)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _timed(center_ms: float) -> tuple[float, ...]:
+    """20 timed step times around ``center_ms`` with a fixed +-4% wobble (no randomness)."""
+    wobble = (0.0, 0.02, -0.01, 0.03, -0.02, 0.01, -0.03, 0.04, -0.04, 0.0)
+    return tuple(round(center_ms * (1 + w), 3) for w in wobble * 2)
 
 
 def _breakdown(steps: pd.DataFrame) -> dict[str, float]:
@@ -203,7 +212,13 @@ def make_report(hostile: bool = False) -> Report:
         warmup_steps=5,
         timed_steps=20,
         profiled_steps=5,
-        timed=TimedPhase(samples_per_s=812.4, steps_per_s=25.4, time_to_first_step_s=2.31),
+        timed=TimedPhase(
+            step_times_ms=_timed(39.4),
+            samples=(32,) * 20,
+            samples_per_s=812.4,
+            steps_per_s=25.4,
+            time_to_first_step_s=2.31,
+        ),
         peak_memory_bytes=512 * 1024 * 1024,
         environment=Environment(python="3.11.9", torch="2.13.0", device="cpu", device_name="", cpu_count=2),
         dataloaders=(DataLoaderInfo(batch_size=32, num_workers=0, file="examples/data_loading.py", line=58),),
@@ -256,7 +271,7 @@ def make_after_report() -> Report:
         run_dir="advisor-runs/after",
         script="examples/fixed/data_loading.py",
         status="stopped",
-        timed=TimedPhase(samples_per_s=1290.7),
+        timed=TimedPhase(step_times_ms=_timed(24.8), samples=(32,) * 20, samples_per_s=1290.7),
         environment=Environment(device="cpu", cpu_count=2),
     )
     report = build_report(metrics, diagnosis, capture=capture)
@@ -314,3 +329,32 @@ def make_gpu_trace_report() -> Report:
     )
     report = build_report(metrics, diagnosis)
     return dataclasses.replace(report, created=CREATED, advisor_version="0.1.0")
+
+
+def record_cpu_trace(run: Path) -> Path:
+    """Record a small real CPU trace with torch.profiler (DataLoader + optimizer), TensorBoard layout."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    traces = run / "traces"
+    traces.mkdir(parents=True)
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(128, 16), torch.randn(128, 1)), batch_size=16)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(str(traces), worker_name="testhost_1"),
+    ) as prof:
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+    (trace,) = traces.glob("*.pt.trace.json*")
+    (run / "capture.json").write_text(
+        json.dumps({"schema_version": 1, "trace_files": [str(trace.relative_to(run))]}), encoding="utf-8"
+    )
+    return trace

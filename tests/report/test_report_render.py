@@ -12,7 +12,14 @@ from report_fixtures import HOSTILE, make_report
 from advisor.errors import UsageError
 from advisor.report.markdown import md_code, md_fence, md_text
 from advisor.report.model import Report
-from advisor.report.render import FORMATS, RENDERERS, guess_format, render, resolve_format, write_output
+from advisor.report.render import (
+    FORMATS,
+    RENDERERS,
+    guess_format,
+    render,
+    resolve_format,
+    write_output,
+)
 
 
 @pytest.mark.parametrize(("fmt", "name"), [("text", "report.txt"), ("markdown", "report.md"), ("json", "report.json")])
@@ -88,6 +95,8 @@ def test_markdown_helpers() -> None:
     assert md_text("a|b\nc") == "a\\|b c"
     assert md_text("- item") == "\\- item"
     assert md_text("1. x") == "1\\. x"
+    assert md_text("1.59× faster") == "1.59× faster"
+    assert md_text("## h") == "#\\# h"
     assert md_code("a`b") == "``a`b``"
     assert md_code("x|y") == "`x\\|y`"
     assert md_fence("```\ncode\n```", "diff").startswith("````diff\n")

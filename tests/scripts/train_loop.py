@@ -2,10 +2,13 @@
 
 --steps N: optimizer steps to run (default: many); --accum K: micro-batches per optimizer step;
 --workers W: DataLoader workers; --crash-at N: raise ValueError in step N;
---exit-at N: sys.exit(--exit-code) after step N; --hang-at N: sleep forever after step N.
+--exit-at N: sys.exit(--exit-code) after step N; --hang-at N: sleep forever after step N;
+--kill-at N: SIGKILL its own process after step N (as the kernel's OOM killer would).
 """
 
 import argparse
+import os
+import signal
 import sys
 import time
 
@@ -21,6 +24,7 @@ parser.add_argument("--crash-at", type=int, default=0)
 parser.add_argument("--exit-at", type=int, default=0)
 parser.add_argument("--exit-code", type=int, default=0)
 parser.add_argument("--hang-at", type=int, default=0)
+parser.add_argument("--kill-at", type=int, default=0)
 args = parser.parse_args()
 
 data = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
@@ -45,6 +49,8 @@ while step < args.steps:
         print(f"step {step} loss {loss.item():.4f}")
         if step == args.exit_at:
             sys.exit(args.exit_code)
+        if step == args.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         if step == args.hang_at:
             while True:
                 time.sleep(0.05)

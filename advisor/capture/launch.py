@@ -1,0 +1,319 @@
+"""Capture a multi-process job: the script runs under torchrun with the capture child in every rank.
+
+:func:`capture_distributed` is :func:`advisor.capture.run.capture` for ``nproc_per_node > 1`` or
+``nnodes > 1``. It starts ``python -m torch.distributed.run ... -m advisor.capture.child CONFIG``
+(torchrun, not a home-made launcher: the script sees the RANK / LOCAL_RANK / WORLD_SIZE /
+MASTER_ADDR environment it would see under torchrun), so every rank runs the user's script
+inside the capture child, which writes into ``<run>/rank<N>/``. Afterwards each rank folder gets
+its own ``capture.json`` (a run directory of its own) and the job's ``capture.json`` merges them
+(:mod:`advisor.distributed.merge`).
+
+Stopping: every rank counts the same steps (one per optimizer step) and stops at the same one,
+right after that step's optimizer step, when its gradient all-reduce has completed on every
+rank; no rank then starts a collective its peers would not join, and each exits with
+``os._exit`` (no barrier, no ``destroy_process_group``). Nothing may hang:
+
+* a rank that fails ends the job: torchrun sends the others SIGTERM (the child saves what it
+  measured) and SIGKILL after ``--shutdown-timeout``; the merged capture names the failing rank;
+* a rank that has not stopped ``STOP_GRACE_S`` after another rank stopped (a script whose ranks
+  run different step counts, stuck in a collective) is ended by the parent (``RankStalled``);
+* ``spec.timeout_s`` ends the whole job (SIGTERM to torchrun, then SIGKILL to the group).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from advisor._serde import dump_json, from_dict, to_jsonable
+from advisor.capture.child import CHILD_FILE, EVENTS_FILE
+from advisor.capture.environment import environment, git_commit
+from advisor.capture.model import (
+    PHASE_DONE,
+    PHASE_STARTING,
+    STATUS_COMPLETED,
+    STATUS_NO_STEPS,
+    STATUS_STOPPED,
+    ProgressEvent,
+    RunCapture,
+    RunSpec,
+)
+from advisor.capture.run import (
+    CONFIG_FILE,
+    STDERR_LOG,
+    STDOUT_LOG,
+    ProgressCallback,
+    _EventRelay,
+    _kill_group,
+    _started,
+    _steps_total,
+    _validate_spec,
+    prepare_run_dir,
+    validate_script,
+)
+from advisor.capture.sampler import UtilSampler
+from advisor.distributed.merge import merge_ranks, rank_dirs, read_rank
+from advisor.errors import UsageError
+
+LOGS_DIR = "torchrun-logs"
+"""torchrun's own per-rank log files (``--log-dir``), moved into each rank folder afterwards."""
+SHUTDOWN_TIMEOUT_S = 10.0
+"""torchrun's grace for the other ranks to save their results after one failed (then SIGKILL)."""
+STOP_GRACE_S = 60.0
+"""How long ranks still running may take to stop after the first rank stopped."""
+TERM_GRACE_S = SHUTDOWN_TIMEOUT_S + 10.0
+"""After the parent ends the job (timeout, stall), how long torchrun may take before SIGKILL."""
+SAMPLE_INTERVAL_S = 0.5
+_POLL_S = 0.2
+
+
+def torchrun_command(spec: RunSpec, config: Path, logs_dir: Path) -> list[str]:
+    """Build the torchrun command line that runs the capture child in every rank.
+
+    Single node: ``--standalone`` (a local rendezvous on a free port). Several nodes: torchrun
+    reads the rendezvous from its ``PET_*`` environment variables (``PET_RDZV_ENDPOINT``,
+    ``PET_RDZV_ID``, ``PET_NODE_RANK``...), which the user sets on every node.
+    """
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nproc-per-node", str(spec.nproc_per_node),
+        "--nnodes", str(spec.nnodes),
+        "--max-restarts", "0",
+        "--shutdown-timeout", f"{SHUTDOWN_TIMEOUT_S:g}",
+        "--log-dir", str(logs_dir),
+        "--tee", "3",  # per-rank log files, and every rank's output in the job's logs too
+    ]
+    if spec.nnodes == 1:
+        cmd.append("--standalone")
+    return [*cmd, "-m", "advisor.capture.child", str(config)]
+
+
+def _check_multinode(spec: RunSpec) -> None:
+    env = {**os.environ, **spec.env}
+    if spec.nnodes > 1 and not (env.get("PET_RDZV_ENDPOINT") or env.get("PET_MASTER_ADDR")):
+        raise UsageError(
+            f"--nnodes {spec.nnodes} needs a rendezvous: set PET_RDZV_ENDPOINT=host:port (and "
+            "PET_RDZV_ID, PET_RDZV_BACKEND=c10d) on every node, as for torchrun"
+        )
+
+
+def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCapture:
+    """Run ``spec.script`` under torchrun with the capture in every rank; merge the ranks.
+
+    Args:
+        spec: What to run; ``nproc_per_node`` and ``nnodes`` give the job's shape. Fixes in
+            ``spec.fixes`` are applied in every rank.
+        progress: Called from a background thread with rank 0's progress events; the first
+            has phase ``starting``, the last ``done`` with the job's status.
+
+    Returns:
+        The job's :class:`RunCapture` (``ranks`` lists the rank folders), also saved as
+        ``<spec.out_dir>/capture.json``; each ``rank<N>/`` holds that rank's own capture.json,
+        traces and logs. Failures are the status (``crashed`` with the failing rank named in
+        ``error``, ``timeout``), never an exception.
+
+    Raises:
+        UsageError: The script is missing or not Python, the spec is invalid, or a multi-node
+            job has no rendezvous configured.
+    """
+    script = validate_script(spec.script)
+    _validate_spec(spec)
+    if spec.nproc_per_node < 1 or spec.nnodes < 1:
+        raise UsageError("--nproc-per-node and --nnodes must be 1 or more")
+    _check_multinode(spec)
+    run_dir = prepare_run_dir(spec.out_dir)
+    logs_dir = run_dir / LOGS_DIR
+    if logs_dir.exists():
+        shutil.rmtree(logs_dir)
+    config = run_dir / CONFIG_FILE
+    dump_json({"spec": {**to_jsonable(spec), "script": str(script)}, "run_dir": str(run_dir)}, config)
+    cmd = torchrun_command(spec, config, logs_dir)
+
+    if progress is not None:
+        progress(ProgressEvent(phase=PHASE_STARTING, steps_total=_steps_total(spec)))
+    # NOTE: rank 0 speaks for the job's progress; all ranks run the same steps.
+    relay = _EventRelay(run_dir / "rank0" / EVENTS_FILE, progress)
+    start = time.perf_counter()
+    with _started(cmd, spec, run_dir) as proc:
+        tree = _Descendants(proc.pid)
+        sampler = UtilSampler(proc.pid, SAMPLE_INTERVAL_S)
+        sampler.start()
+        relay.start()
+        try:
+            timed_out, stalled = _supervise(proc, run_dir, spec, start, tree)
+        finally:
+            try:
+                wall_s = time.perf_counter() - start
+                cpu, gpu = sampler.stop()
+                relay.stop()
+                if proc.poll() is None:  # interrupted (^C): let the ranks save, then end them
+                    _end(proc)
+            finally:
+                tree.kill_all()
+
+    env = to_jsonable(environment())
+    env["git_commit"] = git_commit(script.parent)
+    base: dict[str, Any] = {
+        "script": str(script),
+        "args": list(spec.args),
+        "fixes": to_jsonable(spec.fixes),
+        "environment": env,
+    }
+    ranks = []
+    found = rank_dirs(run_dir)
+    for rank, folder in found:
+        # NOTE: a node's ranks are contiguous, and torchrun names log folders by local rank.
+        logs = _copy_logs(logs_dir, rank - found[0][0], spec, folder)
+        rank_run = read_rank(rank, folder, base, logs)
+        rank_run.capture.save(folder)
+        ranks.append(rank_run)
+    shutil.rmtree(logs_dir, ignore_errors=True)  # copied into the rank folders
+    merged = merge_ranks(ranks, timed_out=timed_out, timeout_s=spec.timeout_s, stalled=stalled, stall_s=STOP_GRACE_S)
+    notes = list(merged.pop("notes"))
+    if gpu.note:
+        notes.append(gpu.note)
+    missing = spec.nproc_per_node * spec.nnodes - len(ranks)
+    if missing > 0 and spec.nnodes > 1:
+        notes.append(f"{missing} rank(s) ran on other nodes: their folders are on those nodes")
+    data = {
+        **base,
+        **to_jsonable(merged),
+        "run_dir": str(run_dir),
+        "exit_code": proc.returncode,
+        "cpu": to_jsonable(cpu),
+        "gpu": to_jsonable(gpu),
+        "stdout_log": STDOUT_LOG,
+        "stderr_log": STDERR_LOG,
+        "events_file": f"rank0/{EVENTS_FILE}" if ranks else None,
+        "wall_s": round(wall_s, 4),
+        "notes": list(dict.fromkeys(notes)),
+    }
+    result = from_dict(RunCapture, data)
+    result.save(run_dir)
+    if progress is not None:
+        last = relay.last
+        progress(
+            ProgressEvent(
+                phase=PHASE_DONE,
+                step=result.steps_seen,
+                steps_total=_steps_total(spec),
+                phase_step=last.phase_step if last else 0,
+                phase_steps=last.phase_steps if last else 0,
+                elapsed_s=round(wall_s, 3),
+                message=result.status,
+            )
+        )
+    return result
+
+
+def _rank_stopped(folder: Path) -> bool:
+    """Tell whether the rank saved final results after stopping or ending normally."""
+    try:
+        data = json.loads((folder / CHILD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(data.get("finished")) and data.get("status") in (STATUS_STOPPED, STATUS_COMPLETED, STATUS_NO_STEPS)
+
+
+def _supervise(
+    proc: subprocess.Popen[bytes], run_dir: Path, spec: RunSpec, start: float, tree: _Descendants
+) -> tuple[bool, list[int]]:
+    """Wait for torchrun; end the job on timeout or when ranks stall after others stopped.
+
+    Returns:
+        (timed out, ranks that stalled).
+    """
+    deadline = None if spec.timeout_s is None else start + spec.timeout_s
+    first_stop: float | None = None
+    seen: dict[int, float] = {}
+    while proc.poll() is None:
+        tree.refresh()
+        now = time.perf_counter()
+        if deadline is not None and now >= deadline:
+            _end(proc)
+            return True, []
+        # NOTE: cheap poll: a rank's child.json is read only when its mtime changes.
+        for rank, folder in rank_dirs(run_dir):
+            try:
+                mtime = (folder / CHILD_FILE).stat().st_mtime
+            except OSError:
+                continue
+            if seen.get(rank) != mtime:
+                seen[rank] = mtime
+                if first_stop is None and _rank_stopped(folder):
+                    first_stop = now
+        if first_stop is not None and now - first_stop > STOP_GRACE_S:
+            stalled = [r for r, folder in rank_dirs(run_dir) if not _rank_stopped(folder)]
+            if stalled:
+                _end(proc)
+                return False, stalled
+            first_stop = None  # all stopped: torchrun is just exiting
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=_POLL_S)
+    return False, []
+
+
+class _Descendants:
+    """Every process torchrun started, remembered while it runs.
+
+    torchrun starts each rank in a session of its own, so ending torchrun's process group does
+    not reach the ranks (nor their DataLoader workers): whatever is left is killed from here.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.seen: dict[int, Any] = {}
+        try:
+            import psutil
+
+            self._root: Any = psutil.Process(pid)
+        except Exception:  # noqa: BLE001 - already gone, or psutil unusable
+            self._root = None
+
+    def refresh(self) -> None:
+        """Remember the current descendants."""
+        if self._root is None:
+            return
+        with contextlib.suppress(Exception):
+            for child in self._root.children(recursive=True):
+                self.seen.setdefault(child.pid, child)
+
+    def kill_all(self) -> None:
+        """Kill every remembered process still running (``is_running`` guards against pid reuse)."""
+        for child in self.seen.values():
+            with contextlib.suppress(Exception):
+                if child.is_running():
+                    child.kill()
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM torchrun (it forwards it to the ranks, which save), then kill the group."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        proc.wait()
+
+
+def _copy_logs(logs_dir: Path, local: int, spec: RunSpec, folder: Path) -> tuple[str, str]:
+    """Copy torchrun's log files of local rank ``local`` into ``folder``; return their names there.
+
+    torchrun names its log folders by local rank (``<log-dir>/<run id>/attempt_0/<local>/``).
+    """
+    names = (STDOUT_LOG, STDERR_LOG)
+    if not 0 <= local < spec.nproc_per_node:
+        return names
+    for name in names:
+        for src in sorted(logs_dir.glob(f"*/attempt_*/{local}/{name}")):
+            with contextlib.suppress(OSError):
+                shutil.copyfile(src, folder / name)
+    return names

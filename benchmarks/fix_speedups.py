@@ -1,0 +1,173 @@
+"""Does the speedup advisor reports hold when the fix is applied by hand?
+
+For each example with a hand-fixed twin (``examples/<name>.py`` and ``examples/fixed/<name>.py``):
+
+1. run advisor's fix loop (``run_trials``) on the example, with the fixes its diagnosis suggests
+   (``--from-diagnose``: read them from ``advisor diagnose --format json``; default: the fixes
+   listed in ``SUGGESTED`` below, which mirror the rules' fix ids);
+2. plainly time, interleaved, three scripts with no advisor in the process: the original, the
+   original with advisor's kept fixes written into the source (its own diff, applied to a copy),
+   and the hand-tuned twin (the ceiling). Each script prints its own steady samples/s
+   (``done: N steps, R samples/s``); the median over the repeats is used;
+3. print a table: advisor's reported speedup (with its interval) vs the plainly measured speedup
+   of the same fix vs the twin's.
+
+Usage:
+    .venv/bin/python benchmarks/fix_speedups.py [--examples data_loading grad_accumulation]
+        [--repeats 3] [--plain-repeats 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from advisor.capture.model import RunSpec  # noqa: E402
+from advisor.engine.model import FixRef  # noqa: E402
+from advisor.fixes import registry  # noqa: E402
+from advisor.fixes.diff import transform  # noqa: E402
+from advisor.fixes.trials import TrialProgress, run_trials  # noqa: E402
+
+# The fixes the rules suggest for each example's bottleneck (ids from the shared vocabulary).
+SUGGESTED: dict[str, tuple[str, ...]] = {
+    "data_loading": ("dataloader_workers", "persistent_workers", "prefetch_factor", "pin_memory"),
+    "grad_accumulation": ("batch_fusion",),
+    "tiny_model": ("torch_compile", "batch_fusion"),
+    "compute_bound": ("bf16_autocast", "torch_compile"),
+    "sync_logging": (),
+    "pageable_copies": ("pin_memory", "non_blocking_copy"),
+    "monai_segmentation": ("dataloader_workers", "bf16_autocast"),
+    "transformer_lm": ("bf16_autocast", "torch_compile", "fused_optimizer"),
+}
+
+RATE = re.compile(r"([0-9.]+) samples/s")
+
+
+def suggested_from_diagnose(script: Path, out: Path) -> list[FixRef]:
+    """Fix refs from ``advisor diagnose --no-fixes --format json`` (the real rules)."""
+    report = out / "diagnose.json"
+    cmd = [sys.executable, "-m", "advisor", "diagnose", "--no-fixes", "--format", "json",
+           "-o", str(report), "--out", str(out / "diagnose"), str(script)]
+    subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO)
+    data = json.loads(report.read_text())
+    refs: dict[str, FixRef] = {}
+    for finding in data.get("findings", []):
+        for fix in finding.get("fixes", []):
+            refs.setdefault(fix["id"], FixRef(fix["id"], fix.get("safety", "safe")))
+    return list(refs.values())
+
+
+def plain_rate(script: Path, args: list[str]) -> tuple[float | None, float]:
+    """Run a script plainly; return its printed samples/s and the wall time."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          cwd=script.parent)
+    wall = time.perf_counter() - t0
+    found = RATE.findall(proc.stdout)
+    if proc.returncode != 0 or not found:
+        print(f"  ! {script.name} failed (exit {proc.returncode}): {proc.stderr.strip()[-200:]}")
+        return None, wall
+    return float(found[-1]), wall
+
+
+def bench(name: str, repeats: int, plain_repeats: int, from_diagnose: bool, work: Path) -> dict:
+    script = REPO / "examples" / f"{name}.py"
+    twin = REPO / "examples" / "fixed" / f"{name}.py"
+    out = work / name
+    if from_diagnose:
+        suggested = suggested_from_diagnose(script, out)
+    else:
+        suggested = [FixRef(f, registry.safety_of(f)) for f in SUGGESTED.get(name, ())]
+    print(f"== {name}: trying {', '.join(r.id for r in suggested) or 'nothing'}", flush=True)
+
+    def show(e: TrialProgress) -> None:
+        est = f" est {e.estimate:.2f}x" if e.estimate else ""
+        rate = f" {e.samples_per_s:.0f}/s" if e.samples_per_s else ""
+        print(f"   [{e.stage}] {e.fix} {e.repeat}/{e.repeats}{rate}{est} {e.message}", flush=True)
+
+    t0 = time.perf_counter()
+    spec = RunSpec(script=script, out_dir=out / "run", seed=0, quiet=True)
+    outcome = run_trials(spec, suggested, unsafe=True, repeats=repeats, progress=show)
+    loop_s = time.perf_counter() - t0
+    for t in outcome.trials:
+        sp = f"{t.speedup:.2f}x [{t.ci_low or 0:.2f}, {t.ci_high or 0:.2f}]" if t.speedup else "-"
+        print(f"   {t.fix:20s} {t.verdict:9s} {sp:24s} {t.reason[:90]}")
+    result = {
+        "example": name, "kept": list(outcome.kept), "loop_s": round(loop_s, 1),
+        "advisor_speedup": None, "advisor_ci": None, "plain_speedup": None, "twin_speedup": None,
+        "trials": [{"fix": t.fix, "verdict": t.verdict, "speedup": t.speedup,
+                    "ci": [t.ci_low, t.ci_high], "params": t.params, "reason": t.reason}
+                   for t in outcome.trials],
+    }
+    if outcome.combined is not None:
+        c = outcome.combined
+        result["advisor_speedup"] = c.speedup
+        result["advisor_ci"] = [c.ci_low, c.ci_high]
+
+    variants = {"original": script, "twin": twin}
+    if outcome.kept_trials:
+        fixed_src, manual = transform(script.read_text(), outcome.kept_trials)
+        by_hand = out / f"{name}_advisor_fix.py"
+        by_hand.write_text(fixed_src)
+        variants["advisor_fix"] = by_hand
+        result["manual"] = manual
+    rates: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(plain_repeats):  # interleaved: original, advisor's fix, twin, ...
+        for key, path in variants.items():
+            r, _wall = plain_rate(path, [])
+            if r is not None:
+                rates[key].append(r)
+    med = {k: (statistics.median(v) if v else None) for k, v in rates.items()}
+    result["plain_samples_per_s"] = med
+    result["plain_runs"] = rates
+    if med["original"]:
+        if med.get("advisor_fix"):
+            result["plain_speedup"] = med["advisor_fix"] / med["original"]
+        if med["twin"]:
+            result["twin_speedup"] = med["twin"] / med["original"]
+    return result
+
+
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--examples", nargs="*", default=["data_loading", "grad_accumulation"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--plain-repeats", type=int, default=3)
+    p.add_argument("--from-diagnose", action="store_true")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--work", type=Path)
+    args = p.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="advisor-fixbench-"))
+    results = []
+    for name in args.examples:
+        if not (REPO / "examples" / f"{name}.py").is_file() or not (REPO / "examples" / "fixed" / f"{name}.py").is_file():
+            print(f"== {name}: skipped (no example or no hand-fixed twin)")
+            continue
+        results.append(bench(name, args.repeats, args.plain_repeats, args.from_diagnose, work))
+    print()
+    print(f"{'example':20s} {'kept':36s} {'advisor (95% CI)':24s} {'plain, same fix':16s} {'twin (ceiling)':14s} loop")
+    for r in results:
+        ci = r["advisor_ci"]
+        adv = fmt(r["advisor_speedup"]) + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci and ci[0] else "")
+        print(f"{r['example']:20s} {'+'.join(r['kept']) or '(none)':36s} {adv:24s} "
+              f"{fmt(r['plain_speedup']):16s} {fmt(r['twin_speedup']):14s} {r['loop_s']:.0f}s")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

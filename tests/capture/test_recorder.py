@@ -1,0 +1,191 @@
+"""The step/phase state machine with a fake clock and fake profilers (no torch, no subprocess)."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.capture.recorder import Phases, StepRecorder, StopScript
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeProfiler:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def step(self) -> None:
+        self.calls.append("step")
+
+    def stop(self, export: bool) -> None:
+        self.calls.append("export" if export else "discard")
+
+
+def make(warmup=1, timed=2, profiled=2, cprofile=1, full=False, **kw):
+    clock = FakeClock()
+    prof, cprof = FakeProfiler(), FakeProfiler()
+    rec = StepRecorder(
+        Phases(warmup, timed, profiled, cprofile, full), profiler=prof, cprofiler=cprof,
+        clock=clock, start_time=90.0, **kw,
+    )
+    rec.script_started()
+    return rec, clock, prof, cprof
+
+
+def opt_step(rec, clock, seconds=0.01, samples=4, loader=True):
+    if loader:
+        rec.batch_requested()
+        rec.batch_yielded(samples)
+    clock.advance(seconds)
+    rec.optimizer_step()
+
+
+def test_phases_in_order_and_stop_after_the_last_window():
+    rec, clock, prof, cprof = make()
+    for _ in range(5):
+        opt_step(rec, clock)
+    assert prof.calls == ["start", "step", "export"] and cprof.calls == ["start"]
+    with pytest.raises(StopScript):
+        opt_step(rec, clock)
+    # the last window is closed only after the stop has unwound (finish), and exported
+    assert cprof.calls == ["start"]
+    rec.finish()
+    assert cprof.calls == ["start", "export"]
+    snap = rec.snapshot()
+    assert (snap["warmup_steps"], snap["timed_steps"], snap["profiled_steps"],
+            snap["cprofiled_steps"]) == (1, 2, 2, 1)
+    assert rec.source == "optimizer"
+    assert not any("incomplete" in n for n in rec.notes)
+
+
+def test_timed_phase_numbers():
+    rec, clock, *_ = make(warmup=1, timed=3, profiled=0, cprofile=0, full=True)
+    opt_step(rec, clock, seconds=0.5)
+    for seconds in (0.01, 0.02, 0.03):
+        opt_step(rec, clock, seconds=seconds, samples=8)
+    timed = rec.timed_phase()
+    assert timed.step_times_ms == pytest.approx((10.0, 20.0, 30.0))
+    assert timed.samples == (8, 8, 8) and timed.batches == (1, 1, 1)
+    assert timed.samples_per_s == pytest.approx(24 / 0.06)
+    assert timed.steps_per_s == pytest.approx(3 / 0.06)
+    assert timed.time_to_first_step_s == pytest.approx(100.5 - 90.0)
+
+
+def test_zero_warmup_times_the_first_step_from_script_start():
+    rec, clock, prof, _ = make(warmup=0, timed=1, profiled=0, cprofile=0, full=True)
+    clock.advance(2.0)
+    rec.optimizer_step()
+    assert rec.step_times_ms == pytest.approx([2000.0]) and prof.calls == []
+
+
+def test_dataloader_boundaries_without_optimizer():
+    rec, clock, *_ = make(warmup=1, timed=2, profiled=0, cprofile=0, full=True)
+    for _ in range(4):
+        rec.batch_requested()  # the first request starts step 1; later ones end a step
+        rec.batch_yielded(3)
+        clock.advance(0.01)
+    assert rec.source == "dataloader" and rec.steps_seen == 3
+    assert rec.step_samples == [3, 3] and rec.step_batches == [1, 1]
+
+
+def test_epoch_gap_is_not_a_step():
+    rec, clock, *_ = make(warmup=0, timed=10, profiled=0, cprofile=0, full=True)
+    rec.batch_requested()
+    clock.advance(0.01)
+    rec.batch_requested()  # ends step 1
+    clock.advance(0.01)
+    rec.batch_requested()     # ends step 2; epoch over
+    rec.epoch_ended()
+    clock.advance(5.0)                           # evaluation between epochs
+    rec.batch_requested()   # starts step 3, ends nothing
+    clock.advance(0.01)
+    rec.batch_requested()                        # ends step 3
+    assert rec.step_times_ms == pytest.approx([10.0, 10.0, 10.0])
+
+
+def test_gradient_accumulation_switch_in_warmup_is_silent():
+    rec, clock, *_ = make(warmup=3, timed=1, profiled=0, cprofile=0, full=True)
+    for _ in range(2):  # 2 micro-batches, then the optimizer step
+        rec.batch_requested()
+        rec.batch_yielded(4)
+        clock.advance(0.01)
+    rec.optimizer_step()
+    assert rec.source == "optimizer" and rec.notes == []
+
+
+def test_switch_after_warmup_restarts_measurement_and_discards_the_profile():
+    rec, clock, prof, _ = make(warmup=1, timed=1, profiled=3, cprofile=0, full=True)
+    for _ in range(4):  # dataloader steps reach the profiled window
+        rec.batch_requested()
+        rec.batch_yielded(2)
+        clock.advance(0.01)
+    assert prof.calls == ["start", "step"]
+    rec.optimizer_step()
+    assert prof.calls == ["start", "step", "discard"]
+    # measurement restarted: this optimizer step ended the new warm-up's only step
+    assert rec.counts == {"warmup": 1} and rec.phase == "timed" and rec.step_times_ms == []
+    assert any("restarted" in n for n in rec.notes)
+    rec.batch_requested()  # lower precedence now: ignored as a boundary
+    assert rec.source == "optimizer"
+
+
+def test_switch_inside_the_first_timed_step_restarts_silently():
+    # 2 accumulated micro-batches, warm-up 1: the second request ends a (dataloader) warm-up
+    # step, so the first optimizer step arrives inside the timed phase
+    rec, clock, prof, _ = make(warmup=1, timed=2, profiled=0, cprofile=0, full=True)
+    for _ in range(3):
+        for _ in range(2):
+            rec.batch_requested()
+            rec.batch_yielded(4)
+            clock.advance(0.01)
+        rec.optimizer_step()
+    assert rec.step_batches == [2, 2] and rec.step_samples == [8, 8]
+    assert rec.notes == []
+
+
+def test_marker_outranks_optimizer():
+    rec, clock, *_ = make(warmup=5, timed=1, profiled=0, cprofile=0, full=True)
+    rec.optimizer_step()
+    rec.marker()
+    rec.optimizer_step()  # ignored from now on
+    assert rec.source == "marker" and rec.steps_seen == 2
+
+
+def test_script_end_inside_a_window_exports_with_a_note():
+    rec, clock, prof, _ = make(warmup=0, timed=0, profiled=5, cprofile=0)
+    opt_step(rec, clock, loader=False)
+    rec.finish()
+    assert prof.calls == ["start", "step", "export"]
+    assert any("incomplete" in n for n in rec.notes)
+
+
+def test_full_run_closes_windows_in_place_and_keeps_counting():
+    rec, clock, prof, cprof = make(warmup=0, timed=0, profiled=1, cprofile=1, full=True)
+    for _ in range(5):
+        opt_step(rec, clock, loader=False)
+    assert prof.calls == ["start", "export"] and cprof.calls == ["start", "export"]
+    assert rec.steps_seen == 5 and rec.phase == "finishing"
+
+
+def test_losses_summed_per_step_for_the_first_steps():
+    rec, clock, *_ = make(warmup=10, timed=0, profiled=0, cprofile=0, record_loss_steps=2)
+    rec.loss(1.0)
+    rec.loss(0.5)
+    rec.optimizer_step()
+    assert rec.wants_loss()
+    rec.loss(2.0)
+    rec.optimizer_step()
+    assert not rec.wants_loss()
+    rec.loss(9.0)
+    assert rec.losses == [1.5, 2.0]

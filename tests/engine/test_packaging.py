@@ -1,0 +1,93 @@
+"""The rules ship inside the wheel (STYLE.md anti-pattern 5), and pyproject lists every package."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _packages() -> list[str]:
+    data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    return data["tool"]["setuptools"]["packages"]
+
+
+def test_every_advisor_package_is_listed_in_pyproject():
+    """pyproject lists packages explicitly (to map rules/ in); a new subpackage must be added."""
+    listed = set(_packages())
+    on_disk = {
+        ".".join(path.parent.relative_to(REPO).parts)
+        for path in (REPO / "advisor").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    missing = sorted(on_disk - listed)
+    assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"
+    assert "advisor._rules" in listed
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """Build the wheel from a copy of the sources (the working tree stays untouched)."""
+    src = tmp_path_factory.mktemp("src")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("advisor", "rules"):
+        shutil.copytree(REPO / name, src / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (REPO / name).is_file():
+            shutil.copy2(REPO / name, src / name)
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wheels = list(out.glob("advisor-*.whl"))
+    assert len(wheels) == 1
+    return wheels[0]
+
+
+def test_wheel_contains_every_rule_file(wheel):
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        expected = {f"advisor/_rules/{p.relative_to(REPO / 'rules').as_posix()}" for p in (REPO / "rules").rglob("*.yaml")}
+        assert expected, "no rule files in the repository"
+        assert expected <= names, sorted(expected - names)
+        assert zf.read("advisor/_rules/data_loading/DL001.yaml") == (REPO / "rules/data_loading/DL001.yaml").read_bytes()
+        assert "advisor/engine/rules.py" in names
+
+
+def test_rules_load_from_the_unpacked_wheel(wheel, tmp_path):
+    """Installed (not a checkout): the loader finds advisor/_rules and loads every rule."""
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tmp_path / "site")
+    code = (
+        "from advisor.engine.rules import rules_root, checkout_rules_dir, load_rules;"
+        "assert checkout_rules_dir() is None, checkout_rules_dir();"
+        "root = rules_root(); rs = load_rules();"
+        "print(len(rs), str(root).replace(chr(92), '/'))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    count, root = proc.stdout.split()
+    assert int(count) == len(list((REPO / "rules").rglob("*.yaml")))
+    assert root.endswith("site/advisor/_rules")

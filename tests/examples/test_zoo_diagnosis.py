@@ -1,0 +1,57 @@
+"""End to end: ``advisor diagnose --no-fixes`` names the bottleneck each example was built to show.
+
+The expectations live in examples/expected.json (one per device); examples with no meaningful
+expectation on the device at hand (e.g. pageable copies on a CPU) are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from zoo_support import EXAMPLES, REPO, load_manifest
+
+MANIFEST = load_manifest()
+
+
+def _device() -> str:
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def _diagnose(name: str, tmp_path: Path) -> dict:
+    out = tmp_path / f"{name}.json"
+    advisor = Path(sys.executable).with_name("advisor")
+    cmd = [
+        str(advisor), "diagnose", "--no-fixes", "--format", "json", "-o", str(out),
+        "--out", str(tmp_path / "run"), "-q", str(EXAMPLES / f"{name}.py"),
+        *MANIFEST[name].get("args", []),
+    ]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    assert out.is_file(), f"advisor exited {proc.returncode} without a report:\n{proc.stderr[-3000:]}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["run"]["status"] in ("stopped", "completed"), report["run"]
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_primary_category_matches_manifest(name, tmp_path):
+    if not Path(sys.executable).with_name("advisor").exists():
+        pytest.skip("the advisor CLI is not installed in this environment")
+    device = _device()
+    expected = MANIFEST[name]["expected"][device]
+    if expected is None:
+        pytest.skip(f"{name}: no meaningful expectation on {device} ({MANIFEST[name].get('note_cpu', '')})")
+    report = _diagnose(name, tmp_path)
+    found = (report.get("primary") or {}).get("category")
+    codes = [(f["code"], f["category"]) for f in report["findings"]]
+    assert found == expected, f"{name}: primary {found}, expected {expected}; findings {codes}"
+    forbidden = set(MANIFEST[name].get("forbid", []))
+    assert not forbidden & {cat for _, cat in codes}, f"{name}: false alarm in {codes}"

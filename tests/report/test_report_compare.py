@@ -1,0 +1,89 @@
+"""compare_reports: speedup and its basis, per-part deltas, findings gone/new, what is not comparable."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from report_fixtures import make_after_report, make_gpu_trace_report, make_report
+
+from advisor.report.compare import bootstrap_ratio_ci, compare_reports, device_kind
+from advisor.report.compare_render import COMPARISON_RENDERERS, render_comparison
+
+
+def test_before_after_fix() -> None:
+    cmp = compare_reports(make_report(), make_after_report())
+    assert cmp.metric == "samples_per_s"
+    assert cmp.speedup == pytest.approx(1290.7 / 812.4)
+    assert cmp.verdict == "faster"
+    assert cmp.ci_low is not None and 1.4 < cmp.ci_low < cmp.ci_high < 1.8  # from the timed steps
+    assert cmp.not_comparable == ()
+    assert {f.code for f in cmp.disappeared} == {"CPU003", "DL001"}
+    assert {f.code for f in cmp.appeared} == {"CM001"}
+    assert {f.code for f in cmp.persisting} == {"SY002"}
+    dl = next(p for p in cmp.parts if p.part == "data_loading")
+    assert dl.delta_ms == pytest.approx(1.24 - 16.9, abs=0.05)
+    assert dl.delta_frac < -0.35
+    data = json.loads(render_comparison(cmp, "json"))
+    assert data["parts"][0]["delta_ms"] == pytest.approx(dl.delta_ms)
+
+
+def test_gpu_trace_vs_cpu_capture_is_not_comparable() -> None:
+    cmp = compare_reports(make_gpu_trace_report(), make_report())
+    assert device_kind(make_gpu_trace_report()) == "gpu" and device_kind(make_report()) == "cpu"
+    assert cmp.speedup is None and cmp.ci_low is None
+    assert cmp.verdict == "not comparable"
+    assert any(x.startswith("devices differ (Tesla V100-DGXS-32GB vs CPU)") for x in cmp.not_comparable)
+    one_sided = next(x for x in cmp.not_comparable if x.startswith("breakdown parts measured on one side only"))
+    assert "GPU compute" in one_sided and "Data loading" not in one_sided
+    md = render_comparison(cmp, "markdown")
+    assert "> **Not comparable**" in md and "**no speedup: the two sides are not comparable" in md
+
+
+def test_step_time_fallback_has_a_bootstrap_ci() -> None:
+    before = dataclasses.replace(make_report(), summary={**make_report().summary, "samples_per_s": None})
+    before = dataclasses.replace(before, run=dataclasses.replace(before.run, samples_per_s=None))
+    after = dataclasses.replace(make_after_report(), summary={**make_after_report().summary, "samples_per_s": None})
+    after = dataclasses.replace(after, run=dataclasses.replace(after.run, samples_per_s=None))
+    cmp = compare_reports(before, after)
+    assert cmp.metric == "step_time_ms"
+    assert cmp.speedup == pytest.approx(cmp.step_time_before_ms / cmp.step_time_after_ms)
+    assert cmp.ci_low is not None and cmp.ci_low <= cmp.speedup <= cmp.ci_high
+    assert cmp.verdict == "faster"
+    same = compare_reports(before, before)
+    assert same.speedup == pytest.approx(1.0) and same.verdict == "no measurable effect"
+
+
+def test_step_time_with_different_batch_sizes_gives_no_ratio() -> None:
+    a = dataclasses.replace(make_report(), summary={**make_report().summary, "samples_per_s": None, "samples_per_step": 32})
+    a = dataclasses.replace(a, run=dataclasses.replace(a.run, samples_per_s=None))
+    b = dataclasses.replace(a, summary={**a.summary, "samples_per_step": 64})
+    cmp = compare_reports(a, b)
+    assert cmp.speedup is None and cmp.verdict == "not comparable"
+    assert any("samples per step differ (32 vs 64)" in x for x in cmp.not_comparable)
+
+
+def test_bootstrap_is_deterministic_and_needs_three_steps() -> None:
+    a, b = [10.0, 11.0, 10.5, 10.2], [5.0, 5.2, 5.1, 4.9]
+    assert bootstrap_ratio_ci(a, b) == bootstrap_ratio_ci(a, b)
+    lo, hi = bootstrap_ratio_ci(a, b)
+    assert 1.8 < lo <= hi < 2.3
+    assert bootstrap_ratio_ci(a[:2], b) is None
+
+
+@pytest.mark.parametrize("fmt", sorted(COMPARISON_RENDERERS))
+def test_every_comparison_format_renders(fmt: str) -> None:
+    out = render_comparison(compare_reports(make_report(hostile=True), make_after_report()), fmt)
+    assert out.endswith("\n")
+    if fmt in ("html", "markdown"):
+        assert "<img" not in out.replace("`", "")  or fmt == "markdown"
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("text", "compare.txt"), ("markdown", "compare.md")])
+def test_comparison_golden(fmt: str, name: str, golden) -> None:
+    golden(name, render_comparison(compare_reports(make_report(), make_after_report()), fmt))
+
+
+def test_not_comparable_golden(golden) -> None:
+    golden("compare_not_comparable.md", render_comparison(compare_reports(make_gpu_trace_report(), make_report()), "markdown"))

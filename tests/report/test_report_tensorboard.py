@@ -1,0 +1,166 @@
+"""`advisor tensorboard`: prepared trace copies, plugin checks, and a real server read over HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from report_fixtures import record_cpu_trace
+
+from advisor.errors import InputError, UsageError
+from advisor.report.tensorboard import (
+    PLUGIN_RUNS_PATH,
+    check_plugin,
+    find_traces,
+    port_free,
+    prepare_logdir,
+    rewrite_annotations,
+)
+
+
+@pytest.fixture(scope="module")
+def captured_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("tb") / "demo_run"
+    record_cpu_trace(run)
+    return run
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _events(path: Path) -> list[dict]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def test_prepare_rewrites_a_copy_and_never_the_original(captured_run: Path, tmp_path: Path) -> None:
+    (original,) = find_traces(captured_run)
+    before = _sha(original)
+    prepared = prepare_logdir(captured_run, logdir=tmp_path / "logdir")
+    assert _sha(original) == before
+    assert prepared.run == "demo_run" and prepared.rewritten > 0
+    (copy,) = prepared.traces
+    assert copy.parent == tmp_path / "logdir" / "demo_run"
+    annotations = {e["name"] for e in _events(original) if e.get("cat") == "user_annotation"}
+    assert any(n.startswith("enumerate(DataLoader)") for n in annotations)
+    left = [e["name"] for e in _events(copy) if e.get("cat") == "user_annotation"]
+    assert left and all(n.startswith("ProfilerStep#") for n in left)
+    relabelled = {e["name"] for e in _events(copy) if e.get("cat") == "cpu_op"}
+    assert {n for n in annotations if not n.startswith("ProfilerStep#")} <= relabelled
+
+
+def test_lone_trace_file_goes_to_a_temp_logdir(tmp_path: Path) -> None:
+    trace = tmp_path / "bert_trace.json.gz"
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#6", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "opt.step", "ts": 1, "dur": 2, "pid": 1, "tid": 1},
+    ]
+    with gzip.open(trace, "wt", encoding="utf-8") as fh:
+        json.dump({"traceEvents": events}, fh)
+    prepared = prepare_logdir(trace)
+    try:
+        assert prepared.temporary and tmp_path not in prepared.logdir.parents
+        assert prepared.traces[0].name == "bert_trace.pt.trace.json.gz"  # a name the plugin accepts
+        assert prepared.rewritten == 1
+        assert sorted(tmp_path.iterdir()) == [trace]  # nothing written next to the user's file
+    finally:
+        import shutil
+
+        shutil.rmtree(prepared.logdir)
+
+
+def test_rewrite_annotations_counts() -> None:
+    data = {
+        "traceEvents": [
+            {"cat": "user_annotation", "name": "ProfilerStep#1"},
+            {"cat": "user_annotation", "name": "Optimizer.step#SGD.step"},
+            {"cat": "cpu_op", "name": "aten::mm"},
+        ]
+    }
+    assert rewrite_annotations(data) == 1
+    assert [e["cat"] for e in data["traceEvents"]] == ["user_annotation", "cpu_op", "cpu_op"]
+
+
+def test_no_traces_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no trace files"):
+        find_traces(tmp_path)
+
+
+def test_missing_plugin_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch_tb_profiler", None)  # makes `import` raise ImportError
+    with pytest.raises(UsageError) as exc:
+        check_plugin()
+    msg = str(exc.value)
+    assert "\n" not in msg and "pip install torch-tb-profiler" in msg and "ui.perfetto.dev" in msg
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str) -> object | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return json.loads(resp.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}/data/plugin/pytorch_profiler"
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "tensorboard", str(captured_run), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        runs = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            runs = _get_json(f"http://127.0.0.1:{port}{PLUGIN_RUNS_PATH}")
+            if isinstance(runs, dict) and "demo_run" in runs.get("runs", []):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert isinstance(runs, dict) and runs["runs"] == ["demo_run"], runs
+        # DataLoader time is visible only because the copy re-labels user_annotation events.
+        overview = None
+        while time.monotonic() < deadline:
+            overview = _get_json(f"{base}/overview?run=demo_run&worker=testhost_1&span=1")
+            if isinstance(overview, dict) and "steps" in overview:
+                break
+            time.sleep(0.5)
+        assert isinstance(overview, dict), overview
+        names = [c["name"] for c in overview["steps"]["columns"] if "name" in c]
+        dl = names.index("DataLoader")
+        values = [row[1 + 2 * (dl - 1)] for row in overview["steps"]["rows"]]
+        assert sum(values) > 0, values
+    finally:
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert out.strip() == f"http://localhost:{port}/#pytorch_profiler"  # data on stdout: the URL only
+    assert "ui.perfetto.dev" in err and "stopping TensorBoard" in err
+    assert port_free("127.0.0.1", port)  # the server is really gone
