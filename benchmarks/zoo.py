@@ -3,7 +3,7 @@
 For every example named in examples/expected.json this:
 
 1. times the example and its hand-fixed twin (examples/fixed/<name>.py) *plainly*, side by side,
-   interleaved (A B A B ...), parsing each run's final ``done: N steps, X samples/s`` line;
+   interleaved (A B, B A, ...), parsing each run's final ``done: N steps, X samples/s`` line;
 2. runs ``advisor diagnose --format json -o <file> examples/<name>.py [args]`` and reads the
    report: primary category, baseline samples/s (``run.samples_per_s``), the best samples/s after
    the advisor's fixes (the combined trial of the kept fixes, else the best improved trial), the
@@ -97,9 +97,11 @@ def run_plain(script: Path, args: list[str], timeout: float) -> float:
 def time_twins(name: str, args: list[str], repeats: int, timeout: float) -> tuple[float, float, float]:
     """Interleaved plain/twin timings; return (median plain, median twin, median paired ratio)."""
     plain, twin = [], []
-    for _ in range(repeats):
-        plain.append(run_plain(EXAMPLES / f"{name}.py", args, timeout))
-        twin.append(run_plain(EXAMPLES / "fixed" / f"{name}.py", args, timeout))
+    for i in range(repeats):
+        # Alternate which goes first (A B, B A, ...) so drift in machine load cancels out.
+        order = [(plain, EXAMPLES / f"{name}.py"), (twin, EXAMPLES / "fixed" / f"{name}.py")]
+        for out, script in order if i % 2 == 0 else order[::-1]:
+            out.append(run_plain(script, args, timeout))
     ratios = [t / p for p, t in zip(plain, twin, strict=True) if p > 0]
     return statistics.median(plain), statistics.median(twin), statistics.median(ratios)
 

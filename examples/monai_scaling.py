@@ -61,7 +61,7 @@ def make_volumes(n: int, size: int, seed: int) -> TensorDataset:
 def make_model() -> torch.nn.Module:
     return UNet(
         spatial_dims=3, in_channels=1, out_channels=2, channels=(16, 32, 64, 128),
-        strides=(2, 2, 2), num_res_units=2,
+        strides=(2, 2, 2), num_res_units=1,
     )
 
 
@@ -149,7 +149,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sizes", type=lambda s: tuple(int(v) for v in s.split(",")),
                    help="sweep: comma-separated volume sides")
     p.add_argument("--steps-per-config", type=int, default=6, help="sweep: steps per config")
-    p.add_argument("--steps", type=int, default=60, help="train: optimizer steps to run")
+    p.add_argument("--steps", type=int, default=50, help="train: optimizer steps to run")
     p.add_argument("--batch-size", type=int, default=2, help="train: batch size")
     p.add_argument("--size", type=int, default=32, help="train: volume side")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast around the forward pass")

@@ -1,6 +1,6 @@
 """3D segmentation with MONAI whose random spatial transforms starve the network.
 
-Bottleneck (data_loading): a small ``monai.networks.nets.UNet`` trains on synthetic 48^3 volumes
+Bottleneck (data_loading): a small ``monai.networks.nets.UNet`` trains on synthetic 40^3 volumes
 (``monai.data.create_test_image_3d``), and every access runs random spatial transforms
 (``RandAffined`` on the whole volume, ``RandSpatialCropd`` to 32^3, ``RandFlipd``,
 ``RandRotate90d``, intensity jitter) in the training process (``num_workers=0``). Resampling a
@@ -80,10 +80,10 @@ def seed_worker(worker_id: int) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=60, help="optimizer steps to run")
+    p.add_argument("--steps", type=int, default=50, help="optimizer steps to run")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--volumes", type=int, default=32, help="synthetic volumes in the data set")
-    p.add_argument("--size", type=int, default=48, help="side of the stored volumes")
+    p.add_argument("--size", type=int, default=40, help="side of the stored volumes")
     p.add_argument("--roi", type=int, default=32, help="side of the random crops")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda")

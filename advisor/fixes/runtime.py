@@ -431,11 +431,13 @@ class _State:
 
         original_to = torch.Tensor.to
         original_cuda = torch.Tensor.cuda
+        is_compiling = torch.compiler.is_compiling
         state = self
 
         def to(self: Any, *args: Any, **kwargs: Any) -> Any:
             if (
-                "non_blocking" not in kwargs and len(args) < 3 and self.device.type == "cpu"
+                not is_compiling()
+                and "non_blocking" not in kwargs and len(args) < 3 and self.device.type == "cpu"
                 and _targets_cuda(args, kwargs) and self.is_pinned()
             ):
                 kwargs["non_blocking"] = True
@@ -443,7 +445,7 @@ class _State:
             return original_to(self, *args, **kwargs)
 
         def cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if "non_blocking" not in kwargs and len(args) < 2 and self.is_pinned():
+            if not is_compiling() and "non_blocking" not in kwargs and len(args) < 2 and self.is_pinned():
                 kwargs["non_blocking"] = True
                 state.notes["non_blocking_copy"] = APPLIED + "non_blocking=True on pinned host-to-device copies"
             return original_cuda(self, *args, **kwargs)

@@ -110,8 +110,15 @@ def _rank_metrics(ranks: pd.DataFrame, has_gpu: bool) -> dict[str, float | None]
     out: dict[str, float | None] = {"rank_count": float(len(ranks))}
     if len(ranks) < 2:
         return out
-    ratio, slow, fast = _imbalance(ranks, "step_time_ms")
-    out.update(straggler_ratio=ratio, straggler_rank=_clean(slow), fastest_rank=_clean(fast))
+    from advisor.distributed.balance import rank_balance
+
+    balance = rank_balance(ranks)
+    out.update(
+        straggler_ratio=_clean(balance.busy_ratio),
+        straggler_rank=_clean(balance.straggler_rank),
+        fastest_rank=_clean(balance.fastest_rank),
+        straggler_wait_frac=_clean(balance.wait_frac),
+    )
     ratio, hi, lo = _imbalance(ranks, "comm_time_ms")
     out.update(comm_imbalance_ratio=ratio, comm_max_rank=_clean(hi), comm_min_rank=_clean(lo))
     out["data_loading_imbalance_ratio"] = _imbalance(ranks, "dataloader_wait_ms")[0]

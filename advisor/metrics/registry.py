@@ -120,9 +120,13 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("rank_count", "count", "ranks", "Ranks (trace files) analysed together"),
     MetricSpec("dataparallel_flag", "flag", "run", "1 when torch.nn.DataParallel is used"),
     MetricSpec("comm_overlap_frac", "frac", "step", "Share of communication time that overlaps compute kernels"),
-    MetricSpec("straggler_ratio", "ratio", "ranks", "Slowest rank's step time / fastest rank's"),
-    MetricSpec("straggler_rank", "rank", "ranks", "Rank with the longest step time"),
-    MetricSpec("fastest_rank", "rank", "ranks", "Rank with the shortest step time"),
+    # NOTE: stragglers are judged by busy time (step minus exposed communication), not wall
+    # time: in synchronous training every rank's step lasts as long as the slowest one's, the
+    # fast ranks waiting inside the collective (see advisor.distributed.balance).
+    MetricSpec("straggler_ratio", "ratio", "ranks", "Busiest rank's busy time (step minus exposed communication) / least busy rank's"),
+    MetricSpec("straggler_rank", "rank", "ranks", "Rank with the most busy time: the one the others wait for"),
+    MetricSpec("fastest_rank", "rank", "ranks", "Rank with the least busy time"),
+    MetricSpec("straggler_wait_frac", "frac", "ranks", "Time the fastest rank waits for the straggler per step, as a share of the step"),
     MetricSpec("comm_imbalance_ratio", "ratio", "ranks", "Largest rank communication time / smallest"),
     MetricSpec("comm_max_rank", "rank", "ranks", "Rank with the most communication time"),
     MetricSpec("comm_min_rank", "rank", "ranks", "Rank with the least communication time"),

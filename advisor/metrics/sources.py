@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from advisor.metrics.events import take
-from advisor.metrics.intervals import Windows, clip_to_steps, merge
+from advisor.metrics.events import name_mask, take
+from advisor.metrics.intervals import Windows, clip_to_steps, merge, point_step
 from advisor.metrics.model import SourceLocation
+from advisor.metrics.steps import top_level_ops
 
 if TYPE_CHECKING:
     from advisor.capture.model import RunCapture
@@ -159,8 +160,6 @@ class _CallStacks:
     """Resolve (tid, ts) -> user frame from old traces' ``Call stack`` args on top-level ops."""
 
     def __init__(self, analysis: TraceAnalysis) -> None:
-        from advisor.metrics.steps import top_level_ops
-
         ev = analysis.trace.events
         stacks = ev["call_stack"]
         self.ok = bool(stacks.notna().any())
@@ -244,8 +243,6 @@ def _aggregate(
 
 
 def _in_step(analysis: TraceAnalysis, mask: np.ndarray) -> np.ndarray:
-    from advisor.metrics.intervals import point_step
-
     ts = analysis.trace.events["ts"].to_numpy()
     return mask & (point_step(ts, analysis.windows) >= 0)
 
@@ -286,8 +283,6 @@ def _trace_locations(analysis: TraceAnalysis) -> list[SourceLocation]:
         rt_rows = np.flatnonzero(cls.runtime & (corr >= 0))
         keys, first = np.unique(corr[rt_rows], return_index=True)
         if len(keys) and len(h_rows):
-            from advisor.metrics.intervals import point_step
-
             c = corr[h_rows]
             p = np.clip(np.searchsorted(keys, c), 0, len(keys) - 1)
             found = keys[p] == c
@@ -296,8 +291,6 @@ def _trace_locations(analysis: TraceAnalysis) -> list[SourceLocation]:
             keep = point_step(ts[launch], analysis.windows) >= 0
             out += _aggregate("h2d", resolver, tid[launch[keep]], ts[launch[keep]], cost[keep], n)
     else:
-        from advisor.metrics.events import name_mask
-
         to_ops = cls.cpu_op & name_mask(ev["name"], lambda s: s in ("aten::to", "aten::_to_copy"))
         rows = np.flatnonzero(_in_step(analysis, to_ops))
         # NOTE: on CPU `.to(device)` copies nothing; the call sites still show where copies
@@ -334,8 +327,6 @@ def _dataloader_frames(analysis: TraceAnalysis, resolver: Any) -> list[SourceLoc
         # every user frame running inside the loader ranges, grouped by distinct frame name
         column, parse = ev["name"], parse_frame
     else:
-        from advisor.metrics.steps import top_level_ops
-
         top = top_level_ops(ev, cls)
         keep = np.isin(rows, top)
         rows, durs = rows[keep], durs[keep]

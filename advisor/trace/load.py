@@ -153,7 +153,7 @@ class _LooseEvent(msgspec.Struct, gc=False):
 class _Head(msgspec.Struct, gc=False):
     """The top level of a trace file: events kept as raw JSON, plus the metadata we keep."""
 
-    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - the file's own key
+    traceEvents: msgspec.Raw = None  # noqa: N815 - the file's own key; the whole array, unparsed
     deviceProperties: Any = None  # noqa: N815
     distributedInfo: Any = None  # noqa: N815
     baseTimeNanoseconds: Any = None  # noqa: N815
@@ -170,6 +170,13 @@ _LOOSE_BATCH = msgspec.json.Decoder(list[_LooseEvent])
 _LOOSE_ARGS = msgspec.json.Decoder(_LooseArgs)
 BATCH_EVENTS = 65536
 """Events decoded into Python objects at a time: bounds the memory of the object stage."""
+BATCH_BYTES = 1 << 24
+"""Bytes of events per batch on the fast path (about 30-60 thousand events)."""
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class _BadSplit(Exception):
+    """A newline split did not fall between two events: use the safe path."""
 
 
 @dataclass(frozen=True)
@@ -258,9 +265,13 @@ def _read_bytes(path: Path) -> Any:
                 size = os.fstat(fh.fileno()).st_size
                 if size == 0:
                     raise TraceError(f"trace {path} is empty; re-record it with torch.profiler")
-                # MAP_POPULATE (Linux) maps the cached pages in one go instead of one fault each
-                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-                data: Any = mmap.mmap(fh.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
+                data: Any
+                if hasattr(mmap, "MAP_SHARED"):
+                    # MAP_POPULATE (Linux) maps the cached pages in one go, not one fault each
+                    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+                    data = mmap.mmap(fh.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
+                else:  # pragma: no cover - Windows
+                    data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
                 if data[: min(size, 4096)].isspace() and data[:].isspace():
                     raise TraceError(f"trace {path} is empty; re-record it with torch.profiler")
                 return data
@@ -290,7 +301,8 @@ def _decode_head(path: Path) -> tuple[_Head, Any]:
         raise TraceError(f"{path} is not a torch.profiler trace ({_first_line(str(exc))})") from exc
     except msgspec.DecodeError as exc:
         raise TraceError(f"{path} is not valid JSON ({_first_line(str(exc))}); the file may be truncated") from exc
-    if head.traceEvents is None:
+    events = head.traceEvents
+    if events is None or not bytes(memoryview(events)[:1]) == b"[":
         raise TraceError(f"{path} is JSON but not a Chrome trace (no traceEvents); pass a torch.profiler trace")
     return head, raw
 
@@ -438,10 +450,24 @@ class _Columns:
             listed = [default if v is None else v for v in values]
             return _num(listed, len(items), default)
 
+        picked: dict[int, list[Any]] = {}
+
+        def pick(rows: np.ndarray) -> list[Any]:
+            # the args of some rows, gathered once per row set (C-level itemgetter)
+            key = id(rows)
+            if key not in picked:
+                if len(rows) == 0:
+                    picked[key] = []
+                elif len(rows) == 1:
+                    picked[key] = [args[int(rows[0])]]
+                else:
+                    picked[key] = list(operator.itemgetter(*rows.tolist())(args))
+            return picked[key]
+
         def subset(rows: np.ndarray, attr: str, default: float) -> np.ndarray:
             out = np.full(n, default, dtype=np.float64)
             if len(rows):
-                out[rows] = column([args[i] for i in rows], attr, default)
+                out[rows] = column(pick(rows), attr, default)
             return out
 
         self._add("ts", column(events, "ts", _NAN))
@@ -460,7 +486,7 @@ class _Columns:
         retry = np.union1d(corr_rows, host_rows)
         retry = retry[ext[retry] == MISSING]
         if len(retry):
-            ext[retry] = column([args[i] for i in retry], "ext_id_old", MISSING)
+            ext[retry] = column(pick(retry), "ext_id_old", MISSING)
         self._add("ext_id", ext)
         self._add("correlation", subset(corr_rows, "correlation", MISSING))
         for attr in ("bytes", "stream", "device"):
@@ -470,10 +496,10 @@ class _Columns:
         for attr in ("py_id", "py_parent"):
             self._add(attr, subset(python_rows, attr, MISSING))
         self._add("flops", subset(host_rows, "flops", _NAN))
-        host_args = [args[i] for i in host_rows]
+        host_args = pick(host_rows)
         shape_ids = [self.names.codes[k] for k in SHAPE_OPS if k in self.names.codes]
         shaped = host_rows[np.isin(name_codes[host_rows], shape_ids)] if shape_ids else host_rows[:0]
-        shaped_args = [args[i] for i in shaped]
+        shaped_args = pick(shaped)
         for attr, col in _RAW_ATTRS:
             # shapes and dtypes only for the ops that use them; stacks for every operator
             rows_for, args_for = (host_rows, host_args) if attr == "call_stack" else (shaped, shaped_args)
@@ -483,7 +509,8 @@ class _Columns:
                 present = np.fromiter(map(operator.is_not, values, itertools.repeat(None)), dtype=bool, count=len(values))
                 idx = np.flatnonzero(present)
                 if len(idx):
-                    codes[rows_for[idx]] = self.raws[col].encode(map(bytes, (values[i] for i in idx)), len(idx))
+                    chosen = values if len(idx) == len(values) else [values[i] for i in idx.tolist()]
+                    codes[rows_for[idx]] = self.raws[col].encode(map(bytes, chosen), len(idx))
             self._add(col, codes)
 
     def frame(self) -> pd.DataFrame:
@@ -520,18 +547,74 @@ def _address(buffer: Any) -> int:
     return int(np.frombuffer(buffer, dtype=np.uint8, count=1).__array_interface__["data"][0])
 
 
+class _Framer:
+    """Copies byte ranges of the file buffer, wrapped in ``[`` ``]``, into one reused buffer."""
+
+    def __init__(self, raw: Any) -> None:
+        self.source = memoryview(raw)
+        self.buf = bytearray()
+
+    def frame(self, start: int, stop: int) -> memoryview:
+        size = stop - start + 2
+        if len(self.buf) < size:
+            self.buf = bytearray(size)  # NOTE: a fresh buffer; earlier views were released
+        view = memoryview(self.buf)
+        view[0] = 0x5B  # [
+        view[1 : size - 1] = self.source[start:stop]
+        view[size - 1] = 0x5D  # ]
+        out = view[:size]
+        view.release()
+        return out
+
+
+def _line_ranges(raw: Any, start: int, stop: int) -> list[tuple[int, int]] | None:
+    """Split the array body ``raw[start:stop]`` into runs of whole events at newlines.
+
+    Kineto writes one event per line, so an element boundary is a ``,`` then a newline then
+    ``{``. Raw newlines cannot occur inside JSON strings, and a split inside a nested value
+    would leave a batch with unbalanced brackets, which then fails to decode: callers fall back
+    to the safe path. Returns None when the file has no usable line breaks.
+    """
+    ranges: list[tuple[int, int]] = []
+    a = start
+    while stop - a > BATCH_BYTES:
+        pos = a + BATCH_BYTES
+        cut = None
+        for _ in range(1000):
+            nl = raw.find(b"\n", pos, stop)
+            if nl < 0:
+                break
+            j = nl - 1
+            while j > a and raw[j] in (0x20, 0x09, 0x0D):
+                j -= 1
+            k = nl + 1
+            while k < stop and raw[k] in (0x20, 0x09, 0x0D, 0x0A):
+                k += 1
+            if raw[j] == 0x2C and k < stop and raw[k] == 0x7B:
+                cut = (j, k)
+                break
+            pos = nl + 1
+        if cut is None:
+            break
+        ranges.append((a, cut[0]))
+        a = cut[1]
+    ranges.append((a, stop))
+    if any(b - a > 4 * BATCH_BYTES for a, b in ranges):
+        return None  # one line holds too much: the safe path bounds memory better
+    return ranges
+
+
 def _batches(raw: Any, raw_events: list[msgspec.Raw]) -> Iterator[memoryview]:
-    """JSON arrays of ``BATCH_EVENTS`` events each, as views of one reused buffer.
+    """JSON arrays of ``BATCH_EVENTS`` events each (safe path), as views of one reused buffer.
 
     ``Raw`` values are zero-copy views into the input buffer and the events lie in it in
     order, so a batch is one slice from its first event's start to its last event's end
-    (checked; otherwise the events are joined one by one). Reusing one buffer avoids
-    allocating (and page-faulting) a fresh copy per batch. Each yielded view must be consumed
-    before the next one is requested.
+    (checked; otherwise the events are joined one by one). Each yielded view must be
+    released before the next one is requested.
     """
     source = memoryview(raw)
     base = _address(raw)
-    buf = bytearray()
+    framer = _Framer(raw)
     for i in range(0, len(raw_events), BATCH_EVENTS):
         part = raw_events[i : i + BATCH_EVENTS]
         first, last = part[0], part[-1]
@@ -542,35 +625,58 @@ def _batches(raw: Any, raw_events: list[msgspec.Raw]) -> Iterator[memoryview]:
             and source[start : start + len(first)] == memoryview(first)
             and source[stop - len(last) : stop] == memoryview(last)
         ):
-            size = stop - start + 2
-            if len(buf) < size:
-                buf = bytearray(size)  # NOTE: a fresh buffer; earlier views were consumed
-            view = memoryview(buf)
-            view[0] = 0x5B  # [
-            view[1 : size - 1] = source[start:stop]
-            view[size - 1] = 0x5D  # ]
-            yield view[:size]
-            view.release()
+            yield framer.frame(start, stop)
         else:  # pragma: no cover - msgspec always views its input; kept as a safe fallback
             yield memoryview(b"[" + b",".join(part) + b"]")
 
 
-def _events_frame(path: Path, raw: Any, raw_events: list[msgspec.Raw]) -> pd.DataFrame:
-    """Decode the events batch by batch into typed structs and straight into columns."""
+def _decode_chunks(path: Path, chunks: Any, fast: bool) -> pd.DataFrame:
+    """Decode batches into typed structs and straight into columns."""
     columns = _Columns()
-    for chunk in _batches(raw, raw_events):
+    for chunk in chunks:
         try:
             batch: list[Any] = _BATCH.decode(chunk)
         except msgspec.ValidationError:
-            # NOTE: an odd value somewhere (a string id, a null name): decode this batch loosely.
+            # NOTE: an odd value somewhere (a string id, a null name): decode it loosely.
             try:
                 batch = _LOOSE_BATCH.decode(chunk)
             except msgspec.ValidationError as exc:
+                if fast:
+                    raise _BadSplit from exc
                 raise TraceError(f"{path} has malformed events ({_first_line(str(exc))})") from exc
+            except msgspec.DecodeError as exc:
+                raise _BadSplit from exc
+        except msgspec.DecodeError as exc:
+            # the whole file parsed already, so only a bad split can fail here
+            raise _BadSplit from exc
         columns.add_batch(batch)
-        del batch
+        del batch  # drops the Raw views into the chunk before the buffer is reused
         chunk.release()
     return columns.frame()
+
+
+def _events_frame(path: Path, raw: Any, events: msgspec.Raw) -> pd.DataFrame:
+    """Decode the ``traceEvents`` array (a Raw view into ``raw``) into the events table.
+
+    Fast path: batches cut at line breaks between events. Safe path (files without line
+    breaks, or a cut that does not decode): one ``Raw`` per event first, then batches of
+    ``BATCH_EVENTS`` events.
+    """
+    base = _address(raw)
+    start = _address(events) - base
+    stop = start + len(events)
+    body = (start + 1, stop - 1)
+    ranges = _line_ranges(raw, *body)
+    if ranges is not None:
+        framer = _Framer(raw)
+        try:
+            return _decode_chunks(path, (framer.frame(a, b) for a, b in ranges), fast=True)
+        except _BadSplit:
+            pass
+    raw_events = _RAW_LIST.decode(events)
+    if not raw_events:
+        return _Columns().frame()
+    return _decode_chunks(path, _batches(raw, raw_events), fast=False)
 
 
 def load_trace(path: Path, index: int = 0) -> Trace:
@@ -601,11 +707,11 @@ def load_trace(path: Path, index: int = 0) -> Trace:
         value = getattr(head, key)
         if value is not None:
             metadata[key] = value
-    raw_events = head.traceEvents or []
+    events = head.traceEvents
     head.traceEvents = None
     with _gc_paused():
-        frame = _events_frame(path, raw, raw_events)
-    del raw_events, raw
+        frame = _events_frame(path, raw, events)
+    del events, raw
     rank = index
     info = metadata.get("distributedInfo")
     info = info if isinstance(info, dict) else {}

@@ -60,7 +60,7 @@ def test_rule_all_json():
     assert [d["code"] for d in data] == list(CODES)
     assert all(d["why"] and d["example"] and d["instead"] and d["references"] for d in data)
     one = json.loads(invoke(["rule", "CM002", "--format", "json"]).output)
-    assert one["when"] == "rank_count >= 2 and straggler_ratio >= 1.2"
+    assert one["when"] == "rank_count >= 2 and straggler_ratio >= 1.2 and straggler_wait_frac >= 0.1"
 
 
 def test_unknown_code_suggests_close_matches():

@@ -17,6 +17,15 @@ from zoo_support import EXAMPLES, REPO, load_manifest
 
 MANIFEST = load_manifest()
 
+# Known gaps in the advisor (not in the examples), kept visible: strict xfail turns into a failure
+# the day they are fixed, so the mark gets removed.
+KNOWN_GAPS = {
+    ("monai_scaling", "cpu"): (
+        "CO001 needs flops_per_step, and conv3d FLOPs are not counted (flops_per_step is None), "
+        "so a compute-bound 3D UNet gets no finding and no primary"
+    ),
+}
+
 
 def _device() -> str:
     import torch
@@ -42,13 +51,16 @@ def _diagnose(name: str, tmp_path: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_primary_category_matches_manifest(name, tmp_path):
+def test_primary_category_matches_manifest(name, tmp_path, request):
     if not Path(sys.executable).with_name("advisor").exists():
         pytest.skip("the advisor CLI is not installed in this environment")
     device = _device()
     expected = MANIFEST[name]["expected"][device]
     if expected is None:
         pytest.skip(f"{name}: no meaningful expectation on {device} ({MANIFEST[name].get('note_cpu', '')})")
+    gap = KNOWN_GAPS.get((name, device))
+    if gap:
+        request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
     report = _diagnose(name, tmp_path)
     found = (report.get("primary") or {}).get("category")
     codes = [(f["code"], f["category"]) for f in report["findings"]]

@@ -261,3 +261,10 @@ def test_loader_kwargs_are_bound_through_a_foreign_wrapper():
         assert DataLoader.__init__ is __init__
     finally:
         DataLoader.__init__ = real
+
+
+def test_copy_targets_are_recognised_without_a_gpu():
+    assert runtime._targets_cuda(("cuda",), {})
+    assert runtime._targets_cuda((), {"device": torch.device("cuda", 0)})
+    assert not runtime._targets_cuda((torch.float16,), {})
+    assert not runtime._targets_cuda(("cpu",), {})

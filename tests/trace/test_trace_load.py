@@ -191,3 +191,61 @@ def test_plain_file_is_memory_mapped_and_matches_gzip(tmp_path):
     plain = tmp_path / "t.pt.trace.json"
     plain.write_bytes(gzip.decompress(src.read_bytes()))
     pd.testing.assert_frame_equal(load_trace(src).events, load_trace(plain).events)
+
+
+def _reference_and_variants(tmp_path, events, monkeypatch, batch_bytes):
+    import pandas as pd
+
+    import advisor.trace.load as load
+
+    lines = tmp_path / "lines.json"
+    lines.write_text('{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + "\n]}")
+    one_line = tmp_path / "oneline.json"
+    one_line.write_text(json.dumps({"traceEvents": events}))
+    reference = load_trace(one_line).events
+    monkeypatch.setattr(load, "BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(load, "BATCH_EVENTS", 7)
+    for path in (lines, one_line):
+        pd.testing.assert_frame_equal(reference, load_trace(path).events)
+    return reference
+
+
+def test_line_split_fast_path_and_safe_path_agree(tmp_path, monkeypatch):
+    evs = []
+    for i in range(300):
+        evs.append({"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 17}", "pid": 1, "tid": 1,
+                          "ts": i * 10, "dur": 5, "args": {"External id": i, "Input Dims": [[i, 3]]}})
+    ref = _reference_and_variants(tmp_path, evs, monkeypatch, batch_bytes=512)
+    assert len(ref) == 300 and ref["ext_id"].tolist() == list(range(300))
+
+
+def test_bad_line_split_falls_back(tmp_path, monkeypatch):
+    # pretty-printed nested objects put ",\n{" inside an event: a cut there must not be trusted
+    evs = []
+    for i in range(200):
+        evs.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+                    "args": {"External id": i}})
+    path = tmp_path / "nested.json"
+    body = ",\n".join(
+        json.dumps(e)[:-1] + ', "extra": [{"a": 1},\n{"b": 2}]}' for e in evs
+    )
+    path.write_text('{"traceEvents": [\n' + body + "\n]}")
+    import advisor.trace.load as load
+
+    reference = load_trace(path).events
+    monkeypatch.setattr(load, "BATCH_BYTES", 300)
+    monkeypatch.setattr(load, "BATCH_EVENTS", 9)
+    safe_calls = []
+    original = load._batches
+    monkeypatch.setattr(load, "_batches", lambda *a: safe_calls.append(1) or original(*a))
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(reference, load_trace(path).events)
+    assert safe_calls  # the bad cut was detected and the safe path used
+    assert load_trace(path).events["ext_id"].tolist() == list(range(200))
+
+
+def test_empty_event_list(tmp_path):
+    path = tmp_path / "empty_events.json"
+    path.write_text('{"traceEvents": [ ]}')
+    assert len(load_trace(path).events) == 0
