@@ -51,13 +51,15 @@ class DiagnoseResult:
 
 
 def _trace_paths(run_dir: Path, capture: RunCapture) -> list[Path]:
+    """Trace files of a run: its own, then each rank's (torchrun), each file once."""
     paths = [run_dir / p for p in capture.trace_files if (run_dir / p).is_file()]
     for rank_dir in capture.ranks:
         sub = run_dir / rank_dir
         if (sub / CAPTURE_FILE).is_file():
             rank_cap = RunCapture.load(sub)
             paths += [sub / p for p in rank_cap.trace_files if (sub / p).is_file()]
-    return paths
+    # NOTE: a merged capture may also list rank traces; loading one twice would double a rank.
+    return list(dict.fromkeys(p.resolve() for p in paths))
 
 
 def metrics_for_run(run_dir: Path, capture: RunCapture) -> Metrics:

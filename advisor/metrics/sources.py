@@ -18,6 +18,8 @@ Frames in torch, site-packages, the standard library and advisor itself are skip
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import re
 import sys
 from collections import defaultdict
@@ -397,7 +399,49 @@ def find_locations(
         if not locations and not first.cls.python.any() and not first.trace.events["call_stack"].notna().any():
             notes.append("no Python stacks in the trace (record with with_stack=True to get file:line locations)")
     if pstats_path is not None and Path(pstats_path).is_file():
-        steps = (capture.profiled_steps if capture and capture.profiled_steps else 0) or (len(analyses[0].steps) if analyses else 1)
-        locations += pstats_locations(Path(pstats_path), steps)
+        # NOTE: cProfile has its own window after the torch.profiler one (they cannot share
+        # CPython's profile hook), so per-step figures divide by that window's step count.
+        steps = (
+            (capture.cprofiled_steps or capture.profiled_steps if capture else 0)
+            or (len(analyses[0].steps) if analyses else 1)
+        )
+        locations += [
+            loc for loc in pstats_locations(Path(pstats_path), steps) if loc.line > 0 and is_user_file(loc.file)
+        ]
+    locations = merge_locations(locations, capture.script if capture else None)
     locations.sort(key=lambda loc: (-loc.time_ms, -loc.count, loc.kind, loc.file, loc.line))
     return locations, notes
+
+
+def merge_locations(locations: Sequence[SourceLocation], script: str | None = None) -> list[SourceLocation]:
+    """One location per (kind, file, line), with bare file names resolved to full paths.
+
+    Profiler stacks name files by their base name (``train.py(39): step``) while cProfile
+    records full paths, so the same line would otherwise appear twice. A base name is resolved
+    to the full path another location (or the captured script) gives it when that is unique.
+    """
+    full_paths: dict[str, set[str]] = defaultdict(set)
+    for loc in locations:
+        if "/" in loc.file or "\\" in loc.file:
+            full_paths[Path(loc.file).name].add(loc.file)
+    if script:
+        full_paths[Path(script).name].add(str(script))
+    merged: dict[tuple[str, str, int], SourceLocation] = {}
+    for loc in locations:
+        candidates = full_paths.get(loc.file, set()) if "/" not in loc.file else set()
+        file = next(iter(candidates)) if len(candidates) == 1 else loc.file
+        key = (loc.kind, file, loc.line)
+        prev = merged.get(key)
+        if prev is None:
+            merged[key] = replace(loc, file=file)
+        else:
+            # Two windows measured the same line: keep the profiler's count (its steps are the
+            # analysed ones) and the larger time, and say both sources agreed.
+            best = prev if prev.source == "trace" else replace(loc, file=file)
+            merged[key] = replace(
+                best,
+                time_ms=max(prev.time_ms, loc.time_ms),
+                function=best.function or prev.function or loc.function,
+                source="trace+pstats" if {prev.source, loc.source} == {"trace", "pstats"} else best.source,
+            )
+    return list(merged.values())
