@@ -40,7 +40,9 @@ from advisor.fixes.trials import TrialProgress, run_trials  # noqa: E402
 
 # The fixes the rules suggest for each example's bottleneck (ids from the shared vocabulary).
 SUGGESTED: dict[str, tuple[str, ...]] = {
-    "data_loading": ("dataloader_workers", "persistent_workers", "prefetch_factor", "pin_memory"),
+    "data_loading": (
+        "dataloader_workers", "persistent_workers", "prefetch_factor", "cpu_threads", "pin_memory",
+    ),
     "grad_accumulation": ("batch_fusion",),
     "tiny_model": ("torch_compile", "batch_fusion"),
     "compute_bound": ("bf16_autocast", "torch_compile"),
@@ -109,14 +111,20 @@ def bench(name: str, repeats: int, plain_repeats: int, from_diagnose: bool, work
                     "ci": [t.ci_low, t.ci_high], "params": t.params, "reason": t.reason}
                    for t in outcome.trials],
     }
-    if outcome.combined is not None:
-        c = outcome.combined
-        result["advisor_speedup"] = c.speedup
-        result["advisor_ci"] = [c.ci_low, c.ci_high]
+    # What advisor reports: the kept set; when nothing was kept, its best measured trial (so the
+    # plain timing checks a "no effect" verdict too).
+    measured = [t for t in outcome.trials if t.speedup is not None and t.verdict != "failed"]
+    shown = outcome.combined or (max(measured, key=lambda t: t.speedup) if measured else None)
+    checked = list(outcome.kept_trials) or ([shown] if shown is not None else [])
+    if shown is not None:
+        result["advisor_speedup"] = shown.speedup
+        result["advisor_ci"] = [shown.ci_low, shown.ci_high]
+        result["advisor_verdict"] = shown.verdict
+        result["checked_fix"] = shown.fix
 
     variants = {"original": script, "twin": twin}
-    if outcome.kept_trials:
-        fixed_src, manual = transform(script.read_text(), outcome.kept_trials)
+    if checked:
+        fixed_src, manual = transform(script.read_text(), checked)
         by_hand = out / f"{name}_advisor_fix.py"
         by_hand.write_text(fixed_src)
         variants["advisor_fix"] = by_hand
@@ -159,11 +167,13 @@ def main() -> None:
             continue
         results.append(bench(name, args.repeats, args.plain_repeats, args.from_diagnose, work))
     print()
-    print(f"{'example':20s} {'kept':36s} {'advisor (95% CI)':24s} {'plain, same fix':16s} {'twin (ceiling)':14s} loop")
+    print(f"{'example':18s} {'kept':20s} {'fix checked':20s} {'advisor (95% CI), verdict':36s} "
+          f"{'plain, same fix':16s} {'twin (ceiling)':14s} loop")
     for r in results:
         ci = r["advisor_ci"]
         adv = fmt(r["advisor_speedup"]) + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci and ci[0] else "")
-        print(f"{r['example']:20s} {'+'.join(r['kept']) or '(none)':36s} {adv:24s} "
+        adv += f" {r.get('advisor_verdict', '')}"
+        print(f"{r['example']:18s} {'+'.join(r['kept']) or '(none)':20s} {r.get('checked_fix', '-'):20s} {adv:36s} "
               f"{fmt(r['plain_speedup']):16s} {fmt(r['twin_speedup']):14s} {r['loop_s']:.0f}s")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

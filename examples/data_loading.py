@@ -6,7 +6,9 @@ sample), and the DataLoader runs it in the training process (``num_workers=0``).
 waits for each batch; the step is mostly ``DataLoader.__next__``.
 
 Fix: load in parallel worker processes -- ``DataLoader(num_workers=2, persistent_workers=True,
-prefetch_factor=4)`` (see examples/fixed/data_loading.py); add ``pin_memory=True`` on a GPU.
+prefetch_factor=4)``, and on a small CPU leave the cores to the workers with
+``torch.set_num_threads(cores - workers)`` (see examples/fixed/data_loading.py); add
+``pin_memory=True`` on a GPU.
 The deeper fix is to vectorise the augmentation (batch it on the device), which a loader setting
 cannot do.
 

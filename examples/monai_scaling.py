@@ -1,8 +1,8 @@
 """Batch-size and volume-size scaling study for a MONAI 3D UNet: memory and samples/s per config.
 
-The classic "batch and volume scaling" exercise: train ``monai.networks.nets.UNet`` (3D) for a
-few steps at each (batch size, volume side) on synthetic volumes from
-``monai.data.create_test_image_3d`` and tabulate samples/s and peak memory. Activation memory
+What it shows: the classic "batch and volume scaling" exercise. Train a 3D
+``monai.networks.nets.UNet`` for a few steps at each (batch size, volume side) on synthetic
+volumes from ``monai.data.create_test_image_3d`` and tabulate samples/s and peak memory. Activation memory
 grows linearly with the batch and with the cube of the side, so the table shows where a
 configuration stops fitting and where throughput stops improving.
 

@@ -7,7 +7,8 @@ Bottleneck (data_loading): a small ``monai.networks.nets.UNet`` trains on synthe
 3D volume costs more than the UNet's step on it, so the step waits on ``DataLoader.__next__``.
 
 Fix: run the transforms in worker processes -- ``num_workers=2, persistent_workers=True``, with
-``pin_memory=True`` on a GPU (see examples/fixed/monai_segmentation.py). ``worker_init_fn``
+``pin_memory=True`` on a GPU and, on a small CPU, ``torch.set_num_threads(cores - workers)``
+(see examples/fixed/monai_segmentation.py). ``worker_init_fn``
 reseeds each worker's transforms, so workers do not repeat each other's augmentations. Caching the
 deterministic part (``monai.data.CacheDataset``) helps when that part is expensive; here it is
 not.

@@ -45,7 +45,8 @@ def default_run_dir(script: Path) -> Path:
 @click.option("--steps", "timed_steps", default=20, show_default=True, type=click.IntRange(min=1),
               help="Timed steps without the profiler (step times, samples/s).")
 @click.option("--profile-steps", default=10, show_default=True, type=click.IntRange(min=0),
-              help="Steps under torch.profiler and cProfile.")
+              help="Steps under torch.profiler; as many again run under cProfile right after "
+              "(the two cannot share Python's profile hook). 0 disables both.")
 @click.option("--full", is_flag=True, help="Let the script run to its end instead of stopping after profiling.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Stop a hung script after SECONDS (exit 3, partial capture kept).")

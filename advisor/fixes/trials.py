@@ -20,7 +20,10 @@
    pairs to be shown, and a fix is never called a win without them.
 4. **Early exits.** After a variant's first run: a crash, timeout or non-finite/far-off loss is
    ``failed``; a runtime note ``not applied: ...`` (no convolutions, autocast already on, an
-   IterableDataset that does not shard) is ``skipped``. Neither is run again.
+   IterableDataset that does not shard) is ``skipped``; a DataLoader fix whose recorded loader
+   settings did not change is ``skipped``; a run whose steps were counted from other boundaries
+   than the baseline's (DataLoader batches vs optimizer steps) is ``failed`` as not comparable.
+   None of these is run again.
 5. **Ladders.** ``dataloader_workers`` is tried at a few worker counts sized to the cores
    (:func:`~advisor.fixes.registry.worker_ladder`); the best rung is reported.
 6. **Fixes on top of another.** ``persistent_workers``, ``prefetch_factor`` and ``cpu_threads``
@@ -317,17 +320,25 @@ def _variants(
         ] or []
     if fix == "batch_fusion":
         k = ctx.accumulation or 1
-        # NOTE: a fused step holds k times the samples; fewer steps keep the run time similar.
-        overrides = {
-            "timed_steps": max(5, math.ceil(spec.timed_steps / k)),
-            "warmup_steps": max(2, math.ceil(spec.warmup_steps / k)),
-        }
-        return [make(fix, {"factor": k}, overrides)]
+        return [make(fix, {"factor": k}, fusion_steps(spec, k))]
     if fix == "prefetch_factor":
         return [make(fix, {"prefetch_factor": 4})]
     if fix in ("bf16_autocast", "fp16_amp"):
         return [make(fix, {"device_type": "cuda" if ctx.cuda else "cpu"})]
     return [make(fix, {})]
+
+
+def fusion_steps(spec: RunSpec, k: int) -> dict[str, int]:
+    """Warm-up and timed step counts for a batch-fusion run with factor ``k``.
+
+    A fused optimizer step holds ``k`` times the samples, so fewer steps keep the run short.
+    But the loop still takes ``k`` loader batches to reach its first optimizer step, and until
+    then the capture counts loader batches as steps: warm-up + timed must exceed ``k``, or the
+    run would end before any optimizer step and time forward/backward passes only.
+    """
+    warmup = max(2, math.ceil(spec.warmup_steps / k))
+    timed = max(5, math.ceil(spec.timed_steps / k), k + 1 - warmup)
+    return {"warmup_steps": warmup, "timed_steps": timed}
 
 
 # -- measuring ---------------------------------------------------------------------------------
@@ -424,6 +435,7 @@ class _Loop:
         ref_ttfs: list[float] = []
         ref_losses: list[tuple[float | None, ...]] = []
         ref_loaders: tuple[Any, ...] = ()
+        ref_source: str | None = None
         for v in variants:
             v.ref_rates, v.ref_ttfs = ref_rates, ref_ttfs
         planned = self.repeats
@@ -435,6 +447,7 @@ class _Loop:
             )
             ref_rates.append(self.rate(cap))
             ref_loaders = ref_loaders or tuple(cap.dataloaders)
+            ref_source = ref_source or (cap.step_source if cap.ok else None)
             if cap.ok and cap.timed.time_to_first_step_s is not None:
                 ref_ttfs.append(cap.timed.time_to_first_step_s)
             ref_losses.append(tuple(cap.losses) if cap.ok else ())
@@ -453,7 +466,7 @@ class _Loop:
                 if v.active:
                     self._run_variant(
                         v, r, planned, ref_rates, ref_losses[-1] or self.baseline_losses, stage,
-                        ref_loaders,
+                        ref_loaders, ref_source,
                     )
             r += 1
 
@@ -467,6 +480,7 @@ class _Loop:
     def _run_variant(
         self, v: _Variant, r: int, n: int, ref_rates: list[float | None],
         ref_losses: tuple[float | None, ...], stage: str, ref_loaders: tuple[Any, ...] = (),
+        ref_source: str | None = None,
     ) -> None:
         cap = self.run(f"{_safe_name(v.label)}-{r + 1}", v.requests, v.overrides)
         note = cap.fix_notes.get(v.fix, "")
@@ -478,6 +492,12 @@ class _Loop:
         elif note.startswith(_NOT_APPLIED):
             v.skip = note[len(_NOT_APPLIED):]
             message = f"skipped: {v.skip}"
+        elif ref_source and cap.step_source and cap.step_source != ref_source:
+            v.failure = (
+                f"steps were counted from {cap.step_source} boundaries here but from {ref_source} "
+                "boundaries in the baseline: the throughputs are not comparable"
+            )
+            message = f"failed: {v.failure}"
         elif v.fix in _LOADER_FIXES and ref_loaders and tuple(cap.dataloaders) == ref_loaders:
             v.skip = "the DataLoader settings did not change: the fix found nothing to apply"
             message = f"skipped: {v.skip}"

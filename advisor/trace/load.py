@@ -3,30 +3,34 @@
 A trace file can be hundreds of MB to GBs. Reading it with ``json.load`` builds a Python dict
 per event and spends most of its time in the garbage collector, so this module:
 
-* decodes the top level with msgspec, keeping each event as ``Raw`` (a zero-copy view of its
-  bytes), so nothing per event is built yet;
-* decodes the events in batches of ``BATCH_EVENTS`` into typed msgspec ``Struct``s that keep
-  only the fields the analysis uses (unknown keys are skipped without building objects), and
-  turns each batch straight into numpy columns; only one batch of Python objects is alive
-  at a time, which keeps the peak memory near the file's size plus the final table;
+* memory-maps plain files copy-on-write (no private copy of the file) and finds the
+  ``traceEvents`` array without parsing the events (:func:`_locate_events`; a full parse of
+  the head is the fallback);
+* cuts the array at line breaks into batches of about ``BATCH_BYTES`` and decodes each batch
+  in place (two separator bytes are swapped for ``[``/``]`` during the decode and restored)
+  into typed msgspec ``Struct``s that keep only the fields the analysis uses (unknown keys are
+  skipped without building objects); a batch's objects stay in the CPU caches while they are
+  turned into numpy columns, and only one batch of Python objects is alive at a time, which
+  keeps the peak memory near the file's size plus the final table;
 * turns the garbage collector off while decoding (millions of small objects, no cycles);
-* interns names, categories, pids/tids and the JSON args kept (shapes, dtypes, stacks) as
-  categoricals, through dicts that assign codes at C speed.
+* interns each event's ``(name, cat, ph, pid, tid)`` tuple in one C-level pass and splits the
+  few hundred distinct tuples into categoricals through lookup tables; reads args only on the
+  rows of the event kinds that carry them, kept sparse until the table is built.
 
 A value of an unexpected type (a string id, a null name) sends its batch down a slower, untyped
-path instead of failing. Nothing here imports torch or unpickles anything. Old Kineto category
-names (``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``) become the current ones.
+path instead of failing; a file laid out differently (no line breaks, a cut inside an event)
+goes down a safe path that decodes one ``Raw`` per event. Nothing here imports torch or
+unpickles anything. Old Kineto category names (``Operator``, ``Runtime``, ``Kernel``,
+``Memcpy``, ``Memset``) become the current ones.
 """
 
 from __future__ import annotations
 
 import gc
-import gzip
 import itertools
 import mmap
 import operator
 import os
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -73,8 +77,8 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     """The ``args`` fields the analysis reads (strictly typed: the fast path).
 
     Everything else in ``args`` is skipped by the decoder without building objects. JSON
-    fragments that only a few ops carry (shapes, dtypes, stacks) stay ``Raw`` (a view into the
-    file's bytes) and are interned later, once per distinct value.
+    fragments that only a few ops carry (shapes, dtypes) stay ``Raw`` (a view into the file's
+    bytes) and are interned later, once per distinct value.
     """
 
     ext_id: int = msgspec.field(default=MISSING, name="External id")
@@ -86,7 +90,8 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=None, name="Concrete Inputs")
-    call_stack: msgspec.Raw = msgspec.field(default=None, name="Call stack")
+    # a str, not Raw: interned by value anyway, and this spares a bytes copy per operator
+    call_stack: str | None = msgspec.field(default=None, name="Call stack")
     total_allocated: int = msgspec.field(default=MISSING, name="Total Allocated")
     mem_bytes: int = msgspec.field(default=MISSING, name="Bytes")
     device_type: int = msgspec.field(default=MISSING, name="Device Type")
@@ -100,15 +105,19 @@ _NO_ARGS = _Args()
 
 
 class _Event(msgspec.Struct, gc=False):
-    """One Chrome-trace event, reduced to the fields the analysis reads (fast path)."""
+    """One Chrome-trace event, reduced to the fields the analysis reads (fast path).
 
-    name: str = ""
-    cat: str = ""
+    The fields are in the order Kineto writes them: msgspec looks a key up starting from the
+    field after the last one matched.
+    """
+
     ph: str = ""
-    ts: float = _NAN
-    dur: float = 0.0
+    cat: str = ""
+    name: str = ""
     pid: int | str = MISSING
     tid: int | str = MISSING
+    ts: float = _NAN
+    dur: float = 0.0
     args: _Args = _NO_ARGS
 
 
@@ -170,8 +179,9 @@ _LOOSE_BATCH = msgspec.json.Decoder(list[_LooseEvent])
 _LOOSE_ARGS = msgspec.json.Decoder(_LooseArgs)
 BATCH_EVENTS = 65536
 """Events decoded into Python objects at a time: bounds the memory of the object stage."""
-BATCH_BYTES = 1 << 24
-"""Bytes of events per batch on the fast path (about 30-60 thousand events)."""
+BATCH_BYTES = 1 << 20
+"""Bytes of events per batch on the fast path (a few thousand events: the objects of one batch
+stay in the CPU caches while their fields are read column by column)."""
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 
 
@@ -255,8 +265,10 @@ def find_trace_files(path: Path) -> list[Path]:
 def _read_bytes(path: Path) -> Any:
     """Read the file's (decompressed) bytes; TraceError for empty or truncated files.
 
-    Plain files are memory-mapped (read-only): the decoder reads the page cache directly
-    instead of a private copy of the whole file. Gzip files are decompressed into memory.
+    Plain files are memory-mapped copy-on-write: the decoder reads the page cache directly
+    instead of a private copy of the whole file, and the batches are framed in place by
+    overwriting two separator bytes each (only those pages get copied; the file is never
+    written). Gzip files are decompressed into memory.
     """
     try:
         with open(path, "rb") as fh:
@@ -265,13 +277,13 @@ def _read_bytes(path: Path) -> Any:
                 size = os.fstat(fh.fileno()).st_size
                 if size == 0:
                     raise TraceError(f"trace {path} is empty; re-record it with torch.profiler")
+                # NOTE: no MAP_POPULATE here: on a private writable mapping it would copy
+                # every page up front; read faults map the cached pages without copying.
                 data: Any
-                if hasattr(mmap, "MAP_SHARED"):
-                    # MAP_POPULATE (Linux) maps the cached pages in one go, not one fault each
-                    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-                    data = mmap.mmap(fh.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
-                else:  # pragma: no cover - Windows
-                    data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                try:
+                    data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+                except (OSError, ValueError):  # a file system that cannot map files
+                    data = fh.read()
                 if data[: min(size, 4096)].isspace() and data[:].isspace():
                     raise TraceError(f"trace {path} is empty; re-record it with torch.profiler")
                 return data
@@ -279,6 +291,9 @@ def _read_bytes(path: Path) -> Any:
             raw = fh.read()
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from exc
+    import gzip  # noqa: PLC0415 - only gzip inputs pay for it
+    import zlib  # noqa: PLC0415
+
     try:
         raw = gzip.decompress(raw)
     except (EOFError, OSError, zlib.error) as exc:
@@ -292,11 +307,14 @@ def _first_line(text: str) -> str:
     return " ".join(str(text).split())[:200]
 
 
-def _decode_head(path: Path) -> tuple[_Head, Any]:
-    raw = _read_bytes(path)
+def _decode_head(path: Path, raw: Any) -> tuple[_Head, int, int]:
+    """Parse the whole file (the safe way): its head, and the ``traceEvents`` array's bounds.
+
+    Returns:
+        The head, and the offsets of the array's ``[`` and ``]`` in ``raw``.
+    """
     try:
-        with _gc_paused():
-            head = _HEAD.decode(raw)
+        head = _HEAD.decode(raw)
     except msgspec.ValidationError as exc:
         raise TraceError(f"{path} is not a torch.profiler trace ({_first_line(str(exc))})") from exc
     except msgspec.DecodeError as exc:
@@ -304,7 +322,69 @@ def _decode_head(path: Path) -> tuple[_Head, Any]:
     events = head.traceEvents
     if events is None or not bytes(memoryview(events)[:1]) == b"[":
         raise TraceError(f"{path} is JSON but not a Chrome trace (no traceEvents); pass a torch.profiler trace")
-    return head, raw
+    head.traceEvents = None
+    start = _address(events) - _address(raw)
+    return head, start, start + len(events) - 1
+
+
+_KEY = b'"traceEvents"'
+_HEAD_LIMIT = 1 << 22
+"""Most bytes of metadata before or after the events that :func:`_locate_events` handles."""
+_CLOSE_TRIES = 64
+_WS = b" \t\r\n"
+
+
+def _locate_events(raw: Any) -> tuple[_Head, int, int] | None:
+    """Find the ``traceEvents`` array without parsing the events (they are parsed later anyway).
+
+    Parsing the whole file only to find where the array ends costs a tenth of the load time.
+    Instead the key is searched for, and for each ``]`` near the end of the file the small
+    document "head + ``"traceEvents":[]`` + tail" is parsed; the first ``]`` for which it
+    parses (with the ``[]`` as the top-level ``traceEvents``) is taken. That is proved right
+    only once every batch of the array's body has decoded: callers fall back to
+    :func:`_decode_head` when a batch fails.
+
+    Returns:
+        The head (metadata only) and the offsets of the array's ``[`` and ``]``, or None when
+        the file does not look like that (no key, huge metadata, ...): parse it whole then.
+    """
+    key = raw.find(_KEY, 0, _HEAD_LIMIT)
+    if key < 0:
+        return None
+    i = key + len(_KEY)
+    end = len(raw)
+    while i < end and raw[i] in _WS:
+        i += 1
+    if i >= end or raw[i] != 0x3A:  # :
+        return None
+    i += 1
+    while i < end and raw[i] in _WS:
+        i += 1
+    if i >= end or raw[i] != 0x5B:  # [
+        return None
+    start = i
+    prefix = bytes(raw[:key]) + _KEY + b":[]"
+    floor = max(start, end - _HEAD_LIMIT)
+    found: tuple[_Head, int] | None = None
+    pos = end
+    for _ in range(_CLOSE_TRIES):
+        close = raw.rfind(b"]", floor, pos)
+        if close <= start:
+            break
+        pos = close
+        doc = prefix + bytes(raw[close + 1 :])
+        try:
+            head = _HEAD.decode(doc)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            continue
+        events = head.traceEvents
+        # the [] must be the top-level traceEvents (not a nested key of the same name)
+        if events is not None and len(events) == 2 and _address(events) - _address(doc) == len(prefix) - 2:
+            head.traceEvents = None
+            found = (head, close)  # keep going: the first such ] from the start is the one
+    if found is None:
+        return None
+    return found[0], start, found[1]
 
 
 class _Interner(dict):
@@ -343,12 +423,47 @@ class _Interner(dict):
         return pd.Categorical.from_codes(codes, categories=cats)
 
 
+class _KeyCodes(dict):
+    """Codes of distinct ``(name, cat, ph, pid, tid)`` tuples, in order of first appearance.
+
+    One pass over the events with a C-level ``attrgetter`` of the five fields and one dict
+    lookup per event replaces five passes (each event is a separate heap object, so every pass
+    is mostly cache misses); the few hundred distinct tuples are then split into the five
+    categorical columns through lookup tables.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[tuple[Any, ...]] = []
+
+    def __missing__(self, key: tuple[Any, ...]) -> int:
+        code = self[key] = len(self.keys)
+        self.keys.append(key)
+        return code
+
+
+_EVENT_KEY = operator.attrgetter("name", "cat", "ph", "pid", "tid")
+_KEY_FIELDS = ("name", "cat", "ph", "pid", "tid")
+
+
+def _hashable_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Loose path: a value that cannot be a dict key (a list as a name) counts as absent."""
+    try:
+        hash(key)
+    except TypeError:
+        return tuple(v if isinstance(v, (str, int, float)) else None for v in key)
+    return key
+
+
 def _raw_key(raw: Any) -> str:
     return bytes(raw).decode("utf-8", errors="replace")
 
 
 def _stack_key(raw: Any) -> str:
-    # "Call stack" is a JSON string: decode it once per distinct value
+    # "Call stack" is a JSON string (a str on the strict path; JSON text on the loose path):
+    # decode it once per distinct value
+    if isinstance(raw, str):
+        return raw
     try:
         value = msgspec.json.decode(bytes(raw))
     except msgspec.DecodeError:
@@ -366,21 +481,43 @@ def _loose_args(value: Any) -> Any:
     return value if isinstance(value, _LooseArgs) else _NO_LOOSE_ARGS
 
 
-def _num(values: Any, n: int, default: float) -> np.ndarray:
-    """``n`` numbers -> float64, at C speed when they are all numbers (the strict path).
-
-    ``values`` is an iterator (strict path: consumed once by ``fromiter``) or a list (loose
-    path); anything that is not a number becomes ``default`` on the slow path.
-    """
-    if not isinstance(values, list):
-        return np.fromiter(values, dtype=np.float64, count=n)
+def _num(values: list[Any], default: float) -> np.ndarray:
+    """Numbers -> float64; anything that is not a number (or is a bool) becomes ``default``."""
     try:
-        return np.fromiter(values, dtype=np.float64, count=n)
+        return np.fromiter(values, dtype=np.float64, count=len(values))
     except (TypeError, ValueError):
         return np.array(
             [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default for v in values],
             dtype=np.float64,
         )
+
+
+def _floats(items: list[Any], attr: str, default: float, strict: bool) -> np.ndarray:
+    """One float64 per item from its attribute ``attr`` (C-level when ``strict``)."""
+    values = map(operator.attrgetter(attr), items)
+    if strict:
+        return np.fromiter(values, dtype=np.float64, count=len(items))
+    return _num([default if v is None else v for v in values], default)
+
+
+_INT64_MAX = float(2**63)
+
+
+def _ints(items: list[Any], attr: str, strict: bool) -> np.ndarray:
+    """One int64 per item from its attribute ``attr``; ``MISSING`` for absent or odd values.
+
+    Strict structs hold ints only: read them at C speed straight into int64. Otherwise (or for
+    an int beyond int64, or a null) go through float64 as the loose path does.
+    """
+    if strict:
+        try:
+            return np.fromiter(map(operator.attrgetter(attr), items), dtype=np.int64, count=len(items))
+        except (OverflowError, TypeError, ValueError):
+            pass
+    values = [MISSING if v is None else v for v in map(operator.attrgetter(attr), items)]
+    arr = _num(values, MISSING)
+    arr[~(np.abs(arr) < _INT64_MAX)] = MISSING
+    return arr.astype(np.int64)
 
 
 _INT_ATTRS = ("correlation", "bytes", "stream", "device", "total_allocated", "mem_bytes",
@@ -402,27 +539,85 @@ _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_ann
 _HOST_CATS = ("cpu_op", "user_annotation")
 _RAW_ATTRS = (("input_dims", "input_dims"), ("input_type", "input_type"),
               ("concrete", "concrete_inputs"), ("call_stack", "call_stack"))
+# Row kinds, by the lookup field and its values: which events' args hold which fields.
+_KINDS = {
+    "device": ("cat", _DEVICE_CATS),
+    "host": ("cat", _HOST_CATS),
+    "runtime": ("cat", ("cuda_runtime", "cuda_driver")),
+    "memory": ("name", ("[memory]",)),
+    "python": ("cat", ("python_function",)),
+    "shaped": ("name", tuple(SHAPE_OPS)),
+}
+# Sparse args: row kind -> the integer fields read on those rows only.
+_SPARSE_INTS = (
+    ("corr", ("correlation",)),
+    ("device", ("bytes", "stream", "device")),
+    ("memory", ("total_allocated", "mem_bytes", "device_type", "device_id")),
+    ("python", ("py_id", "py_parent")),
+)
+
+
+def _take(items: list[Any], idx: np.ndarray) -> Any:
+    """``items`` at the positions ``idx``, gathered at C speed (a tuple or a list)."""
+    if len(idx) == 1:
+        return [items[int(idx[0])]]
+    return operator.itemgetter(*idx.tolist())(items) if len(idx) else []
 
 
 class _Columns:
-    """Accumulates column chunks batch by batch, then builds the events frame."""
+    """Accumulates column chunks batch by batch, then builds the events frame.
+
+    Dense columns (the key codes, ``ts``, ``dur``, ``ext_id``) are kept per batch; the args
+    that only some kinds of event carry are kept sparse, as (rows, values) pairs, and
+    scattered into full columns once at the end.
+    """
 
     def __init__(self) -> None:
-        self.names = _Interner()
-        self.cats = _Interner(key=lambda c: CATEGORY_ALIASES.get(c, c), empty="")
-        self.phs = _Interner()
-        # pid/tid are ints in new traces and sometimes strings ("stream 7") in old ones
-        self.pids = _Interner(key=str, empty=MISSING)
-        self.tids = _Interner(key=str, empty=MISSING)
+        self.fields: dict[str, _Interner] = {
+            "name": _Interner(),
+            "cat": _Interner(key=lambda c: CATEGORY_ALIASES.get(c, c), empty=""),
+            "ph": _Interner(),
+            # pid/tid are ints in new traces and sometimes strings ("stream 7") in old ones
+            "pid": _Interner(key=str, empty=MISSING),
+            "tid": _Interner(key=str, empty=MISSING),
+        }
+        self.keys = _KeyCodes()
+        # per distinct key: its code in each field, and whether it is of each row kind
+        self.luts: dict[str, np.ndarray] = {f: np.zeros(0, dtype=np.int32) for f in _KEY_FIELDS}
+        self.all_kinds: dict[str, np.ndarray] = {}
+        self.kinds: dict[str, np.ndarray] = {}  # only the kinds some key has
         self.raws = {col: _Interner(key=_stack_key if attr == "call_stack" else _raw_key) for attr, col in _RAW_ATTRS}
-        self.chunks: dict[str, list[np.ndarray]] = {}
+        self.n = 0
+        self.dense: dict[str, list[np.ndarray]] = {"key": [], "ts": [], "dur": [], "ext_id": []}
+        self.sparse: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
 
-    def _add(self, col: str, arr: np.ndarray) -> None:
-        self.chunks.setdefault(col, []).append(arr)
+    def _update_tables(self) -> None:
+        """Extend the lookup tables to keys first seen in the last batch."""
+        new = self.keys.keys[len(self.luts["name"]) :]
+        codes = {}
+        for i, f in enumerate(_KEY_FIELDS):
+            interner = self.fields[f]
+            codes[f] = np.fromiter((interner[k[i]] for k in new), dtype=np.int32, count=len(new))
+            self.luts[f] = np.concatenate([self.luts[f], codes[f]])
+        # the new keys' kinds (old keys keep theirs: a value first seen now is not in them)
+        kinds = {}
+        for kind, (f, wanted) in _KINDS.items():
+            interner = self.fields[f]
+            kinds[kind] = np.isin(codes[f], [interner.codes[w] for w in wanted if w in interner.codes])
+        # shapes are read on operators only; unions: rows with a correlation id, rows that may
+        # spell "external id" the old way
+        kinds["shaped"] &= kinds["host"]
+        kinds["corr"] = kinds["device"] | kinds["runtime"]
+        kinds["retry"] = kinds["corr"] | kinds["host"]
+        for kind, table in kinds.items():
+            self.all_kinds[kind] = np.concatenate([self.all_kinds.get(kind, np.zeros(0, dtype=bool)), table])
+        self.kinds = {kind: table for kind, table in self.all_kinds.items() if table.any()}
 
-    def _rows(self, codes: np.ndarray, interner: _Interner, wanted: tuple[str, ...]) -> np.ndarray:
-        ids = [interner.codes[w] for w in wanted if w in interner.codes]
-        return np.flatnonzero(np.isin(codes, ids)) if ids else np.zeros(0, dtype=np.int64)
+    def _sparse(self, col: str, rows: np.ndarray, values: np.ndarray) -> None:
+        if len(rows):
+            rows_list, values_list = self.sparse.setdefault(col, ([], []))
+            rows_list.append(rows + self.n)
+            values_list.append(values)
 
     def add_batch(self, events: list[Any]) -> None:
         """Append one decoded batch to the columns.
@@ -431,114 +626,94 @@ class _Columns:
         stream/bytes on device events, memory fields on ``[memory]`` instants, frame ids on
         ``python_function`` events): a field read costs one C-level pass over its rows.
         """
-        get = operator.attrgetter
         n = len(events)
-        name_codes = self.names.encode(map(get("name"), events), n)
-        cat_codes = self.cats.encode(map(get("cat"), events), n)
-        self._add("name", name_codes)
-        self._add("cat", cat_codes)
-        self._add("ph", self.phs.encode(map(get("ph"), events), n))
-        self._add("pid", self.pids.encode(map(get("pid"), events), n))
-        self._add("tid", self.tids.encode(map(get("tid"), events), n))
-        loose = bool(events) and isinstance(events[0], _LooseEvent)
-
-        def column(items: list[Any], attr: str, default: float) -> np.ndarray:
-            values = map(get(attr), items)
-            if not loose and attr != "py_parent":
-                return _num(values, len(items), default)
-            # loose path, or the one field that may be null (a root Python frame)
-            listed = [default if v is None else v for v in values]
-            return _num(listed, len(items), default)
-
-        picked: dict[int, list[Any]] = {}
-
-        def pick(rows: np.ndarray) -> list[Any]:
-            # the args of some rows, gathered once per row set (C-level itemgetter)
-            key = id(rows)
-            if key not in picked:
-                if len(rows) == 0:
-                    picked[key] = []
-                elif len(rows) == 1:
-                    picked[key] = [args[int(rows[0])]]
-                else:
-                    picked[key] = list(operator.itemgetter(*rows.tolist())(args))
-            return picked[key]
-
-        def subset(rows: np.ndarray, attr: str, default: float) -> np.ndarray:
-            out = np.full(n, default, dtype=np.float64)
-            if len(rows):
-                out[rows] = column(pick(rows), attr, default)
-            return out
-
-        self._add("ts", column(events, "ts", _NAN))
-        self._add("dur", column(events, "dur", 0.0))
-        args = list(map(get("args"), events))
-        if loose:
-            args = [_loose_args(a) for a in args]
-        device_rows = self._rows(cat_codes, self.cats, _DEVICE_CATS)
-        host_rows = self._rows(cat_codes, self.cats, _HOST_CATS)
-        memory_rows = self._rows(name_codes, self.names, ("[memory]",))
-        python_rows = self._rows(cat_codes, self.cats, ("python_function",))
-        corr_rows = np.union1d(device_rows, self._rows(cat_codes, self.cats, ("cuda_runtime", "cuda_driver")))
-        ext = column(args, "ext_id", MISSING)
+        if not n:
+            return
+        strict = type(events[0]) is _Event
+        if not strict:
+            for event in events:
+                event.args = _loose_args(event.args)
+        keys = map(_EVENT_KEY, events)
+        key = np.fromiter(map(self.keys.__getitem__, keys if strict else map(_hashable_key, keys)), np.int32, n)
+        if len(self.keys.keys) > len(self.luts["name"]):
+            self._update_tables()
+        dense = self.dense
+        dense["key"].append(key)
+        dense["ts"].append(_floats(events, "ts", _NAN, strict))
+        dense["dur"].append(_floats(events, "dur", 0.0, strict))
+        ext = _ints(events, "args.ext_id", strict)
+        dense["ext_id"].append(ext)
+        rows = {kind: np.flatnonzero(table[key]) for kind, table in self.kinds.items()}
+        empty = np.zeros(0, dtype=np.intp)
+        retry = rows.get("retry", empty)
         # old traces spell it "external id" on runtime and GPU events: read that spelling only
         # where the first one is missing
-        retry = np.union1d(corr_rows, host_rows)
         retry = retry[ext[retry] == MISSING]
         if len(retry):
-            ext[retry] = column(pick(retry), "ext_id_old", MISSING)
-        self._add("ext_id", ext)
-        self._add("correlation", subset(corr_rows, "correlation", MISSING))
-        for attr in ("bytes", "stream", "device"):
-            self._add(attr, subset(device_rows, attr, MISSING))
-        for attr in ("total_allocated", "mem_bytes", "device_type", "device_id"):
-            self._add(attr, subset(memory_rows, attr, MISSING))
-        for attr in ("py_id", "py_parent"):
-            self._add(attr, subset(python_rows, attr, MISSING))
-        self._add("flops", subset(host_rows, "flops", _NAN))
-        host_args = pick(host_rows)
-        shape_ids = [self.names.codes[k] for k in SHAPE_OPS if k in self.names.codes]
-        shaped = host_rows[np.isin(name_codes[host_rows], shape_ids)] if shape_ids else host_rows[:0]
-        shaped_args = pick(shaped)
+            ext[retry] = _ints(_take(events, retry), "args.ext_id_old", strict)
+        for kind, attrs in _SPARSE_INTS:
+            where = rows.get(kind, empty)
+            if len(where):
+                items = _take(events, where)
+                for attr in attrs:
+                    # py_parent may be null (a root Python frame): not strict
+                    self._sparse(attr, where, _ints(items, "args." + attr, strict and attr != "py_parent"))
+        host = rows.get("host", empty)
+        if not len(host):
+            self.n += n
+            return
+        host_events = _take(events, host)
+        self._sparse("flops", host, _floats(host_events, "args.flops", _NAN, strict))
+        shaped = rows.get("shaped", empty)
+        shaped_events = _take(events, shaped)
         for attr, col in _RAW_ATTRS:
             # shapes and dtypes only for the ops that use them; stacks for every operator
-            rows_for, args_for = (host_rows, host_args) if attr == "call_stack" else (shaped, shaped_args)
-            values = list(map(get(attr), args_for))
-            codes = np.full(n, -1, dtype=np.int32)
-            if values:
-                present = np.fromiter(map(operator.is_not, values, itertools.repeat(None)), dtype=bool, count=len(values))
-                idx = np.flatnonzero(present)
-                if len(idx):
-                    chosen = values if len(idx) == len(values) else [values[i] for i in idx.tolist()]
-                    codes[rows_for[idx]] = self.raws[col].encode(map(bytes, chosen), len(idx))
-            self._add(col, codes)
+            where, items = (host, host_events) if attr == "call_stack" else (shaped, shaped_events)
+            if not len(where):
+                continue
+            values = list(map(operator.attrgetter("args." + attr), items))
+            present = np.fromiter(map(operator.is_not, values, itertools.repeat(None)), dtype=bool, count=len(values))
+            idx = np.flatnonzero(present)
+            if len(idx):
+                chosen = values if len(idx) == len(values) else [values[i] for i in idx.tolist()]
+                if not (strict and attr == "call_stack"):
+                    chosen = map(bytes, chosen)  # Raw views into the batch's buffer
+                self._sparse(col, where[idx], self.raws[col].encode(chosen, len(idx)))
+        self.n += n
+
+    def _scatter(self, col: str, out: np.ndarray, default: float) -> np.ndarray:
+        """Fill ``out`` (a full column) with ``default``, then the values kept for ``col``."""
+        out.fill(default)
+        if col in self.sparse:
+            rows_list, values_list = self.sparse[col]
+            out[np.concatenate(rows_list)] = np.concatenate(values_list)
+        return out
+
+    def _dense(self, col: str, out: np.ndarray) -> np.ndarray:
+        if self.dense[col]:
+            np.concatenate(self.dense[col], out=out)
+        return out
 
     def frame(self) -> pd.DataFrame:
-        def cat(col: str) -> np.ndarray:
-            return np.concatenate(self.chunks[col]) if col in self.chunks else np.zeros(0, dtype=np.int32)
-
-        def num(col: str) -> np.ndarray:
-            return np.concatenate(self.chunks[col]) if col in self.chunks else np.zeros(0)
-
-        cols: dict[str, Any] = {
-            "name": self.names.categorical(cat("name")),
-            "cat": self.cats.categorical(cat("cat")),
-            "ph": self.phs.categorical(cat("ph")),
-            "pid": self.pids.categorical(cat("pid")),
-            "tid": self.tids.categorical(cat("tid")),
-        }
-        ts = num("ts")
-        dur = num("dur")
+        """Build the events table (see :class:`Trace` for its columns)."""
+        n = self.n
+        key = self._dense("key", np.empty(n, dtype=np.int32))
+        cols: dict[str, Any] = {f: self.fields[f].categorical(self.luts[f][key]) for f in _KEY_FIELDS}
+        # NOTE: one allocation per dtype, one row per column: fresh memory is mapped in large
+        # pages instead of page by page per column (page faults are a visible cost at this size)
+        floats = np.empty((4, n), dtype=np.float64)
+        ints = np.empty((1 + len(_INT_ATTRS), n), dtype=np.int64)
+        ts = self._dense("ts", floats[0])
+        dur = self._dense("dur", floats[1])
         cols["ts"] = ts
         cols["dur"] = dur
-        cols["end"] = ts + dur
-        for col in ("ext_id", *_INT_ATTRS):
-            arr = num(col)
-            arr[~np.isfinite(arr)] = MISSING
-            cols[col] = arr.astype(np.int64)
-        cols["flops"] = num("flops")
+        cols["end"] = np.add(ts, dur, out=floats[2])
+        cols["ext_id"] = self._dense("ext_id", ints[0])
+        for i, col in enumerate(_INT_ATTRS, 1):
+            cols[col] = self._scatter(col, ints[i], MISSING)
+        cols["flops"] = self._scatter("flops", floats[3], _NAN)
         for _attr, col in _RAW_ATTRS:
-            cols[col] = self.raws[col].categorical(cat(col))
+            cols[col] = self.raws[col].categorical(self._scatter(col, np.empty(n, dtype=np.int32), -1))
         return pd.DataFrame(cols, copy=False)
 
 
@@ -567,13 +742,42 @@ class _Framer:
         return out
 
 
+def _framed_in_place(raw: Any, ranges: list[tuple[int, int]]) -> Iterator[memoryview]:
+    """Yield each range as a JSON array viewed in place, without copying it.
+
+    The byte before a range and the one after it (the whitespace and ``,`` between two events,
+    or the array's own brackets) are overwritten with ``[`` and ``]`` for the time of the
+    decode, then restored.
+
+    ``raw`` must be writable (a copy-on-write mapping: only the touched pages are copied).
+    Each yielded view must be released before the next one is requested.
+    """
+    view = memoryview(raw)
+    try:
+        for a, b in ranges:
+            before, after = view[a - 1], view[b]
+            view[a - 1] = 0x5B  # [
+            view[b] = 0x5D  # ]
+            try:
+                yield view[a - 1 : b + 1]
+            finally:
+                view[a - 1] = before
+                view[b] = after
+    finally:
+        view.release()
+
+
+_MAX_LINE = 1 << 25
+"""Longest run of bytes without a usable cut that the fast path decodes as one batch."""
+
+
 def _line_ranges(raw: Any, start: int, stop: int) -> list[tuple[int, int]] | None:
     """Split the array body ``raw[start:stop]`` into runs of whole events at newlines.
 
-    Kineto writes one event per line, so an element boundary is a ``,`` then a newline then
-    ``{``. Raw newlines cannot occur inside JSON strings, and a split inside a nested value
-    would leave a batch with unbalanced brackets, which then fails to decode: callers fall back
-    to the safe path. Returns None when the file has no usable line breaks.
+    Kineto writes one event per line (or a few lines), so an element boundary is a ``,`` then
+    a newline then ``{``. Raw newlines cannot occur inside JSON strings, and a split inside a
+    nested value would leave a batch with unbalanced brackets, which then fails to decode:
+    callers fall back to the safe path. Returns None when the file has no usable line breaks.
     """
     ranges: list[tuple[int, int]] = []
     a = start
@@ -599,7 +803,7 @@ def _line_ranges(raw: Any, start: int, stop: int) -> list[tuple[int, int]] | Non
         ranges.append((a, cut[0]))
         a = cut[1]
     ranges.append((a, stop))
-    if any(b - a > 4 * BATCH_BYTES for a, b in ranges):
+    if any(b - a > max(4 * BATCH_BYTES, _MAX_LINE) for a, b in ranges):
         return None  # one line holds too much: the safe path bounds memory better
     return ranges
 
@@ -630,53 +834,88 @@ def _batches(raw: Any, raw_events: list[msgspec.Raw]) -> Iterator[memoryview]:
             yield memoryview(b"[" + b",".join(part) + b"]")
 
 
-def _decode_chunks(path: Path, chunks: Any, fast: bool) -> pd.DataFrame:
+def _decode_chunks(path: Path, chunks: Iterator[memoryview], fast: bool) -> pd.DataFrame:
     """Decode batches into typed structs and straight into columns."""
     columns = _Columns()
-    for chunk in chunks:
-        try:
-            batch: list[Any] = _BATCH.decode(chunk)
-        except msgspec.ValidationError:
-            # NOTE: an odd value somewhere (a string id, a null name): decode it loosely.
+    try:
+        for chunk in chunks:
             try:
-                batch = _LOOSE_BATCH.decode(chunk)
-            except msgspec.ValidationError as exc:
-                if fast:
+                batch: list[Any] = _BATCH.decode(chunk)
+            except msgspec.ValidationError:
+                # NOTE: an odd value somewhere (a string id, a null name): decode it loosely.
+                try:
+                    batch = _LOOSE_BATCH.decode(chunk)
+                except msgspec.ValidationError as exc:
+                    if fast:
+                        raise _BadSplit from exc
+                    raise TraceError(f"{path} has malformed events ({_first_line(str(exc))})") from exc
+                except msgspec.DecodeError as exc:
                     raise _BadSplit from exc
-                raise TraceError(f"{path} has malformed events ({_first_line(str(exc))})") from exc
             except msgspec.DecodeError as exc:
+                # the whole file parsed already, so only a bad split can fail here
                 raise _BadSplit from exc
-        except msgspec.DecodeError as exc:
-            # the whole file parsed already, so only a bad split can fail here
-            raise _BadSplit from exc
-        columns.add_batch(batch)
-        del batch  # drops the Raw views into the chunk before the buffer is reused
-        chunk.release()
+            columns.add_batch(batch)
+            del batch  # drops the Raw views into the chunk before the buffer is reused
+            chunk.release()
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()  # restores the bytes an in-place framing overwrote
     return columns.frame()
 
 
-def _events_frame(path: Path, raw: Any, events: msgspec.Raw) -> pd.DataFrame:
-    """Decode the ``traceEvents`` array (a Raw view into ``raw``) into the events table.
+def _fast_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame | None:
+    """Build the events table from batches cut at line breaks; None when a batch fails.
 
-    Fast path: batches cut at line breaks between events. Safe path (files without line
-    breaks, or a cut that does not decode): one ``Raw`` per event first, then batches of
-    ``BATCH_EVENTS`` events.
+    Args:
+        path: For messages.
+        raw: The file's bytes.
+        start: Offset of the ``traceEvents`` array's ``[``.
+        stop: Offset of its ``]``.
     """
-    base = _address(raw)
-    start = _address(events) - base
-    stop = start + len(events)
-    body = (start + 1, stop - 1)
-    ranges = _line_ranges(raw, *body)
-    if ranges is not None:
+    ranges = _line_ranges(raw, start + 1, stop)
+    if ranges is None:
+        return None
+    if memoryview(raw).readonly:
         framer = _Framer(raw)
-        try:
-            return _decode_chunks(path, (framer.frame(a, b) for a, b in ranges), fast=True)
-        except _BadSplit:
-            pass
-    raw_events = _RAW_LIST.decode(events)
+        chunks: Iterator[memoryview] = (framer.frame(a, b) for a, b in ranges)
+    else:
+        chunks = _framed_in_place(raw, ranges)
+    try:
+        return _decode_chunks(path, chunks, fast=True)
+    except _BadSplit:
+        return None
+
+
+def _safe_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame:
+    """Build the events table from one ``Raw`` per event, batched by count (any layout)."""
+    raw_events = _RAW_LIST.decode(memoryview(raw)[start : stop + 1])
     if not raw_events:
         return _Columns().frame()
     return _decode_chunks(path, _batches(raw, raw_events), fast=False)
+
+
+def _read_trace(path: Path, raw: Any) -> tuple[_Head, pd.DataFrame]:
+    """Decode a file's bytes into its head and its events table.
+
+    Fast path: the array located without a full parse (:func:`_locate_events`), decoded in
+    batches cut at line breaks. If anything does not fit (a cut inside an event, a wrong
+    guess of the array's end), the whole file is parsed first and the batches are cut again,
+    or taken one ``Raw`` per event (safe path).
+    """
+    located = _locate_events(raw)
+    if located is not None:
+        head, start, stop = located
+        frame = _fast_frame(path, raw, start, stop)
+        if frame is not None:
+            return head, frame
+    head, start2, stop2 = _decode_head(path, raw)
+    frame = None
+    if located is None or (start2, stop2) != (start, stop):
+        frame = _fast_frame(path, raw, start2, stop2)
+    if frame is None:
+        frame = _safe_frame(path, raw, start2, stop2)
+    return head, frame
 
 
 def load_trace(path: Path, index: int = 0) -> Trace:
@@ -692,7 +931,10 @@ def load_trace(path: Path, index: int = 0) -> Trace:
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"trace file {path} does not exist; pass a .json/.json.gz trace")
-    head, raw = _decode_head(path)
+    raw = _read_bytes(path)
+    with _gc_paused():
+        head, frame = _read_trace(path, raw)
+    del raw
     metadata: dict[str, Any] = {}
     for key in (
         "deviceProperties",
@@ -707,19 +949,12 @@ def load_trace(path: Path, index: int = 0) -> Trace:
         value = getattr(head, key)
         if value is not None:
             metadata[key] = value
-    events = head.traceEvents
-    head.traceEvents = None
-    with _gc_paused():
-        frame = _events_frame(path, raw, events)
-    del events, raw
     rank = index
     info = metadata.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     if isinstance(info.get("rank"), int):
         rank = int(info["rank"])
     return Trace(path=path, rank=rank, events=frame, metadata=metadata)
-
-
 
 
 def load_traces(path: str | Path) -> tuple[Trace, ...]:

@@ -10,7 +10,7 @@ every matrix product is large enough to keep the CPU's vector units (or a GPU's 
 busy. An advisor should report ``compute`` as primary and raise no data-loading, sync or
 small-kernel finding.
 
-Remaining advice (not a bug): lower precision. bf16 autocast roughly halves the MLP's time on a
+Fix (remaining advice, not a bug): lower precision. bf16 autocast roughly halves the MLP's time on a
 CPU with AVX-512 bf16 and uses tensor cores on a GPU (see examples/fixed/compute_bound.py);
 TF32 or ``torch.compile`` are the other levers.
 

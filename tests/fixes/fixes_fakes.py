@@ -36,6 +36,7 @@ class FakeRunner:
     batches_per_step: int = 1
     device: str = "cpu"
     cpu_count: int = 2
+    step_source: dict[str, str] = field(default_factory=dict)  # fix id -> step source it causes
     calls: list[RunSpec] = field(default_factory=list)
 
     def __call__(self, spec: RunSpec) -> RunCapture:
@@ -79,9 +80,11 @@ class FakeRunner:
         if any(f in self.nan_loss for f in ids) and losses:
             losses[-1] = float("nan")
         n = spec.timed_steps
+        source = next((self.step_source[i] for i in ids if i in self.step_source), "optimizer")
         return RunCapture(
             run_dir=run_dir,
             status="stopped",
+            step_source=source,
             exit_code=0,
             environment=env,
             dataloaders=loaders,

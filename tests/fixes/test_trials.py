@@ -210,3 +210,20 @@ def test_an_undecided_gain_gets_extra_rounds_and_a_null_fix_does_not(spec):
 def test_progress_line_is_readable():
     e = TrialProgress(fix="pin_memory", repeat=2, repeats=3, estimate=1.842, samples_per_s=120.04)
     assert e.line() == "pin_memory  2/3  120.0 samples/s  1.84x so far"
+
+
+def test_fusion_runs_long_enough_to_reach_an_optimizer_step(spec):
+    from advisor.fixes.trials import fusion_steps
+
+    steps = fusion_steps(spec, 16)  # 16 loader batches before the first optimizer step
+    assert steps["warmup_steps"] + steps["timed_steps"] > 16
+    assert fusion_steps(spec, 4) == {"warmup_steps": 2, "timed_steps": 5}
+
+
+def test_a_variant_whose_steps_are_counted_differently_is_failed_not_compared(spec):
+    runner = FakeRunner(effects={"batch_fusion": 10.0}, batches_per_step=4,
+                        step_source={"batch_fusion": "dataloader"})
+    out = run_trials(spec, refs("batch_fusion"), unsafe=True, runner=runner, make_diff_text=False)
+    t = by_fix(out)["batch_fusion"]
+    assert t.verdict == "failed" and "not comparable" in t.reason
+    assert out.kept == ()
