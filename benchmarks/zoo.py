@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -121,6 +122,24 @@ def best_after_fixes(report: dict) -> tuple[float | None, float | None, list[str
     return (report.get("run") or {}).get("samples_per_s"), 1.0, []
 
 
+def run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own session; on timeout kill the whole group (advisor's trial children too)."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def run_advisor(
     name: str, args: list[str], out_dir: Path, advisor_args: list[str], timeout: float
 ) -> tuple[dict, float]:
@@ -135,7 +154,7 @@ def run_advisor(
         *advisor_args, str(EXAMPLES / f"{name}.py"), *args,
     ]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    proc = run_group(cmd, timeout)
     wall = time.perf_counter() - t0
     if not json_path.is_file():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -1,0 +1,71 @@
+"""Real end-to-end runs of the ``advisor`` CLI, as a user types them (kept in ``make test``).
+
+One full loop (capture -> metrics -> rules -> fix trials -> report) on a script whose data
+loading is a sleep, so that DataLoader workers win clearly even on two busy cores, and the
+crash path through the CLI (exit 3, one line, everything kept on disk).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SLOW_LOADER = REPO / "tests" / "fixes" / "scripts" / "slow_loader.py"
+TRAIN_LOOP = REPO / "tests" / "scripts" / "train_loop.py"
+ADVISOR = [sys.executable, "-m", "advisor"]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ADVISOR, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_diagnose_finds_loading_bottleneck_and_keeps_the_worker_fix(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    out = run(
+        "diagnose", "-q", "--out", run_dir, "--warmup", "2", "--steps", "8", "--profile-steps", "2",
+        "--fix", "dataloader_workers", "--repeats", "2", "--diff",
+        "--format", "json", "-o", tmp_path / "report.json",
+        SLOW_LOADER, "--steps", "400",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["schema_version"] >= 1
+    assert report["primary"]["category"] == "data_loading"
+    assert report["primary"]["estimated_speedup"] > 1.0
+    assert abs(sum(report["breakdown"].values()) - 1.0) < 1e-6
+    assert "DL001" in {f["code"] for f in report["findings"]}
+    assert report["run"]["status"] == "stopped" and report["run"]["steps_measured"] == 2
+    trial = next(t for t in report["trials"] if t["fix"] == "dataloader_workers")
+    assert trial["verdict"] == "improved", trial
+    assert trial["speedup"] > 1.2 and trial["ci_low"] > 1.0
+    assert report["combined"]["samples_per_s"] > report["combined"]["baseline_samples_per_s"]
+    # --diff goes to stdout after the report; the user's file is untouched without --write.
+    assert "+++" in out.stdout and "num_workers=" in out.stdout
+    assert "num_workers" not in SLOW_LOADER.read_text()
+    for name in ("capture.json", "report.json", "profile.pstats", "stdout.log", "stderr.log"):
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "traces").glob("*.pt.trace.json*"))
+    # The saved run renders again without re-running anything.
+    md = run("report", run_dir, "--format", "markdown", cwd=tmp_path)
+    assert md.returncode == 0 and "data_loading" in md.stdout.lower().replace(" ", "_")
+
+
+def test_crashing_script_exits_3_with_one_line_and_keeps_the_capture(tmp_path: Path) -> None:
+    run_dir = tmp_path / "crash"
+    out = run(
+        "diagnose", "-q", "--no-fixes", "--out", run_dir, "--warmup", "1", "--steps", "2",
+        "--profile-steps", "2", TRAIN_LOOP, "--crash-at", "5",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 3
+    errors = [line for line in out.stderr.splitlines() if line.startswith("advisor: error:")]
+    assert len(errors) == 1 and "ValueError" in errors[0] and "stderr.log" in errors[0]
+    assert "Traceback" not in out.stderr
+    capture = json.loads((run_dir / "capture.json").read_text())
+    assert capture["status"] == "crashed" and capture["timed_steps"] == 2
+    assert (run_dir / "report.json").is_file()
+    assert "boom in step 5" in (run_dir / "stderr.log").read_text()
