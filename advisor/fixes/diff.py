@@ -53,6 +53,7 @@ class _Plan:
     autocast_device: str | None = None
     fused: bool = False
     non_blocking: bool = False
+    threads_for_workers: bool = False
     header_statements: list[str] = field(default_factory=list)
     manual: list[str] = field(default_factory=list)
 
@@ -100,9 +101,7 @@ def _plan(kept: Sequence[Trial]) -> _Plan:
             if threads:
                 plan.header_statements.append(f"torch.set_num_threads({int(threads)})")
             else:
-                plan.manual.append(
-                    "cpu_threads: call torch.set_num_threads(cores - num_workers) at start-up"
-                )
+                plan.threads_for_workers = True
         elif t.fix == "cudnn_benchmark":
             plan.header_statements.append("torch.backends.cudnn.benchmark = True")
         elif t.fix == "tf32":
@@ -114,6 +113,15 @@ def _plan(kept: Sequence[Trial]) -> _Plan:
             )
         else:
             plan.manual.append(f"{t.fix}: no mechanical change is known for this fix")
+    if plan.threads_for_workers:
+        # NOTE: what the runtime did: leave one core per loader worker (cores - workers, >= 1).
+        workers = plan.loader_kwargs.get("num_workers")
+        n = int(workers.value) if isinstance(workers, cst.Integer) else 0
+        if n:
+            plan.header_statements.append(f"torch.set_num_threads(max(1, torch.get_num_threads() - {n}))")
+        else:
+            plan.manual.append("cpu_threads: call torch.set_num_threads(cores - num_workers) at start-up")
+        plan.threads_for_workers = False
     return plan
 
 

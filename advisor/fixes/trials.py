@@ -240,7 +240,7 @@ def run_trials(
             results.update(_collapse(stage2, loop))
 
     trials = tuple(results[f] for f in wanted if f in results)
-    combined, kept, more = _combine(trials, loop, ctx, spec)
+    combined, kept, more = _combine(trials, loop, ctx, spec, frozenset(on_top))
     notes.extend(more)
     diff = ""
     if make_diff_text and kept:
@@ -575,7 +575,8 @@ def _collapse(variants: list[_Variant], loop: _Loop) -> dict[str, Trial]:
 
 
 def _combine(
-    trials: Sequence[Trial], loop: _Loop, ctx: FixContext, spec: RunSpec
+    trials: Sequence[Trial], loop: _Loop, ctx: FixContext, spec: RunSpec,
+    on_top: frozenset[str] = frozenset(),
 ) -> tuple[Trial | None, list[Trial], list[str]]:
     """Measure the improved fixes together; fall back to the best single fix if that is better."""
     notes: list[str] = []
@@ -609,7 +610,9 @@ def _combine(
     )
     loop.measure([v], reference=(), ref_label="baseline", stage="combined")
     combined = loop.trial(v)
-    best = max(chosen, key=lambda t: t.speedup or 0.0)
+    # NOTE: a fix measured on top of workers has a speedup relative to workers, not to the
+    # baseline, and cannot be kept alone: only standalone trials compete with the combination.
+    best = max((t for t in chosen if t.fix not in on_top), key=lambda t: t.speedup or 0.0)
     if combined.verdict == IMPROVED and (combined.speedup or 0.0) >= (best.speedup or 0.0) * (1 - loop.min_effect):
         return combined, chosen, notes
     notes.append(

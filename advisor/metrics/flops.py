@@ -147,7 +147,12 @@ def op_flops(name: str, dims_text: str | None, concrete_text: str | None) -> flo
             pad = _int_list(concrete[4], spatial)
             dil = _int_list(concrete[5], spatial)
             transposed = str(concrete[6]).lower() == "true"
-            if stride is None or pad is None or dil is None or transposed:
+            if transposed:
+                # Transposed conv (weight [Ci, Co/g, *k]): every input element is scattered
+                # through the kernel once, so the work is 2 * N*Ci*prod(in) * Co/g*prod(k),
+                # independent of stride and padding.
+                return 2.0 * _prod(inp) * _prod(weight[1:])
+            if stride is None or pad is None or dil is None:
                 return None
             out = [
                 _conv_out(inp[2 + i], weight[2 + i], stride[i], pad[i], dil[i]) for i in range(spatial)

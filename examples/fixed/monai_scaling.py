@@ -13,9 +13,10 @@ volumes from ``monai.data.create_test_image_3d`` and tabulate samples/s and peak
 grows linearly with the batch and with the cube of the side, so the table shows where a
 configuration stops fitting and where throughput stops improving.
 
-Peak memory: ``torch.cuda.max_memory_allocated`` on a GPU; on CPU the growth of the process's
-resident set (RSS) over the configuration, sampled after the forward and backward passes (a lower
-bound on the true peak; the allocator may keep freed memory, so read CPU numbers as rough).
+Each configuration runs in a fresh process (``--mode train``), so its peak memory is its own and
+an out-of-memory error ends only its row. Peak memory: ``torch.cuda.max_memory_allocated`` on a
+GPU; on CPU the growth of the process's peak resident set (``ru_maxrss``) over its size just
+before training (activations, gradients, optimizer state and allocator slack).
 
 Modes:
 - ``--mode sweep`` (default): the study; small grids on CPU, bigger on a GPU (override with
@@ -37,6 +38,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
+import resource
+import subprocess
+import sys
 import time
 import warnings
 
@@ -73,7 +78,7 @@ def make_model() -> torch.nn.Module:
 
 
 def rss_bytes() -> int:
-    """Resident set size of this process (Linux /proc; 0 where unavailable)."""
+    """Resident set size of this process now (Linux /proc; 0 where unavailable)."""
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -81,7 +86,12 @@ def rss_bytes() -> int:
         return 0
 
 
-def train(model, loader, device, steps, autocast, on_step=None) -> tuple[int, float, object]:
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def train(model, loader, device, steps, autocast) -> tuple[int, float, object]:
     """Train for ``steps`` optimizer steps; return (steps, samples/s after warm-up, last loss)."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = DiceLoss(to_onehot_y=True, softmax=True)
@@ -93,13 +103,9 @@ def train(model, loader, device, steps, autocast, on_step=None) -> tuple[int, fl
             with autocast():
                 out = model(image)
             loss = loss_fn(out.float(), label)
-            if on_step:
-                on_step()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            if on_step:
-                on_step()
             step += 1
             if step == warmup:
                 t0, samples = time.perf_counter(), 0
@@ -112,39 +118,30 @@ def train(model, loader, device, steps, autocast, on_step=None) -> tuple[int, fl
     return step, samples / max(time.perf_counter() - t0, 1e-9), loss
 
 
-def sweep(args, device, autocast) -> None:
+def sweep(args, device) -> None:
+    """Run each configuration in a fresh process (clean peak memory, an OOM ends only that row)."""
     grid = GPU_GRID if device.type == "cuda" else CPU_GRID
     batch_sizes = args.batch_sizes or grid["batch_sizes"]
     sizes = args.sizes or grid["sizes"]
     print(f"device {device}, {args.steps_per_config} steps per configuration")
-    print(f"{'batch':>5} {'volume':>8} {'samples/s':>10} {'voxels/s':>10} {'peak memory':>12}")
+    print(f"{'batch':>5} {'volume':>8} {'samples/s':>10} {'Mvoxels/s':>10} {'peak memory':>12}")
     for size in sizes:
-        data = make_volumes(max(batch_sizes) * 2, size, args.seed)
         for bs in batch_sizes:
-            torch.manual_seed(args.seed)
-            model = make_model().to(device)
-            loader = DataLoader(data, batch_size=bs, shuffle=True, drop_last=True)
-            peak = [0]
-            base = rss_bytes()
-
-            def sample_rss(base=base, peak=peak):
-                peak[0] = max(peak[0], rss_bytes() - base)
-
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-            try:
-                _, rate, _ = train(
-                    model, loader, device, args.steps_per_config, autocast,
-                    on_step=None if device.type == "cuda" else sample_rss,
-                )
-            except torch.OutOfMemoryError:
-                print(f"{bs:>5} {size:>5}^3 {'OOM':>10}")
+            cmd = [
+                sys.executable, os.path.abspath(__file__), "--mode", "train",
+                "--batch-size", str(bs), "--size", str(size), "--steps", str(args.steps_per_config),
+                "--device", str(device), "--seed", str(args.seed), *(["--bf16"] if args.bf16 else []),
+            ]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            done = re.search(r"^done: \d+ steps, ([0-9.]+) samples/s", proc.stdout, re.M)
+            mem = re.search(r"^peak memory: (\d+) bytes", proc.stdout, re.M)
+            if proc.returncode != 0 or not done or not mem:
+                why = "OOM" if "out of memory" in proc.stderr.lower() else "failed"
+                print(f"{bs:>5} {size:>5}^3 {why:>10}")
                 continue
-            mem = torch.cuda.max_memory_allocated() if device.type == "cuda" else peak[0]
-            print(f"{bs:>5} {size:>5}^3 {rate:>10.1f} {rate * size**3 / 1e6:>9.1f}M"
-                  f" {mem / 2**20:>9.0f} MiB")
-            del model, loader
+            rate = float(done.group(1))
+            print(f"{bs:>5} {size:>5}^3 {rate:>10.2f} {rate * size**3 / 1e6:>10.2f}"
+                  f" {int(mem.group(1)) / 2**20:>8.0f} MiB")
     print("done: sweep")
 
 
@@ -189,7 +186,7 @@ def main(argv=None) -> None:
         return contextlib.nullcontext()
 
     if args.mode == "sweep":
-        sweep(args, device, autocast)
+        sweep(args, device)
         return
     loader = DataLoader(
         make_volumes(16, args.size, args.seed), batch_size=args.batch_size, shuffle=True,
@@ -197,8 +194,17 @@ def main(argv=None) -> None:
     )
     if len(loader) == 0:
         raise SystemExit("the data set is smaller than one batch; raise the sample count")
-    step, rate, loss = train(make_model().to(device), loader, device, args.steps, autocast)
+    model = make_model().to(device)
+    base = rss_bytes()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    step, rate, loss = train(model, loader, device, args.steps, autocast)
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated()
+    else:  # growth of the peak RSS over the resident size before training (fresh process)
+        peak = max(peak_rss_bytes() - base, 0)
     print(f"final dice loss {loss.item():.4f}")
+    print(f"peak memory: {peak} bytes")
     print(f"done: {step} steps, {rate:.1f} samples/s")
 
 

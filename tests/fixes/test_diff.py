@@ -84,3 +84,10 @@ def test_a_loader_fed_by_a_kwargs_mapping_is_left_to_the_user():
     new, manual = transform(src, KEPT[:1])
     assert new == src
     assert any("num_workers=2 in that mapping" in m for m in manual)
+
+
+def test_cpu_threads_follows_the_kept_worker_count():
+    kept = [Trial("dataloader_workers", "safe", params={"num_workers": 1}), Trial("cpu_threads", "safe")]
+    new, manual = transform(SAMPLE.read_text(), kept)
+    assert "torch.set_num_threads(max(1, torch.get_num_threads() - 1))" in new
+    assert manual == []

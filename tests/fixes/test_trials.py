@@ -227,3 +227,22 @@ def test_a_variant_whose_steps_are_counted_differently_is_failed_not_compared(sp
     t = by_fix(out)["batch_fusion"]
     assert t.verdict == "failed" and "not comparable" in t.reason
     assert out.kept == ()
+
+
+def test_a_fix_measured_on_top_is_never_kept_alone(spec):
+    # cpu_threads' 3x is relative to workers, not to the baseline. When the combination measures
+    # 2.5x (noise), it must still be kept over workers alone (1.3x) -- never "cpu_threads alone"
+    # for having the largest number.
+    class Noisy(FakeRunner):
+        def __call__(self, s):
+            from dataclasses import replace
+
+            cap = super().__call__(s)
+            if s.out_dir.name.startswith("combined-") and s.fixes:
+                cap = replace(cap, timed=replace(cap.timed, samples_per_s=self.base * 2.5))
+            return cap
+
+    runner = Noisy(effects={"dataloader_workers": 1.3, "cpu_threads": 3.0})
+    out = run_trials(spec, refs("dataloader_workers", "cpu_threads"), runner=runner, make_diff_text=False)
+    assert out.kept == ("dataloader_workers", "cpu_threads")
+    assert out.combined.speedup == pytest.approx(2.5, rel=0.03)
