@@ -160,28 +160,26 @@ def try_fixes(
     options: FixOptions,
     progress: Callable[[Any], None] | None = None,
 ) -> FixOutcome:
-    """Measure the fixes the findings suggest (or ``options.only``), then build the source diff."""
-    from advisor.fixes.diff import make_diff, write_diff
+    """Measure the fixes the findings suggest (or ``options.only``); the loop also builds the diff.
+
+    Trial runs go to ``<run>/trials/``; the user's script is only written with ``--write``.
+    """
+    from advisor.fixes.diff import write_diff
     from advisor.fixes.trials import run_trials
 
-    suggested = _suggested_fixes(diagnosis.findings)
-    trial_spec = replace(spec, out_dir=Path(spec.out_dir) / "trials", quiet=True)
     outcome = run_trials(
-        trial_spec,
-        suggested,
+        replace(spec, quiet=True),
+        _suggested_fixes(diagnosis.findings),
         unsafe=options.unsafe,
         only=options.only,
         repeats=options.repeats,
         runner=_runner(spec),
         progress=progress,
     )
-    kept = [t for t in outcome.trials if t.fix in outcome.kept]
-    diff = make_diff(Path(spec.script), kept) if kept else ""
-    notes = outcome.notes
-    if diff and options.write:
-        backup = write_diff(Path(spec.script), diff)
-        notes = (*notes, f"applied the diff to {spec.script} (backup: {backup})")
-    return replace(outcome, diff=diff, notes=notes)
+    if outcome.diff and options.write:
+        backup = write_diff(Path(spec.script), outcome.diff)
+        outcome = replace(outcome, notes=(*outcome.notes, f"applied the diff to {spec.script} (backup: {backup})"))
+    return outcome
 
 
 def _suggested_fixes(findings: Sequence[Any]) -> list[Any]:

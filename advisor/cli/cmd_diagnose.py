@@ -169,6 +169,7 @@ def _progress_sinks(quiet: bool, title: str):  # type: ignore[no-untyped-def]
     if quiet:
         return None, None, (lambda: None)
     from rich.console import Console
+    from rich.markup import escape
 
     from advisor.capture.progress import LiveProgress
 
@@ -184,12 +185,6 @@ def _progress_sinks(quiet: bool, title: str):  # type: ignore[no-untyped-def]
 
     def on_trial(event) -> None:  # type: ignore[no-untyped-def]
         stop()  # the capture bar is finished once trials start
-        estimate = f"  speedup so far {event.estimate:.2f}x" if event.estimate else ""
-        rate = f"  {event.samples_per_s:,.1f} samples/s" if event.samples_per_s else ""
-        note = f"  {event.message}" if event.message else ""
-        console.print(
-            f"[dim]fix trial[/dim] [bold]{event.fix}[/bold] run {event.repeat}/{event.repeats}{rate}{estimate}{note}",
-            highlight=False,
-        )
+        console.print(f"[dim]fix trial[/dim] {escape(event.line())}", highlight=False)
 
     return live, on_trial, stop
