@@ -6,7 +6,7 @@ in custom loops. Outside ``advisor diagnose`` it does nothing, so scripts keep w
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["__version__", "step"]
 __version__ = "0.1.0"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+RUN_SLOW = bool(os.environ.get("ADVISOR_RUN_SLOW"))
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = Path(os.environ.get("ADVISOR_SHARED_TRACES", REPO.parent / "shared" / "traces"))
 
@@ -23,3 +25,13 @@ def shared_traces() -> Path:
 def repo_root() -> Path:
     """The repository root."""
     return REPO
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run only with ``ADVISOR_RUN_SLOW=1`` (``make test-all``)."""
+    if RUN_SLOW:
+        return
+    skip = pytest.mark.skip(reason="slow: set ADVISOR_RUN_SLOW=1 (make test-all)")
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(skip)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ def engine_config(
 
 def emit_report(report: Report, fmt: str | None, output: str | None, fail_on: str) -> int:
     """Render ``report`` to stdout or ``output`` and return the exit code ``--fail-on`` implies."""
-    from advisor.report.render import gate, resolve_format, render, use_color, write_output
+    from advisor.report.render import gate, render, resolve_format, use_color, write_output
 
     out = Path(output) if output else None
     chosen = resolve_format(fmt, out)
@@ -46,7 +45,3 @@ def emit_report(report: Report, fmt: str | None, output: str | None, fail_on: st
             click.echo(f"advisor: warning: {warning}", err=True)
     return gate(report, fail_on)
 
-
-def stderr_is_tty() -> bool:
-    """True when live progress can be drawn."""
-    return sys.stderr.isatty()

@@ -7,7 +7,6 @@ torchrun convention), so ``advisor diagnose train.py --lr 0.1 -q`` passes ``-q``
 from __future__ import annotations
 
 import datetime as _dt
-import sys
 from pathlib import Path
 
 import click

@@ -63,7 +63,7 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="advisor")
 def cli() -> None:
-    """Profiler-driven performance advisor for PyTorch training.
+    r"""Profiler-driven performance advisor for PyTorch training.
 
     \b
     advisor diagnose train.py --epochs 3     profile, classify, try fixes, report

@@ -140,10 +140,10 @@ if len(METRICS) != len(_SPECS):  # pragma: no cover - guards edits to this table
 
 
 def is_declared(name: str) -> bool:
-    """True when ``name`` is a declared metric."""
+    """Tell whether ``name`` is a declared metric."""
     return name in METRICS
 
 
 def spec(name: str) -> MetricSpec:
-    """The declared spec for ``name``; KeyError when it is not declared."""
+    """Return the declared spec for ``name``; KeyError when it is not declared."""
     return METRICS[name]

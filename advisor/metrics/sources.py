@@ -18,12 +18,11 @@ Frames in torch, site-packages, the standard library and advisor itself are skip
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import re
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,6 @@ def test_a_fix_reaches_the_child_and_changes_the_dataloader(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("ADVISOR_RUN_SLOW"), reason="about 10 runs; set ADVISOR_RUN_SLOW=1 (make test-all)")
 def test_workers_measurably_help_a_loading_bound_script(tmp_path: Path):
     spec = RunSpec(script=SCRIPT, out_dir=tmp_path / "run", warmup_steps=3, timed_steps=12, seed=0)
     out = run_trials(spec, [FixRef("dataloader_workers", "safe")], repeats=3)

@@ -4,7 +4,6 @@ captures of one example (diagnose runs, slow)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -67,7 +66,6 @@ def _diagnose(script: Path, out: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("ADVISOR_RUN_SLOW"), reason="diagnoses two scripts (set ADVISOR_RUN_SLOW=1)")
 def test_before_and_after_a_fix_on_one_example(capsys, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     before, after = tmp_path / "before", tmp_path / "after"
