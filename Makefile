@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/advisor diagnose --out advisor-runs/demo examples/data_loading.py
 
 test: $(STAMP)
+	$(PY) -m ruff check advisor tests benchmarks examples
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-all: $(STAMP)
