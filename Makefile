@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # local CPU wheel, while an unpinned torch would pull several GB of CUDA packages.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup demo test test-all lint bench clean
+.PHONY: setup demo test test-all lint bench bench-trace bench-zoo clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,14 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/capture_overhead.py
+	$(PY) benchmarks/fix_speedups.py
+
+bench-trace: $(STAMP)
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/trace_load.py
+
+bench-zoo: $(STAMP)
+	$(PY) benchmarks/zoo.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info advisor-runs
