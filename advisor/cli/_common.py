@@ -30,16 +30,16 @@ def engine_config(
     )
 
 
-def emit_report(report: Report, fmt: str | None, output: str | None, fail_on: str) -> int:
+def emit_report(report: Report, fmt: str | None, output: Path | None, fail_on: str) -> int:
     """Render ``report`` to stdout or ``output`` and return the exit code ``--fail-on`` implies."""
     from advisor.report.render import gate, render, resolve_format, use_color, write_output
 
-    out = Path(output) if output else None
+    out = Path(output) if output is not None else None
     chosen = resolve_format(fmt, out)
     text = render(report, chosen, color=use_color(chosen, out))
-    write_output(text, chosen, out)
-    if out is not None:
-        click.echo(f"advisor: wrote {chosen} report to {out}", err=True)
+    written = write_output(text, chosen, out)
+    if written is not None:
+        click.echo(f"advisor: wrote {written}", err=True)
     for warning in report.notes:
         if warning.startswith("unknown rule code"):
             click.echo(f"advisor: warning: {warning}", err=True)

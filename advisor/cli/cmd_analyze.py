@@ -24,7 +24,7 @@ Examples:
 def analyze(
     path: Path,
     fmt: str | None,
-    output: str | None,
+    output: Path | None,
     fail_on: str,
     select: tuple[str, ...],
     extend_select: tuple[str, ...],

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
+from advisor.cli.options import format_option, output_option
 from advisor.report.compare import compare_reports, load_side
 from advisor.report.compare_render import render_comparison
-from advisor.report.render import FORMATS, resolve_format, use_color, write_output
+from advisor.report.render import resolve_format, use_color, write_output
 
 COMPARE_EPILOG = """\b
 A and B are run directories (with report.json), report.json files, or traces.
@@ -22,26 +23,13 @@ Examples:
 @click.command(epilog=COMPARE_EPILOG)
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default=None,
-    help="Output format [default: from -o's extension, else text].",
-)
-@click.option(
-    "-o",
-    "--output",
-    "out",
-    type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write to this file instead of stdout (.txt, .md, .html, .json).",
-)
-def compare(before: Path, after: Path, fmt: str | None, out: Path | None) -> int:
+@format_option
+@output_option
+def compare(before: Path, after: Path, fmt: str | None, output: Path | None) -> int:
     """Compare two runs or traces (BEFORE -> AFTER)."""
-    fmt = resolve_format(fmt, out)
+    fmt = resolve_format(fmt, output)
     cmp = compare_reports(load_side(before), load_side(after))
-    written = write_output(render_comparison(cmp, fmt, color=use_color(fmt, out)), fmt, out)
+    written = write_output(render_comparison(cmp, fmt, color=use_color(fmt, output)), fmt, output)
     if written is not None:
         click.echo(f"advisor: wrote {written}", err=True)
     return 0

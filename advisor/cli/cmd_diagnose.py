@@ -82,7 +82,7 @@ def diagnose(
     nproc_per_node: int,
     nnodes: int,
     fmt: str | None,
-    output: str | None,
+    output: Path | None,
     fail_on: str,
     select: tuple[str, ...],
     extend_select: tuple[str, ...],

@@ -57,6 +57,7 @@ pre{background:var(--code);padding:10px 12px;border-radius:8px;overflow-x:auto;m
 pre .a{background:var(--add);display:block}pre .r{background:var(--del);display:block}pre .h{color:var(--accent);display:block}
 table{border-collapse:collapse;width:100%;background:var(--card);border:1px solid var(--line);border-radius:10px;overflow:hidden;font-size:14px}
 th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+td:last-child{overflow-wrap:anywhere;min-width:6em}
 th{font-size:12px;color:var(--muted);text-transform:uppercase;letter-spacing:.03em}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.nw{white-space:nowrap}td.nw code{word-break:normal}

@@ -212,7 +212,7 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
         y = top + i * row_h
         weight = ' font-weight="600"' if is_combined or t is None else ""
         out.append(
-            f'<text x="{left - 10}" y="{y + 18}" font-size="12" text-anchor="end" class="fg"{weight}>{esc(_fit(label, left - 16))}</text>'
+            f'<text x="{left - 10}" y="{y + 18}" font-size="12" text-anchor="end" class="fg"{weight}>{esc(_fit(label, left - 16, 7.2 if weight else 6.2))}</text>'
         )
         if t is None:
             if baseline is not None:

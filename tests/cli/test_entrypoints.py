@@ -51,3 +51,13 @@ def test_not_python_exit_2(tmp_path: Path, capsys) -> None:  # type: ignore[no-u
         main(["diagnose", str(data)])
     assert exc.value.code == 2
     assert "not a Python script" in capsys.readouterr().err
+
+
+def test_cli_choices_match_the_report_stage() -> None:
+    # The CLI keeps literal copies so that building it imports no stage; they must not drift.
+    from advisor.cli.options import FAIL_ON, FORMATS
+    from advisor.report.gate import FAIL_ON_CHOICES
+    from advisor.report.render import FORMATS as RENDER_FORMATS
+
+    assert tuple(FORMATS) == tuple(RENDER_FORMATS)
+    assert tuple(FAIL_ON) == tuple(FAIL_ON_CHOICES)
