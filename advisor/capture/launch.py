@@ -37,7 +37,6 @@ from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture.child import CHILD_FILE, EVENTS_FILE
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
-    PHASE_DONE,
     PHASE_STARTING,
     STATUS_COMPLETED,
     STATUS_NO_STEPS,
@@ -53,6 +52,7 @@ from advisor.capture.run import (
     ProgressCallback,
     _EventRelay,
     _kill_group,
+    _report_done,
     _started,
     _steps_total,
     _validate_spec,
@@ -198,19 +198,7 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
     }
     result = from_dict(RunCapture, data)
     result.save(run_dir)
-    if progress is not None:
-        last = relay.last
-        progress(
-            ProgressEvent(
-                phase=PHASE_DONE,
-                step=result.steps_seen,
-                steps_total=_steps_total(spec),
-                phase_step=last.phase_step if last else 0,
-                phase_steps=last.phase_steps if last else 0,
-                elapsed_s=round(wall_s, 3),
-                message=result.status,
-            )
-        )
+    _report_done(progress, relay, spec, result, wall_s)
     return result
 
 

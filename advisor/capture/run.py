@@ -243,20 +243,28 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
             relay.stop()
     result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu)
     result.save(run_dir)
-    if progress is not None:
-        last = relay.last
-        progress(
-            ProgressEvent(
-                phase=PHASE_DONE,
-                step=result.steps_seen,
-                steps_total=_steps_total(spec),
-                phase_step=last.phase_step if last else 0,
-                phase_steps=last.phase_steps if last else 0,
-                elapsed_s=round(wall_s, 3),
-                message=result.status,
-            )
-        )
+    _report_done(progress, relay, spec, result, wall_s)
     return result
+
+
+def _report_done(
+    progress: ProgressCallback | None, relay: _EventRelay, spec: RunSpec, result: RunCapture, wall_s: float
+) -> None:
+    """Send the final ``done`` event (also used by the torchrun launcher, launch.py)."""
+    if progress is None:
+        return
+    last = relay.last
+    progress(
+        ProgressEvent(
+            phase=PHASE_DONE,
+            step=result.steps_seen,
+            steps_total=_steps_total(spec),
+            phase_step=last.phase_step if last else 0,
+            phase_steps=last.phase_steps if last else 0,
+            elapsed_s=round(wall_s, 3),
+            message=result.status,
+        )
+    )
 
 
 def _steps_total(spec: RunSpec) -> int:
