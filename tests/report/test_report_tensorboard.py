@@ -133,7 +133,9 @@ def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
     )
     try:
         runs = None
-        deadline = time.monotonic() + 60
+        # NOTE: a bounded wait, generous because TensorBoard's start-up (imports, plugin load)
+        # takes tens of seconds on a loaded 2-core machine.
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
             runs = _get_json(f"http://127.0.0.1:{port}{PLUGIN_RUNS_PATH}")
             if isinstance(runs, dict) and "demo_run" in runs.get("runs", []):
