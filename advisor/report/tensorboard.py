@@ -314,6 +314,9 @@ def serve(
             err = _log_tail(log_path)
             raise UsageError(f"TensorBoard did not start on {host}:{port} ({err or 'no output'}); try another --port")
         echo(f"http://{shown_host}:{port}/#pytorch_profiler")
+        # NOTE: the URL is the command's data; flush it now so a pipe gets it while we serve
+        # (block-buffered stdout could otherwise lose it if shutdown is interrupted).
+        sys.stdout.flush()
         say(f"advisor: TensorBoard serves run {prepared.run!r} from {prepared.logdir} (a prepared copy; originals untouched)")
         for trace in prepared.originals:
             say(f"advisor: Perfetto: open {PERFETTO_URL} and drop in {trace}")

@@ -260,18 +260,20 @@ def _trials(report: Report) -> RenderableType | None:
     if not trials:
         return None
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), expand=True)
-    table.add_column("Fix", min_width=18, overflow="fold")
+    table.add_column("Fix", min_width=18, max_width=24, overflow="fold")
     table.add_column("Before", justify="right", no_wrap=True)
     table.add_column("After", justify="right", no_wrap=True)
     table.add_column("Speedup [95% CI]", justify="right", no_wrap=True)
     table.add_column("Verdict", min_width=8, max_width=12)
     table.add_column("Loss Δ", justify="right", no_wrap=True)
-    table.add_column("Note", ratio=1, min_width=16)
+    table.add_column("Note", ratio=1, min_width=16, overflow="fold")
     combined_at = len(trials) - 1 if report.combined is not None else -1
     for i, t in enumerate(trials):
         verdict_style = {"improved": "green", "slower": "red", "failed": "bold red"}.get(t.verdict, "")
         name = Text()
-        name.append(_t(t.fix, "bold" if i == combined_at else ""))
+        # NOTE: "a+b" is one word to the table layout; spaces let a combined name wrap
+        # instead of starving the Note column.
+        name.append(_t(t.fix.replace("+", " + "), "bold" if i == combined_at else ""))
         name.append(_t(f"\n{'combined · ' if i == combined_at else ''}{t.safety}", "dim"))
         table.add_row(
             name,
