@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from advisor.capture.model import CAPTURE_FILE, RunCapture, RunSpec
+from advisor.capture.model import RunCapture, RunSpec
 from advisor.engine.model import Diagnosis
 from advisor.errors import InputError
 from advisor.fixes.model import FixOutcome
@@ -50,45 +50,14 @@ class DiagnoseResult:
     run_dir: Path
 
 
-def _trace_paths(run_dir: Path, capture: RunCapture) -> list[Path]:
-    """Trace files of a run: its own, then each rank's (torchrun), each file once."""
-    paths = [run_dir / p for p in capture.trace_files if (run_dir / p).is_file()]
-    for rank_dir in capture.ranks:
-        sub = run_dir / rank_dir
-        if (sub / CAPTURE_FILE).is_file():
-            rank_cap = RunCapture.load(sub)
-            paths += [sub / p for p in rank_cap.trace_files if (sub / p).is_file()]
-    # NOTE: a merged capture may also list rank traces; loading one twice would double a rank.
-    return list(dict.fromkeys(p.resolve() for p in paths))
-
-
-def metrics_for_run(run_dir: Path, capture: RunCapture) -> Metrics:
-    """Compute metrics for a captured run: its traces when there are any, else the capture alone."""
-    from advisor.metrics.compute import compute_metrics
-    from advisor.trace.load import load_traces
-
-    traces: list[Any] = []
-    for path in _trace_paths(run_dir, capture):
-        traces.extend(load_traces(path))
-    pstats = run_dir / capture.pstats_file if capture.pstats_file else None
-    if pstats is not None and not pstats.is_file():
-        pstats = None
-    return compute_metrics(tuple(traces), capture=capture, pstats_path=pstats)
-
-
-def _timeline(run_dir: Path, capture: RunCapture | None, source: Path | None = None) -> tuple[dict[str, Any], ...]:
-    """Events of one representative step for the HTML timeline (empty when unavailable)."""
-    try:
-        from advisor.metrics.timeline import step_timeline
-        from advisor.trace.load import load_traces
-    except ImportError:
+def _timeline(traces: Sequence[Any]) -> tuple[dict[str, Any], ...]:
+    """Events of one representative step of the first rank, for the HTML timeline."""
+    if not traces:
         return ()
-    paths = _trace_paths(run_dir, capture) if capture is not None else ([source] if source else [])
-    if not paths:
-        return ()
+    from advisor.metrics.timeline import step_timeline
+
     try:
-        traces = load_traces(paths[0])
-        return tuple(step_timeline(traces[0])) if traces else ()
+        return tuple(step_timeline(traces[0]))
     except Exception:  # NOTE: the timeline is decoration; never fail a report over it
         return ()
 
@@ -106,16 +75,15 @@ def analyze_report(path: str | Path, engine_config: Any = None) -> Report:
     Raises:
         InputError: the path is missing or holds no readable trace (TraceError).
     """
-    from advisor.metrics.compute import analyze_path
+    from advisor.metrics.compute import compute_metrics, load_input
 
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path} does not exist; pass a .json/.json.gz trace, a folder of traces or a run directory")
-    capture = RunCapture.load(path) if (path / CAPTURE_FILE).is_file() else None
-    metrics = analyze_path(path)
+    traces, capture, pstats = load_input(path)
+    metrics = compute_metrics(traces, capture=capture, pstats_path=pstats, source=str(path))
     diagnosis = evaluate(metrics, engine_config)
-    timeline = _timeline(path, capture, source=path if capture is None else None)
-    return build_report(metrics, diagnosis, capture=capture, timeline=timeline)
+    return build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces))
 
 
 def diagnose_script(
@@ -131,14 +99,20 @@ def diagnose_script(
     Script failures do not raise here: the capture records them (``capture.status``) and the
     report is still written, so the caller decides the exit code with everything on disk.
     """
+    from advisor.metrics.compute import compute_metrics, load_run_traces
+
     capture = _runner(spec)(spec, progress)
     run_dir = Path(capture.run_dir or spec.out_dir)
-    metrics = metrics_for_run(run_dir, capture)
+    # NOTE: only the traces the capture lists (a crashed run may have none): loaded once, for
+    # the metrics and the timeline alike.
+    traces = load_run_traces(run_dir, capture)
+    pstats = run_dir / capture.pstats_file if capture.pstats_file else None
+    metrics = compute_metrics(traces, capture=capture, pstats_path=pstats if pstats and pstats.is_file() else None)
     diagnosis = evaluate(metrics, engine_config)
     outcome: FixOutcome | None = None
     if fix_options.enabled and capture.ok:
         outcome = try_fixes(spec, diagnosis, fix_options, trial_progress)
-    report = build_report(metrics, diagnosis, capture=capture, fixes=outcome, timeline=_timeline(run_dir, capture))
+    report = build_report(metrics, diagnosis, capture=capture, fixes=outcome, timeline=_timeline(traces))
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
 

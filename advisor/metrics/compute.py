@@ -309,31 +309,48 @@ def analyze_path(path: str | Path) -> Metrics:
     Raises:
         TraceError / InputError: With a one-line message when the input cannot be read.
     """
-    path = Path(path)
-    capture: RunCapture | None = None
-    pstats_path: Path | None = None
-    trace_root: Path = path
-    if path.is_dir() and (path / CAPTURE_FILE).is_file():
-        capture = RunCapture.load(path)
-        listed = [path / f for f in capture.trace_files]
-        for rank_dir in capture.ranks:  # torchrun launches: one run directory per rank
-            sub = path / rank_dir
-            if (sub / CAPTURE_FILE).is_file():
-                listed += [sub / f for f in RunCapture.load(sub).trace_files]
-        if listed:
-            files = [f for f in listed if f.is_file()]
-            if not files:
-                raise InputError(f"{path}: the traces listed in {CAPTURE_FILE} are missing; re-run `advisor diagnose`")
-            traces = tuple(sorted((_load_one(f, i) for i, f in enumerate(files)), key=lambda t: t.rank))
-        elif (path / "traces").is_dir():
-            traces = load_traces(path / "traces")
-        else:
-            traces = ()  # captured without the profiler: the capture alone is analysed
-        candidate = path / (capture.pstats_file or "profile.pstats")
-        pstats_path = candidate if candidate.is_file() else None
-    else:
-        traces = load_traces(trace_root)
+    traces, capture, pstats_path = load_input(path)
     return compute_metrics(traces, capture=capture, pstats_path=pstats_path, source=str(path))
+
+
+def load_input(path: str | Path) -> tuple[tuple[Trace, ...], RunCapture | None, Path | None]:
+    """Load what :func:`analyze_path` analyses: the traces, and for a run directory its capture and pstats.
+
+    Raises:
+        TraceError / InputError: With a one-line message when the input cannot be read.
+    """
+    path = Path(path)
+    if not (path.is_dir() and (path / CAPTURE_FILE).is_file()):
+        return load_traces(path), None, None
+    capture = RunCapture.load(path)
+    listed = run_trace_files(path, capture)
+    if listed:
+        if not any(f.is_file() for f in listed):
+            raise InputError(f"{path}: the traces listed in {CAPTURE_FILE} are missing; re-run `advisor diagnose`")
+        traces = load_run_traces(path, capture)
+    elif (path / "traces").is_dir():
+        traces = load_traces(path / "traces")
+    else:
+        traces = ()  # captured without the profiler: the capture alone is analysed
+    candidate = path / (capture.pstats_file or "profile.pstats")
+    return traces, capture, (candidate if candidate.is_file() else None)
+
+
+def run_trace_files(run_dir: Path, capture: RunCapture) -> list[Path]:
+    """Trace files a run's capture lists: its own, then each rank's (torchrun), each file once."""
+    listed = [run_dir / f for f in capture.trace_files]
+    for rank_dir in capture.ranks:  # torchrun launches: one run directory per rank
+        sub = run_dir / rank_dir
+        if (sub / CAPTURE_FILE).is_file():
+            listed += [sub / f for f in RunCapture.load(sub).trace_files]
+    # NOTE: a merged capture may also list rank traces; loading one twice would double a rank.
+    return list(dict.fromkeys(p.resolve() for p in listed))
+
+
+def load_run_traces(run_dir: Path, capture: RunCapture) -> tuple[Trace, ...]:
+    """Load the listed traces that exist (a crashed run may have none), ordered by rank."""
+    files = [f for f in run_trace_files(run_dir, capture) if f.is_file()]
+    return tuple(sorted((_load_one(f, i) for i, f in enumerate(files)), key=lambda t: t.rank))
 
 
 def _load_one(path: Path, index: int) -> Trace:
