@@ -96,14 +96,13 @@ def diagnose(
 
     if write and no_fixes:
         raise UsageError("--write applies the fixes' diff; it cannot be combined with --no-fixes")
-    if not script.exists():
-        raise UsageError(f"script {script} not found; pass the path of a Python file, then its arguments")
-    if not script.is_file() or script.suffix not in (".py", ".pyw"):
-        raise UsageError(f"{script} is not a Python script (.py); pass the training script itself")
-    config = engine_config(select, extend_select, ignore, preview, start=script.resolve().parent)
+    from advisor.capture.run import validate_script
+
+    script = validate_script(script)  # missing / not Python -> UsageError (exit 2), before any work
+    config = engine_config(select, extend_select, ignore, preview, start=script.parent)
     run_dir = out_dir or default_run_dir(script)
     spec = RunSpec(
-        script=script.resolve(),
+        script=script,
         args=tuple(script_args),
         out_dir=run_dir.resolve(),
         warmup_steps=warmup,
