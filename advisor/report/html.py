@@ -150,15 +150,10 @@ def card(key: str, value: str, detail: str = "", cls: str = "") -> str:
 
 def diff_block(diff: str) -> str:
     """Return a unified diff as an escaped ``<pre>`` with added/removed lines highlighted."""
+    css = {"add": "a", "remove": "r", "hunk": "h"}
     lines = []
     for line in diff.splitlines():
-        cls = ""
-        if line.startswith("+") and not line.startswith("+++"):
-            cls = "a"
-        elif line.startswith("-") and not line.startswith("---"):
-            cls = "r"
-        elif line.startswith("@@"):
-            cls = "h"
+        cls = css.get(s.diff_line_kind(line), "")
         lines.append(f'<span class="{cls}">{esc(line)}</span>' if cls else esc(line) + "\n")
     return "<pre>" + "".join(lines) + "</pre>"
 

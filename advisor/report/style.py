@@ -222,3 +222,14 @@ def location_text(file: str, line: int | None, function: str = "") -> str:
     """``file:line`` (with ``in function`` when known)."""
     where = f"{file}:{line}" if line else file
     return f"{where} ({function})" if function else where
+
+
+def diff_line_kind(line: str) -> str:
+    """Classify a unified-diff line: ``add``, ``remove``, ``hunk`` or ``""`` (context, headers)."""
+    if line.startswith("+") and not line.startswith("+++"):
+        return "add"
+    if line.startswith("-") and not line.startswith("---"):
+        return "remove"
+    if line.startswith("@@"):
+        return "hunk"
+    return ""

@@ -295,17 +295,10 @@ def _trials(report: Report) -> RenderableType | None:
 def _diff(report: Report, color: bool) -> RenderableType | None:
     if not report.diff.strip():
         return None
+    colors = {"add": "green", "remove": "red", "hunk": "cyan"} if color else {}
     body = Text()
     for line in report.diff.splitlines():
-        st = ""
-        if color:
-            if line.startswith("+") and not line.startswith("+++"):
-                st = "green"
-            elif line.startswith("-") and not line.startswith("---"):
-                st = "red"
-            elif line.startswith("@@"):
-                st = "cyan"
-        body.append(_t(line, st))
+        body.append(_t(line, colors.get(s.diff_line_kind(line), "")))
         body.append("\n")
     body.rstrip()
     return Group(Text("Source diff that makes the kept fixes permanent", style="bold"), body)
