@@ -249,7 +249,7 @@ def tensorboard_env() -> dict[str, str]:
     return env
 
 
-def wait_until_up(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> bool:
+def wait_until_up(url: str, proc: subprocess.Popen, timeout_s: float = 150.0) -> bool:
     """Poll ``url`` until it answers, the child exits, or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -309,6 +309,7 @@ def serve(
     shown_host = "localhost" if host in ("127.0.0.1", "localhost") else host
     previous = _stop_on_sigterm()
     try:
+        say(f"advisor: starting TensorBoard on {host}:{port} (its log: {log_path})")
         if not wait_until_up(f"http://{host}:{port}/data/logdir", proc):
             _stop(proc)
             err = _log_tail(log_path)

@@ -6,10 +6,12 @@ import gzip
 import hashlib
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -120,6 +122,16 @@ def _get_json(url: str) -> object | None:
         return None
 
 
+def _first_line(stream, timeout_s: float) -> str | None:
+    """Read one line from a child's pipe, giving up after ``timeout_s`` (readline alone blocks)."""
+    box: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: box.put(stream.readline()), daemon=True).start()
+    try:
+        return box.get(timeout=timeout_s)
+    except queue.Empty:
+        return None
+
+
 def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
     port = _free_port()
     base = f"http://127.0.0.1:{port}/data/plugin/pytorch_profiler"
@@ -131,11 +143,17 @@ def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
         text=True,
         env=env,
     )
+    url = None
     try:
-        runs = None
-        # NOTE: a bounded wait, generous because TensorBoard's start-up (imports, plugin load)
-        # takes tens of seconds on a loaded 2-core machine.
+        # NOTE: wait for the URL on stdout first, as a user does. Polling the plugin alone raced
+        # the command's own readiness check: under load the test could finish and send Ctrl-C
+        # before advisor had printed the URL. The wait is generous because TensorBoard's start-up
+        # (imports, plugin load) takes tens of seconds on a loaded 2-core machine.
         deadline = time.monotonic() + 180
+        url = _first_line(proc.stdout, timeout_s=180)
+        assert url is not None and proc.poll() is None, "no URL from advisor tensorboard"
+        assert url.strip() == f"http://localhost:{port}/#pytorch_profiler"  # data on stdout: the URL
+        runs = None
         while time.monotonic() < deadline and proc.poll() is None:
             runs = _get_json(f"http://127.0.0.1:{port}{PLUGIN_RUNS_PATH}")
             if isinstance(runs, dict) and "demo_run" in runs.get("runs", []):
@@ -163,6 +181,6 @@ def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
             proc.kill()
             out, err = proc.communicate()
     assert proc.returncode == 0, err
-    assert out.strip() == f"http://localhost:{port}/#pytorch_profiler"  # data on stdout: the URL only
+    assert out.strip() == ""  # the URL was the only line of data
     assert "ui.perfetto.dev" in err and "stopping TensorBoard" in err
     assert port_free("127.0.0.1", port)  # the server is really gone
