@@ -18,5 +18,5 @@ def test_timeout_ends_a_hung_script_and_keeps_the_capture(run_script):
     assert cap.error is not None and cap.error.type == "Timeout" and "20 s" in cap.error.message
     assert cap.steps_seen == 5 and cap.timed_steps == 3 and len(cap.timed.step_times_ms) == 3
     assert len(cap.trace_files) == 1 and (run_dir / cap.trace_files[0]).is_file()
-    assert 20 <= cap.wall_s < 20 + 10
+    assert 20 <= cap.wall_s < 20 + 30  # the stop (SIGTERM, trace export) is slower under load
     assert RunCapture.load(run_dir).status == "timeout"
