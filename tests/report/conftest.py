@@ -63,7 +63,8 @@ def chromium() -> Callable[..., subprocess.CompletedProcess]:
     if exe is None:
         pytest.skip("chromium is not installed (apt-get update && apt-get install -y chromium)")
 
-    def run(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    # NOTE: generous: a cold Chromium start on a loaded 2-core CI machine has taken tens of seconds.
+    def run(*args: str, timeout: float = 150.0) -> subprocess.CompletedProcess:
         with tempfile.TemporaryDirectory(prefix="advisor-chromium-") as profile:
             return subprocess.run(
                 [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
