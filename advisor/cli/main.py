@@ -63,7 +63,7 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="advisor")
 def cli() -> None:
-    r"""Profiler-driven performance advisor for PyTorch training.
+    """Profiler-driven performance advisor for PyTorch training.
 
     \b
     advisor diagnose train.py --epochs 3     profile, classify, try fixes, report
@@ -72,7 +72,7 @@ def cli() -> None:
     advisor compare RUN_BEFORE RUN_AFTER     before/after speedup report
     advisor tensorboard RUN_DIR              open the traces in TensorBoard
     advisor rules / advisor rule DL001       list rules / explain one
-    """
+    """  # noqa: D301 - \b is Click's keep-lines marker (the \x08 character), so no raw string
 
 
 def main(argv: list[str] | None = None) -> None:

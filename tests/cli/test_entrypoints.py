@@ -23,6 +23,20 @@ def test_python_m_advisor_help_lists_commands() -> None:
     out = subprocess.run([sys.executable, "-m", "advisor", "--help"], capture_output=True, text=True, check=True)
     for command in ("diagnose", "analyze", "report", "compare", "tensorboard", "rules", "rule"):
         assert command in out.stdout
+    # the examples block keeps its lines (Click's \b marker), not re-wrapped with a stray "\b"
+    assert "\\b" not in out.stdout
+    assert any(line.strip().startswith("advisor diagnose train.py") for line in out.stdout.splitlines())
+
+
+def test_no_help_page_shows_a_literal_backslash_b() -> None:
+    from click.testing import CliRunner
+
+    from advisor.cli.main import cli
+
+    for command in ("diagnose", "analyze", "report", "compare", "tensorboard", "rules", "rule"):
+        result = CliRunner().invoke(cli, [command, "--help"])
+        assert result.exit_code == 0, result.output
+        assert "\\b" not in result.output, command
 
 
 def test_help_does_not_import_torch() -> None:
