@@ -12,7 +12,7 @@ from advisor.report.compare_render import render_comparison
 from advisor.report.render import resolve_format, use_color, write_output
 
 COMPARE_EPILOG = """\b
-A and B are run directories (with report.json), report.json files, or traces.
+BEFORE and AFTER are run directories (with report.json), report.json files, or traces.
 Examples:
   advisor compare advisor-runs/before advisor-runs/after
   advisor compare runs/a runs/b --format markdown >> pr-description.md
