@@ -40,8 +40,7 @@ def emit_report(report: Report, fmt: str | None, output: Path | None, fail_on: s
     written = write_output(text, chosen, out)
     if written is not None:
         click.echo(f"advisor: wrote {written}", err=True)
-    for warning in report.notes:
-        if warning.startswith("unknown rule code"):
-            click.echo(f"advisor: warning: {warning}", err=True)
+    for warning in report.warnings:
+        click.echo(f"advisor: warning: {warning}", err=True)
     return gate(report, fail_on)
 

@@ -12,10 +12,26 @@ Format specs are Python's, plus three of ours:
 
 A ``None`` value renders as ``n/a`` whatever the spec, so missing evidence never breaks a
 message.
+
+Optional segments: text between ``[[`` and ``]]`` is kept only when every field inside it is
+known, and dropped whole otherwise, so a message can mention values only some runs have (the
+DataLoader settings come from capture.json; a bare trace does not know them) without printing
+``n/a``::
+
+    Load batches in worker processes.[[ Main DataLoader: num_workers={dataloader_num_workers:int}.]]
+
+* "Known" means the value is present and not None/NaN; inside a segment ``{locations}`` is
+  known when the finding has at least one source location.
+* The text inside is kept verbatim (the brackets go), so put the separating space or
+  punctuation inside the segment, as above.
+* Segments do not nest, must close, and must hold at least one field (a segment without one
+  could never be dropped); ``[[`` and ``]]`` are reserved for this. A malformed segment fails
+  at rule load like any other template error.
 """
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -30,6 +46,20 @@ _CUSTOM_SPECS = ("bool", "bytes", "int")
 _SAMPLE = 0.5  # value used to validate a format spec at load time
 
 
+_Part = tuple[str, str | None, str]
+"""One parsed piece: literal text, then a field name (or None) and its format spec."""
+
+_SEGMENT_MARKS = re.compile(r"(\[\[|\]\])")
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """A run of parts; an ``optional`` one is dropped when any of its fields is unknown."""
+
+    parts: tuple[_Part, ...]
+    optional: bool = False
+
+
 @dataclass(frozen=True)
 class Template:
     """A validated message template.
@@ -41,19 +71,31 @@ class Template:
 
     source: str
     names: tuple[str, ...]
-    _parts: tuple[tuple[str, str | None, str], ...]
+    _segments: tuple[_Segment, ...]
 
     def render(self, values: Mapping[str, Any], locations: str = "") -> str:
-        """Fill the template; ``locations`` is the text for a ``{locations}`` field."""
+        """Fill the template; ``locations`` is the text for a ``{locations}`` field.
+
+        Optional ``[[...]]`` segments with an unknown field (None/NaN, or no locations) are
+        left out whole; elsewhere an unknown value renders as ``n/a``.
+        """
         out: list[str] = []
-        for literal, field, spec in self._parts:
-            out.append(literal)
-            if field is None:
-                continue
-            if field == "locations":
-                out.append(locations or "no source location recorded")
-                continue
-            out.append(format_value(clean_value(values.get(field)), spec))
+        for segment in self._segments:
+            pieces: list[str] = []
+            known = True
+            for literal, field, spec in segment.parts:
+                pieces.append(literal)
+                if field is None:
+                    continue
+                if field == "locations":
+                    known = known and bool(locations)
+                    pieces.append(locations or "no source location recorded")
+                    continue
+                value = clean_value(values.get(field))
+                known = known and value is not None
+                pieces.append(format_value(value, spec))
+            if known or not segment.optional:
+                out.extend(pieces)
         return "".join(out)
 
 
@@ -61,20 +103,53 @@ def parse_template(text: Any, is_declared: Callable[[str], bool], known: Iterabl
     """Parse and validate a message template.
 
     Raises:
-        ConditionError: bad braces, a field that is not a plain declared name, or a bad spec.
+        ConditionError: bad braces, a field that is not a plain declared name, a bad spec, or a
+            malformed optional segment (unclosed, nested, stray ``]]``, or without a field).
     """
     if not isinstance(text, str) or not text.strip():
         raise ConditionError("expected a non-empty message string")
     known = tuple(known)
+    names: set[str] = set()
+    segments: list[_Segment] = []
+    chunk: list[str] = []
+    optional = False
+    for token in _SEGMENT_MARKS.split(text):
+        if token == "[[":
+            if optional:
+                raise ConditionError("optional segments '[[...]]' cannot be nested")
+            segments.append(_Segment(_parse_parts("".join(chunk), is_declared, known, names)))
+            chunk, optional = [], True
+        elif token == "]]":
+            if not optional:
+                raise ConditionError("']]' closes no optional segment (open one with '[[')")
+            parts = _parse_parts("".join(chunk), is_declared, known, names)
+            if not any(field is not None for _, field, _ in parts):
+                inner = "".join(chunk)
+                raise ConditionError(f"optional segment '[[{inner}]]' has no {{field}}, so nothing could drop it")
+            segments.append(_Segment(parts, optional=True))
+            chunk, optional = [], False
+        else:
+            chunk.append(token)
+    if optional:
+        raise ConditionError("optional segment '[[' is never closed with ']]'")
+    segments.append(_Segment(_parse_parts("".join(chunk), is_declared, known, names)))
+    kept = tuple(seg for seg in segments if seg.parts)
+    return Template(source=text, names=tuple(sorted(names)), _segments=kept)
+
+
+def _parse_parts(
+    text: str, is_declared: Callable[[str], bool], known: tuple[str, ...], names: set[str]
+) -> tuple[_Part, ...]:
+    """Parse ``str.format`` fields in ``text``, validating each; adds metric names to ``names``."""
     try:
         pieces = list(string.Formatter().parse(text))
     except ValueError as exc:
         raise ConditionError(f"bad template: {exc}") from None
-    parts: list[tuple[str, str | None, str]] = []
-    names: set[str] = set()
+    parts: list[_Part] = []
     for literal, field, spec, conversion in pieces:
         if field is None:
-            parts.append((literal, None, ""))
+            if literal:
+                parts.append((literal, None, ""))
             continue
         if conversion:
             raise ConditionError(f"field {{{field}!{conversion}}}: conversions are not allowed")
@@ -97,7 +172,7 @@ def parse_template(text: Any, is_declared: Callable[[str], bool], known: Iterabl
         elif spec:
             raise ConditionError(f"field {{{field}}} takes no format spec")
         parts.append((literal, field, spec))
-    return Template(source=text, names=tuple(sorted(names)), _parts=tuple(parts))
+    return tuple(parts)
 
 
 def format_value(value: Any, spec: str) -> str:

@@ -34,6 +34,7 @@ import pandas as pd
 
 from advisor.capture.model import CAPTURE_FILE, RunCapture
 from advisor.errors import InputError, TraceError
+from advisor.metrics.balance import rank_balance
 from advisor.metrics.model import Metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
 from advisor.metrics.sources import find_locations
@@ -110,8 +111,6 @@ def _rank_metrics(ranks: pd.DataFrame, has_gpu: bool) -> dict[str, float | None]
     out: dict[str, float | None] = {"rank_count": float(len(ranks))}
     if len(ranks) < 2:
         return out
-    from advisor.distributed.balance import rank_balance
-
     balance = rank_balance(ranks)
     out.update(
         straggler_ratio=_clean(balance.busy_ratio),

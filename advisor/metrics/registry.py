@@ -122,7 +122,7 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("comm_overlap_frac", "frac", "step", "Share of communication time that overlaps compute kernels"),
     # NOTE: stragglers are judged by busy time (step minus exposed communication), not wall
     # time: in synchronous training every rank's step lasts as long as the slowest one's, the
-    # fast ranks waiting inside the collective (see advisor.distributed.balance).
+    # fast ranks waiting inside the collective (see advisor.metrics.balance).
     MetricSpec("straggler_ratio", "ratio", "ranks", "Busiest rank's busy time (step minus exposed communication) / least busy rank's"),
     MetricSpec("straggler_rank", "rank", "ranks", "Rank with the most busy time: the one the others wait for"),
     MetricSpec("fastest_rank", "rank", "ranks", "Rank with the least busy time"),

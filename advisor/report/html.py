@@ -64,6 +64,8 @@ td.nw{white-space:nowrap}td.nw code{word-break:normal}
 tr.combined td{font-weight:650}
 .verdict{font-weight:600}
 ul.notes{padding-left:20px}
+ul.warnings{list-style:none;padding:10px 14px;margin:0;background:var(--card);border:1px solid var(--line);border-left:4px solid #e8a317;border-radius:10px}
+ul.warnings li::before{content:"⚠ ";color:#e8a317}
 .tw{overflow-x:auto;margin-top:10px}.tw table{margin-top:0}
 svg.plot{display:block;max-width:100%;height:auto}
 svg .grid{stroke:var(--line);stroke-width:1}
@@ -71,6 +73,7 @@ svg .muted{fill:var(--muted)} svg .fg{fill:var(--fg)}
 svg .lane{fill:var(--code)}
 svg .ci line{stroke:var(--fg);stroke-width:1.5}
 svg .baseline{stroke:var(--fg);stroke-dasharray:4 3;stroke-width:1}
+svg .refline{stroke:var(--fg);stroke-dasharray:1 3;stroke-width:1.5}
 svg rect.ev:hover,svg rect:hover{opacity:.8}
 .muted{color:var(--muted)}
 .nc{border-left:4px solid #e8a317}
@@ -246,12 +249,22 @@ def _trials(report: Report) -> str:
             f'<td class="n">{esc(s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—")}</td>'
             f"<td>{esc(t.reason)}</td></tr>"
         )
+    refs = list(dict.fromkeys(r for t in trials if (r := s.trial_reference(t)) is not None))
+    on_top = (
+        " Fixes measured on top of another fix were compared with that fix's run ("
+        + ", ".join(f"<code>{esc(r)}</code>" for r in refs)
+        + "), not the baseline: in the chart they sit under its reference bar, and their Before "
+        "and speedup are relative to it."
+        if refs
+        else ""
+    )
     kept = (
         '<p>Kept: ' + ", ".join(f"<code>{esc(k)}</code>" for k in report.kept_fixes) + "</p>" if report.kept_fixes else ""
     )
     return (
         "<h2>Before and after each fix</h2>"
-        '<p class="muted">Interleaved repeats against the baseline; a change within noise is <em>no measurable effect</em>, never a win.</p>'
+        '<p class="muted">Interleaved repeats against the baseline; a change within noise is <em>no measurable effect</em>, never a win.'
+        f"{on_top}</p>"
         f'<div class="panel">{svg.trials_plot(report.trials, report.combined)}</div>'
         '<div class="tw"><table><tr><th>Fix</th><th>Safety</th><th class="n">Before</th><th class="n">After</th>'
         '<th class="n">Speedup [95% CI]</th><th>Verdict</th><th class="n">Loss Δ</th><th>Note</th></tr>'
@@ -314,6 +327,13 @@ def _run(report: Report) -> str:
     return f"<h2>Run</h2><table>{body}</table>"
 
 
+def _warnings(report: Report) -> str:
+    if not report.warnings:
+        return ""
+    items = "".join(f"<li>{esc(w)}</li>" for w in report.warnings)
+    return f'<h2>Warnings ({len(report.warnings)})</h2><ul class="warnings">{items}</ul>'
+
+
 def _notes(report: Report) -> str:
     notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
     if not notes:
@@ -333,6 +353,7 @@ def render_html(report: Report) -> str:
     body = "".join(
         [
             _cards(report),
+            _warnings(report),
             _breakdown(report),
             _findings(report),
             _trials(report),

@@ -148,7 +148,13 @@ def _trials(report: Report) -> list[str]:
         "### Fix trials",
         "",
         "Each fix was measured against the baseline in interleaved repeats; a change within noise "
-        "is reported as *no measurable effect*.",
+        "is reported as *no measurable effect*."
+        + (
+            " A fix noted *on top of X* was measured against X's run instead: its Before and "
+            "speedup are relative to X."
+            if any(s.trial_reference(t) is not None for t in trials)
+            else ""
+        ),
         "",
         md_table(
             ["Fix", "Safety", "Before (samples/s)", "After (samples/s)", "Speedup [95% CI]", "Verdict", "Loss Δ", "Note"],
@@ -187,6 +193,12 @@ def _diff(report: Report) -> list[str]:
     ]
 
 
+def _warnings(report: Report) -> list[str]:
+    if not report.warnings:
+        return []
+    return [f"### Warnings ({len(report.warnings)})", "", *(f"- ⚠️ {md_text(w)}" for w in report.warnings)]
+
+
 def _notes(report: Report) -> list[str]:
     notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
     if not notes:
@@ -207,6 +219,7 @@ def render_markdown(report: Report) -> str:
     blocks: list[list[str]] = [
         [f"## advisor: {md_code(title)}"],
         _summary(report),
+        _warnings(report),
         _breakdown(report),
         _findings(report),
         _trials(report),

@@ -24,8 +24,21 @@ from advisor.fixes.model import FixOutcome, Trial
 from advisor.metrics.model import Metrics, SourceLocation
 from advisor.metrics.registry import BREAKDOWN_PARTS
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2
+"""Layout version of ``report.json``.
+
+Bumped when a consumer of the JSON would see a difference in where things are, not for every
+new field. History:
+
+* 1: first layout.
+* 2: ``warnings`` (rule-selection warnings such as ``unknown rule code ...``) is its own list;
+  version 1 mixed them into ``notes``. :meth:`Report.load` moves them out of a version-1 file's
+  notes, so old run directories render the same way.
+"""
 REPORT_FILE = "report.json"
+
+_V1_WARNING_PREFIXES = ("unknown rule code",)
+"""Note prefixes that were warnings in version-1 reports (see :data:`REPORT_SCHEMA_VERSION`)."""
 
 TIMELINE_LANES: tuple[str, ...] = ("data_loading", "cpu_ops", "gpu_kernels", "copies", "syncs", "communication")
 """Lanes of ``Report.timeline`` events, top to bottom in the HTML timeline (others go below)."""
@@ -82,7 +95,12 @@ class Report:
         trials: Fix trials; combined: the combined trial of kept fixes.
         diff: Unified diff that makes the kept fixes permanent ("" when none is mechanical).
         timeline: Events of one step for the HTML timeline (lane, name, start_us, dur_us).
-        notes: Analysis notes.
+        notes: Analysis notes (metrics, fix trials).
+        warnings: Problems with how the run was configured that the user should fix:
+            ``Diagnosis.warnings`` such as an unknown code in ``select``/``ignore`` or in a
+            ``# advisor: ignore`` comment, with a close match (the line counting findings that
+            comments suppressed is a note instead). Printed to stderr by the CLI and shown in
+            every format.
         device: Device names seen in the trace (``Metrics.device``; empty for CPU-only traces).
     """
 
@@ -105,6 +123,7 @@ class Report:
     diff: str = ""
     timeline: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
     device: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -138,7 +157,25 @@ class Report:
             raise InputError(f"{file} is not valid JSON ({exc}); re-create it with advisor") from exc
         if not isinstance(data, dict) or "schema_version" not in data:
             raise InputError(f"{file} is not an advisor report (no schema_version)")
-        return from_dict(cls, data)
+        return from_dict(cls, _upgrade(data))
+
+
+def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older report document to the current layout (see :data:`REPORT_SCHEMA_VERSION`)."""
+    try:
+        version = int(data.get("schema_version") or 0)
+    except (TypeError, ValueError):
+        return data
+    if version >= 2 or "warnings" in data:
+        return data
+    notes = list(data.get("notes") or ())
+    moved = [n for n in notes if isinstance(n, str) and n.startswith(_V1_WARNING_PREFIXES)]
+    return {
+        **data,
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "notes": [n for n in notes if n not in moved],
+        "warnings": moved,
+    }
 
 
 def _severity_rank(sev: str) -> int:
@@ -202,6 +239,7 @@ def build_report(
         )
     else:
         run = RunInfo(status="analyzed", steps_measured=int(len(steps_df)))
+    warnings = tuple(dict.fromkeys(diagnosis.warnings))
     categories: dict[str, float] = {}
     for f in diagnosis.findings:
         categories[f.category] = max(categories.get(f.category, 0.0), f.impact_frac)
@@ -222,6 +260,7 @@ def build_report(
         kept_fixes=fixes.kept if fixes else (),
         diff=fixes.diff if fixes else "",
         timeline=timeline,
-        notes=(*metrics.notes, *diagnosis.warnings, *(fixes.notes if fixes else ())),
+        notes=(*metrics.notes, *diagnosis.notes, *(fixes.notes if fixes else ())),
+        warnings=warnings,
         device=tuple(metrics.device),
     )

@@ -233,3 +233,22 @@ def diff_line_kind(line: str) -> str:
     if line.startswith("@@"):
         return "hunk"
     return ""
+
+
+ON_TOP_PREFIX = "on top of "
+"""How a trial's ``reason`` starts when it was measured against another fix's run, not the
+plain baseline (``advisor.fixes.trials`` writes ``on top of dataloader_workers@2[; note]``)."""
+
+
+def trial_reference(trial: Any) -> str | None:
+    """Return the run a trial was compared with when that is not the baseline, else None.
+
+    A fix measured "on top of" another (``persistent_workers`` on top of the best loader-workers
+    rung) has ``baseline_samples_per_s`` and ``speedup`` relative to that fix's run, so every
+    renderer that shows a baseline must say which one.
+    """
+    reason = str(getattr(trial, "reason", "") or "")
+    if not reason.startswith(ON_TOP_PREFIX):
+        return None
+    ref = reason[len(ON_TOP_PREFIX) :].split(";", 1)[0].strip()
+    return ref or None

@@ -165,22 +165,51 @@ def share_bar(breakdown: dict[str, float]) -> str:
     return "".join(out)
 
 
+def _median(values: Sequence[float]) -> float | None:
+    vals = sorted(values)
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
 def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label: str = "baseline") -> str:
     """Before/after samples/s: the baseline, then each measured trial with its confidence interval.
 
     The interval is the trial's CI on the speedup applied to its own baseline, so the whisker is
     in samples/s. Trials without a measurement (skipped, failed) are listed, greyed, with no bar.
+
+    A trial measured on top of another fix (``reason`` ``on top of X``, see
+    :func:`advisor.report.style.trial_reference`) was compared with X's run, not the baseline:
+    X gets its own grey reference row (its throughput in those repeats) and a dotted line, and
+    the trials measured against it are drawn under it as ``+ fix``, so their speedups read
+    against the bar they were measured against.
     """
-    rows: list[tuple[str, Trial | None, bool]] = [(f"{t.fix}", t, False) for t in trials]
-    if combined is not None:
-        rows.append((f"combined: {combined.fix}", combined, True))
-    if not rows:
+    plain = [t for t in trials if s.trial_reference(t) is None]
+    groups: dict[str, list[Trial]] = {}
+    for t in trials:
+        ref = s.trial_reference(t)
+        if ref is not None:
+            groups.setdefault(ref, []).append(t)
+    if not trials and combined is None:
         return ""
-    baselines = [s.finite(t.baseline_samples_per_s) for _, t, _ in rows if t is not None]
-    base_vals = [b for b in baselines if b is not None]
-    baseline = sorted(base_vals)[len(base_vals) // 2] if base_vals else None
-    values: list[float] = list(base_vals)
-    for _, t, _ in rows:
+
+    def baselines(ts: Sequence[Trial]) -> list[float]:
+        return [b for t in ts if (b := s.finite(t.baseline_samples_per_s)) is not None]
+
+    # NOTE: the baseline is the median over trials measured against the baseline only: a
+    # reference run (loader workers on) is much faster and would drag it up.
+    baseline = _median(baselines([*plain, *([combined] if combined is not None else [])]))
+    # (kind, label, trial, reference value); kind: baseline, reference, trial, on_top, combined
+    rows: list[tuple[str, str, Trial | None, float | None]] = [("baseline", baseline_label, None, baseline)]
+    rows += [("trial", t.fix, t, None) for t in plain]
+    for ref, ts in groups.items():
+        rows.append(("reference", ref, None, _median(baselines(ts))))
+        rows += [("on_top", f"+ {t.fix}", t, None) for t in ts]
+    if combined is not None:
+        rows.append(("combined", f"combined: {combined.fix}", combined, None))
+    values: list[float] = [v for _, _, _, v in rows if v is not None]
+    for _, _, t, _ in rows:
         if t is None:
             continue
         b = s.finite(t.baseline_samples_per_s)
@@ -193,10 +222,12 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
     ticks = nice_ticks(max(values) * 1.02)
     xmax = ticks[-1] or 1
     W, left, right, top, row_h = 880, 210, 210, 26, 30
-    all_rows: list[tuple[str, Trial | None, bool]] = [(baseline_label, None, False), *rows]
-    H = top + row_h * len(all_rows) + 30
+    H = top + row_h * len(rows) + 30
     plot_w = W - left - right
-    out = [_svg_open(W, H, "Samples per second before and after each fix")]
+    label = "Samples per second before and after each fix"
+    if groups:
+        label += "; fixes under a reference row are compared with that reference, not the baseline"
+    out = [_svg_open(W, H, label)]
 
     def xpos(v: float) -> float:
         return left + v / xmax * plot_w
@@ -208,19 +239,39 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
             f'<text x="{x:.1f}" y="{H - 10}" font-size="11" text-anchor="middle" class="muted">{_tick_label(t)}</text>'
         )
     out.append(f'<text x="{left + plot_w / 2:.1f}" y="14" font-size="11" text-anchor="middle" class="muted">samples/s (median; whisker = 95% CI)</text>')
-    for i, (label, t, is_combined) in enumerate(all_rows):
+    ref_lines: list[tuple[float, int, int]] = []  # (value, first row, last row) of each reference group
+    for i, (kind, name, t, ref_value) in enumerate(rows):
         y = top + i * row_h
-        weight = ' font-weight="600"' if is_combined or t is None else ""
+        bold = kind in ("baseline", "reference", "combined")
+        weight = ' font-weight="600"' if bold else ""
         out.append(
-            f'<text x="{left - 10}" y="{y + 18}" font-size="12" text-anchor="end" class="fg"{weight}>{esc(_fit(label, left - 16, 7.2 if weight else 6.2))}</text>'
+            f'<text x="{left - 10}" y="{y + 18}" font-size="12" text-anchor="end" class="fg"{weight}>{esc(_fit(name, left - 16, 7.2 if bold else 6.2))}</text>'
         )
         if t is None:
-            if baseline is not None:
+            if ref_value is None:
+                continue
+            is_ref = kind == "reference"
+            tip = (
+                f"{name}: {s.rate(ref_value)} samples/s, measured in the same interleaved repeats as the "
+                "fixes below, which are compared with it (not with the baseline)"
+                if is_ref
+                else f"baseline: {s.rate(ref_value)} samples/s"
+            )
+            # NOTE: the reference is a translucent, outlined bar so it never reads as one more
+            # fix's result (a "no effect" bar is grey too).
+            fill = 'fill="#8a8a8a" fill-opacity="0.25" stroke="#8a8a8a"' if is_ref else 'fill="#8a8a8a"'
+            out.append(
+                f'<rect x="{left}" y="{y + 6}" width="{xpos(ref_value) - left:.1f}" height="18" rx="2" {fill}>'
+                f"<title>{esc(tip)}</title></rect>"
+                f'<text x="{xpos(ref_value) + 6:.1f}" y="{y + 19}" font-size="12" class="fg">{esc(s.rate(ref_value))}</text>'
+            )
+            if is_ref:
+                n = sum(1 for r in rows[i + 1 :] if r[0] == "on_top" and s.trial_reference(r[2]) == name)
                 out.append(
-                    f'<rect x="{left}" y="{y + 6}" width="{xpos(baseline) - left:.1f}" height="18" rx="2" fill="#8a8a8a">'
-                    f"<title>baseline: {esc(s.rate(baseline))} samples/s</title></rect>"
-                    f'<text x="{xpos(baseline) + 6:.1f}" y="{y + 19}" font-size="12" class="fg">{esc(s.rate(baseline))}</text>'
+                    f'<text x="{W - right + 8}" y="{y + 19}" font-size="12" class="muted">'
+                    f"reference for the {'fix' if n == 1 else f'{n} fixes'} below</text>"
                 )
+                ref_lines.append((ref_value, i, i + n))
             continue
         v = s.finite(t.samples_per_s)
         colour = s.VERDICT_COLORS.get(t.verdict, "#888")
@@ -230,7 +281,11 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
                 f"{esc(s.VERDICT_LABELS.get(t.verdict, t.verdict))}{': ' + esc(_fit(t.reason, plot_w)) if t.reason else ''}</text>"
             )
             continue
-        tip = f"{t.fix}: {s.rate(v)} samples/s, {s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)} ({s.VERDICT_LABELS.get(t.verdict, t.verdict)})"
+        against = s.trial_reference(t) or "baseline"
+        tip = (
+            f"{t.fix}: {s.rate(v)} samples/s, {s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)} vs {against} "
+            f"({s.VERDICT_LABELS.get(t.verdict, t.verdict)})"
+        )
         out.append(
             f'<rect x="{left}" y="{y + 6}" width="{max(1.0, xpos(v) - left):.1f}" height="18" rx="2" fill="{colour}">'
             f"<title>{esc(tip)}</title></rect>"
@@ -249,6 +304,11 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
     if baseline is not None:
         x = xpos(baseline)
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{H - 26}" class="baseline"/>')
+    for value, first, last in ref_lines:
+        x = xpos(value)
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top + first * row_h + 2}" y2="{top + (last + 1) * row_h}" class="refline"/>'
+        )
     out.append("</svg>")
     return "".join(out)
 

@@ -1,4 +1,4 @@
-"""Terminal renderer: a rich summary panel, a breakdown bar chart, findings, trials and notes.
+"""Terminal renderer: a rich summary panel, warnings, a breakdown bar chart, findings, trials and notes.
 
 The output is a string. Without colour (files, pipes, golden tests) it is rendered at a fixed
 width with no control codes, so it is byte-for-byte deterministic. Every string that came from
@@ -228,6 +228,11 @@ def _breakdown(report: Report, color: bool) -> RenderableType | None:
 
 def _findings(report: Report) -> RenderableType:
     if not report.findings:
+        from advisor.engine.suppress import SUPPRESSION_NOTE
+
+        if any(SUPPRESSION_NOTE in n for n in report.notes):
+            # NOTE: "nothing fired" would be false: rules fired and comments hid them (see notes).
+            return Text("No findings left: the rest were suppressed by `# advisor: ignore` comments (see notes).")
         return Text("No findings: nothing in the rules fired for this run.", style="green")
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), expand=True)
     table.add_column("Severity", no_wrap=True)
@@ -286,6 +291,9 @@ def _trials(report: Report) -> RenderableType | None:
             end_section=i == combined_at - 1,
         )
     title = Text("Fix trials (samples/s; interleaved repeats against the baseline)", style="bold")
+    if any(s.trial_reference(t) is not None for t in trials):
+        # NOTE: an "on top of X" trial's Before and speedup are X's run, not the baseline.
+        title.append("\nRows noted 'on top of X' were measured against X's run, not the baseline.", style="dim")
     parts: list[RenderableType] = [title, table]
     if report.kept_fixes:
         parts.append(Text.assemble("Kept: ", _t(", ".join(report.kept_fixes), "bold green")))
@@ -326,6 +334,18 @@ def _locations(report: Report) -> RenderableType | None:
     return Group(*items)
 
 
+def _warnings(report: Report) -> RenderableType | None:
+    if not report.warnings:
+        return None
+    body = Text()
+    for i, w in enumerate(report.warnings):
+        body.append("! ", style="bold yellow")
+        body.append(_t(w))
+        if i < len(report.warnings) - 1:
+            body.append("\n")
+    return Group(Text(f"Warnings ({len(report.warnings)})", style="bold yellow"), body)
+
+
 def _notes(report: Report) -> RenderableType | None:
     notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
     if not notes:
@@ -353,6 +373,7 @@ def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> s
     console, buf = make_console(color, width)
     console.print(_summary_panel(report))
     sections = [
+        _warnings(report),
         _breakdown(report, color),
         _findings(report),
         _trials(report),

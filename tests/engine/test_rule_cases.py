@@ -23,6 +23,9 @@ def test_rule_case(rule_case):
     assert finding is not None, f"{code} did not fire on {case['name']}"
     for fragment in case.get("message") or []:
         assert fragment in finding.message, f"{fragment!r} not in {finding.message!r}"
+    # ``message_absent``: text an optional ``[[...]]`` segment must have dropped (e.g. ``n/a``).
+    for fragment in case.get("message_absent") or []:
+        assert fragment not in finding.message, f"{fragment!r} in {finding.message!r}"
     if "impact" in case:
         assert finding.impact_frac == pytest.approx(case["impact"], abs=1e-3)
     if "expect_locations" in case:

@@ -35,7 +35,35 @@ def test_report_text_to_stdout(capsys, run_dir: Path) -> None:
     code, out, err = invoke(capsys, "report", str(run_dir))
     assert code == EXIT_OK
     assert "Primary bottleneck" in out and "Data loading" in out
-    assert err == ""  # data on stdout, nothing else
+    # data on stdout; stderr carries only the report's warnings (Report.warnings), one line each
+    assert err == "advisor: warning: unknown rule code 'DL01' in ignore (did you mean 'DL001'?)\n"
+    assert "Warnings (1)" in out and "unknown rule code 'DL01'" in out
+
+
+def test_report_without_warnings_keeps_stderr_empty(capsys, tmp_path: Path) -> None:
+    run = tmp_path / "quiet"
+    dataclasses.replace(make_report(), warnings=()).save(run)
+    code, out, err = invoke(capsys, "report", str(run))
+    assert code == EXIT_OK and "Primary bottleneck" in out
+    assert err == ""
+    assert "Warnings" not in out
+
+
+def test_old_report_warnings_move_out_of_notes(capsys, tmp_path: Path) -> None:
+    # A schema-1 report.json kept rule-selection warnings in notes; loading upgrades it.
+    data = make_report().to_dict()
+    data["schema_version"] = 1
+    del data["warnings"]
+    data["notes"] = [*data["notes"], "unknown rule code 'XX9' in select"]
+    run = tmp_path / "v1"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps(data), encoding="utf-8")
+    code, out, err = invoke(capsys, "report", str(run), "--format", "json")
+    upgraded = json.loads(out)
+    assert upgraded["schema_version"] == 2
+    assert upgraded["warnings"] == ["unknown rule code 'XX9' in select"]
+    assert not any(n.startswith("unknown rule code") for n in upgraded["notes"])
+    assert err == "advisor: warning: unknown rule code 'XX9' in select\n"
 
 
 def test_report_format_follows_output_extension(capsys, run_dir: Path, tmp_path: Path) -> None:

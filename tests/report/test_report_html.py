@@ -114,3 +114,67 @@ def test_comparison_renders_in_headless_chromium(chromium, tmp_path: Path) -> No
     assert 'data-ready="1"' in re.search(r"<html[^>]*>", dom).group(0)
     assert "Not comparable" in dom and "devices differ" in dom
     assert dom.count("<svg") >= 1
+
+
+def _row_labels(svg_text: str) -> list[str]:
+    """Row labels of the trials chart, top to bottom (right-aligned text left of the bars)."""
+    return [html_unescape(m) for m in re.findall(r'<text x="200" y="[\d.]+" font-size="12" text-anchor="end"[^>]*>([^<]*)</text>', svg_text)]
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)
+
+
+def _vline_x(svg_text: str, cls: str) -> list[float]:
+    return [float(x) for x in re.findall(rf'<line x1="([\d.]+)" x2="[\d.]+" y1="[\d.]+" y2="[\d.]+" class="{cls}"/>', svg_text)]
+
+
+def test_trials_chart_draws_the_reference_of_on_top_trials() -> None:
+    from advisor.fixes.model import Trial
+    from advisor.report.svg import trials_plot
+
+    ref = "dataloader_workers@4" + HOSTILE
+    trials = [
+        Trial("dataloader_workers", "safe", 100.0, 300.0, 3.0, 2.9, 3.1, "improved", reason="num_workers 0 -> 4"),
+        Trial("pin_memory", "safe", 102.0, 104.0, 1.02, 0.99, 1.05, "no_effect"),
+        Trial("persistent_workers", "safe", 310.0, 341.0, 1.10, 1.06, 1.14, "improved", reason=f"on top of {ref}; kept workers alive"),
+        Trial("bf16_autocast", "unsafe", verdict="skipped", reason="unsafe: pass --unsafe-fixes"),
+    ]
+    combined = Trial("dataloader_workers+persistent_workers", "safe", 98.0, 330.0, 3.37, 3.2, 3.5, "improved")
+    plot = trials_plot(trials, combined)
+    labels = _row_labels(plot)
+    # Plain trials against the baseline, then the reference row with the trials measured on top of it.
+    assert labels[:4] == ["baseline", "dataloader_workers", "pin_memory", "bf16_autocast"]
+    assert labels[4].startswith("dataloader_workers@4")  # the reference row (name truncated to fit)
+    assert labels[5] == "+ persistent_workers"
+    assert labels[6].startswith("combined: ") and len(labels) == 7
+    # The baseline is the plain runs' median (100, 102, 98 -> 100), not pulled up by the 310 reference.
+    assert "<title>baseline: 100 samples/s</title>" in plot
+    assert "310 samples/s, measured in the same interleaved repeats" in html_unescape(plot)
+    (base_x,) = _vline_x(plot, "baseline")
+    (ref_x,) = _vline_x(plot, "refline")
+    assert (ref_x - 210) / (base_x - 210) == pytest.approx(310 / 100, rel=0.01)
+    # The on-top trial's whisker is drawn around its own reference (310 x [1.06, 1.14]), in samples/s.
+    assert "vs dataloader_workers@4" in html_unescape(plot)
+    assert "reference for the fix below" in plot
+    # Escaped: the hostile reference name is text, never markup.
+    assert "<img" not in plot and "&lt;/script&gt;&lt;img" in plot
+
+
+def test_trials_chart_without_on_top_trials_has_no_reference_row() -> None:
+    from advisor.fixes.model import Trial
+    from advisor.report.svg import trials_plot
+
+    plot = trials_plot([Trial("pin_memory", "safe", 102.0, 104.0, 1.02, 0.99, 1.05, "no_effect")], None)
+    assert _row_labels(plot) == ["baseline", "pin_memory"]
+    assert _vline_x(plot, "refline") == []
+    assert "reference for" not in plot
+
+
+def test_report_page_explains_on_top_trials() -> None:
+    page = render(make_report(), "html")
+    assert "+ persistent_workers" in page
+    assert "compared with that fix's run (<code>dataloader_workers@2</code>)" in page
+    assert '<ul class="warnings"><li>unknown rule code &#x27;DL01&#x27; in ignore' in page

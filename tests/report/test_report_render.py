@@ -51,7 +51,7 @@ def test_json_round_trips_and_sorts_findings(tmp_path: Path) -> None:
     shuffled = Report(**{**report.__dict__, "findings": tuple(reversed(report.findings))})
     data = json.loads(render(shuffled, "json"))
     assert [f["code"] for f in data["findings"]] == ["CPU003", "DL001", "SY002"]  # error, warning, info
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     report.save(tmp_path)
     assert Report.load(tmp_path) == report
 
@@ -135,3 +135,23 @@ def test_write_output_refuses_html_on_a_tty_but_allows_pipes(tmp_path: Path) -> 
 def test_hostile_text_survives_json_round_trip() -> None:
     data = json.loads(render(make_report(hostile=True), "json"))
     assert data["findings"][1]["message"].endswith(HOSTILE)
+
+
+def test_build_report_separates_warnings_from_notes() -> None:
+    import dataclasses
+
+    import pandas as pd
+
+    from advisor.engine.model import Diagnosis
+    from advisor.engine.suppress import SUPPRESSION_NOTE
+    from advisor.metrics.model import Metrics
+    from advisor.report.model import build_report
+
+    metrics = Metrics(source="t.json", summary={}, steps=pd.DataFrame(), ranks=pd.DataFrame(), notes=("metric note",))
+    hidden = f"1 finding {SUPPRESSION_NOTE}: SY001 at train.py:4 (--no-inline-ignores shows them)"
+    unknown = "unknown rule code 'XX9' in select"
+    diagnosis = Diagnosis(findings=(), primary=None, breakdown={}, warnings=(unknown, unknown), notes=(hidden,))
+    report = build_report(metrics, diagnosis)
+    assert report.warnings == (unknown,)  # once, even when two layers said it
+    assert report.notes == ("metric note", hidden)
+    assert dataclasses.replace(report, warnings=()).to_dict()["warnings"] == []
