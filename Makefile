@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # local CPU wheel, while an unpinned torch would pull several GB of CUDA packages.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup demo test test-all lint bench bench-trace bench-zoo clean
+.PHONY: setup demo test test-all lint bench bench-trace bench-zoo clean docs
 
 setup: $(STAMP)
 
@@ -41,6 +41,12 @@ bench-trace: $(STAMP)
 
 bench-zoo: $(STAMP)
 	$(PY) benchmarks/zoo.py
+
+# docs/rules.md is generated from rules/**/*.yaml; tests/cli/test_docs.py fails when it is stale.
+docs: $(STAMP)
+	mkdir -p docs
+	$(VENV)/bin/advisor rules --format markdown > docs/rules.md.tmp || { rm -f docs/rules.md.tmp; exit 1; }
+	mv docs/rules.md.tmp docs/rules.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info advisor-runs

@@ -62,15 +62,24 @@ def _timeline(traces: Sequence[Any]) -> tuple[dict[str, Any], ...]:
         return ()
 
 
-def evaluate(metrics: Metrics, engine_config: Any = None) -> Diagnosis:
-    """Run the rule engine over metrics."""
+def evaluate(
+    metrics: Metrics, engine_config: Any = None, search_dirs: Sequence[Path] = (), inline_ignores: bool = True
+) -> Diagnosis:
+    """Run the rule engine over metrics, then drop findings ``# advisor: ignore`` comments cover.
+
+    ``search_dirs`` are where relative source paths from the trace are looked up.
+    """
     from advisor.engine.evaluate import diagnose
+    from advisor.engine.suppress import apply_inline_ignores
 
-    return diagnose(metrics, engine_config)
+    diagnosis = diagnose(metrics, engine_config)
+    return apply_inline_ignores(diagnosis, search_dirs) if inline_ignores else diagnosis
 
 
-def analyze_report(path: str | Path, engine_config: Any = None) -> Report:
+def analyze_report(path: str | Path, engine_config: Any = None, inline_ignores: bool = True) -> Report:
     """Diagnose a trace file, a directory of traces, or a saved run directory.
+
+    ``inline_ignores=False`` (``--no-inline-ignores``) keeps findings that comments suppress.
 
     Raises:
         InputError: the path is missing or holds no readable trace (TraceError).
@@ -82,7 +91,9 @@ def analyze_report(path: str | Path, engine_config: Any = None) -> Report:
         raise InputError(f"{path} does not exist; pass a .json/.json.gz trace, a folder of traces or a run directory")
     traces, capture, pstats = load_input(path)
     metrics = compute_metrics(traces, capture=capture, pstats_path=pstats, source=str(path))
-    diagnosis = evaluate(metrics, engine_config)
+    # NOTE: profiler stacks name bare files (``train.py``): look beside the trace and the script too.
+    dirs = (Path.cwd(), path if path.is_dir() else path.parent, *([Path(capture.script).parent] if capture and capture.script else []))
+    diagnosis = evaluate(metrics, engine_config, dirs, inline_ignores)
     return build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces))
 
 
@@ -93,6 +104,7 @@ def diagnose_script(
     fix_options: FixOptions = FixOptions(),
     progress: Callable[[Any], None] | None = None,
     trial_progress: Callable[[Any], None] | None = None,
+    inline_ignores: bool = True,
 ) -> DiagnoseResult:
     """Capture a script, diagnose it, try the suggested fixes, and save ``report.json``.
 
@@ -108,7 +120,7 @@ def diagnose_script(
     traces = load_run_traces(run_dir, capture)
     pstats = run_dir / capture.pstats_file if capture.pstats_file else None
     metrics = compute_metrics(traces, capture=capture, pstats_path=pstats if pstats and pstats.is_file() else None)
-    diagnosis = evaluate(metrics, engine_config)
+    diagnosis = evaluate(metrics, engine_config, (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
     outcome: FixOutcome | None = None
     if fix_options.enabled and capture.ok:
         outcome = try_fixes(spec, diagnosis, fix_options, trial_progress)

@@ -198,3 +198,123 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML ({exc}); fix the file or remove it") from None
+
+
+DEFAULT_VALUES: dict[str, Any] = {
+    "select": None,
+    "extend-select": (),
+    "ignore": (),
+    "preview": False,
+    "extend": None,
+}
+"""Each key's value when no config file sets it (``select`` None: every stable rule)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved setting and where it came from (``advisor config``).
+
+    Attributes:
+        key: The key as written in the file (``extend-select``).
+        value: The resolved value: a tuple of codes, a bool, a path, or None when unset.
+        sources: The files that set it, lowest layer first; empty when it is the default.
+            ``select``, ``preview`` and ``extend`` come from the closest file that sets them;
+            ``extend-select`` and ``ignore`` add up over the ``extend`` chain, as the engine
+            applies them layer by layer, down to the closest file that sets ``select`` (whose
+            selection replaces what the files below it built).
+    """
+
+    key: str
+    value: Any
+    sources: tuple[Path, ...] = ()
+
+    @property
+    def is_default(self) -> bool:
+        """True when no config file sets this key."""
+        return not self.sources
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """The configuration that applies to a folder, setting by setting.
+
+    Attributes:
+        path: The config file that applies (None: only defaults).
+        files: That file and the files it extends, closest first.
+        settings: One :class:`Setting` per key of :data:`KNOWN_KEYS`, in that order.
+        engine: The same configuration as the engine receives it (no command-line flags).
+        notes: Settings that are written but have no effect (a closer ``select`` replaced them).
+    """
+
+    path: Path | None
+    files: tuple[Path, ...]
+    settings: tuple[Setting, ...]
+    engine: EngineConfig
+    notes: tuple[str, ...] = ()
+
+
+def resolve_config(start: Path | None = None, config_file: Path | None = None) -> ResolvedConfig:
+    """Resolve the configuration for ``start`` (a script or folder; default: the working directory).
+
+    Uses the same search (:func:`find_config_file`), loader and validation
+    (:func:`load_config_file`) as every command, so what this shows is what runs.
+
+    Raises:
+        UsageError: the config file is invalid (the same one-line message as elsewhere).
+    """
+    path = config_file or find_config_file(start)
+    chain: list[ConfigFile] = []
+    loaded = load_config_file(path) if path is not None else None
+    node = loaded
+    while node is not None:
+        chain.append(node)
+        node = node.base
+    # NOTE: a layer's ``select`` replaces the selection built below it, so the lists of files
+    # under the closest ``select`` no longer count (see advisor.engine.selection).
+    cut = next((i for i, c in enumerate(chain) if "select" in c.settings), len(chain) - 1)
+    live, dropped = chain[: cut + 1], chain[cut + 1 :]
+    notes = tuple(
+        f"{describe_source(c.path)}: {' and '.join(k for k in ('extend-select', 'ignore') if k in c.settings)} "
+        f"replaced by the select in {describe_source(chain[cut].path)}"
+        for c in dropped
+        if any(k in c.settings for k in ("extend-select", "ignore"))
+    )
+    settings: list[Setting] = []
+    for key in KNOWN_KEYS:
+        setters = [c for c in chain if key in c.settings]  # closest first
+        if key in ("extend-select", "ignore"):
+            setters = [c for c in live if key in c.settings]
+        if not setters:
+            settings.append(Setting(key, DEFAULT_VALUES.get(key)))
+        elif key in ("extend-select", "ignore"):
+            ordered = list(reversed(setters))  # lowest layer first, as the engine applies them
+            value = tuple(dict.fromkeys(v for c in ordered for v in c.settings[key]))
+            settings.append(Setting(key, value, tuple(c.path for c in ordered)))
+        else:
+            settings.append(Setting(key, setters[0].settings[key], (setters[0].path,)))
+    engine = resolve_engine_config(config_file=path) if path is not None else EngineConfig()
+    return ResolvedConfig(
+        path=path.resolve() if path is not None else None,
+        files=tuple(c.path for c in chain),
+        settings=tuple(settings),
+        engine=engine,
+        notes=notes,
+    )
+
+
+def describe_source(path: Path | None, relative_to: Path | None = None) -> str:
+    """Name a setting's source: ``default``, ``path/pyproject.toml [tool.advisor]`` or ``path/advisor.toml``.
+
+    Args:
+        path: The config file, or None for the default.
+        relative_to: Show the path relative to this folder when it is inside it.
+    """
+    if path is None:
+        return "default"
+    shown = path
+    if relative_to is not None:
+        try:
+            shown = path.relative_to(Path(relative_to).resolve())
+        except ValueError:
+            shown = path
+    return f"{shown} [tool.advisor]" if path.name == "pyproject.toml" else str(shown)

@@ -30,10 +30,11 @@ def analyze(
     extend_select: tuple[str, ...],
     ignore: tuple[str, ...],
     preview: bool,
+    no_inline_ignores: bool,
 ) -> int:
     """Diagnose a trace file (.json/.json.gz), a folder of per-rank traces, or a run directory."""
     from advisor.api import analyze_report
 
     config = engine_config(select, extend_select, ignore, preview)
-    report = analyze_report(path, config)
+    report = analyze_report(path, config, inline_ignores=not no_inline_ignores)
     return emit_report(report, fmt, output, fail_on)

@@ -88,6 +88,7 @@ def diagnose(
     extend_select: tuple[str, ...],
     ignore: tuple[str, ...],
     preview: bool,
+    no_inline_ignores: bool,
     quiet: int,
     verbose: int,
 ) -> int:
@@ -128,6 +129,7 @@ def diagnose(
             fix_options=fix_options,
             progress=progress,
             trial_progress=trial_progress,
+            inline_ignores=not no_inline_ignores,
         )
     finally:
         stop()

@@ -24,6 +24,7 @@ _COMMANDS: dict[str, str] = {
     "tensorboard": "advisor.cli.cmd_tensorboard:tensorboard",
     "rules": "advisor.cli.cmd_rules:rules",
     "rule": "advisor.cli.cmd_rules:rule",
+    "config": "advisor.cli.cmd_config:config",
 }
 
 _SHORT_HELP: dict[str, str] = {
@@ -34,6 +35,7 @@ _SHORT_HELP: dict[str, str] = {
     "tensorboard": "Open a run's traces in TensorBoard's PyTorch Profiler plugin.",
     "rules": "List the rules.",
     "rule": "Explain one rule.",
+    "config": "Show the resolved configuration and where each setting came from.",
 }
 
 
@@ -72,6 +74,7 @@ def cli() -> None:
     advisor compare RUN_BEFORE RUN_AFTER     before/after speedup report
     advisor tensorboard RUN_DIR              open the traces in TensorBoard
     advisor rules / advisor rule DL001       list rules / explain one
+    advisor config                           resolved settings and their sources
     """  # noqa: D301 - \b is Click's keep-lines marker (the \x08 character), so no raw string
 
 

@@ -47,11 +47,19 @@ fail_on_option = click.option(
 )
 output_options = _stack(format_option, output_option, fail_on_option)
 
+inline_ignores_option = click.option(
+    "--no-inline-ignores",
+    is_flag=True,
+    default=False,
+    help="Report findings even where the script has `# advisor: ignore[CODE]` comments.",
+)
+
 rule_selection_options = _stack(
     click.option("--select", multiple=True, metavar="CODE", help="Only these rules (codes or prefixes, repeatable)."),
     click.option("--extend-select", multiple=True, metavar="CODE", help="Add rules to the selection."),
     click.option("--ignore", multiple=True, metavar="CODE", help="Skip these rules (codes or prefixes, repeatable)."),
     click.option("--preview", is_flag=True, default=False, help="Also run preview rules."),
+    inline_ignores_option,
 )
 
 verbosity_options = _stack(

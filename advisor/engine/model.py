@@ -85,6 +85,8 @@ class Diagnosis:
     rules_evaluated: int = 0
     suppressed: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    """Information for the report, not a problem to fix (e.g. findings hidden by comments)."""
 
 
 @dataclass(frozen=True)

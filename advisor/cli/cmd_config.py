@@ -1,0 +1,105 @@
+"""``advisor config``: the resolved configuration for a folder, each setting with where it came from.
+
+The same search and loader as ``diagnose`` and ``analyze`` (:func:`advisor.config.resolve_config`),
+so what it prints is what those commands use; ruff's ``--show-settings`` is the model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from advisor.config import ResolvedConfig, Setting, describe_source, resolve_config
+
+EPILOG = """\b
+Examples:
+  advisor config                          settings for the current directory
+  advisor config --for examples/train.py  settings a diagnose of that script would use
+  advisor config --format json            for tools
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.option(
+    "--for",
+    "target",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    metavar="PATH",
+    help="A script or folder: show the settings its closest config file gives (default: the current directory).",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def config(target: Path | None, fmt: str) -> int:
+    """Show each setting, its value, and where it came from (default or a config file)."""
+    from advisor.engine.rules import default_rules
+    from advisor.engine.selection import select_rules
+
+    resolved = resolve_config(start=target or Path.cwd())
+    selection = select_rules(default_rules(), resolved.engine)
+    selected = [r.code for r in selection.selected]
+    deselected = [r.code for r in selection.deselected]
+    if fmt == "json":
+        click.echo(json.dumps(as_json(resolved, selected, deselected, selection.warnings), indent=2))
+    else:
+        click.echo(as_text(resolved, selected, deselected))
+    for warning in selection.warnings:
+        click.echo(f"advisor: warning: {warning}", err=True)
+    return 0
+
+
+def as_json(
+    resolved: ResolvedConfig, selected: list[str], deselected: list[str], warnings: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Return the resolved configuration as JSON-able data (absolute paths, values as in TOML)."""
+    return {
+        "config_file": str(resolved.path) if resolved.path else None,
+        "extends": [str(p) for p in resolved.files[1:]],
+        "settings": {
+            s.key: {
+                "value": list(s.value) if isinstance(s.value, tuple) else s.value,
+                "default": s.is_default,
+                "sources": [str(p) for p in s.sources],
+            }
+            for s in resolved.settings
+        },
+        "rules": {"selected": selected, "deselected": deselected},
+        "notes": list(resolved.notes),
+        "warnings": list(warnings),
+    }
+
+
+def as_text(resolved: ResolvedConfig, selected: list[str], deselected: list[str]) -> str:
+    """Aligned columns: setting, value, source; then the rules that would run."""
+    here = Path.cwd()
+    if resolved.path is None:
+        head = ["config file: none found (searched for advisor.toml, .advisor.toml, "
+                "pyproject.toml with [tool.advisor] from here upwards); using defaults"]
+    else:
+        head = [f"config file: {describe_source(resolved.path, here)}"]
+        head += [f"  extends: {describe_source(p, here)}" for p in resolved.files[1:]]
+    header = ("setting", "value", "source")
+    rows = [
+        (s.key, _value_text(s), ", ".join(describe_source(p, here) for p in s.sources) or "default")
+        for s in resolved.settings
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(2)]
+    table = ["  ".join((row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2])).rstrip() for row in (header, *rows)]
+    total = len(selected) + len(deselected)
+    rules = f"rules: {len(selected)} of {total} selected: {', '.join(selected) or 'none'}"
+    notes = [f"note: {n}" for n in resolved.notes]
+    return "\n".join([*head, "", *table, "", rules, *notes])
+
+
+def _value_text(setting: Setting) -> str:
+    """Write the value as TOML would; an unset ``select`` says what the default selects."""
+    value = setting.value
+    if value is None:
+        return "(every stable rule)" if setting.key == "select" else "(none)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(json.dumps(v) for v in value) + "]"
+    return json.dumps(value)
