@@ -226,6 +226,11 @@ def _rule_section(r: Rule) -> list[str]:
         "### Message",
         "",
         *_fence(r.message.source, "text"),
+        *(
+            ["", "Parts in `[[...]]` are printed only when every value inside is known (see rules/README.md)."]
+            if "[[" in r.message.source
+            else []
+        ),
         "",
         "### Fixes and their safety",
         "",
