@@ -209,8 +209,11 @@ def check_plugin() -> None:
 
 
 def port_free(host: str, port: int) -> bool:
-    """Return True when ``host:port`` can be bound right now."""
+    """Return True when ``host:port`` can be bound right now (by a server, as TensorBoard binds)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # NOTE: SO_REUSEADDR as servers (TensorBoard's werkzeug) set it: without it, connections
+        # left in TIME_WAIT by a server that just stopped make a free port look taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

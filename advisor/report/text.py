@@ -264,20 +264,18 @@ def _trials(report: Report) -> RenderableType | None:
     trials = list(report.trials) + ([report.combined] if report.combined else [])
     if not trials:
         return None
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), expand=True)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     table.add_column("Fix", min_width=18, max_width=24, overflow="fold")
     table.add_column("Before", justify="right", no_wrap=True)
     table.add_column("After", justify="right", no_wrap=True)
     table.add_column("Speedup [95% CI]", justify="right", no_wrap=True)
-    table.add_column("Verdict", min_width=8, max_width=12)
+    table.add_column("Verdict", no_wrap=True)
     table.add_column("Loss Δ", justify="right", no_wrap=True)
-    table.add_column("Note", ratio=1, min_width=16, overflow="fold")
     combined_at = len(trials) - 1 if report.combined is not None else -1
     for i, t in enumerate(trials):
         verdict_style = {"improved": "green", "slower": "red", "failed": "bold red"}.get(t.verdict, "")
         name = Text()
-        # NOTE: "a+b" is one word to the table layout; spaces let a combined name wrap
-        # instead of starving the Note column.
+        # NOTE: "a+b" is one word to the table layout; spaces let a combined name wrap.
         name.append(_t(t.fix.replace("+", " + "), "bold" if i == combined_at else ""))
         name.append(_t(f"\n{'combined · ' if i == combined_at else ''}{t.safety}", "dim"))
         table.add_row(
@@ -287,7 +285,6 @@ def _trials(report: Report) -> RenderableType | None:
             _t(_speedup_text(t)),
             _t(s.VERDICT_LABELS.get(t.verdict, t.verdict), verdict_style),
             _t(s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—"),
-            _t(t.reason),
             end_section=i == combined_at - 1,
         )
     title = Text("Fix trials (samples/s; interleaved repeats against the baseline)", style="bold")
@@ -295,9 +292,32 @@ def _trials(report: Report) -> RenderableType | None:
         # NOTE: an "on top of X" trial's Before and speedup are X's run, not the baseline.
         title.append("\nRows noted 'on top of X' were measured against X's run, not the baseline.", style="dim")
     parts: list[RenderableType] = [title, table]
+    notes = _trial_notes(trials, combined_at)
+    if notes is not None:
+        parts.append(notes)
     if report.kept_fixes:
         parts.append(Text.assemble("Kept: ", _t(", ".join(report.kept_fixes), "bold green")))
     return Group(*parts)
+
+
+def _trial_notes(trials: list[Trial], combined_at: int) -> RenderableType | None:
+    """Say what each trial did, below the table at full width.
+
+    A Note column squeezed beside six others folded every reason mid-word on a 100-column
+    terminal; a two-column grid under the table wraps at spaces with a hanging indent.
+    """
+    grid = Table.grid(padding=(0, 2), expand=True)
+    grid.add_column(no_wrap=True, style="dim")
+    grid.add_column(ratio=1)
+    rows = 0
+    seen: set[str] = set()
+    for i, t in enumerate(trials):
+        if not t.reason or (i == combined_at and t.reason in seen):
+            continue  # a combined trial of one fix repeats that fix's note
+        seen.add(t.reason)
+        grid.add_row(_t("combined" if i == combined_at else t.fix), _t(t.reason))
+        rows += 1
+    return grid if rows else None
 
 
 def _diff(report: Report, color: bool) -> RenderableType | None:
