@@ -108,18 +108,24 @@ def time_twins(name: str, args: list[str], repeats: int, timeout: float) -> tupl
 
 
 def best_after_fixes(report: dict) -> tuple[float | None, float | None, list[str]]:
-    """(best samples/s, speedup, kept fix ids) from a report's trials; baseline when none helped."""
+    """(best samples/s, speedup, kept fix ids) for the fixes advisor kept; baseline when none.
+
+    The kept set is advisor's answer: the combined trial when it measured exactly the kept fixes,
+    else the one kept fix's own trial (advisor fell back to the best standalone fix). An improved
+    trial that was not kept is never the answer: a fix measured on top of another has a speedup
+    relative to that fix's run, not to the baseline.
+    """
+    kept = list(report.get("kept_fixes") or [])
+    baseline = (report.get("run") or {}).get("samples_per_s")
+    if not kept:
+        return baseline, 1.0, []
     combined = report.get("combined")
-    if combined and combined.get("verdict") == "improved" and combined.get("samples_per_s"):
-        return combined["samples_per_s"], combined.get("speedup"), list(report.get("kept_fixes", []))
-    improved = [
-        t for t in report.get("trials") or []
-        if t.get("verdict") == "improved" and t.get("samples_per_s")
-    ]
-    if improved:
-        best = max(improved, key=lambda t: t.get("speedup") or 0.0)
-        return best["samples_per_s"], best.get("speedup"), [best["fix"]]
-    return (report.get("run") or {}).get("samples_per_s"), 1.0, []
+    if combined and set(str(combined.get("fix", "")).split("+")) == set(kept):
+        return combined.get("samples_per_s"), combined.get("speedup"), kept
+    trial = next((t for t in report.get("trials") or [] if len(kept) == 1 and t.get("fix") == kept[0]), None)
+    if trial is not None:
+        return trial.get("samples_per_s"), trial.get("speedup"), kept
+    return baseline, None, kept
 
 
 def run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:

@@ -45,6 +45,7 @@ FIX_SAFETY: dict[str, str] = {
     "bf16_autocast": "unsafe",
     "fp16_amp": "unsafe",
     "batch_fusion": "unsafe",
+    "larger_batch": "unsafe",
     "torch_compile": "unsafe",
     "cudnn_benchmark": "unsafe",
     "tf32": "unsafe",

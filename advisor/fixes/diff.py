@@ -6,7 +6,9 @@ and makes the mechanical changes a kept fix stands for:
 - DataLoader settings: ``num_workers``, ``pin_memory``, ``persistent_workers``,
   ``prefetch_factor`` set as keyword arguments of every ``DataLoader(...)`` call (an existing
   keyword or positional argument is replaced in place, keeping its comment);
-- ``batch_fusion``: the DataLoader's ``batch_size`` multiplied by the fusion factor;
+- ``batch_fusion`` / ``larger_batch``: the DataLoader's ``batch_size`` multiplied by the factor
+  (``batch_size=<expr> * k``; an integer literal is multiplied out), with an ``# advisor:`` line
+  saying what that changes (accumulation count, learning rate);
 - ``torch_compile`` / ``channels_last``: ``model = torch.compile(model)`` /
   ``model = model.to(memory_format=torch.channels_last)`` after the model's assignment, where the
   model is the object whose ``.parameters()`` feeds a ``torch.optim`` optimizer;
@@ -16,9 +18,10 @@ and makes the mechanical changes a kept fix stands for:
 - ``cpu_threads`` / ``cudnn_benchmark`` / ``tf32``: one statement after the imports;
 - ``non_blocking_copy``: ``non_blocking=True`` on ``.to(device)`` calls inside loops.
 
-What cannot be made mechanical (e.g. the gradient-accumulation count after batch fusion, fp16
-loss scaling, input layout for channels_last) is said in ``# advisor:`` lines at the top of the
-diff; ``patch`` and ``git apply`` ignore lines before the first ``---``.
+What cannot be made mechanical (e.g. the gradient-accumulation count after batch fusion, the
+learning rate after a larger batch, fp16 loss scaling, input layout for channels_last) is said
+in ``# advisor:`` lines at the top of the diff; ``patch`` and ``git apply`` ignore lines before
+the first ``---``.
 
 :func:`write_diff` is only called for ``--write``: it keeps a ``<script>.bak`` copy first.
 """
@@ -26,6 +29,7 @@ diff; ``patch`` and ``git apply`` ignore lines before the first ``---``.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import shutil
 from collections.abc import Sequence
@@ -48,6 +52,7 @@ class _Plan:
 
     loader_kwargs: dict[str, cst.BaseExpression] = field(default_factory=dict)
     batch_factor: int = 1
+    batch_fixes: list[str] = field(default_factory=list)
     compile: bool = False
     channels_last: bool = False
     autocast_device: str | None = None
@@ -76,11 +81,23 @@ def _plan(kept: Sequence[Trial]) -> _Plan:
         elif t.fix == "prefetch_factor":
             plan.loader_kwargs["prefetch_factor"] = cst.Integer(str(int(p.get("prefetch_factor", 4))))
         elif t.fix == "batch_fusion":
-            plan.batch_factor = int(p.get("factor", 1))
+            factor = int(p.get("factor", 1))
+            plan.batch_factor *= factor
+            plan.batch_fixes.append(t.fix)
             plan.manual.append(
-                f"batch_fusion: the DataLoader batch is now {plan.batch_factor}x larger; divide your "
-                f"gradient-accumulation count by {plan.batch_factor} to keep the same effective batch "
+                f"batch_fusion: the DataLoader batch is now {factor}x larger; divide your "
+                f"gradient-accumulation count by {factor} to keep the same effective batch "
                 "(and scale the learning rate if you change it)"
+            )
+        elif t.fix == "larger_batch":
+            factor = int(p.get("factor", 1))
+            plan.batch_factor *= factor
+            plan.batch_fixes.append(t.fix)
+            plan.manual.append(
+                f"larger_batch: each optimizer step now sees {factor}x the samples and an epoch has "
+                f"{factor}x fewer steps; scale the learning rate (linear rule x{factor}, or sqrt rule "
+                f"x{math.sqrt(factor):.3g}, with a warm-up) and check the loss curve; cap the batch "
+                "by memory on your device"
             )
         elif t.fix == "torch_compile":
             plan.compile = True
@@ -128,6 +145,7 @@ def _plan(kept: Sequence[Trial]) -> _Plan:
 def _merge(into: _Plan, sub: _Plan) -> None:
     into.loader_kwargs.update(sub.loader_kwargs)
     into.batch_factor = max(into.batch_factor, sub.batch_factor)
+    into.batch_fixes += [f for f in sub.batch_fixes if f not in into.batch_fixes]
     into.compile |= sub.compile
     into.channels_last |= sub.channels_last
     into.autocast_device = into.autocast_device or sub.autocast_device
@@ -398,7 +416,10 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
             + " in that mapping"
         )
     if plan.batch_factor > 1 and "batch" not in tr.done:
-        manual.append(f"batch_fusion: no DataLoader(...) call found; multiply its batch_size by {plan.batch_factor}")
+        manual.append(
+            f"{'/'.join(plan.batch_fixes)}: no DataLoader(...) call found; multiply its batch_size "
+            f"by {plan.batch_factor}"
+        )
     if (plan.compile or plan.channels_last or plan.autocast_device) and finder.model is None:
         manual.append("no model found (an object whose .parameters() feeds a torch.optim optimizer)")
     elif plan.compile and "compile" not in tr.done:

@@ -7,16 +7,22 @@ capture child calls it once, before ``runpy``, and stores the notes it returns i
 How each fix is applied:
 
 - DataLoader settings (``dataloader_workers``, ``pin_memory``, ``persistent_workers``,
-  ``prefetch_factor``, ``batch_fusion``, ``cpu_threads``): ``DataLoader.__init__`` is wrapped; the
-  call's arguments are bound to the real signature, merged with the fix's values, and passed on.
+  ``prefetch_factor``, ``batch_fusion``, ``larger_batch``, ``cpu_threads``):
+  ``DataLoader.__init__`` is wrapped; the call's arguments are bound to the real signature,
+  merged with the fix's values, and passed on.
   Workers are refused for an ``IterableDataset`` whose class never calls ``get_worker_info``
   (each worker would yield the whole stream: duplicate samples). ``persistent_workers`` and
   ``prefetch_factor`` only apply with workers. ``batch_fusion`` multiplies ``batch_size`` by
   ``params['factor']`` and leaves the training loop alone: the loop still steps the optimizer
   every N loader batches, so each optimizer step sees ``factor`` times the samples (the batch
   semantics change, which is why the fix is unsafe; the diff tells the user to divide the
-  accumulation count by the same factor). ``cpu_threads`` lowers ``torch.set_num_threads`` to
-  ``cores - workers`` when a loader with workers is created.
+  accumulation count by the same factor). ``larger_batch`` multiplies ``batch_size`` by
+  ``params['factor']`` too, for a loop without accumulation: each optimizer step sees ``factor``
+  times the samples (unsafe: the learning rate may need scaling). Its factor is lowered so the
+  batch stays within :data:`~advisor.fixes.registry.MAX_BATCH` samples and within the data set
+  (a batch larger than the data set yields nothing with ``drop_last``); a ``batch_sampler`` or
+  ``batch_size=None`` is left alone with a reason. ``cpu_threads`` lowers ``torch.set_num_threads``
+  to ``cores - workers`` when a loader with workers is created.
 - Model-level fixes (``bf16_autocast``, ``fp16_amp``, ``torch_compile``, ``channels_last``):
   ``nn.Module.__call__`` is wrapped; only *outermost* module calls (not nested inside another
   module's forward, not inside a compiled region) are touched, so the cost is one Python frame
@@ -53,6 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from advisor.capture.model import FixRequest
+from advisor.fixes.registry import MAX_BATCH
 
 APPLIED = "applied: "
 NOT_APPLIED = "not applied: "
@@ -218,6 +225,9 @@ class _State:
                     f"optimizer step sees {factor}x the samples",
                 )
 
+        if "larger_batch" in fixes:
+            self._larger_batch(a, fixes["larger_batch"])
+
         if "pin_memory" in fixes:
             import torch
 
@@ -266,6 +276,36 @@ class _State:
                 self._loader_ok(
                     "cpu_threads", f"torch.set_num_threads({target}) (was {before}) next to {workers} workers"
                 )
+
+    def _larger_batch(self, a: dict[str, Any], params: dict[str, Any]) -> None:
+        """Multiply one DataLoader call's ``batch_size``, within the cap and the data set."""
+        factor = int(params.get("factor", 1))
+        cap = int(params.get("max_batch", MAX_BATCH))
+        if factor <= 1:
+            self._loader_skip("larger_batch", "factor 1")
+            return
+        if a.get("batch_sampler") is not None or a.get("batch_size") is None:
+            self._loader_skip(
+                "larger_batch", "the DataLoader uses a batch_sampler or batch_size=None: there is no batch_size to scale"
+            )
+            return
+        old = int(a["batch_size"])
+        k = min(factor, cap // max(old, 1))
+        size = _dataset_len(a.get("dataset"))
+        if size is not None:
+            # NOTE: a batch larger than the data set yields no batch at all with drop_last=True.
+            k = min(k, size // max(old, 1))
+        if k <= 1:
+            limit = f"the {cap}-sample cap" if cap // max(old, 1) <= 1 else f"the data set's {size} samples"
+            self._loader_skip("larger_batch", f"batch_size {old} cannot grow within {limit}")
+            return
+        a["batch_size"] = old * k
+        capped = f", capped from x{factor}" if k < factor else ""
+        self._loader_ok(
+            "larger_batch",
+            f"batch_size {old}->{old * k} (x{k}{capped}); each optimizer step sees {k}x the samples "
+            "(the learning rate may need scaling)",
+        )
 
     def _loader_ok(self, fix: str, what: str) -> None:
         n = self.loader_counts.get(fix, 0) + 1
@@ -578,6 +618,7 @@ _HANDLERS: dict[str, Callable[[_State, dict[str, Any]], None]] = {
     "persistent_workers": _loader_fix("persistent_workers", "waiting for a DataLoader"),
     "prefetch_factor": _loader_fix("prefetch_factor", "waiting for a DataLoader"),
     "batch_fusion": _loader_fix("batch_fusion", "waiting for a DataLoader"),
+    "larger_batch": _loader_fix("larger_batch", "waiting for a DataLoader"),
     "cpu_threads": _loader_fix("cpu_threads", "waiting for a DataLoader with workers"),
     "bf16_autocast": _bf16,
     "fp16_amp": _fp16,
@@ -610,6 +651,18 @@ def _pristine(fn: Any, depth: int = 0) -> Any:
             if getattr(found, "__module__", "").startswith("torch"):
                 return found
     return fn
+
+
+def _dataset_len(dataset: Any) -> int | None:
+    """Return the samples in a map-style data set, or None when unknown (no ``__len__``)."""
+    from torch.utils.data import IterableDataset
+
+    if dataset is None or isinstance(dataset, IterableDataset):
+        return None
+    try:
+        return int(len(dataset))
+    except (TypeError, NotImplementedError):
+        return None
 
 
 def _shards_itself(dataset: Any) -> bool:

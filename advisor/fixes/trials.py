@@ -25,14 +25,31 @@
    than the baseline's (DataLoader batches vs optimizer steps) is ``failed`` as not comparable.
    None of these is run again.
 5. **Ladders.** ``dataloader_workers`` is tried at a few worker counts sized to the cores
-   (:func:`~advisor.fixes.registry.worker_ladder`); the best rung is reported.
+   (:func:`~advisor.fixes.registry.worker_ladder`), ``larger_batch`` at a few batch factors
+   capped at :data:`~advisor.fixes.registry.MAX_BATCH` samples
+   (:func:`~advisor.fixes.registry.batch_ladder`, x4 and x16), each rung with fewer warm-up and
+   timed steps when the baseline's step time says k times the samples would make the run long
+   (:func:`ladder_steps`); the best rung is reported with the whole ladder in its reason.
 6. **Fixes on top of another.** ``persistent_workers``, ``prefetch_factor`` and ``cpu_threads``
-   do nothing without loader workers: when the script has none, they are measured in a second
-   stage against the best workers rung as the reference (the trial says so), and only if workers
-   helped.
-7. **Combine.** The fixes that improved are combined (conflicts such as bf16 vs fp16 keep the
-   faster one) and measured together against the baseline the same way. If the combination is
-   not at least as good as the best single fix, the best single fix is kept instead.
+   (registry ``requires="dataloader_workers"``) do nothing without loader workers: when the
+   script has none, they are measured in a second stage against the best measured workers rung
+   as the reference, whenever workers *ran* (improved, no_effect or slower; not when workers
+   failed, was skipped or was not tried). On a few cores, workers alone can measure no effect
+   because they fight torch's intra-op threads for the cores, and only pay off with
+   ``cpu_threads`` on top, so a no_effect workers trial must not hide that pair. The on-top
+   trial's speedup is relative to that rung, and its reason says so, with what workers alone
+   measured.
+7. **Combine.** The fixes that improved are combined (conflicts such as bf16 vs fp16, or
+   ``batch_fusion`` vs ``larger_batch``, keep the faster one). A kept on-top fix carries the
+   workers rung it was measured on into the combination even when workers alone was not a win
+   (the workers trial keeps its own verdict; a note and its reason say why it is kept), unless
+   the product of the rung's speedup and the on-top speedups already says the set loses against
+   the baseline (workers 0.3x with cpu_threads 1.3x on top: not combined, with a note). The
+   combination is measured together against the plain baseline the same way, and that trial
+   is the one reported. If it is not at least as good as the best *standalone* fix (on-top fixes
+   and a carried workers rung have no standalone speedup against the baseline, so they never
+   compete alone), the best standalone fix is kept instead; with no standalone win and a
+   combination that does not improve, nothing is kept.
 
 Time to first step is reported apart from the steady throughput (compile cost lands there).
 """
@@ -56,6 +73,9 @@ from advisor.fixes.registry import SAFE, UNSAFE, FixContext
 from advisor.fixes.stats import MIN_EFFECT, estimate, loss_parity, paired_ratios
 
 TRIALS_DIR = "trials"
+# A larger-batch rung may time its steps for this long even when the baseline's timed phase is
+# shorter (see ladder_steps).
+MIN_LADDER_PHASE_S = 2.0
 DEFAULT_LOSS_STEPS = 5
 DEFAULT_SEED = 0
 
@@ -67,9 +87,12 @@ _NOT_APPLIED = "not applied: "
 
 # Fixes that act through DataLoader arguments: the capture records the effective settings, so
 # an unchanged DataLoader proves the fix did not apply, whatever the notes say.
-_LOADER_FIXES = frozenset(
-    {"dataloader_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_fusion"}
-)
+_LOADER_FIXES = frozenset({
+    "dataloader_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_fusion",
+    "larger_batch",
+})
+# Verdicts of a workers trial that measured something (its best rung can carry on-top fixes).
+_RAN = (IMPROVED, NO_EFFECT, SLOWER)
 
 
 @dataclass(frozen=True)
@@ -136,6 +159,7 @@ class _Variant:
     skip: str | None = None
     note: str = ""
     reference: str = ""
+    ref_note: str = ""
     ref_rates: list[float | None] = field(default_factory=list)
     ref_ttfs: list[float] = field(default_factory=list)
 
@@ -201,6 +225,7 @@ def run_trials(
         )
         return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
     ctx = registry.context_from_capture(base0)
+    loop.base_step_ms = _median(base0.timed.step_times_ms)
 
     skipped: dict[str, Trial] = {}
     stage1: list[_Variant] = []
@@ -213,35 +238,48 @@ def run_trials(
         elif spec_.requires == "dataloader_workers" and ctx.max_workers == 0:
             on_top.append(fix)
         else:
-            stage1.extend(_variants(fix, ctx, spec))
+            stage1.extend(_variants(fix, ctx, spec, step_ms=loop.base_step_ms))
 
     loop.measure(stage1, reference=(), ref_label="baseline", first_baseline=base0)
     results: dict[str, Trial] = dict(skipped)
     for fix, trial in _collapse(stage1, loop).items():
         results[fix] = trial
 
-    # Stage 2: fixes that build on loader workers, measured on top of the best workers rung.
+    # Stage 2: fixes that build on loader workers, measured on top of the best workers rung
+    # whenever workers ran -- a no_effect workers trial may still be half of a winning pair.
     if on_top:
         workers = results.get("dataloader_workers")
-        if workers is None or workers.verdict != IMPROVED:
+        if workers is None or workers.verdict not in _RAN or "num_workers" not in workers.params:
             why = (
                 "needs DataLoader workers (the script has num_workers=0) and dataloader_workers "
-                + ("was not tried" if workers is None else f"was not kept ({workers.verdict})")
+                + ("was not tried" if workers is None else f"was not measured ({workers.verdict})")
             )
             for fix in on_top:
                 results[fix] = Trial(fix=fix, safety=registry.safety_of(fix), verdict=SKIPPED, reason=why)
         else:
             ref = (FixRequest("dataloader_workers", dict(workers.params)),)
             ref_label = f"dataloader_workers@{workers.params.get('num_workers')}"
+            alone = f"dataloader_workers alone: {workers.verdict}, {_fmt(workers.speedup)}"
             stage2 = [v for fix in on_top for v in _variants(fix, ctx, spec, on_top_of=ref)]
             for v in stage2:
-                v.reference = ref_label
+                # NOTE: reports parse "on top of <ref>[; note]" (advisor.report.style.trial_reference).
+                v.reference, v.ref_note = ref_label, alone
             loop.measure(stage2, reference=ref, ref_label=ref_label, stage="on-top")
             results.update(_collapse(stage2, loop))
 
     trials = tuple(results[f] for f in wanted if f in results)
     combined, kept, more = _combine(trials, loop, ctx, spec, frozenset(on_top))
     notes.extend(more)
+    # A workers rung kept only as the base of an on-top fix keeps its own verdict; say why it is kept.
+    tops = [t.fix for t in kept if t.fix in on_top]
+    carried = {
+        t.fix: replace(t, reason=f"{t.reason}; kept as the base of {', '.join(tops)} "
+                       "(measured together: see the combined trial)".lstrip("; "))
+        for t in kept if t.verdict != IMPROVED
+    }
+    if carried:
+        kept = [carried.get(t.fix, t) for t in kept]
+        trials = tuple(carried.get(t.fix, t) for t in trials)
     diff = ""
     if make_diff_text and kept:
         try:
@@ -301,7 +339,8 @@ def _choose(
 
 
 def _variants(
-    fix: str, ctx: FixContext, spec: RunSpec, on_top_of: tuple[FixRequest, ...] = ()
+    fix: str, ctx: FixContext, spec: RunSpec, on_top_of: tuple[FixRequest, ...] = (),
+    step_ms: float | None = None,
 ) -> list[_Variant]:
     """Build the candidate runs for one fix: a ladder for workers, one variant otherwise."""
     fs = registry.get(fix)
@@ -321,6 +360,12 @@ def _variants(
     if fix == "batch_fusion":
         k = ctx.accumulation or 1
         return [make(fix, {"factor": k}, fusion_steps(spec, k))]
+    if fix == "larger_batch":
+        accum = ctx.accumulation or 1
+        return [
+            make(f"larger_batch@x{k}", {"factor": k}, ladder_steps(spec, k, accum, step_ms))
+            for k in registry.batch_ladder(ctx.batch_size or 0)
+        ]
     if fix == "prefetch_factor":
         return [make(fix, {"prefetch_factor": 4})]
     if fix in ("bf16_autocast", "fp16_amp"):
@@ -336,8 +381,43 @@ def fusion_steps(spec: RunSpec, k: int) -> dict[str, int]:
     then the capture counts loader batches as steps: warm-up + timed must exceed ``k``, or the
     run would end before any optimizer step and time forward/backward passes only.
     """
+    return ladder_steps(spec, k, k)
+
+
+def ladder_steps(
+    spec: RunSpec, factor: int, accumulation: int = 1, step_ms: float | None = None
+) -> dict[str, int]:
+    """Warm-up and timed step counts for a run whose batches hold ``factor`` times the samples.
+
+    Without ``step_ms`` the spec's step counts are divided by ``factor`` (a step with k times
+    the samples is assumed to take k times as long, so the run takes about as long as the
+    baseline's). With the baseline's median step time, more steps are kept when even that
+    pessimistic estimate fits in the baseline's own phase or :data:`MIN_LADDER_PHASE_S`,
+    whichever is longer: a step that is all per-op overhead costs about the same with 16x the
+    samples, and 5 timed steps of a millisecond each are too short a window to time on a busy
+    machine.
+
+    Args:
+        spec: The diagnosed run's spec.
+        factor: How many times the samples each step holds (at least 2 warm-up and 5 timed
+            steps remain, so a short run still yields paired ratios and the first losses).
+        accumulation: Loader batches per optimizer step: until the first optimizer step the
+            capture counts loader batches as steps, so warm-up + timed must exceed it.
+        step_ms: The baseline's median step time, when known.
+
+    Returns:
+        ``{"warmup_steps": ..., "timed_steps": ...}`` overrides for the trial's spec.
+    """
+    k = max(1, factor)
     warmup = max(2, math.ceil(spec.warmup_steps / k))
-    timed = max(5, math.ceil(spec.timed_steps / k), k + 1 - warmup)
+    timed = max(5, math.ceil(spec.timed_steps / k))
+    if step_ms and step_ms > 0:
+        est_s = k * step_ms / 1000.0
+        budget = max(spec.timed_steps * step_ms / 1000.0, MIN_LADDER_PHASE_S)
+        timed = max(timed, min(spec.timed_steps, math.floor(budget / est_s)))
+        budget = max(spec.warmup_steps * step_ms / 1000.0, MIN_LADDER_PHASE_S / 2)
+        warmup = max(warmup, min(spec.warmup_steps, math.floor(budget / est_s)))
+    timed = max(timed, accumulation + 1 - warmup)
     return {"warmup_steps": warmup, "timed_steps": timed}
 
 
@@ -361,6 +441,7 @@ class _Loop:
         self.baseline_losses: tuple[float | None, ...] = ()
         self.base_timeout: float | None = spec.timeout_s
         self.max_repeats = repeats
+        self.base_step_ms: float | None = None
 
     def trial_spec(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any]) -> RunSpec:
         s = replace(
@@ -428,7 +509,7 @@ class _Loop:
         """
         if not variants:
             return
-        prefix = "baseline" if not reference else f"{ref_label}-ref"
+        prefix = "baseline" if not reference else f"{_safe_name(ref_label)}-ref"
         if stage == "combined":
             prefix = "combined-baseline"
         ref_rates: list[float | None] = []
@@ -566,55 +647,114 @@ def _collapse(variants: list[_Variant], loop: _Loop) -> dict[str, Trial]:
         else:
             best = trials[0]
         ladder = ", ".join(
-            f"{t.params.get('num_workers')} workers: "
-            + (f"{t.speedup:.2f}x ({t.verdict})" if t.speedup is not None else t.verdict)
+            f"{_rung(t)}: " + (f"{t.speedup:.2f}x ({t.verdict})" if t.speedup is not None else t.verdict)
             for t in trials
         )
         out[fix] = replace(best, reason=f"{best.reason}; ladder {ladder}".lstrip("; "))
     return out
 
 
+def _rung(t: Trial) -> str:
+    """How a ladder rung is named in a reason: ``2 workers``, ``x16``."""
+    if "num_workers" in t.params:
+        return f"{t.params['num_workers']} workers"
+    if "factor" in t.params:
+        return f"x{t.params['factor']}"
+    return t.fix
+
+
 def _combine(
     trials: Sequence[Trial], loop: _Loop, ctx: FixContext, spec: RunSpec,
     on_top: frozenset[str] = frozenset(),
 ) -> tuple[Trial | None, list[Trial], list[str]]:
-    """Measure the improved fixes together; fall back to the best single fix if that is better."""
+    """Measure the improved fixes together; fall back to the best standalone fix if that is better.
+
+    An improved on-top fix (measured against a workers rung, not the baseline) brings the rung it
+    was measured on into the combination even when that rung was not a win by itself, so the
+    pair is always measured together against the plain baseline before it is kept.
+    """
     notes: list[str] = []
     improved = [t for t in trials if t.verdict == IMPROVED]
     # Conflicting fixes (bf16 vs fp16): keep the faster of each conflicting pair.
     chosen: list[Trial] = []
     for t in sorted(improved, key=lambda t: -(t.speedup or 0.0)):
         conflicts = set(registry.get(t.fix).conflicts)
-        if any(c.fix in conflicts for c in chosen):
+        if any(c.fix in conflicts or t.fix in registry.get(c.fix).conflicts for c in chosen):
             notes.append(f"{t.fix} conflicts with a faster kept fix; not combined")
             continue
         chosen.append(t)
-    chosen.sort(key=lambda t: [x.fix for x in trials].index(t.fix))
+    # Carry the rung the kept on-top fixes were measured on (workers alone may not be a win).
+    by_fix = {t.fix: t for t in trials}
+    carried_why: list[str] = []
+    for need in dict.fromkeys(registry.get(t.fix).requires for t in chosen if t.fix in on_top):
+        if need is None or any(c.fix == need for c in chosen):
+            continue
+        tops = [t for t in chosen if t.fix in on_top and registry.get(t.fix).requires == need]
+        base = by_fix.get(need)
+        if base is None or base.verdict not in _RAN:
+            chosen = [t for t in chosen if t not in tops]
+            notes.append(f"{', '.join(t.fix for t in tops)}: measured on top of {need}, which is "
+                         "not available; not kept")
+            continue
+        what = (
+            f"{base.fix} alone {base.verdict} ({_fmt(base.speedup)}); with "
+            + ", ".join(f"{t.fix} on top {_fmt(t.speedup)} more" for t in tops)
+        )
+        # NOTE: the on-top speedups are relative to the rung, the rung's to the baseline: their
+        # product estimates the set against the baseline. A set estimated to lose (workers 0.3x,
+        # cpu_threads 1.3x on top) is not worth the combined runs, and would drag down the rest.
+        est = (base.speedup or 0.0) * math.prod(t.speedup or 0.0 for t in tops)
+        if est < 1.0 + loop.min_effect:
+            chosen = [t for t in chosen if t not in tops]
+            notes.append(f"{what}: about {est:.2f}x against the plain baseline together; not combined")
+            continue
+        chosen.append(base)
+        carried_why.append(
+            f"{what}: {base.fix}@{base.params.get('num_workers')} goes into the combination as their base"
+        )
+    notes.extend(w + ", measured together against the plain baseline" for w in carried_why)
+    order = [x.fix for x in trials]
+    chosen.sort(key=lambda t: order.index(t.fix))
     if not chosen:
         return None, [], notes
     if len(chosen) == 1:
-        # NOTE: a fix measured on top of workers only runs when workers improved, so a single
-        # kept fix is always one measured against the plain baseline: its trial is the answer.
+        # NOTE: an on-top fix always arrives with its workers rung (kept or carried), so a single
+        # chosen trial is a standalone one, measured against the plain baseline: it is the answer.
         return chosen[0], chosen, notes
     requests = tuple(FixRequest(t.fix, dict(t.params)) for t in chosen)
     label = "+".join(t.fix for t in chosen)
     overrides: dict[str, Any] = {}
-    fusion = next((t for t in chosen if t.fix == "batch_fusion"), None)
-    if fusion is not None:
-        overrides = _variants("batch_fusion", ctx, spec)[0].overrides
+    for t in chosen:
+        # NOTE: runs whose batches hold k times the samples take fewer steps (see ladder_steps).
+        if t.fix == "batch_fusion":
+            overrides = fusion_steps(spec, int(t.params.get("factor", 1)))
+        elif t.fix == "larger_batch":
+            overrides = ladder_steps(
+                spec, int(t.params.get("factor", 1)), ctx.accumulation or 1, loop.base_step_ms
+            )
     v = _Variant(
         label="combined", fix=label,
         safety=SAFE if all(t.safety == SAFE for t in chosen) else UNSAFE,
         requests=requests, loss_rtol=max(registry.get(t.fix).loss_rtol for t in chosen),
         params={t.fix: dict(t.params) for t in chosen}, overrides=overrides,
+        note="; ".join(carried_why),
     )
     loop.measure([v], reference=(), ref_label="baseline", stage="combined")
     combined = loop.trial(v)
     # NOTE: a fix measured on top of workers has a speedup relative to workers, not to the
-    # baseline, and cannot be kept alone: only standalone trials compete with the combination.
-    best = max((t for t in chosen if t.fix not in on_top), key=lambda t: t.speedup or 0.0)
-    if combined.verdict == IMPROVED and (combined.speedup or 0.0) >= (best.speedup or 0.0) * (1 - loop.min_effect):
+    # baseline, and a carried workers rung was no win alone: neither competes with the
+    # combination as a single fix. Only standalone wins do.
+    standalone = [t for t in chosen if t.fix not in on_top and t.verdict == IMPROVED]
+    best = max(standalone, key=lambda t: t.speedup or 0.0) if standalone else None
+    good = combined.verdict == IMPROVED
+    if good and (best is None or (combined.speedup or 0.0) >= (best.speedup or 0.0) * (1 - loop.min_effect)):
         return combined, chosen, notes
+    if best is None:
+        notes.append(
+            f"the combination {label} measured {_fmt(combined.speedup)} ({combined.verdict}) against "
+            "the plain baseline: nothing kept"
+        )
+        return None, [], notes
     notes.append(
         f"the combination {label} measured {_fmt(combined.speedup)} ({combined.verdict}), "
         f"not better than {best.fix} alone ({_fmt(best.speedup)}): keeping {best.fix} only"
@@ -629,6 +769,8 @@ def _describe(v: _Variant) -> str:
     parts = []
     if v.reference:
         parts.append(f"on top of {v.reference}")
+    if v.ref_note:
+        parts.append(v.ref_note)
     if v.note:
         parts.append(v.note.split(": ", 1)[-1] if v.note.startswith(("applied: ", "installed: ")) else v.note)
     return "; ".join(parts)
@@ -653,7 +795,7 @@ def _fmt(x: float | None) -> str:
 
 
 def _safe_name(label: str) -> str:
-    return label.replace("@", "-w").replace("+", "_").replace("/", "_")
+    return label.replace("@x", "-x").replace("@", "-w").replace("+", "_").replace("/", "_")
 
 
 def _since(t0: float) -> float:

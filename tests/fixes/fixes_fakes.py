@@ -59,6 +59,8 @@ class FakeRunner:
             loader = replace(loader, persistent_workers=True)
         if "batch_fusion" in applied:
             loader = replace(loader, batch_size=8 * applied["batch_fusion"]["factor"])
+        if "larger_batch" in applied:
+            loader = replace(loader, batch_size=loader.batch_size * applied["larger_batch"]["factor"])
         loaders = (loader,)
         if notes and all(n.startswith("not applied") for n in notes.values()):
             notes = {k: "not applied: " + v.split(": ", 1)[1] for k, v in notes.items()}
@@ -92,9 +94,9 @@ class FakeRunner:
             losses=tuple(losses),
             timed=TimedPhase(
                 step_times_ms=(8000.0 / rate,) * n,
-                samples=(8 * self.batches_per_step,) * n,
+                samples=(loader.batch_size * self.batches_per_step,) * n,
                 samples_per_s=rate,
-                steps_per_s=rate / (8 * self.batches_per_step),
+                steps_per_s=rate / (loader.batch_size * self.batches_per_step),
                 time_to_first_step_s=3.0 if "torch_compile" in ids else 1.0,
                 batches=(self.batches_per_step,) * n,
             ),

@@ -128,14 +128,16 @@ def test_prefetch_is_measured_on_top_of_workers_and_everything_is_combined(spec)
     assert len(combined_runs) == 3 + 4  # 3 variant runs, 4 sandwiching baselines
 
 
-def test_on_top_fixes_are_skipped_when_workers_do_not_help(spec):
-    runner = FakeRunner(effects={"dataloader_workers": 1.0})
+def test_on_top_fixes_are_skipped_when_workers_did_not_run(spec):
+    runner = FakeRunner(crash={"dataloader_workers"})
     out = run_trials(spec, refs("dataloader_workers", "prefetch_factor"), runner=runner, make_diff_text=False)
     t = by_fix(out)
-    assert t["dataloader_workers"].verdict == "no_effect"
+    assert t["dataloader_workers"].verdict == "failed"
     assert t["prefetch_factor"].verdict == "skipped"
-    assert "was not kept (no_effect)" in t["prefetch_factor"].reason
+    assert "was not measured (failed)" in t["prefetch_factor"].reason
     assert runner.runs_with("prefetch_factor") == 0
+    out = run_trials(spec, refs("prefetch_factor"), runner=runner, make_diff_text=False)
+    assert "dataloader_workers was not tried" in by_fix(out)["prefetch_factor"].reason
 
 
 def test_a_worse_combination_falls_back_to_the_best_single_fix(spec):
