@@ -44,11 +44,11 @@ SUGGESTED: dict[str, tuple[str, ...]] = {
         "dataloader_workers", "persistent_workers", "prefetch_factor", "cpu_threads", "pin_memory",
     ),
     "grad_accumulation": ("batch_fusion",),
-    "tiny_model": ("torch_compile", "batch_fusion"),
+    "tiny_model": ("torch_compile", "batch_fusion", "larger_batch"),
     "compute_bound": ("bf16_autocast", "torch_compile"),
     "sync_logging": (),
     "pageable_copies": ("pin_memory", "non_blocking_copy"),
-    "monai_segmentation": ("dataloader_workers", "bf16_autocast"),
+    "monai_segmentation": ("dataloader_workers", "cpu_threads", "bf16_autocast"),
     "transformer_lm": ("bf16_autocast", "torch_compile", "fused_optimizer"),
 }
 

@@ -50,7 +50,7 @@ def default_run_dir(script: Path) -> Path:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Stop a hung script after SECONDS (exit 3, partial capture kept).")
 @click.option("--no-fixes", is_flag=True, help="Diagnose only; do not try fixes.")
-@click.option("--unsafe-fixes", is_flag=True, help="Also try fixes that may change numerics (bf16, compile, batch fusion...).")
+@click.option("--unsafe-fixes", is_flag=True, help="Also try fixes that may change numerics or batch semantics (bf16, compile, batch fusion, larger batches...).")
 @click.option("--fix", "only_fixes", multiple=True, metavar="ID", help="Try only this fix (repeatable).")
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1, max=20),
               help="Interleaved baseline/variant repeats per fix.")
