@@ -203,6 +203,16 @@ def _check_larger_batch(ctx: FixContext) -> str | None:
         return "the DataLoader has no batch_size (a batch_sampler or batch_size=None): nothing to scale"
     if not batch_ladder(batch):
         return f"the batch is already {batch} samples; larger_batch stops at {MAX_BATCH}"
+    accum = ctx.accumulation or 1
+    if accum > 1:
+        # NOTE: at run time both fixes only scale batch_size, so at equal factors they measure the
+        # same thing (grad_accumulation: x16 either way) and noise would pick the label. The
+        # advice differs: batch_fusion's diff divides the accumulation count and keeps the
+        # effective batch; larger_batch's changes it. Accumulation calls for batch_fusion.
+        return (
+            f"the loop accumulates gradients over {accum} micro-batches: batch_fusion is the fix "
+            "for that (its diff keeps the effective batch)"
+        )
     return None
 
 
