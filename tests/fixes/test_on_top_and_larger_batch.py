@@ -307,3 +307,15 @@ def test_a_real_run_gets_the_larger_batch(tmp_path: Path):
     assert set(cap.timed.samples) == {64}
     assert cap.fix_notes["larger_batch"].startswith("applied: batch_size 4->64 (x16)")
     assert "batch_size=4" in script.read_text()  # the user's file is untouched
+
+
+def test_conflicting_wins_keep_the_faster_one(spec):
+    # bf16 and fp16 autocast cannot be combined: the faster measured one is kept, with a note.
+    runner = FakeRunner(effects={"bf16_autocast": 1.3, "fp16_amp": 1.8}, device="cuda:0")
+    out = run_trials(spec, refs("bf16_autocast", "fp16_amp"), unsafe=True, runner=runner,
+                     make_diff_text=False)
+    t = by_fix(out)
+    assert t["bf16_autocast"].verdict == "improved" and t["fp16_amp"].verdict == "improved"
+    assert out.kept == ("fp16_amp",)
+    assert any("bf16_autocast conflicts with a faster kept fix" in n for n in out.notes)
+    assert not any(s.out_dir.name.startswith("combined") for s in runner.calls)
