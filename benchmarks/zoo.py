@@ -5,9 +5,9 @@ For every example named in examples/expected.json this:
 1. times the example and its hand-fixed twin (examples/fixed/<name>.py) *plainly*, side by side,
    interleaved (A B, B A, ...), parsing each run's final ``done: N steps, X samples/s`` line;
 2. runs ``advisor diagnose --format json -o <file> examples/<name>.py [args]`` and reads the
-   report: primary category, baseline samples/s (``run.samples_per_s``), the best samples/s after
-   the advisor's fixes (the combined trial of the kept fixes, else the best improved trial), the
-   speedup and how long the advisor took;
+   report: primary category, the kept fixes' trial (the combined trial of the kept fixes, else
+   the one kept fix's trial) with its baseline and after samples/s and speedup, and how long the
+   advisor took (with nothing kept, both rates are the diagnose run's);
 3. prints one table row per example: expected vs found primary category (the expectation for the
    device the run used), baseline and best samples/s, the advisor's speedup, the twin's speedup
    and the advisor's wall time.
@@ -107,25 +107,30 @@ def time_twins(name: str, args: list[str], repeats: int, timeout: float) -> tupl
     return statistics.median(plain), statistics.median(twin), statistics.median(ratios)
 
 
-def best_after_fixes(report: dict) -> tuple[float | None, float | None, list[str]]:
-    """(best samples/s, speedup, kept fix ids) for the fixes advisor kept; baseline when none.
+def best_after_fixes(report: dict) -> tuple[float | None, float | None, float | None, list[str]]:
+    """(baseline samples/s, best samples/s, speedup, kept fix ids) for the fixes advisor kept.
 
     The kept set is advisor's answer: the combined trial when it measured exactly the kept fixes,
     else the one kept fix's own trial (advisor fell back to the best standalone fix). An improved
     trial that was not kept is never the answer: a fix measured on top of another has a speedup
-    relative to that fix's run, not to the baseline.
+    relative to that fix's run, not to the baseline. The baseline is that trial's own
+    (interleaved, unprofiled) baseline runs, so the row's two rates and its speedup agree; the
+    diagnose run's rate (``run.samples_per_s``) is used only when nothing was kept.
     """
     kept = list(report.get("kept_fixes") or [])
-    baseline = (report.get("run") or {}).get("samples_per_s")
+    run_rate = (report.get("run") or {}).get("samples_per_s")
     if not kept:
-        return baseline, 1.0, []
+        return run_rate, run_rate, 1.0, []
     combined = report.get("combined")
+    trial = None
     if combined and set(str(combined.get("fix", "")).split("+")) == set(kept):
-        return combined.get("samples_per_s"), combined.get("speedup"), kept
-    trial = next((t for t in report.get("trials") or [] if len(kept) == 1 and t.get("fix") == kept[0]), None)
-    if trial is not None:
-        return trial.get("samples_per_s"), trial.get("speedup"), kept
-    return baseline, None, kept
+        trial = combined
+    elif len(kept) == 1:
+        trial = next((t for t in report.get("trials") or [] if t.get("fix") == kept[0]), None)
+    if trial is None:
+        return run_rate, None, None, kept
+    base = trial.get("baseline_samples_per_s") or run_rate
+    return base, trial.get("samples_per_s"), trial.get("speedup"), kept
 
 
 def run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -193,8 +198,7 @@ def score(name: str, entry: dict, opts: argparse.Namespace, device: str) -> Row:
             ).startswith("cuda") else device
             row.expected = entry["expected"].get(row.device)
             row.match = None if row.expected is None else row.found == row.expected
-            row.baseline_sps = (report.get("run") or {}).get("samples_per_s")
-            row.best_sps, row.speedup, row.kept = best_after_fixes(report)
+            row.baseline_sps, row.best_sps, row.speedup, row.kept = best_after_fixes(report)
     except subprocess.TimeoutExpired as exc:
         row.status, row.reason = "failed", f"timed out after {exc.timeout:.0f} s"
     except (RuntimeError, OSError, ValueError) as exc:
