@@ -8,6 +8,7 @@ categories and timeline lanes.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from advisor.engine.model import SEVERITIES
@@ -218,8 +219,24 @@ def ordered_parts(breakdown: dict[str, Any]) -> list[str]:
     return [p for p in BREAKDOWN_PARTS if p in breakdown] + extra
 
 
+def display_path(file: str) -> str:
+    """Show an absolute path under the working directory relative to it (as ruff and pytest do).
+
+    Traces record absolute file names; ``examples/train.py:41`` reads better than the full path
+    and still opens from where the command ran. Paths elsewhere (another machine's) stay as given.
+    """
+    if not file or not os.path.isabs(file):
+        return file
+    try:
+        rel = os.path.relpath(file)
+    except ValueError:  # pragma: no cover - another drive on Windows
+        return file
+    return file if rel.startswith("..") else rel
+
+
 def location_text(file: str, line: int | None, function: str = "") -> str:
-    """``file:line`` (with ``in function`` when known)."""
+    """``file:line`` (with ``in function`` when known), the file shown by :func:`display_path`."""
+    file = display_path(file)
     where = f"{file}:{line}" if line else file
     return f"{where} ({function})" if function else where
 

@@ -145,7 +145,7 @@ def device_text(report: Report) -> str:
 def title_of(report: Report) -> str:
     """Return what the report is about, short: the script, else the trace or run folder name."""
     if report.run.script:
-        return report.run.script
+        return s.display_path(report.run.script)
     if report.source:
         return Path(report.source).name or report.source
     return "report"
