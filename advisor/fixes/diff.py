@@ -135,7 +135,10 @@ def _plan(kept: Sequence[Trial]) -> _Plan:
         workers = plan.loader_kwargs.get("num_workers")
         n = int(workers.value) if isinstance(workers, cst.Integer) else 0
         if n:
-            plan.header_statements.append(f"torch.set_num_threads(max(1, torch.get_num_threads() - {n}))")
+            plan.header_statements.append(
+                f"torch.set_num_threads(max(1, torch.get_num_threads() - {n}))"
+                "  # advisor: a core per loader worker"
+            )
         else:
             plan.manual.append("cpu_threads: call torch.set_num_threads(cores - num_workers) at start-up")
         plan.threads_for_workers = False
