@@ -308,6 +308,7 @@ def serve(
         # NOTE: its own process group, so our Ctrl-C handling decides how it stops (and a
         # terminal's SIGINT does not race our shutdown).
         start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
     )
     shown_host = "localhost" if host in ("127.0.0.1", "localhost") else host
     previous = _stop_on_sigterm()
@@ -362,17 +363,42 @@ def _log_tail(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Ask Linux to SIGTERM the TensorBoard child when advisor dies, however it dies.
+
+    The child has its own session (so a terminal's Ctrl-C reaches only us), which also means
+    nothing else would stop it if advisor were killed with SIGKILL: an orphaned server would keep
+    the port and the traces open.
+    """
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+    except (OSError, AttributeError):
+        pass
+
+
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop the child: SIGINT, then SIGTERM, then SIGKILL, a few seconds apart."""
+    """Stop the child: SIGINT, then SIGTERM, then SIGKILL, a few seconds apart.
+
+    A second Ctrl-C while waiting skips straight to SIGKILL: the user wants out now, and the
+    server must not be left running behind us.
+    """
     if proc.poll() is not None:
         return
-    for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-        try:
-            proc.send_signal(sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    try:
+        for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+            try:
+                proc.send_signal(sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+    except KeyboardInterrupt:
+        proc.kill()
+        proc.wait()
+        raise

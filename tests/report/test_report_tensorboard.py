@@ -184,3 +184,41 @@ def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
     assert out.strip() == ""  # the URL was the only line of data
     assert "ui.perfetto.dev" in err and "stopping TensorBoard" in err
     assert port_free("127.0.0.1", port)  # the server is really gone
+
+
+def _servers_on(port: int) -> list[int]:
+    """PIDs of TensorBoard processes started for ``port`` (their command line names it)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "tensorboard.main" in cmd and str(port) in cmd:
+            found.append(p.info["pid"])
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
+def test_killing_advisor_never_leaves_tensorboard_running(captured_run: Path) -> None:
+    # TensorBoard runs in its own session (so a terminal's Ctrl-C reaches only advisor); without
+    # the parent-death signal a SIGKILLed advisor left the server holding the port.
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "tensorboard", str(captured_run), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _first_line(proc.stdout, timeout_s=180) is not None, "no URL from advisor tensorboard"
+        assert _servers_on(port), "TensorBoard should be serving"
+    finally:
+        proc.kill()
+        proc.communicate()
+    deadline = time.monotonic() + 30
+    while _servers_on(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _servers_on(port)
+    for pid in left:  # do not leak a server from a failing test
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
