@@ -35,6 +35,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+from advisor._proc import die_with_parent  # noqa: E402
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
@@ -428,6 +429,10 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) != 1:
         print("usage: python -m advisor.capture.child CONFIG.json", file=sys.stderr)
         raise SystemExit(2)
+    # NOTE: we run in our own session (advisor's Ctrl-C handling stops us in order); if advisor
+    # is killed outright, SIGTERM us too -- the same stop as a timeout: the trace is saved and
+    # the script does not train on unobserved.
+    die_with_parent(signal.SIGTERM)
     config = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     spec = from_dict(RunSpec, config["spec"])
     session = ChildSession(spec, Path(config["run_dir"]))

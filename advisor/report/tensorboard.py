@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from advisor._proc import die_with_parent
 from advisor.errors import InputError, UsageError
 
 TB_DIR = "tensorboard"
@@ -308,7 +309,9 @@ def serve(
         # NOTE: its own process group, so our Ctrl-C handling decides how it stops (and a
         # terminal's SIGINT does not race our shutdown).
         start_new_session=True,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        # NOTE: its own session also means nothing stops it if advisor is killed outright; the
+        # kernel's parent-death signal does (Linux), so no orphaned server keeps the port.
+        preexec_fn=die_with_parent,
     )
     shown_host = "localhost" if host in ("127.0.0.1", "localhost") else host
     previous = _stop_on_sigterm()
@@ -361,22 +364,6 @@ def _log_tail(path: Path) -> str:
     except OSError:
         return ""
     return lines[-1] if lines else ""
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """Ask Linux to SIGTERM the TensorBoard child when advisor dies, however it dies.
-
-    The child has its own session (so a terminal's Ctrl-C reaches only us), which also means
-    nothing else would stop it if advisor were killed with SIGKILL: an orphaned server would keep
-    the port and the traces open.
-    """
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-    except (OSError, AttributeError):
-        pass
 
 
 def _stop(proc: subprocess.Popen) -> None:
