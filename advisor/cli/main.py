@@ -25,6 +25,7 @@ _COMMANDS: dict[str, str] = {
     "rules": "advisor.cli.cmd_rules:rules",
     "rule": "advisor.cli.cmd_rules:rule",
     "config": "advisor.cli.cmd_config:config",
+    "runs": "advisor.cli.cmd_runs:runs",
 }
 
 _SHORT_HELP: dict[str, str] = {
@@ -36,6 +37,7 @@ _SHORT_HELP: dict[str, str] = {
     "rules": "List the rules.",
     "rule": "Explain one rule.",
     "config": "Show the resolved configuration and where each setting came from.",
+    "runs": "List the saved runs, newest first, to pick two for `advisor compare`.",
 }
 
 
@@ -75,6 +77,7 @@ def cli() -> None:
     advisor tensorboard RUN_DIR              open the traces in TensorBoard
     advisor rules / advisor rule DL001       list rules / explain one
     advisor config                           resolved settings and their sources
+    advisor runs                             list the saved runs, newest first
     """  # noqa: D301 - \b is Click's keep-lines marker (the \x08 character), so no raw string
 
 
