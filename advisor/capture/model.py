@@ -58,6 +58,10 @@ class RunSpec:
             many as ``profiled_steps``; 0: no cProfile). A separate window because cProfile and
             ``with_stack`` share CPython's one profile hook per thread: enabled together,
             cProfile silently removes every Python stack event from the trace.
+        min_timed_s: Keep timing past ``timed_steps`` until the timed steps add up to this
+            many seconds (0: exactly ``timed_steps``). Fix trials set it: 20 steps of half a
+            millisecond are a 10 ms window that one scheduler hiccup can halve, and a speedup is
+            a ratio of two such windows.
     """
 
     script: Path
@@ -77,6 +81,7 @@ class RunSpec:
     nproc_per_node: int = 1
     nnodes: int = 1
     cprofile_steps: int | None = None
+    min_timed_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ class Phases:
     profiled: int
     cprofile: int
     full: bool = False
+    min_timed_s: float = 0.0
 
     @property
     def total(self) -> int:
@@ -91,6 +92,7 @@ class Phases:
             # NOTE: profiled_steps=0 (fix trials) means no profiler of either kind.
             cprofile=max(0, cprofile) if spec.profiled_steps > 0 else 0,
             full=spec.full,
+            min_timed_s=max(0.0, float(getattr(spec, "min_timed_s", 0.0) or 0.0)),
         )
 
 
@@ -136,6 +138,8 @@ class StepRecorder:
     _cur_samples: int | None = None
     _cur_batches: int = 0
     _epoch_ended: bool = False
+    _timed_ms: float = 0.0  # sum of step_times_ms (kept as we go: no O(n) sum per step)
+    _asked_timed: int | None = None  # phases.timed before a min_timed_s extension
 
     # ----- events from the hooks -------------------------------------------------------------
 
@@ -266,6 +270,7 @@ class StepRecorder:
             self.first_step_end = now
         if self.phase == PHASE_TIMED:
             self.step_times_ms.append((now - start) * 1000.0)
+            self._timed_ms += self.step_times_ms[-1]
             self.step_samples.append(self._cur_samples)
             self.step_batches.append(self._cur_batches)
         if self.phase in (PHASE_WARMUP, PHASE_TIMED, PHASE_PROFILED, PHASE_CPROFILE):
@@ -294,6 +299,18 @@ class StepRecorder:
             control = self.profiler if self.phase == PHASE_PROFILED else self.cprofiler
             if control is not None:
                 control.step()
+            return
+        if (
+            self.phase == PHASE_TIMED
+            and p.min_timed_s > 0
+            and self.steps >= ends[PHASE_TIMED]
+            and self._timed_ms < p.min_timed_s * 1000.0
+        ):
+            # NOTE: the window is too short to time (sub-millisecond steps): one more timed step.
+            # The later phases' ends move with it, as they are counted from p.timed.
+            if self._asked_timed is None:
+                self._asked_timed = p.timed
+            p.timed = self.steps - p.warmup + 1
             return
         # NOTE: a loop, not a chain of ifs: phases asked with 0 steps are passed straight through.
         while self.phase in ends and self.steps >= ends[self.phase]:
@@ -340,6 +357,9 @@ class StepRecorder:
         self.steps = 0
         self.counts = {}
         self.step_times_ms.clear()
+        self._timed_ms = 0.0
+        if self._asked_timed is not None:  # undo a min_timed_s extension: timing starts over
+            self.phases.timed = self._asked_timed
         self.step_samples.clear()
         self.step_batches.clear()
         self._set_phase(PHASE_WARMUP)

@@ -78,6 +78,11 @@ TRIALS_DIR = "trials"
 MIN_LADDER_PHASE_S = 2.0
 DEFAULT_LOSS_STEPS = 5
 DEFAULT_SEED = 0
+# Every trial run times at least this much of the script (RunSpec.min_timed_s): 20 steps of a
+# tiny model are a 10-15 ms window, where one slow step halved a baseline's rate and inflated a
+# larger_batch speedup to 19.8x against 11.4x timed plainly over the whole script (tiny_model,
+# benchmarks/fix_speedups.py). Slow steps already fill it; only fast ones run longer.
+MIN_TRIAL_WINDOW_S = 1.0
 
 # Verdict strings (advisor.fixes.model.VERDICTS).
 IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED = "improved", "no_effect", "slower", "failed", "skipped"
@@ -454,6 +459,7 @@ class _Loop:
             record_loss_steps=self.loss_steps,
             quiet=True,
             timeout_s=self.base_timeout,
+            min_timed_s=MIN_TRIAL_WINDOW_S,
         )
         if hasattr(s, "cprofile_steps"):
             s = replace(s, cprofile_steps=0)

@@ -189,3 +189,37 @@ def test_losses_summed_per_step_for_the_first_steps():
     assert not rec.wants_loss()
     rec.loss(9.0)
     assert rec.losses == [1.5, 2.0]
+
+
+def _recorder_with_min_window(min_timed_s: float):
+    clock = FakeClock()
+    rec = StepRecorder(Phases(1, 3, 0, 0, min_timed_s=min_timed_s), clock=clock, start_time=90.0)
+    rec.script_started()
+    return rec, clock
+
+
+def test_short_steps_are_timed_until_the_window_is_long_enough():
+    # 3 timed steps of 0.125 s make a 0.375 s window; asked for 1 s, timing goes on to 8 steps.
+    rec, clock = _recorder_with_min_window(1.0)
+    with pytest.raises(StopScript):
+        for _ in range(40):
+            opt_step(rec, clock, seconds=0.125)
+    timed = rec.timed_phase()
+    assert len(timed.step_times_ms) == 8
+    assert sum(timed.step_times_ms) == pytest.approx(1000.0)
+
+
+def test_long_steps_keep_the_asked_count():
+    rec, clock = _recorder_with_min_window(1.0)
+    with pytest.raises(StopScript):
+        for _ in range(40):
+            opt_step(rec, clock, seconds=0.5)
+    assert len(rec.timed_phase().step_times_ms) == 3  # 1.5 s already: no extension
+
+
+def test_no_minimum_means_exactly_the_asked_steps():
+    rec, clock = _recorder_with_min_window(0.0)
+    with pytest.raises(StopScript):
+        for _ in range(40):
+            opt_step(rec, clock, seconds=0.001)
+    assert len(rec.timed_phase().step_times_ms) == 3

@@ -46,6 +46,7 @@ def test_workers_win_is_kept_and_the_best_rung_is_picked(spec):
     # A V1 V2 A V2 V1 A V1 V2 A: one baseline per round serves both rungs.
     assert len(runner.calls) == 4 + 6
     assert all(s.profiled_steps == 0 and s.record_loss_steps == 5 and s.seed == 0 for s in runner.calls)
+    assert all(s.min_timed_s >= 1.0 for s in runner.calls)  # no trial timed over a few ms
     assert all(s.out_dir.parent == spec.out_dir / "trials" for s in runner.calls)
     assert len({s.out_dir for s in runner.calls}) == len(runner.calls)
     assert [e.fix for e in events][:3] == ["baseline", "dataloader_workers@1", "dataloader_workers@2"]
