@@ -110,27 +110,23 @@ def time_twins(name: str, args: list[str], repeats: int, timeout: float) -> tupl
 def best_after_fixes(report: dict) -> tuple[float | None, float | None, float | None, list[str]]:
     """(baseline samples/s, best samples/s, speedup, kept fix ids) for the fixes advisor kept.
 
-    The kept set is advisor's answer: the combined trial when it measured exactly the kept fixes,
-    else the one kept fix's own trial (advisor fell back to the best standalone fix). An improved
-    trial that was not kept is never the answer: a fix measured on top of another has a speedup
-    relative to that fix's run, not to the baseline. The baseline is that trial's own
-    (interleaved, unprofiled) baseline runs, so the row's two rates and its speedup agree; the
-    diagnose run's rate (``run.samples_per_s``) is used only when nothing was kept.
+    The kept set's measurement is :attr:`advisor.report.model.Report.kept_trial`. Its baseline
+    is that trial's own (interleaved, unprofiled) baseline runs, so the row's two rates and its
+    speedup agree; the diagnose run's rate (``run.samples_per_s``) is used only when nothing was
+    kept.
     """
+    from advisor._serde import from_dict
+    from advisor.report.model import Report
+
     kept = list(report.get("kept_fixes") or [])
     run_rate = (report.get("run") or {}).get("samples_per_s")
     if not kept:
         return run_rate, run_rate, 1.0, []
-    combined = report.get("combined")
-    trial = None
-    if combined and set(str(combined.get("fix", "")).split("+")) == set(kept):
-        trial = combined
-    elif len(kept) == 1:
-        trial = next((t for t in report.get("trials") or [] if t.get("fix") == kept[0]), None)
+    trial = from_dict(Report, report).kept_trial
     if trial is None:
         return run_rate, None, None, kept
-    base = trial.get("baseline_samples_per_s") or run_rate
-    return base, trial.get("samples_per_s"), trial.get("speedup"), kept
+    base = trial.baseline_samples_per_s or run_rate
+    return base, trial.samples_per_s, trial.speedup, kept
 
 
 def run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:

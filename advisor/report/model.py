@@ -126,6 +126,26 @@ class Report:
     warnings: tuple[str, ...] = ()
     device: tuple[str, ...] = ()
 
+    @property
+    def kept_trial(self) -> Trial | None:
+        """The measurement of the fixes advisor kept, or None when nothing was kept.
+
+        The combined trial when it measured exactly the kept set, else the one kept fix's own
+        trial: when a combination loses to the best single fix, ``combined`` still holds the
+        combination's run (the loop reports what it measured) while only that fix is kept. A
+        trial that improved but was not kept is never the answer: its speedup may be relative to
+        another fix's run.
+        """
+        kept = set(self.kept_fixes)
+        if not kept:
+            return None
+        combined = self.combined
+        if combined is not None and set(str(combined.fix).split("+")) == kept:
+            return combined
+        if len(kept) == 1:
+            return next((t for t in self.trials if t.fix in kept), None)
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON document (findings sorted for clean diffs)."""
         # NOTE: sorted here too, not only in build_report, so a hand-built or older report

@@ -181,25 +181,9 @@ def _from_report(report: Report) -> dict[str, Any]:
 
 
 def kept_speedup(report: Report) -> float | None:
-    """Measured speedup of the fixes advisor kept, or None when nothing was kept or measured.
-
-    The combined trial when it measured exactly the kept set, else the one kept fix's own trial
-    (the same reading as ``benchmarks/zoo.py``'s ``best_after_fixes``). A trial that improved but
-    was not kept is never the answer: its speedup may be relative to another fix's run.
-    """
-    kept = {str(k) for k in (report.kept_fixes or ())}
-    if not kept:
-        return None
-    combined = report.combined
-    fix = getattr(combined, "fix", None)
-    if isinstance(fix, str) and set(fix.split("+")) == kept:
-        return s.finite(getattr(combined, "speedup", None))
-    if len(kept) == 1:
-        (only,) = kept
-        for trial in report.trials or ():
-            if getattr(trial, "fix", None) == only:
-                return s.finite(getattr(trial, "speedup", None))
-    return None
+    """Measured speedup of the fixes advisor kept (:attr:`Report.kept_trial`), or None."""
+    trial = report.kept_trial
+    return None if trial is None else s.finite(trial.speedup)
 
 
 def _one_line(exc: BaseException, run_dir: Path, file: str) -> str:
