@@ -170,7 +170,7 @@ def _cards(report: Report) -> str:
     else:
         out.append(card("Primary bottleneck", "none found", "no rule fired above its threshold"))
     tput = throughput(report)
-    c = report.combined
+    c = report.kept_trial
     if c is not None and s.finite(c.speedup) is not None:
         out.append(
             card(

@@ -87,7 +87,7 @@ def _summary(report: Report) -> list[str]:
     tput = throughput(report)
     if tput is not None:
         cell = f"{s.rate(tput)} samples/s"
-        c = report.combined
+        c = report.kept_trial
         if c is not None and s.finite(c.speedup) is not None:
             kept = ", ".join(md_code(k) for k in report.kept_fixes) or md_code(c.fix)
             cell += f" → **{s.rate(c.samples_per_s)} samples/s** with {kept} ({s.times(c.speedup)} {s.ci(c.ci_low, c.ci_high)})".rstrip()

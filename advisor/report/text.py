@@ -171,13 +171,13 @@ def _summary_panel(report: Report) -> Panel:
     else:
         grid.add_row("Primary bottleneck", Text("none found", style="green"))
     tput = throughput(report)
-    combined = report.combined
+    kept = report.kept_trial
     if tput is not None:
         line = Text(f"{s.rate(tput)} samples/s")
-        if combined is not None and s.finite(combined.speedup) is not None:
-            line = Text(f"{s.rate(tput)} → {s.rate(combined.samples_per_s)} samples/s with ")
-            line.append(_t(", ".join(report.kept_fixes) or combined.fix, "bold"))
-            line.append(f" ({_speedup_text(combined)})")
+        if kept is not None and s.finite(kept.speedup) is not None:
+            line = Text(f"{s.rate(tput)} → {s.rate(kept.samples_per_s)} samples/s with ")
+            line.append(_t(", ".join(report.kept_fixes) or kept.fix, "bold"))
+            line.append(f" ({_speedup_text(kept)})")
         grid.add_row("Throughput", line)
     step = median_step_ms(report)
     n_steps = report.run.steps_measured or len({(r.get("rank"), r.get("step")) for r in report.steps})

@@ -155,3 +155,34 @@ def test_build_report_separates_warnings_from_notes() -> None:
     assert report.warnings == (unknown,)  # once, even when two layers said it
     assert report.notes == ("metric note", hidden)
     assert dataclasses.replace(report, warnings=()).to_dict()["warnings"] == []
+
+
+def test_headline_speedup_is_the_kept_fix_when_the_combination_lost() -> None:
+    # The loop keeps bf16 alone when bf16+fused measured worse together; `combined` still holds
+    # that combination's run, but the headline must quote the measurement of what was kept.
+    import dataclasses
+
+    from report_fixtures import make_report
+
+    from advisor.fixes.model import Trial
+    from advisor.report.html import render_html
+    from advisor.report.markdown import render_markdown
+    from advisor.report.text import render_text
+
+    bf16 = Trial(fix="bf16_autocast", safety="unsafe", verdict="improved", baseline_samples_per_s=100.0,
+                 samples_per_s=150.0, speedup=1.5, ci_low=1.4, ci_high=1.6, repeats=3)
+    fused = Trial(fix="fused_optimizer", safety="unsafe", verdict="improved", baseline_samples_per_s=100.0,
+                  samples_per_s=120.0, speedup=1.2, ci_low=1.1, ci_high=1.3, repeats=3)
+    lost = Trial(fix="bf16_autocast+fused_optimizer", safety="unsafe", verdict="improved",
+                 baseline_samples_per_s=100.0, samples_per_s=105.0, speedup=1.05, ci_low=1.01, ci_high=1.09, repeats=3)
+    report = dataclasses.replace(make_report(), trials=(bf16, fused), combined=lost, kept_fixes=("bf16_autocast",))
+    assert report.kept_trial is bf16
+    text = render_text(report)
+    headline = next(line for line in text.splitlines() if "Throughput" in line)
+    assert "1.50×" in headline and "1.05×" not in headline
+    md = render_markdown(report)
+    headline = next(line for line in md.splitlines() if "**Throughput**" in line)
+    assert "1.50×" in headline and "1.05×" not in headline
+    page = render_html(report)
+    card = page[page.index("Measured speedup"):][:300]
+    assert "1.50×" in card and "1.05×" not in card
