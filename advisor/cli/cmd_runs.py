@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from advisor._paths import display_path
+
 if TYPE_CHECKING:
     from advisor.report.runs import RunSummary
 
@@ -104,7 +106,7 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
         table.add_row(
             Text(r.name),
             Text(_short_time(r.when)),
-            Text(_display_path(r.script)),
+            Text(display_path(r.script) if r.script else "—"),
             Text(status, style=status_style),
             Text(primary),
             Text(", ".join(r.kept_fixes) or "—"),
@@ -121,17 +123,6 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
             console.print(line, overflow="fold")
     # rich pads every table line to the table's width; trailing blanks only get in the way of grep.
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
-
-
-def _display_path(script: str | None) -> str:
-    """Show a script under the working directory relative to it (shorter); others as recorded."""
-    if not script:
-        return "—"
-    path = Path(script)
-    try:
-        return str(path.relative_to(Path.cwd())) if path.is_absolute() else script
-    except ValueError:  # not under the working directory
-        return script
 
 
 def _short_time(when: str | None) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from advisor._paths import display_path
 from advisor.engine.condition import ConditionError, Expression, did_you_mean, parse_expression
 from advisor.engine.message import Template, parse_template
 from advisor.engine.model import CATEGORIES, SEVERITIES, FixRef
@@ -289,9 +290,9 @@ def load_rules(root: Any = None) -> RuleSet:
     )
     stray = [f for f in root.iterdir() if f.is_file() and f.name.endswith((".yaml", ".yml"))]
     if stray:
-        raise RuleError(f"{_display(stray[0])}: rule files belong in a category folder: rules/<category>/<CODE>.yaml")
+        raise RuleError(f"{display_path(str(stray[0]))}: rule files belong in a category folder: rules/<category>/<CODE>.yaml")
     if not files:
-        raise RuleError(f"{_display(root)}: no rule files found (expected <category>/<CODE>.yaml)")
+        raise RuleError(f"{display_path(str(root))}: no rule files found (expected <category>/<CODE>.yaml)")
     for file in files:
         ruleset.register(load_rule_file(file))
     return ruleset
@@ -309,7 +310,7 @@ def load_rule_file(file: Any) -> Rule:
     Raises:
         RuleError: ``<path>: <key>: <problem>``.
     """
-    path = _display(file)
+    path = display_path(str(file))
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -448,13 +449,3 @@ def _string_list(value: Any, key: str, fail: Any) -> tuple[str, ...]:
 def _parent_name(file: Any) -> str | None:
     parent = getattr(file, "parent", None)
     return parent.name if parent is not None else None
-
-
-def _display(file: Any) -> str:
-    """Show a path for messages: relative to the working directory when inside it."""
-    text = str(file)
-    try:
-        rel = os.path.relpath(text)
-    except ValueError:  # pragma: no cover - different drive on Windows
-        return text
-    return text if rel.startswith("..") else rel

@@ -24,13 +24,13 @@ Source files are only ever read, each at most once per call (:class:`SourceCache
 from __future__ import annotations
 
 import io
-import os
 import re
 import tokenize
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from advisor._paths import display_path
 from advisor.engine.condition import did_you_mean
 from advisor.engine.evaluate import choose_primary
 from advisor.engine.model import Diagnosis, Finding, Location
@@ -267,7 +267,7 @@ def suppression_note(suppressed: Sequence[SuppressedFinding]) -> str:
         first = item.locations[0]
         more = len(item.locations) - 1
         extra = f" and {more} more line{'s' if more > 1 else ''}" if more else ""
-        items.append(f"{item.finding.code} at {_display(first.file)}:{first.line}{extra}")
+        items.append(f"{item.finding.code} at {display_path(first.file)}:{first.line}{extra}")
     noun = "finding" if count == 1 else "findings"
     return (
         f"{count} {noun} {SUPPRESSION_NOTE}: {', '.join(items)} "
@@ -309,7 +309,7 @@ def _merge(old: IgnoreComment | None, new: IgnoreComment) -> IgnoreComment:
 
 def _check_codes(path: Path, comment: IgnoreComment, ruleset: RuleSet) -> list[str]:
     """Warnings for a directive: codes that match no rule (with close matches), empty lists."""
-    where = f"{_display(str(path))}:{comment.line}"
+    where = f"{display_path(str(path))}:{comment.line}"
     if comment.empty_list:
         return [f"`# advisor: ignore[]` at {where} names no rule code; it suppresses nothing"]
     known = [*ruleset.codes, *ruleset.aliases]
@@ -320,12 +320,3 @@ def _check_codes(path: Path, comment: IgnoreComment, ruleset: RuleSet) -> list[s
         hint = did_you_mean(sel, [*known, *GROUPS])
         out.append(f"unknown rule code {sel!r} in `# advisor: ignore` at {where}{hint}")
     return out
-
-
-def _display(file: str) -> str:
-    """Show a path relative to the working directory when inside it, else as given."""
-    try:
-        rel = os.path.relpath(file)
-    except ValueError:  # pragma: no cover - another drive on Windows
-        return file
-    return file if rel.startswith("..") else rel

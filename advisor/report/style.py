@@ -8,9 +8,9 @@ categories and timeline lanes.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
+from advisor._paths import display_path
 from advisor.engine.model import SEVERITIES
 from advisor.metrics.registry import BREAKDOWN_PARTS
 
@@ -217,21 +217,6 @@ def ordered_parts(breakdown: dict[str, Any]) -> list[str]:
     """Breakdown parts in display order: the declared parts first, then any unknown extras."""
     extra = sorted(k for k in breakdown if k not in BREAKDOWN_PARTS)
     return [p for p in BREAKDOWN_PARTS if p in breakdown] + extra
-
-
-def display_path(file: str) -> str:
-    """Show an absolute path under the working directory relative to it (as ruff and pytest do).
-
-    Traces record absolute file names; ``examples/train.py:41`` reads better than the full path
-    and still opens from where the command ran. Paths elsewhere (another machine's) stay as given.
-    """
-    if not file or not os.path.isabs(file):
-        return file
-    try:
-        rel = os.path.relpath(file)
-    except ValueError:  # pragma: no cover - another drive on Windows
-        return file
-    return file if rel.startswith("..") else rel
 
 
 def location_text(file: str, line: int | None, function: str = "") -> str:
