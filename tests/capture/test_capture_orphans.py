@@ -11,26 +11,17 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from proc_helpers import gone_within, pids_with_args
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_LOOP = REPO / "tests" / "scripts" / "train_loop.py"
 
 
-def _children_running(run_dir: Path) -> list[psutil.Process]:
-    """Capture children of this run (their command line names the run's config file)."""
-    config = str(run_dir / "config.json")
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        if config in (p.info["cmdline"] or []):
-            found.append(p)
-    return found
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
 def test_sigkilled_advisor_takes_the_script_down_with_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
+    config = str(run_dir / "config.json")  # the capture child's command line names it
     proc = subprocess.Popen(
         [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--out", str(run_dir),
          str(TRAIN_LOOP), "--hang-at", "2"],
@@ -38,17 +29,11 @@ def test_sigkilled_advisor_takes_the_script_down_with_it(tmp_path: Path) -> None
     )
     try:
         deadline = time.monotonic() + 120
-        while not _children_running(run_dir) and time.monotonic() < deadline:
+        while not pids_with_args(config) and time.monotonic() < deadline:
             assert proc.poll() is None, "advisor ended before its child started"
             time.sleep(0.2)
-        assert _children_running(run_dir), "the capture child never started"
+        assert pids_with_args(config), "the capture child never started"
     finally:
         proc.kill()
         proc.wait()
-    deadline = time.monotonic() + 30
-    while _children_running(run_dir) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = _children_running(run_dir)
-    for p in left:  # never leak a hung script from a failing test
-        p.kill()
-    assert left == []
+    assert gone_within(config) == []

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_helpers import pids_with_args
 
 from advisor.capture.launch import capture_distributed
 from advisor.capture.model import STATUS_CRASHED, STATUS_STOPPED, RunCapture, RunSpec
@@ -40,14 +41,7 @@ def _spec(out: Path, *args: str) -> RunSpec:
 
 def _leftovers(run_dir: Path) -> list[int]:
     """Processes still running that were started for this run (their command names its config)."""
-    import psutil
-
-    config = str(run_dir / "config.json")
-    left = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        if config in (p.info["cmdline"] or []):
-            left.append(p.info["pid"])
-    return left
+    return pids_with_args(str(run_dir / "config.json"))
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from proc_helpers import gone_within, pids_with_args
 from report_fixtures import record_cpu_trace
 
 from advisor.errors import InputError, UsageError
@@ -186,18 +187,6 @@ def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
     assert port_free("127.0.0.1", port)  # the server is really gone
 
 
-def _servers_on(port: int) -> list[int]:
-    """PIDs of TensorBoard processes started for ``port`` (their command line names it)."""
-    import psutil
-
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if "tensorboard.main" in cmd and str(port) in cmd:
-            found.append(p.info["pid"])
-    return found
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
 def test_killing_advisor_never_leaves_tensorboard_running(captured_run: Path) -> None:
     # TensorBoard runs in its own session (so a terminal's Ctrl-C reaches only advisor); without
@@ -211,14 +200,8 @@ def test_killing_advisor_never_leaves_tensorboard_running(captured_run: Path) ->
     )
     try:
         assert _first_line(proc.stdout, timeout_s=180) is not None, "no URL from advisor tensorboard"
-        assert _servers_on(port), "TensorBoard should be serving"
+        assert pids_with_args("tensorboard.main", str(port)), "TensorBoard should be serving"
     finally:
         proc.kill()
         proc.communicate()
-    deadline = time.monotonic() + 30
-    while _servers_on(port) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = _servers_on(port)
-    for pid in left:  # do not leak a server from a failing test
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
+    assert gone_within("tensorboard.main", str(port)) == []

@@ -1,0 +1,37 @@
+"""Finding the processes a test started, and making sure none outlives it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+
+
+def pids_with_args(*args: str) -> list[int]:
+    """PIDs of processes whose command line holds every one of ``args`` as an argument."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if all(a in cmd for a in args):
+            found.append(p.info["pid"])
+    return found
+
+
+def gone_within(*args: str, timeout_s: float = 30.0) -> list[int]:
+    """Wait for the processes matching ``args`` to end; SIGKILL and return any still left.
+
+    The kill keeps a failing test from leaking a hung script or a server into the next ones;
+    the caller asserts the returned list is empty.
+    """
+    deadline = time.monotonic() + timeout_s
+    while pids_with_args(*args) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = pids_with_args(*args)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
