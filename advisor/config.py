@@ -174,10 +174,21 @@ def resolve_engine_config(
         UsageError: the config file is invalid.
     """
     path = config_file or find_config_file(start)
+    loaded = load_config_file(path) if path is not None else None
+    return _engine_config(loaded, select, extend_select, ignore, preview)
+
+
+def _engine_config(
+    loaded: ConfigFile | None,
+    select: tuple[str, ...] | None = None,
+    extend_select: tuple[str, ...] = (),
+    ignore: tuple[str, ...] = (),
+    preview: bool | None = None,
+) -> EngineConfig:
+    """Build the engine configuration from an already loaded config file (None: none) under the flags."""
     layers: tuple[tuple[EngineConfig, str], ...] = ()
     file_preview: bool | None = None
-    if path is not None:
-        loaded = load_config_file(path)
+    if loaded is not None:
         layers = loaded.engine_layers()
         file_preview = loaded.preview()
     return EngineConfig(
@@ -292,7 +303,8 @@ def resolve_config(start: Path | None = None, config_file: Path | None = None) -
             settings.append(Setting(key, value, tuple(c.path for c in ordered)))
         else:
             settings.append(Setting(key, setters[0].settings[key], (setters[0].path,)))
-    engine = resolve_engine_config(config_file=path) if path is not None else EngineConfig()
+    # NOTE: from the file already loaded above; loading it again would re-read the extend chain.
+    engine = _engine_config(loaded) if loaded is not None else EngineConfig()
     return ResolvedConfig(
         path=path.resolve() if path is not None else None,
         files=tuple(c.path for c in chain),
