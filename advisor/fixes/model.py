@@ -49,7 +49,9 @@ class FixOutcome:
 
     Attributes:
         trials: One trial per fix tried (or skipped), in the order they were considered.
-        combined: The kept fixes measured together (the single trial when one fix is kept).
+        combined: The kept fixes measured together (the single trial when one fix is kept). When
+            the combination lost to the best single fix, this is still the combination's run and
+            only that fix is kept; ``Report.kept_trial`` gives the kept set's measurement.
         kept: Ids of the fixes that helped and are kept.
         diff: Unified diff of the user's script making the kept fixes permanent.
         notes: Remarks about the loop (hidden fixes, fallbacks, failures of the baseline).
