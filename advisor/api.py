@@ -1,8 +1,10 @@
-"""The library API the CLI calls: whole pipelines, stage by stage.
+"""The library API, and the one door the CLI goes through for every command.
 
 ``diagnose_script``: RunSpec -capture-> RunCapture -metrics-> Metrics -rules-> Diagnosis
 -fixes-> FixOutcome -report-> Report, saved in the run directory as ``report.json``.
 ``analyze_report``: the same from metrics on, for traces a user already has.
+The other commands (``report``, ``compare``, ``runs``, ``rules``, ``config``, ``tensorboard``)
+have their functions here too, so ``advisor.cli`` imports no stage package (tests/test_layers.py).
 
 Stage modules are imported inside the functions so that reading traces never imports torch.
 """
@@ -12,14 +14,64 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from advisor.capture.model import RunCapture, RunSpec
-from advisor.engine.model import Diagnosis
+from advisor.capture.model import (
+    STATUS_CRASHED,
+    STATUS_NO_STEPS,
+    STATUS_TIMEOUT,
+    RunCapture,
+    RunSpec,
+)
+from advisor.config import ResolvedConfig, Setting, describe_source
+from advisor.engine.model import Diagnosis, EngineConfig
+from advisor.engine.rules import Rule, RuleSet
+from advisor.engine.selection import Selection
 from advisor.errors import InputError
 from advisor.fixes.model import FixOutcome
 from advisor.metrics.model import Metrics
 from advisor.report.model import Report, build_report
+
+if TYPE_CHECKING:
+    from advisor.report.compare import Comparison
+    from advisor.report.runs import RunSummary
+    from advisor.report.tensorboard import PreparedLogdir
+
+__all__ = [
+    "STATUS_CRASHED",
+    "STATUS_NO_STEPS",
+    "STATUS_TIMEOUT",
+    "DiagnoseResult",
+    "EngineConfig",
+    "FixOptions",
+    "Report",
+    "Rule",
+    "RuleSet",
+    "Selection",
+    "ResolvedConfig",
+    "RunCapture",
+    "RunSpec",
+    "Setting",
+    "analyze_report",
+    "compare_paths",
+    "config_view",
+    "describe_source",
+    "diagnose_script",
+    "engine_config",
+    "exit_code_for",
+    "list_runs",
+    "live_progress",
+    "load_report",
+    "load_side",
+    "prepare_tensorboard",
+    "render_runs",
+    "rule_set",
+    "serve_tensorboard",
+    "tensorboard_check",
+    "validate_script",
+    "write_comparison",
+    "write_report",
+]
 
 
 @dataclass(frozen=True)
@@ -175,3 +227,191 @@ def _suggested_fixes(findings: Sequence[Any]) -> list[Any]:
         for fix in finding.fixes:
             seen.setdefault(fix.id, fix)
     return list(seen.values())
+
+
+# --- the other commands: thin functions so the CLI reaches every stage through this module ---
+
+
+def validate_script(script: Path) -> Path:
+    """Return ``script`` resolved, or raise UsageError when it is missing or not Python."""
+    from advisor.capture.run import validate_script as _validate
+
+    return _validate(script)
+
+
+def engine_config(
+    select: Sequence[str] | None,
+    extend_select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    preview: bool = False,
+    start: Path | None = None,
+) -> EngineConfig:
+    """Layer ``[tool.advisor]`` from the closest config file under the command line's selection.
+
+    Args:
+        select: ``--select`` codes, or None/empty to keep the config file's selection.
+        extend_select: ``--extend-select`` codes.
+        ignore: ``--ignore`` codes.
+        preview: ``--preview``; False keeps the config file's setting.
+        start: Where the config search starts (default: the current directory).
+    """
+    from advisor.config import resolve_engine_config
+
+    return resolve_engine_config(
+        select=tuple(select) if select else None,
+        extend_select=tuple(extend_select),
+        ignore=tuple(ignore),
+        preview=preview or None,
+        start=start or Path.cwd(),
+    )
+
+
+def load_report(run_dir: str | Path) -> Report:
+    """Return the report saved in a run directory (or a ``report.json`` file)."""
+    return Report.load(Path(run_dir))
+
+
+def write_report(report: Report, fmt: str | None, output: Path | None) -> Path | None:
+    """Render ``report`` and write it to ``output``, or to stdout when ``output`` is None or ``-``.
+
+    Args:
+        report: The report to render.
+        fmt: ``--format``; None takes the format from ``output``'s extension, else text.
+        output: ``-o``.
+
+    Returns:
+        The file written, or None for stdout.
+    """
+    from advisor.report.render import render, resolve_format, use_color, write_output
+
+    chosen = resolve_format(fmt, output)
+    return write_output(render(report, chosen, color=use_color(chosen, output)), chosen, output)
+
+
+def exit_code_for(report: Report, fail_on: str) -> int:
+    """Return the exit code ``--fail-on`` gives ``report`` (1 when findings at or above it remain)."""
+    from advisor.report.gate import gate
+
+    return gate(report, fail_on)
+
+
+def load_side(path: str | Path) -> Report:
+    """Return a Report for one side of ``advisor compare``.
+
+    Args:
+        path: A run directory holding ``report.json``, a ``report.json`` file, or a trace file
+            or directory of traces (analysed with :func:`analyze_report`).
+
+    Raises:
+        InputError: The path does not exist or cannot be read as either.
+    """
+    from advisor.report.compare import looks_like_report
+
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p} does not exist; pass a run directory, a report.json or a trace")
+    if looks_like_report(p):
+        return Report.load(p)
+    return analyze_report(p)
+
+
+def compare_paths(before: str | Path, after: str | Path) -> Comparison:
+    """Compare two runs, reports or traces (``before`` -> ``after``)."""
+    from advisor.report.compare import compare_reports
+
+    return compare_reports(load_side(before), load_side(after))
+
+
+def write_comparison(comparison: Comparison, fmt: str | None, output: Path | None) -> Path | None:
+    """Render a comparison and write it to ``output`` or stdout; return the file written, if any."""
+    from advisor.report.compare_render import render_comparison
+    from advisor.report.render import resolve_format, use_color, write_output
+
+    chosen = resolve_format(fmt, output)
+    return write_output(render_comparison(comparison, chosen, color=use_color(chosen, output)), chosen, output)
+
+
+def list_runs(directory: Path, limit: int | None = None) -> list[RunSummary]:
+    """Return the saved runs under ``directory``, newest first (at most ``limit``)."""
+    from advisor.report.runs import list_runs as _list_runs
+
+    return _list_runs(directory, limit=limit)
+
+
+def render_runs(rows: Sequence[RunSummary], directory: Path) -> str:
+    """Render the runs table as text, coloured and as wide as the terminal when stdout is one."""
+    import shutil
+
+    from advisor.report.render import use_color
+    from advisor.report.runs_render import render_runs_text
+
+    color = use_color("text", None)
+    width = shutil.get_terminal_size().columns if color else 160
+    return render_runs_text(rows, directory, color=color, width=width)
+
+
+def rule_set() -> RuleSet:
+    """Every rule advisor ships (the files under ``rules/``), validated."""
+    from advisor.engine.rules import default_rules
+
+    return default_rules()
+
+
+def config_view(start: Path) -> tuple[ResolvedConfig, Selection]:
+    """Return the configuration the closest config file above ``start`` gives, and the rules it selects."""
+    from advisor.config import resolve_config
+    from advisor.engine.selection import select_rules
+
+    resolved = resolve_config(start=start)
+    return resolved, select_rules(rule_set(), resolved.engine)
+
+
+def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], None], Callable[[], None]]:
+    """Progress on stderr: a rich bar for the capture, then one line per fix-trial run.
+
+    Returns:
+        ``(on_capture_event, on_trial_line, stop)``; ``stop`` ends the bar and may be called twice.
+    """
+    from rich.console import Console
+    from rich.markup import escape
+
+    from advisor.capture.progress import LiveProgress
+
+    console = Console(stderr=True)
+    live = LiveProgress(console=console, title=title)
+    live.__enter__()
+    state = {"live": True}
+
+    def stop() -> None:
+        if state["live"]:
+            state["live"] = False
+            live.__exit__(None, None, None)
+
+    def on_trial(event: Any) -> None:
+        stop()  # the capture bar is finished once trials start
+        console.print(f"[dim]fix trial[/dim] {escape(event.line())}", highlight=False)
+
+    return live, on_trial, stop
+
+
+def tensorboard_check() -> None:
+    """Raise a clear error when TensorBoard or its PyTorch Profiler plugin is missing."""
+    from advisor.report.tensorboard import check_plugin
+
+    check_plugin()
+
+
+def prepare_tensorboard(run_dir: Path) -> PreparedLogdir:
+    """Copy a run's traces into ``<run>/tensorboard/`` in the layout the plugin reads."""
+    from advisor.report.tensorboard import prepare_logdir
+
+    return prepare_logdir(run_dir)
+
+
+def serve_tensorboard(
+    prepared: PreparedLogdir, *, host: str, port: int, echo: Callable[[str], None], say: Callable[[str], None]
+) -> int:
+    """Serve a prepared log folder until Ctrl-C; return the exit code."""
+    from advisor.report.tensorboard import serve
+
+    return serve(prepared, host=host, port=port, echo=echo, say=say)

@@ -6,10 +6,8 @@ from pathlib import Path
 
 import click
 
+from advisor import api
 from advisor.cli.options import format_option, output_option
-from advisor.report.compare import compare_reports, load_side
-from advisor.report.compare_render import render_comparison
-from advisor.report.render import resolve_format, use_color, write_output
 
 COMPARE_EPILOG = """\b
 BEFORE and AFTER are run directories (with report.json), report.json files, or traces.
@@ -27,9 +25,7 @@ Examples:
 @output_option
 def compare(before: Path, after: Path, fmt: str | None, output: Path | None) -> int:
     """Compare two runs or traces (BEFORE -> AFTER)."""
-    fmt = resolve_format(fmt, output)
-    cmp = compare_reports(load_side(before), load_side(after))
-    written = write_output(render_comparison(cmp, fmt, color=use_color(fmt, output)), fmt, output)
+    written = api.write_comparison(api.compare_paths(before, after), fmt, output)
     if written is not None:
         click.echo(f"advisor: wrote {written}", err=True)
     return 0

@@ -1,6 +1,6 @@
 """``advisor config``: the resolved configuration for a folder, each setting with where it came from.
 
-The same search and loader as ``diagnose`` and ``analyze`` (:func:`advisor.config.resolve_config`),
+The same search and loader as ``diagnose`` and ``analyze`` (:func:`advisor.api.config_view`),
 so what it prints is what those commands use; ruff's ``--show-settings`` is the model.
 """
 
@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from advisor.config import ResolvedConfig, Setting, describe_source, resolve_config
+from advisor import api
+from advisor.api import ResolvedConfig, Setting, describe_source
 
 EPILOG = """\b
 Examples:
@@ -34,11 +35,7 @@ Examples:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def config(target: Path | None, fmt: str) -> int:
     """Show each setting, its value, and where it came from (default or a config file)."""
-    from advisor.engine.rules import default_rules
-    from advisor.engine.selection import select_rules
-
-    resolved = resolve_config(start=target or Path.cwd())
-    selection = select_rules(default_rules(), resolved.engine)
+    resolved, selection = api.config_view(target or Path.cwd())
     selected = [r.code for r in selection.selected]
     deselected = [r.code for r in selection.deselected]
     if fmt == "json":

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from advisor.capture.model import STATUS_CRASHED, STATUS_NO_STEPS, STATUS_TIMEOUT, RunSpec
+from advisor import api
+from advisor.api import STATUS_CRASHED, STATUS_NO_STEPS, STATUS_TIMEOUT, RunSpec
 from advisor.cli._common import emit_report, engine_config
 from advisor.cli.options import output_options, rule_selection_options, verbosity_options
 from advisor.errors import ScriptFailed, UsageError
@@ -97,9 +98,7 @@ def diagnose(
 
     if write and no_fixes:
         raise UsageError("--write applies the fixes' diff; it cannot be combined with --no-fixes")
-    from advisor.capture.run import validate_script
-
-    script = validate_script(script)  # missing / not Python -> UsageError (exit 2), before any work
+    script = api.validate_script(script)  # missing / not Python -> UsageError (exit 2), before any work
     config = engine_config(select, extend_select, ignore, preview, start=script.parent)
     run_dir = out_dir or default_run_dir(script)
     spec = RunSpec(
@@ -168,23 +167,4 @@ def _progress_sinks(quiet: bool, title: str):  # type: ignore[no-untyped-def]
     """Live progress on stderr: a rich bar for the capture, then one line per fix-trial run."""
     if quiet:
         return None, None, (lambda: None)
-    from rich.console import Console
-    from rich.markup import escape
-
-    from advisor.capture.progress import LiveProgress
-
-    console = Console(stderr=True)
-    live = LiveProgress(console=console, title=title)
-    live.__enter__()
-    state = {"live": True}
-
-    def stop() -> None:
-        if state["live"]:
-            state["live"] = False
-            live.__exit__(None, None, None)
-
-    def on_trial(event) -> None:  # type: ignore[no-untyped-def]
-        stop()  # the capture bar is finished once trials start
-        console.print(f"[dim]fix trial[/dim] {escape(event.line())}", highlight=False)
-
-    return live, on_trial, stop
+    return api.live_progress(title)

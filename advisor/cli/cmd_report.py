@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from advisor import api
 from advisor.cli._common import emit_report
 from advisor.cli.options import output_options
-from advisor.report.model import Report
 
 REPORT_EPILOG = """\b
 Examples:
@@ -24,4 +24,4 @@ Examples:
 @output_options
 def report(run_dir: Path, fmt: str | None, output: Path | None, fail_on: str) -> int:
     """Render a saved run (RUN_DIR/report.json) as text, Markdown, HTML or JSON."""
-    return emit_report(Report.load(run_dir), fmt, output, fail_on)
+    return emit_report(api.load_report(run_dir), fmt, output, fail_on)

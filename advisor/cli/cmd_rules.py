@@ -12,7 +12,8 @@ import sys
 
 import click
 
-from advisor.engine.rules import Rule, RuleSet, default_rules
+from advisor import api
+from advisor.api import Rule, RuleSet
 
 RULES_EPILOG = """\b
 Examples:
@@ -25,7 +26,7 @@ Examples:
 
 
 def _ruleset() -> RuleSet:
-    return default_rules()
+    return api.rule_set()
 
 
 @click.command(epilog=RULES_EPILOG)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from advisor.report.tensorboard import check_plugin, prepare_logdir, serve
+from advisor import api
 
 TENSORBOARD_EPILOG = """\b
 Serves a prepared copy of the traces (RUN_DIR/tensorboard/) so the deprecated plugin shows
@@ -28,18 +28,18 @@ Examples:
 )
 def tensorboard(run_dir: Path, port: int, host: str) -> int:
     """Start TensorBoard on RUN_DIR's traces; prints the URL and a Perfetto hint."""
-    check_plugin()  # fail fast, before copying traces
+    api.tensorboard_check()  # fail fast, before copying traces
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"advisor: warning: binding {host}: anyone who can reach this machine can read the traces", err=True)
     click.echo(f"advisor: preparing traces from {run_dir}", err=True)
-    prepared = prepare_logdir(run_dir)
+    prepared = api.prepare_tensorboard(run_dir)
     if prepared.rewritten:
         click.echo(
             f"advisor: re-labelled {prepared.rewritten} user_annotation events as cpu_op in the copy "
             "(the plugin drops them from torch 2.x traces)",
             err=True,
         )
-    return serve(
+    return api.serve_tensorboard(
         prepared,
         host=host,
         port=port,

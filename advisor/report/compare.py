@@ -3,8 +3,8 @@
 :func:`compare_reports` is pure (two :class:`Report` in, one frozen :class:`Comparison` out).
 It refuses to print a bogus ratio: when the two sides ran on different kinds of device, or
 count work differently, the speedup is left out and the reason goes to ``not_comparable``.
-:func:`load_side` turns a command-line argument (run directory, ``report.json``, or a trace)
-into a Report.
+:func:`looks_like_report` tells a saved report from a trace; turning a trace into a Report is
+``advisor.api.load_side``'s job, so this renderer-side module never calls back into the api.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 
 from advisor._serde import to_jsonable
 from advisor.engine.model import Finding
-from advisor.errors import InputError
 from advisor.report import style as s
 from advisor.report.model import REPORT_FILE, Report
 from advisor.report.text import median_step_ms, part_shares, throughput
@@ -109,32 +108,15 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
 
-def load_side(path: Path | str) -> Report:
-    """Return a Report for one side of ``advisor compare``.
+def looks_like_report(path: Path) -> bool:
+    """Return True for a run directory holding ``report.json``, or a JSON file that is an advisor report.
 
-    Args:
-        path: A run directory holding ``report.json``, a ``report.json`` file, or a trace file
-            or directory of traces (analysed with ``advisor.api.analyze_report``).
-
-    Raises:
-        InputError: The path does not exist or cannot be read as either.
+    Reads only the first bytes of a JSON file; anything else is taken for a trace.
     """
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p} does not exist; pass a run directory, a report.json or a trace")
-    if (p.is_dir() and (p / REPORT_FILE).is_file()) or (p.is_file() and p.name.endswith(".json") and _is_report(p)):
-        return Report.load(p)
-    try:
-        from advisor.api import analyze_report  # lazy: trace analysis pulls in pandas-heavy code
-    except ImportError as exc:  # pragma: no cover - only before the api module exists
-        raise InputError(
-            f"{p} is not a run directory with {REPORT_FILE}, and trace analysis is unavailable ({exc})"
-        ) from exc
-    return analyze_report(p)
-
-
-def _is_report(path: Path) -> bool:
-    """Return True when a JSON file looks like an advisor report (reads only its first bytes)."""
+    if path.is_dir():
+        return (path / REPORT_FILE).is_file()
+    if not (path.is_file() and path.name.endswith(".json")):
+        return False
     if path.name == REPORT_FILE:
         return True
     try:
