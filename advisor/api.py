@@ -184,7 +184,7 @@ def diagnose_script(
 def _runner(spec: RunSpec) -> Callable[..., RunCapture]:
     """Pick the capture function for ``spec``: torchrun for multi-process jobs, a plain child otherwise."""
     if spec.nproc_per_node > 1 or spec.nnodes > 1:
-        from advisor.capture.launch import capture_distributed
+        from advisor.distributed.launch import capture_distributed
 
         return capture_distributed
     from advisor.capture.run import capture

@@ -1,6 +1,8 @@
 """Run a script under capture: :func:`capture` takes a :class:`RunSpec`, returns a :class:`RunCapture`.
 
-The parent side. It validates the script, prepares the run directory, starts
+The parent side, shared with the torchrun launcher (:mod:`advisor.distributed.launch`), which
+uses its public pieces (:func:`validate_spec`, :func:`started`, :class:`EventRelay`,
+:func:`kill_group`, :func:`steps_total`, :func:`report_done`). It validates the script, prepares the run directory, starts
 ``python -m advisor.capture.child config.json`` in its own process group (stdout and stderr go
 to ``stdout.log`` / ``stderr.log``, readable while it runs), samples CPU and GPU utilisation,
 relays the child's progress events, enforces the timeout, then merges the child's
@@ -87,7 +89,8 @@ def validate_script(script: Path) -> Path:
     return path.resolve()
 
 
-def _validate_spec(spec: RunSpec) -> None:
+def validate_spec(spec: RunSpec) -> None:
+    """Raise UsageError for a spec no capture can run (negative counts, bad timeout or cwd)."""
     for name in ("warmup_steps", "timed_steps", "profiled_steps", "record_loss_steps"):
         if getattr(spec, name) < 0:
             raise UsageError(f"{name.replace('_', '-')} must be 0 or more, got {getattr(spec, name)}")
@@ -125,7 +128,7 @@ def _child_env(spec: RunSpec) -> dict[str, str]:
     return env
 
 
-class _EventRelay:
+class EventRelay:
     """Tails the child's ``events.jsonl`` on a thread and hands each event to ``progress``."""
 
     def __init__(self, path: Path, progress: ProgressCallback | None) -> None:
@@ -176,13 +179,14 @@ class _EventRelay:
                     self.progress = None
 
 
-def _kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to a process group; a group already gone is not an error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
 
 @contextlib.contextmanager
-def _started(cmd: list[str], spec: RunSpec, run_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+def started(cmd: list[str], spec: RunSpec, run_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
     """Start the child in its own session; whatever happens, leave no process of it behind."""
     with (run_dir / STDOUT_LOG).open("wb") as out, (run_dir / STDERR_LOG).open("wb") as err:
         proc = subprocess.Popen(
@@ -198,10 +202,10 @@ def _started(cmd: list[str], spec: RunSpec, run_dir: Path) -> Iterator[subproces
         yield proc
     finally:
         if proc.poll() is None:
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             proc.wait()
         # NOTE: DataLoader workers (or anything the script started) may outlive the child.
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
 
 
 def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCapture:
@@ -220,18 +224,18 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
         UsageError: The script is missing or not Python, or the spec is invalid.
     """
     script = validate_script(spec.script)
-    _validate_spec(spec)
+    validate_spec(spec)
     run_dir = prepare_run_dir(spec.out_dir)
     spec_for_child = {**to_jsonable(spec), "script": str(script)}
     dump_json({"spec": spec_for_child, "run_dir": str(run_dir)}, run_dir / CONFIG_FILE)
     cmd = [sys.executable, "-m", "advisor.capture.child", str(run_dir / CONFIG_FILE)]
 
     if progress is not None:
-        progress(ProgressEvent(phase=PHASE_STARTING, steps_total=_steps_total(spec)))
-    relay = _EventRelay(run_dir / EVENTS_FILE, progress)
+        progress(ProgressEvent(phase=PHASE_STARTING, steps_total=steps_total(spec)))
+    relay = EventRelay(run_dir / EVENTS_FILE, progress)
     timed_out = False
     start = time.perf_counter()
-    with _started(cmd, spec, run_dir) as proc:
+    with started(cmd, spec, run_dir) as proc:
         sampler = UtilSampler(proc.pid, SAMPLE_INTERVAL_S)
         sampler.start()
         relay.start()
@@ -243,14 +247,14 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
             relay.stop()
     result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu)
     result.save(run_dir)
-    _report_done(progress, relay, spec, result, wall_s)
+    report_done(progress, relay, spec, result, wall_s)
     return result
 
 
-def _report_done(
-    progress: ProgressCallback | None, relay: _EventRelay, spec: RunSpec, result: RunCapture, wall_s: float
+def report_done(
+    progress: ProgressCallback | None, relay: EventRelay, spec: RunSpec, result: RunCapture, wall_s: float
 ) -> None:
-    """Send the final ``done`` event (also used by the torchrun launcher, launch.py)."""
+    """Send the final ``done`` event (also used by the torchrun launcher, advisor.distributed.launch)."""
     if progress is None:
         return
     last = relay.last
@@ -258,7 +262,7 @@ def _report_done(
         ProgressEvent(
             phase=PHASE_DONE,
             step=result.steps_seen,
-            steps_total=_steps_total(spec),
+            steps_total=steps_total(spec),
             phase_step=last.phase_step if last else 0,
             phase_steps=last.phase_steps if last else 0,
             elapsed_s=round(wall_s, 3),
@@ -267,8 +271,8 @@ def _report_done(
     )
 
 
-def _steps_total(spec: RunSpec) -> int:
-    """Count the steps the capture asks for (also used by the torchrun launcher, launch.py)."""
+def steps_total(spec: RunSpec) -> int:
+    """Count the steps the capture asks for (also used by the torchrun launcher, advisor.distributed.launch)."""
     return Phases.for_spec(spec).total
 
 
@@ -291,7 +295,7 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float | None, start: float) 
     try:
         proc.wait(timeout=TERM_GRACE_S)
     except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
         proc.wait()
     return True
 

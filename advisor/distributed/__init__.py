@@ -1,1 +1,1 @@
-"""Multi-process (torchrun) support: merging the per-rank captures of one distributed job."""
+"""Multi-process (torchrun) support: launching a job with the capture child in every rank, and merging the per-rank captures."""

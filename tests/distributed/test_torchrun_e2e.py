@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from proc_helpers import pids_with_args
 
-from advisor.capture.launch import capture_distributed
 from advisor.capture.model import STATUS_CRASHED, STATUS_STOPPED, RunCapture, RunSpec
 from advisor.distributed.balance import rank_balance
+from advisor.distributed.launch import capture_distributed
 from advisor.distributed.overlap import rank_overlap
 from advisor.metrics.compute import analyze_path, compute_metrics
 from advisor.trace.load import load_traces
@@ -159,7 +159,7 @@ def test_dlrm_per_rank_communication_imbalance(shared_traces: Path) -> None:
 
 
 def test_rank_that_does_not_stop_is_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from advisor.capture import launch
+    from advisor.distributed import launch
 
     monkeypatch.setattr(launch, "STOP_GRACE_S", 3.0)
     monkeypatch.setattr(launch, "TERM_GRACE_S", 5.0)

@@ -49,15 +49,15 @@ from advisor.capture.run import (
     CONFIG_FILE,
     STDERR_LOG,
     STDOUT_LOG,
+    EventRelay,
     ProgressCallback,
-    _EventRelay,
-    _kill_group,
-    _report_done,
-    _started,
-    _steps_total,
-    _validate_spec,
+    kill_group,
     prepare_run_dir,
+    report_done,
+    started,
+    steps_total,
     validate_script,
+    validate_spec,
 )
 from advisor.capture.sampler import UtilSampler
 from advisor.distributed.merge import merge_ranks, rank_dirs, read_rank
@@ -125,7 +125,7 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
             job has no rendezvous configured.
     """
     script = validate_script(spec.script)
-    _validate_spec(spec)
+    validate_spec(spec)
     if spec.nproc_per_node < 1 or spec.nnodes < 1:
         raise UsageError("--nproc-per-node and --nnodes must be 1 or more")
     _check_multinode(spec)
@@ -138,11 +138,11 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
     cmd = torchrun_command(spec, config, logs_dir)
 
     if progress is not None:
-        progress(ProgressEvent(phase=PHASE_STARTING, steps_total=_steps_total(spec)))
+        progress(ProgressEvent(phase=PHASE_STARTING, steps_total=steps_total(spec)))
     # NOTE: rank 0 speaks for the job's progress; all ranks run the same steps.
-    relay = _EventRelay(run_dir / "rank0" / EVENTS_FILE, progress)
+    relay = EventRelay(run_dir / "rank0" / EVENTS_FILE, progress)
     start = time.perf_counter()
-    with _started(cmd, spec, run_dir) as proc:
+    with started(cmd, spec, run_dir) as proc:
         tree = _Descendants(proc.pid)
         sampler = UtilSampler(proc.pid, SAMPLE_INTERVAL_S)
         sampler.start()
@@ -198,7 +198,7 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
     }
     result = from_dict(RunCapture, data)
     result.save(run_dir)
-    _report_done(progress, relay, spec, result, wall_s)
+    report_done(progress, relay, spec, result, wall_s)
     return result
 
 
@@ -288,7 +288,7 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
     try:
         proc.wait(timeout=TERM_GRACE_S)
     except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
         proc.wait()
 
 
