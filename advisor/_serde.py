@@ -8,6 +8,7 @@ advisor can still read a newer run directory's common fields.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import types
@@ -28,6 +29,8 @@ def to_jsonable(value: Any) -> Any:
         return [to_jsonable(v) for v in value]
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value  # vocabularies (advisor._vocab) are written as their words
     if isinstance(value, float) and not math.isfinite(value):
         # NOTE: JSON has no NaN/inf; None keeps files valid for every reader.
         return None
@@ -74,6 +77,11 @@ def _coerce(tp: Any, value: Any) -> Any:
         return {k: _coerce(args[1], v) for k, v in value.items()} if args else dict(value)
     if tp is Path and isinstance(value, str):
         return Path(value)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            return value  # NOTE: a word from a newer writer is kept as a plain string, not refused
     return value
 
 

@@ -19,8 +19,8 @@ ADVISOR = Path(__file__).resolve().parents[1] / "advisor"
 
 ROOT = "(root)"
 """``advisor/__init__.py`` (``__version__``, ``advisor.step``): imports nothing of ours."""
-SHARED = frozenset({ROOT, "errors", "_serde", "_paths", "_proc"})
-"""Small leaf modules every layer may use (errors, JSON helpers, path display, process helpers)."""
+SHARED = frozenset({ROOT, "errors", "_serde", "_vocab", "_paths", "_proc"})
+"""Small leaf modules every layer may use (errors, JSON helpers, vocabularies, path display, processes)."""
 
 ALLOWED: dict[str, frozenset[str]] = {
     # The command line: only the api door (and the error types and version it prints).
@@ -41,6 +41,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "trace": frozenset({"errors"}),
     "errors": frozenset(),
     "_serde": frozenset({"errors"}),
+    "_vocab": frozenset(),
     "_paths": frozenset({"errors"}),
     "_proc": frozenset({"errors"}),
     ROOT: frozenset(),

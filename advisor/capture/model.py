@@ -12,17 +12,30 @@ from pathlib import Path
 from typing import Any
 
 from advisor._serde import dump_json, from_dict
+from advisor._vocab import Vocab
 from advisor.errors import InputError
 
 CAPTURE_SCHEMA_VERSION = 1
 CAPTURE_FILE = "capture.json"
 
-# Status of the script run, as recorded in RunCapture.status.
-STATUS_COMPLETED = "completed"  # the script ran to its end (--full, or it had few steps)
-STATUS_STOPPED = "stopped"  # advisor stopped it after the profiled steps (the normal case)
-STATUS_CRASHED = "crashed"  # the script raised or its process died
-STATUS_TIMEOUT = "timeout"  # --timeout ended it
-STATUS_NO_STEPS = "no_steps"  # it ended without a single step being seen
+
+
+class RunStatus(Vocab):
+    """How the script's run ended, as recorded in ``RunCapture.status`` (``capture.json``)."""
+
+    COMPLETED = "completed"  # the script ran to its end (--full, or it had few steps)
+    STOPPED = "stopped"  # advisor stopped it after the profiled steps (the normal case)
+    CRASHED = "crashed"  # the script raised or its process died
+    TIMEOUT = "timeout"  # --timeout ended it
+    NO_STEPS = "no_steps"  # it ended without a single step being seen
+
+
+# The members under their older names, which the capture and distributed modules import.
+STATUS_COMPLETED = RunStatus.COMPLETED
+STATUS_STOPPED = RunStatus.STOPPED
+STATUS_CRASHED = RunStatus.CRASHED
+STATUS_TIMEOUT = RunStatus.TIMEOUT
+STATUS_NO_STEPS = RunStatus.NO_STEPS
 
 
 @dataclass(frozen=True)
@@ -169,7 +182,7 @@ class RunCapture:
         schema_version: Version of this layout.
         run_dir: The run directory (absolute when written).
         script: The script that ran; args its arguments.
-        status: One of the ``STATUS_*`` constants.
+        status: How the run ended (:class:`RunStatus`).
         exit_code: The child's exit code (the script's ``sys.exit`` code where it called it).
         error: Set when the script raised, crashed or timed out.
         step_source: How steps were found: ``optimizer``, ``dataloader`` or ``marker``.
@@ -199,7 +212,7 @@ class RunCapture:
     run_dir: str = ""
     script: str = ""
     args: tuple[str, ...] = ()
-    status: str = STATUS_STOPPED
+    status: RunStatus = RunStatus.STOPPED
     exit_code: int | None = None
     error: ScriptError | None = None
     step_source: str | None = None
@@ -230,7 +243,7 @@ class RunCapture:
     @property
     def ok(self) -> bool:
         """True when the script neither crashed nor timed out and at least one step was seen."""
-        return self.status in (STATUS_COMPLETED, STATUS_STOPPED)
+        return self.status in (RunStatus.COMPLETED, RunStatus.STOPPED)
 
     def save(self, run_dir: Path) -> Path:
         """Write ``capture.json`` into ``run_dir`` atomically and return its path."""
@@ -261,14 +274,26 @@ class RunCapture:
         return from_dict(cls, data)
 
 
-# Phases a capture goes through, in order, as reported in ProgressEvent.phase.
-PHASE_STARTING = "starting"  # child launched, script importing / setting up (no step yet)
-PHASE_WARMUP = "warmup"
-PHASE_TIMED = "timed"
-PHASE_PROFILED = "profiled"  # torch.profiler on
-PHASE_CPROFILE = "cprofile"  # cProfile on
-PHASE_FINISHING = "finishing"  # measurements done: exporting, or the script runs on (--full)
-PHASE_DONE = "done"  # the child has exited
+class Phase(Vocab):
+    """Phases a capture goes through, in order, as reported in ``ProgressEvent.phase``."""
+
+    STARTING = "starting"  # child launched, script importing / setting up (no step yet)
+    WARMUP = "warmup"
+    TIMED = "timed"
+    PROFILED = "profiled"  # torch.profiler on
+    CPROFILE = "cprofile"  # cProfile on
+    FINISHING = "finishing"  # measurements done: exporting, or the script runs on (--full)
+    DONE = "done"  # the child has exited
+
+
+# The members under their older names, which the capture modules import.
+PHASE_STARTING = Phase.STARTING
+PHASE_WARMUP = Phase.WARMUP
+PHASE_TIMED = Phase.TIMED
+PHASE_PROFILED = Phase.PROFILED
+PHASE_CPROFILE = Phase.CPROFILE
+PHASE_FINISHING = Phase.FINISHING
+PHASE_DONE = Phase.DONE
 
 
 @dataclass(frozen=True)
@@ -276,7 +301,7 @@ class ProgressEvent:
     """One live progress update from a capture, passed to ``capture(progress=...)``.
 
     Attributes:
-        phase: One of the ``PHASE_*`` constants.
+        phase: The capture's current :class:`Phase`.
         step: Steps completed so far (all phases).
         steps_total: Steps the capture asks for (warm-up + timed + profiled + cProfile).
         phase_step: Steps completed in the current phase.
@@ -285,7 +310,7 @@ class ProgressEvent:
         message: A short remark (a note, a status), or "".
     """
 
-    phase: str
+    phase: Phase
     step: int = 0
     steps_total: int = 0
     phase_step: int = 0

@@ -24,12 +24,12 @@ from typing import Any
 from advisor.engine.condition import clean_value
 from advisor.engine.model import (
     CATEGORIES,
-    SEVERITIES,
     Diagnosis,
     EngineConfig,
     Finding,
     Location,
     Primary,
+    sort_findings,
 )
 from advisor.engine.rules import Rule, RuleSet, default_rules
 from advisor.engine.selection import select_rules
@@ -179,21 +179,6 @@ def category_breakdown(values: Mapping[str, Any]) -> dict[str, float]:
         category = BREAKDOWN_TO_CATEGORY.get(part, "other")
         out[category] = round(out.get(category, 0.0) + float(value), 6)
     return out
-
-
-def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:
-    """Severity (highest first), then code, then first location: stable output for diffs.
-
-    The same order as ``advisor.report.model.sort_findings``; kept here because the engine
-    must not import the report stage.
-    """
-
-    def key(f: Finding) -> tuple[int, str, str, int]:
-        loc = f.locations[0] if f.locations else None
-        rank = SEVERITIES.index(f.severity) if f.severity in SEVERITIES else -1
-        return (-rank, f.code, loc.file if loc else "", loc.line if loc else 0)
-
-    return tuple(sorted(findings, key=key))
 
 
 def _as_share(value: Any) -> float:

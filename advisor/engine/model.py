@@ -4,27 +4,68 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATEGORIES: tuple[str, ...] = (
-    "data_loading",
-    "host_to_device",
-    "sync",
-    "small_kernels",
-    "memory",
-    "compute",
-    "communication",
-)
-"""The fixed vocabulary of bottleneck categories; reports and JSON use exactly these words."""
+from advisor._vocab import Vocab
 
-SEVERITIES: tuple[str, ...] = ("info", "warning", "error")
-"""Severities, lowest first (``--fail-on`` compares by this order)."""
+
+class Category(Vocab):
+    """The fixed vocabulary of bottleneck categories; reports and JSON use exactly these words."""
+
+    DATA_LOADING = "data_loading"
+    HOST_TO_DEVICE = "host_to_device"
+    SYNC = "sync"
+    SMALL_KERNELS = "small_kernels"
+    MEMORY = "memory"
+    COMPUTE = "compute"
+    COMMUNICATION = "communication"
+
+
+class Severity(Vocab):
+    """How serious a finding is, lowest first (``--fail-on`` compares by this order)."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class Safety(Vocab):
+    """Whether a fix keeps numerics (``safe``) or may change numerics or memory (``unsafe``)."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+class LocationKind(Vocab):
+    """Which source locations a rule's finding points at (``locations:`` in a rule file)."""
+
+    SYNC = "sync"
+    ITEM = "item"
+    H2D = "h2d"
+    D2H = "d2h"
+    DATA_LOADING = "data_loading"
+    HOT = "hot"
+
+
+CATEGORIES: tuple[str, ...] = Category.values()
+"""Category words in declaration order (ties in the primary choice go to the first)."""
+SEVERITIES: tuple[str, ...] = Severity.values()
+"""Severity words, lowest first."""
+
+
+def severity_rank(severity: str) -> int:
+    """Position of ``severity`` among :class:`Severity` (higher is worse); -1 when unknown.
+
+    An unknown word (a report from a newer advisor) ranks below every known one: it sorts last
+    and never trips ``--fail-on``, rather than being taken for the most severe.
+    """
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
 
 
 @dataclass(frozen=True)
 class FixRef:
-    """A fix a finding suggests: a registered fix id and its safety (``safe`` or ``unsafe``)."""
+    """A fix a finding suggests: a registered fix id and its safety."""
 
     id: str
-    safety: str
+    safety: Safety
 
 
 @dataclass(frozen=True)
@@ -43,8 +84,8 @@ class Finding:
     Attributes:
         code: Rule code (e.g. ``DL001``).
         name: Rule slug (e.g. ``dataloader-starved-step``).
-        category: One of :data:`CATEGORIES`.
-        severity: One of :data:`SEVERITIES`.
+        category: The bottleneck :class:`Category`.
+        severity: The finding's :class:`Severity`.
         message: The rule's message template filled with the evidence.
         evidence: Metric name -> value used by the condition and message.
         locations: Where in the user's code (may be empty).
@@ -54,8 +95,8 @@ class Finding:
 
     code: str
     name: str
-    category: str
-    severity: str
+    category: Category
+    severity: Severity
     message: str
     evidence: dict[str, float | int | str | None]
     locations: tuple[Location, ...] = ()
@@ -70,7 +111,7 @@ class Primary:
     ``estimated_speedup`` is the Amdahl bound ``1 / (1 - share)`` if that time went away.
     """
 
-    category: str
+    category: Category
     share: float
     estimated_speedup: float
 
@@ -109,3 +150,13 @@ class EngineConfig:
     preview: bool = False
     layers: tuple[EngineConfig, ...] = ()
     sources: tuple[str, ...] = ()
+
+
+def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:
+    """Sort by severity (highest first), then code, then first location: stable output for diffs."""
+
+    def key(f: Finding) -> tuple[int, str, str, int]:
+        loc = f.locations[0] if f.locations else None
+        return (-severity_rank(f.severity), f.code, loc.file if loc else "", loc.line if loc else 0)
+
+    return tuple(sorted(findings, key=key))

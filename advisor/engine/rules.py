@@ -30,28 +30,37 @@ from typing import Any
 import yaml
 
 from advisor._paths import display_path
+from advisor._vocab import Vocab
 from advisor.engine.condition import ConditionError, Expression, did_you_mean, parse_expression
 from advisor.engine.message import Template, parse_template
-from advisor.engine.model import CATEGORIES, SEVERITIES, FixRef
+from advisor.engine.model import (
+    CATEGORIES,
+    SEVERITIES,
+    Category,
+    FixRef,
+    LocationKind,
+    Safety,
+    Severity,
+)
 from advisor.errors import RuleError, UsageError
 from advisor.metrics.registry import METRICS, is_declared
 
-FIX_SAFETY: dict[str, str] = {
-    "dataloader_workers": "safe",
-    "pin_memory": "safe",
-    "persistent_workers": "safe",
-    "prefetch_factor": "safe",
-    "non_blocking_copy": "safe",
-    "cpu_threads": "safe",
-    "bf16_autocast": "unsafe",
-    "fp16_amp": "unsafe",
-    "batch_fusion": "unsafe",
-    "larger_batch": "unsafe",
-    "torch_compile": "unsafe",
-    "cudnn_benchmark": "unsafe",
-    "tf32": "unsafe",
-    "channels_last": "unsafe",
-    "fused_optimizer": "unsafe",
+FIX_SAFETY: dict[str, Safety] = {
+    "dataloader_workers": Safety.SAFE,
+    "pin_memory": Safety.SAFE,
+    "persistent_workers": Safety.SAFE,
+    "prefetch_factor": Safety.SAFE,
+    "non_blocking_copy": Safety.SAFE,
+    "cpu_threads": Safety.SAFE,
+    "bf16_autocast": Safety.UNSAFE,
+    "fp16_amp": Safety.UNSAFE,
+    "batch_fusion": Safety.UNSAFE,
+    "larger_batch": Safety.UNSAFE,
+    "torch_compile": Safety.UNSAFE,
+    "cudnn_benchmark": Safety.UNSAFE,
+    "tf32": Safety.UNSAFE,
+    "channels_last": Safety.UNSAFE,
+    "fused_optimizer": Safety.UNSAFE,
 }
 """The shared fix-id vocabulary (rules <-> fix registry) and each fix's safety."""
 
@@ -66,8 +75,18 @@ GROUPS: dict[str, str] = {
 }
 """Code prefix (group) -> category. A rule's code prefix must match its category."""
 
-STATUSES: tuple[str, ...] = ("stable", "preview", "deprecated")
-LOCATION_KINDS: tuple[str, ...] = ("sync", "item", "h2d", "d2h", "data_loading", "hot")
+
+
+class RuleStatus(Vocab):
+    """A rule's life stage: ``preview`` rules run only with ``--preview``."""
+
+    STABLE = "stable"
+    PREVIEW = "preview"
+    DEPRECATED = "deprecated"
+
+
+STATUSES: tuple[str, ...] = RuleStatus.values()
+LOCATION_KINDS: tuple[str, ...] = LocationKind.values()
 """``SourceLocation.kind`` values a rule may attach (see advisor.metrics.model)."""
 
 REQUIRED_KEYS: tuple[str, ...] = (
@@ -101,9 +120,9 @@ class Rule:
         code: ``DL001`` style code; its two-letter prefix is the group.
         name: Kebab-case slug.
         summary: One line.
-        category: One of :data:`~advisor.engine.model.CATEGORIES`.
-        severity: One of :data:`~advisor.engine.model.SEVERITIES`.
-        status: ``stable``, ``preview`` (needs ``--preview``) or ``deprecated``.
+        category: Its :class:`~advisor.engine.model.Category`.
+        severity: Its :class:`~advisor.engine.model.Severity`.
+        status: :class:`RuleStatus` (``preview`` needs ``--preview``).
         when: Condition over declared metrics; the rule fires when it holds.
         impact: Share of step time the fix could recover (for the primary choice).
         message: Template filled with the evidence.
@@ -120,9 +139,9 @@ class Rule:
     code: str
     name: str
     summary: str
-    category: str
-    severity: str
-    status: str
+    category: Category
+    severity: Severity
+    status: RuleStatus
     when: Expression
     impact: Expression
     message: Template
@@ -131,7 +150,7 @@ class Rule:
     example: str
     instead: str
     references: tuple[str, ...]
-    locations: tuple[str, ...]
+    locations: tuple[LocationKind, ...]
     aliases: tuple[str, ...] = ()
     path: str = ""
 
@@ -407,9 +426,9 @@ def parse_rule(data: dict[str, Any], path: str, category_dir: str | None = None,
         code=code,
         name=name,
         summary=text("summary"),
-        category=category,
-        severity=severity,
-        status=status,
+        category=Category(category),
+        severity=Severity(severity),
+        status=RuleStatus(status),
         when=when,
         impact=impact,
         message=message,
@@ -418,7 +437,7 @@ def parse_rule(data: dict[str, Any], path: str, category_dir: str | None = None,
         example=text("example"),
         instead=text("instead"),
         references=references,
-        locations=locations,
+        locations=tuple(LocationKind(kind) for kind in locations),
         aliases=aliases,
         path=path,
     )
@@ -436,7 +455,7 @@ def _parse_fixes(value: Any, fail: Any) -> tuple[FixRef, ...]:
             raise fail("fixes", f"unknown fix id {fix_id!r}{did_you_mean(fix_id, FIX_SAFETY)}")
         if FIX_SAFETY[fix_id] != safety:
             raise fail("fixes", f"fix {fix_id!r} is {FIX_SAFETY[fix_id]!r}, not {safety!r}")
-        fixes.append(FixRef(id=fix_id, safety=safety))
+        fixes.append(FixRef(id=fix_id, safety=Safety(safety)))
     return tuple(fixes)
 
 

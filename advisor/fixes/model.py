@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-VERDICTS: tuple[str, ...] = ("improved", "no_effect", "slower", "failed", "skipped")
+from advisor._vocab import Vocab
+from advisor.engine.model import Safety
+
+
+class Verdict(Vocab):
+    """What measuring a fix found."""
+
+    IMPROVED = "improved"  # faster beyond noise
+    NO_EFFECT = "no_effect"  # within noise: never reported as a win
+    SLOWER = "slower"
+    FAILED = "failed"  # the run crashed, or the loss drifted from the baseline's
+    SKIPPED = "skipped"  # not run (not applicable, unsafe without the flag, baseline failed)
 
 
 @dataclass(frozen=True)
@@ -13,12 +24,12 @@ class Trial:
 
     Attributes:
         fix: Fix id, or ``+``-joined ids for the combined trial.
-        safety: ``safe`` or ``unsafe``.
+        safety: Whether the fix keeps numerics (:class:`~advisor.engine.model.Safety`).
         baseline_samples_per_s: Median baseline throughput over the interleaved repeats.
         samples_per_s: Median throughput with the fix.
         speedup: Median of paired ratios variant/baseline.
         ci_low / ci_high: Confidence interval on the speedup.
-        verdict: One of :data:`VERDICTS`.
+        verdict: What the measurement found (:class:`Verdict`).
         loss_max_rel_diff: Largest relative loss deviation from the baseline over the first steps.
         reason: Why it was skipped/failed, or what it changed.
         repeats: Paired repeats measured.
@@ -28,19 +39,24 @@ class Trial:
     """
 
     fix: str
-    safety: str
+    safety: Safety
     baseline_samples_per_s: float | None = None
     samples_per_s: float | None = None
     speedup: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
-    verdict: str = "skipped"
+    verdict: Verdict = Verdict.SKIPPED
     loss_max_rel_diff: float | None = None
     reason: str = ""
     repeats: int = 0
     time_to_first_step_s: float | None = None
     baseline_time_to_first_step_s: float | None = None
     params: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # NOTE: producers may pass the plain words ("improved", "safe"); hold the members.
+        object.__setattr__(self, "verdict", Verdict.parse(self.verdict))
+        object.__setattr__(self, "safety", Safety.parse(self.safety))
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from advisor.capture.model import DataLoaderInfo, RunCapture
+from advisor.engine.model import Safety
 
-SAFE = "safe"
-UNSAFE = "unsafe"
+SAFE = Safety.SAFE
+UNSAFE = Safety.UNSAFE
 
 # Loss-parity tolerances (largest relative deviation of the first losses from the baseline's).
 # NOTE: safe fixes keep numerics, but random augmentation inside worker processes draws from

@@ -68,7 +68,7 @@ from advisor.capture.model import FixRequest, RunCapture, RunSpec
 from advisor.engine.model import FixRef
 from advisor.errors import AdvisorError, UsageError
 from advisor.fixes import registry
-from advisor.fixes.model import FixOutcome, Trial
+from advisor.fixes.model import FixOutcome, Trial, Verdict
 from advisor.fixes.registry import SAFE, UNSAFE, FixContext
 from advisor.fixes.stats import MIN_EFFECT, estimate, loss_parity, paired_ratios
 
@@ -84,8 +84,10 @@ DEFAULT_SEED = 0
 # benchmarks/fix_speedups.py). Slow steps already fill it; only fast ones run longer.
 MIN_TRIAL_WINDOW_S = 1.0
 
-# Verdict strings (advisor.fixes.model.VERDICTS).
-IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED = "improved", "no_effect", "slower", "failed", "skipped"
+# The verdicts under short names (advisor.fixes.model.Verdict).
+IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED = (
+    Verdict.IMPROVED, Verdict.NO_EFFECT, Verdict.SLOWER, Verdict.FAILED, Verdict.SKIPPED
+)
 
 # Runtime note prefixes (advisor.fixes.runtime; repeated here so the parent never imports it).
 _NOT_APPLIED = "not applied: "

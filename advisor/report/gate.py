@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from advisor.engine.model import SEVERITIES, Finding
+from advisor.engine.model import SEVERITIES, Finding, severity_rank
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 from advisor.report.model import Report
 
@@ -34,15 +34,10 @@ def failing_findings(findings: Iterable[Finding], fail_on: str) -> tuple[Finding
         )
     if fail_on == FAIL_ON_NEVER:
         return ()
-    threshold = SEVERITIES.index(fail_on)
-    # NOTE: an unknown severity (a newer rule pack) counts as the highest, so a gate never
-    # passes silently on something it does not understand.
-    return tuple(
-        f
-        for f in findings
-        if (SEVERITIES.index(f.severity) if f.severity in SEVERITIES else len(SEVERITIES))
-        >= threshold
-    )
+    threshold = severity_rank(fail_on)
+    # NOTE: an unknown severity (a report from a newer advisor) ranks below every known one
+    # (severity_rank), as everywhere else: it is not taken for the most severe.
+    return tuple(f for f in findings if severity_rank(f.severity) >= threshold)
 
 
 def gate(report: Report, fail_on: str) -> int:

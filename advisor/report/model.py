@@ -18,7 +18,7 @@ from typing import Any
 from advisor import __version__
 from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture.model import RunCapture
-from advisor.engine.model import SEVERITIES, Diagnosis, Finding, Primary
+from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
 from advisor.errors import InputError
 from advisor.fixes.model import FixOutcome, Trial
 from advisor.metrics.model import Metrics, SourceLocation
@@ -196,20 +196,6 @@ def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
         "notes": [n for n in notes if n not in moved],
         "warnings": moved,
     }
-
-
-def _severity_rank(sev: str) -> int:
-    return SEVERITIES.index(sev) if sev in SEVERITIES else -1
-
-
-def sort_findings(findings: tuple[Finding, ...] | list[Finding]) -> tuple[Finding, ...]:
-    """Sort by severity (highest first), then code, then first location, for stable output."""
-
-    def key(f: Finding) -> tuple[int, str, str, int]:
-        loc = f.locations[0] if f.locations else None
-        return (-_severity_rank(f.severity), f.code, loc.file if loc else "", loc.line if loc else 0)
-
-    return tuple(sorted(findings, key=key))
 
 
 def _clean(value: Any) -> Any:

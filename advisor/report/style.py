@@ -11,7 +11,6 @@ import math
 from typing import Any
 
 from advisor._paths import display_path
-from advisor.engine.model import SEVERITIES
 from advisor.metrics.registry import BREAKDOWN_PARTS
 
 PART_LABELS: dict[str, str] = {
@@ -208,9 +207,6 @@ def ci(low: Any, high: Any) -> str:
     return f"[{lo:.2f}–{hi:.2f}]"
 
 
-def severity_rank(severity: str) -> int:
-    """Position of ``severity`` in SEVERITIES (higher is worse); -1 when unknown."""
-    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
 
 
 def ordered_parts(breakdown: dict[str, Any]) -> list[str]:

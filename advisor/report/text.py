@@ -20,7 +20,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from advisor.engine.model import Finding
+from advisor.engine.model import Finding, severity_rank
 from advisor.fixes.model import Trial
 from advisor.metrics.registry import BREAKDOWN_PARTS
 from advisor.report import style as s
@@ -119,7 +119,7 @@ def severity_counts(findings: Iterable[Finding]) -> str:
     if not counts:
         return "none"
     parts = []
-    for sev in sorted(counts, key=lambda x: -s.severity_rank(x)):
+    for sev in sorted(counts, key=lambda x: -severity_rank(x)):
         n = counts[sev]
         parts.append(f"{n} {sev}{'s' if n != 1 and not sev.endswith('s') else ''}")
     return " · ".join(parts)

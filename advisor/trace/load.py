@@ -55,21 +55,6 @@ CATEGORY_ALIASES: dict[str, str] = {
 MISSING = -1
 """Value of integer columns (ids, bytes, stream, ...) where the event has no such field."""
 
-_INT_COLUMNS = (
-    "ext_id",
-    "correlation",
-    "bytes",
-    "stream",
-    "device",
-    "total_allocated",
-    "mem_bytes",
-    "device_type",
-    "device_id",
-    "py_id",
-    "py_parent",
-)
-
-
 _NAN = float("nan")
 
 
