@@ -19,7 +19,7 @@ ADVISOR = Path(__file__).resolve().parents[1] / "advisor"
 
 ROOT = "(root)"
 """``advisor/__init__.py`` (``__version__``, ``advisor.step``): imports nothing of ours."""
-SHARED = frozenset({ROOT, "errors", "_serde", "_vocab", "_paths", "_proc"})
+SHARED = frozenset({ROOT, "errors", "_serde", "_vocab", "_num", "_paths", "_proc"})
 """Small leaf modules every layer may use (errors, JSON helpers, vocabularies, path display, processes)."""
 
 ALLOWED: dict[str, frozenset[str]] = {
@@ -42,6 +42,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "_serde": frozenset({"errors"}),
     "_vocab": frozenset(),
+    "_num": frozenset(),
     "_paths": frozenset({"errors"}),
     "_proc": frozenset({"errors"}),
     ROOT: frozenset(),

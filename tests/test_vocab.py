@@ -1,4 +1,4 @@
-"""Vocabularies are enums that read, compare and serialise exactly as their words."""
+"""Vocabularies are enums that read, compare and serialise exactly as their words; one finite, one median."""
 
 from __future__ import annotations
 
@@ -47,3 +47,13 @@ def test_an_unknown_severity_is_not_taken_for_the_most_severe() -> None:
     report = dataclasses.replace(Report(), findings=findings[:1])
     assert gate(report, "info") == EXIT_OK  # the CI gate agrees with the sort order
     assert gate(dataclasses.replace(report, findings=findings), "error") == EXIT_FINDINGS
+
+
+def test_one_finite_and_one_median() -> None:
+    import numpy as np
+
+    from advisor._num import finite, median
+
+    assert [finite(v) for v in (1, 2.5, np.int64(3), np.float32(0.5))] == [1.0, 2.5, 3.0, 0.5]
+    assert all(finite(v) is None for v in (None, float("nan"), float("inf"), True, "1.5", [1]))
+    assert median([3, None, 1, float("nan"), 2]) == 2.0 and median([1, 2]) == 1.5 and median([None]) is None

@@ -57,13 +57,13 @@ Time to first step is reported apart from the steady throughput (compile cost la
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from advisor._num import median
 from advisor.capture.model import FixRequest, RunCapture, RunSpec
 from advisor.engine.model import FixRef
 from advisor.errors import AdvisorError, UsageError
@@ -232,7 +232,7 @@ def run_trials(
         )
         return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
     ctx = registry.context_from_capture(base0)
-    loop.base_step_ms = _median(base0.timed.step_times_ms)
+    loop.base_step_ms = median(base0.timed.step_times_ms)
 
     skipped: dict[str, Trial] = {}
     stage1: list[_Variant] = []
@@ -616,11 +616,11 @@ class _Loop:
         """Turn a measured variant into a :class:`Trial` with its verdict."""
         ref_rates = v.ref_rates
         ratios = paired_ratios(ref_rates, v.rates)
-        base_ttfs = _median(v.ref_ttfs)
+        base_ttfs = median(v.ref_ttfs)
         loss = max(v.loss_diffs) if v.loss_diffs else None
         common = {
             "fix": v.fix, "safety": v.safety, "params": dict(v.params),
-            "loss_max_rel_diff": loss, "time_to_first_step_s": _median(v.ttfs),
+            "loss_max_rel_diff": loss, "time_to_first_step_s": median(v.ttfs),
             "baseline_time_to_first_step_s": base_ttfs,
         }
         if v.skip is not None:
@@ -632,8 +632,8 @@ class _Loop:
         reason = _describe(v)
         return Trial(
             **common,
-            baseline_samples_per_s=_median(used),
-            samples_per_s=_median([x for x in v.rates if x]),
+            baseline_samples_per_s=median(used),
+            samples_per_s=median([x for x in v.rates if x]),
             speedup=est.speedup, ci_low=est.ci_low, ci_high=est.ci_high,
             verdict=est.verdict, reason=reason, repeats=est.pairs,
         )
@@ -793,9 +793,6 @@ def _failure_reason(cap: RunCapture) -> str:
     return f"{cap.status} (exit code {cap.exit_code}){where}"
 
 
-def _median(xs: Sequence[float | None]) -> float | None:
-    vals = [x for x in xs if x is not None]
-    return statistics.median(vals) if vals else None
 
 
 def _fmt(x: float | None) -> str:

@@ -24,7 +24,6 @@ parts still add up to ``step_time_ms``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from advisor._num import finite
 from advisor.capture.model import CAPTURE_FILE, RunCapture
 from advisor.errors import InputError, TraceError
 from advisor.metrics.balance import rank_balance
@@ -52,20 +52,9 @@ _RANK_COLUMNS = (
 )
 
 
-def _clean(value: Any) -> float | None:
-    """Return a finite float, or None."""
-    if value is None:
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _median(series: pd.Series) -> float | None:
     values = pd.to_numeric(series, errors="coerce").dropna()
-    return _clean(values.median()) if len(values) else None
+    return finite(values.median()) if len(values) else None
 
 
 def _step_summary(steps: pd.DataFrame) -> dict[str, float | None]:
@@ -113,13 +102,13 @@ def _rank_metrics(ranks: pd.DataFrame, has_gpu: bool) -> dict[str, float | None]
         return out
     balance = rank_balance(ranks)
     out.update(
-        straggler_ratio=_clean(balance.busy_ratio),
-        straggler_rank=_clean(balance.straggler_rank),
-        fastest_rank=_clean(balance.fastest_rank),
-        straggler_wait_frac=_clean(balance.wait_frac),
+        straggler_ratio=finite(balance.busy_ratio),
+        straggler_rank=finite(balance.straggler_rank),
+        fastest_rank=finite(balance.fastest_rank),
+        straggler_wait_frac=finite(balance.wait_frac),
     )
     ratio, hi, lo = _imbalance(ranks, "comm_time_ms")
-    out.update(comm_imbalance_ratio=ratio, comm_max_rank=_clean(hi), comm_min_rank=_clean(lo))
+    out.update(comm_imbalance_ratio=ratio, comm_max_rank=finite(hi), comm_min_rank=finite(lo))
     out["data_loading_imbalance_ratio"] = _imbalance(ranks, "dataloader_wait_ms")[0]
     out["compute_imbalance_ratio"] = _imbalance(ranks, "gpu_compute_ms" if has_gpu else "cpu_ops_ms")[0]
     return out
@@ -129,31 +118,31 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     """Metrics that come from capture.json rather than from the trace."""
     out: dict[str, float | None] = {}
     timed = capture.timed
-    out["samples_per_s"] = _clean(timed.samples_per_s)
+    out["samples_per_s"] = finite(timed.samples_per_s)
     samples = [s for s in timed.samples if s is not None]
-    out["samples_per_step"] = _clean(np.median(samples)) if samples else None
+    out["samples_per_step"] = finite(np.median(samples)) if samples else None
     raw_batches = tuple(getattr(timed, "batches", ()) or ())
     batches = [b for b in raw_batches if b]  # 0/None: no DataLoader batch seen in that step
-    out["batches_per_step"] = _clean(np.median(batches)) if batches else None
+    out["batches_per_step"] = finite(np.median(batches)) if batches else None
     sizes = [s / b for s, b in zip(timed.samples, raw_batches, strict=False) if s and b]
-    out["micro_batch_size"] = _clean(np.median(sizes)) if sizes else None
+    out["micro_batch_size"] = finite(np.median(sizes)) if sizes else None
     loader = capture.dataloaders[0] if capture.dataloaders else None
     if out.get("micro_batch_size") is None and loader is not None:
-        out["micro_batch_size"] = _clean(loader.batch_size)
+        out["micro_batch_size"] = finite(loader.batch_size)
     if loader is not None:
         out["dataloader_num_workers"] = float(loader.num_workers)
         out["dataloader_pin_memory_flag"] = 1.0 if loader.pin_memory else 0.0
         out["dataloader_persistent_workers_flag"] = 1.0 if loader.persistent_workers else 0.0
         out["iterable_dataset_flag"] = 1.0 if loader.iterable_dataset else 0.0
-    out["cpu_count"] = _clean(capture.environment.cpu_count) or None
-    out["gpu_util_frac"] = _clean(capture.gpu.mean_util_frac)
-    out["cpu_util_frac"] = _clean(capture.cpu.mean_util_frac)
-    out["time_to_first_step_s"] = _clean(timed.time_to_first_step_s)
+    out["cpu_count"] = finite(capture.environment.cpu_count) or None
+    out["gpu_util_frac"] = finite(capture.gpu.mean_util_frac)
+    out["cpu_util_frac"] = finite(capture.cpu.mean_util_frac)
+    out["time_to_first_step_s"] = finite(timed.time_to_first_step_s)
     if summary.get("peak_memory_bytes") is None:
-        out["peak_memory_bytes"] = _clean(capture.peak_memory_bytes)
+        out["peak_memory_bytes"] = finite(capture.peak_memory_bytes)
     if summary.get("device_memory_bytes") is None:
         total = capture.gpu.total_memory_bytes if capture.memory_kind == "cuda" else capture.cpu.total_memory_bytes
-        out["device_memory_bytes"] = _clean(total)
+        out["device_memory_bytes"] = finite(total)
     return out
 
 
@@ -178,7 +167,7 @@ def _capture_only(capture: RunCapture, source: str) -> Metrics:
         summary["step_time_cv_frac"] = float(np.std(times) / mean) if len(times) >= 2 and mean > 0 else None
     peak, total = summary.get("peak_memory_bytes"), summary.get("device_memory_bytes")
     summary["memory_used_frac"] = float(peak / total) if peak is not None and total else None
-    summary = {name: _clean(summary.get(name)) for name in METRICS}
+    summary = {name: finite(summary.get(name)) for name in METRICS}
     return Metrics(
         source=source or capture.run_dir,
         summary=summary,
@@ -242,8 +231,8 @@ def compute_metrics(
     for key in ("has_gpu_flag", "device_memory_bytes", "tensor_cores_flag", "fp32_matmul_frac",
                 "conv_flag", "autocast_flag", "mfu_frac", "dataparallel_flag"):
         values = [a.run.get(key) for a in analyses if a.run.get(key) is not None]
-        summary[key] = _clean(values[0]) if values else None
-    summary["conv_flag"] = max(_clean(a.run.get("conv_flag")) or 0.0 for a in analyses)
+        summary[key] = finite(values[0]) if values else None
+    summary["conv_flag"] = max(finite(a.run.get("conv_flag")) or 0.0 for a in analyses)
     peaks = [a.run["peak_memory_bytes"] for a in analyses if a.run.get("peak_memory_bytes") is not None]
     summary["peak_memory_bytes"] = float(max(peaks)) if peaks else None
     mfus = [a.run["mfu_frac"] for a in analyses if a.run.get("mfu_frac") is not None]
@@ -272,7 +261,7 @@ def compute_metrics(
         "breakdown_mode": "gpu" if has_gpu else "cpu",
     }
     # Only declared names, all present (None where unknown).
-    summary = {name: _clean(summary.get(name)) for name in METRICS}
+    summary = {name: finite(summary.get(name)) for name in METRICS}
     return Metrics(
         source=source or str(traces[0].path),
         summary=summary,

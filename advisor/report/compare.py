@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from advisor._num import median
 from advisor._serde import to_jsonable
 from advisor.engine.model import Finding
 from advisor.report import style as s
@@ -157,12 +158,6 @@ def _step_times(report: Report) -> list[float]:
     return [v for v in (s.finite(r.get("step_time_ms")) for r in report.steps) if v is not None and v > 0]
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
-
-
 def bootstrap_ratio_ci(numer: list[float], denom: list[float], seed: int = 0) -> tuple[float, float] | None:
     """95% percentile-bootstrap interval on ``median(numer) / median(denom)``.
 
@@ -173,8 +168,8 @@ def bootstrap_ratio_ci(numer: list[float], denom: list[float], seed: int = 0) ->
     rng = random.Random(seed)
     ratios = []
     for _ in range(BOOTSTRAP_RESAMPLES):
-        n = _median(rng.choices(numer, k=len(numer)))
-        d = _median(rng.choices(denom, k=len(denom)))
+        n = median(rng.choices(numer, k=len(numer))) or 0.0
+        d = median(rng.choices(denom, k=len(denom))) or 0.0
         if d > 0:
             ratios.append(n / d)
     ratios.sort()

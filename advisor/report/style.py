@@ -7,9 +7,9 @@ categories and timeline lanes.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from advisor._num import finite
 from advisor._paths import display_path
 from advisor.metrics.registry import BREAKDOWN_PARTS
 
@@ -105,14 +105,6 @@ def category_label(category: str) -> str:
 def lane_label(lane: str) -> str:
     """Display name of a timeline lane (the raw name when unknown)."""
     return LANE_LABELS.get(lane, lane.replace("_", " "))
-
-
-def finite(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number, else None (None, NaN, strings)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 def pct(frac: Any, digits: int = 1) -> str:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from advisor._num import median
 from advisor.fixes.model import Trial
 from advisor.report import style as s
 from advisor.report.model import TIMELINE_LANES
@@ -165,14 +166,6 @@ def share_bar(breakdown: dict[str, float]) -> str:
     return "".join(out)
 
 
-def _median(values: Sequence[float]) -> float | None:
-    vals = sorted(values)
-    if not vals:
-        return None
-    mid = len(vals) // 2
-    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
-
-
 def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label: str = "baseline") -> str:
     """Before/after samples/s: the baseline, then each measured trial with its confidence interval.
 
@@ -199,12 +192,12 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
 
     # NOTE: the baseline is the median over trials measured against the baseline only: a
     # reference run (loader workers on) is much faster and would drag it up.
-    baseline = _median(baselines([*plain, *([combined] if combined is not None else [])]))
+    baseline = median(baselines([*plain, *([combined] if combined is not None else [])]))
     # (kind, label, trial, reference value); kind: baseline, reference, trial, on_top, combined
     rows: list[tuple[str, str, Trial | None, float | None]] = [("baseline", baseline_label, None, baseline)]
     rows += [("trial", t.fix, t, None) for t in plain]
     for ref, ts in groups.items():
-        rows.append(("reference", ref, None, _median(baselines(ts))))
+        rows.append(("reference", ref, None, median(baselines(ts))))
         rows += [("on_top", f"+ {t.fix}", t, None) for t in ts]
     if combined is not None:
         rows.append(("combined", f"combined: {combined.fix}", combined, None))
