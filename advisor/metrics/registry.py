@@ -11,6 +11,10 @@ Scopes:
   * ``run``: one value per run (from the capture or the whole trace);
   * ``ranks``: across ranks of a distributed job (absent for one rank).
 
+The per-step columns :func:`advisor.metrics.steps.analyze_trace` writes come in families
+(:data:`FAMILIES`), each computed by one function there; tests/metrics/test_registry.py checks
+that every column and summary key written is declared here.
+
 A metric that cannot be computed for an input (no GPU, no shapes, one rank) is ``None`` in the
 summary; rule conditions treat a comparison with ``None`` as false.
 """
@@ -119,7 +123,8 @@ _SPECS: tuple[MetricSpec, ...] = (
     # --- distributed ----------------------------------------------------------------------------------
     MetricSpec("rank_count", "count", "ranks", "Ranks (trace files) analysed together"),
     MetricSpec("dataparallel_flag", "flag", "run", "1 when torch.nn.DataParallel is used"),
-    MetricSpec("comm_overlap_frac", "frac", "step", "Share of communication time that overlaps compute kernels"),
+    MetricSpec("comm_overlap_frac", "frac", "step", "Share of communication time that overlaps compute (kernels on GPU, top-level operators on CPU)"),
+    MetricSpec("comm_time_ms", "ms", "step", "Communication time per step, overlapped or not: collective kernels on GPU, gloo/nccl/c10d ranges on CPU"),
     # NOTE: stragglers are judged by busy time (step minus exposed communication), not wall
     # time: in synchronous training every rank's step lasts as long as the slowest one's, the
     # fast ranks waiting inside the collective (see advisor.metrics.balance).
@@ -134,10 +139,33 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("compute_imbalance_ratio", "ratio", "ranks", "Largest rank GPU/CPU compute time / smallest"),
 )
 
+SCOPES: tuple[str, ...] = ("step", "run", "ranks")
+"""Where a metric lives (see the module docstring)."""
+
+STEP_KEYS: tuple[str, ...] = ("rank", "step", "start_us", "end_us")
+"""Columns of ``Metrics.steps`` that say which step a row is, not metrics."""
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    # kernels and copies are GPU-only (NaN on a CPU trace).
+    "kernels": (
+        "kernel_count", "small_kernel_count", "small_kernel_frac", "small_kernel_time_frac",
+        "kernel_median_us", "gpu_busy_frac", "gpu_max_gap_ms", "launch_count", "launch_overhead_frac",
+    ),
+    "syncs": ("sync_count", "item_count", "sync_ms"),
+    "copies": (
+        "memcpy_count", "h2d_count", "h2d_bytes", "h2d_pageable_bytes", "h2d_pinned_bytes",
+        "h2d_pageable_frac", "h2d_bandwidth_gbps", "h2d_blocking_count", "d2h_count", "d2h_bytes",
+    ),
+    "cpu_ops": ("cpu_op_count", "cpu_op_median_us", "cpu_op_small_frac"),
+    "data_loading": ("dataloader_wait_ms",),
+    "communication": ("comm_overlap_frac", "comm_time_ms"),
+    "flops": ("flops_per_step", "achieved_tflops"),
+}
+"""The per-step metric families of one trace, in column order (one function each in metrics.steps)."""
+
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 if len(METRICS) != len(_SPECS):  # pragma: no cover - guards edits to this table
     raise RuntimeError("duplicate metric name in advisor.metrics.registry")
-
 
 def is_declared(name: str) -> bool:
     """Tell whether ``name`` is a declared metric."""

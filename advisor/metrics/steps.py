@@ -26,6 +26,7 @@ from advisor.metrics.intervals import (
     point_step,
     union_per_step,
 )
+from advisor.metrics.registry import FAMILIES
 from advisor.trace.load import Trace
 
 SMALL_KERNEL_US = 10.0
@@ -158,12 +159,42 @@ def _main_device(trace: Trace, events: pd.DataFrame, cls: Classified) -> dict[st
     return props[0]
 
 
+@dataclass(frozen=True)
+class _Scan:
+    """One trace's events, classification and step windows, shared by the metric families."""
+
+    ev: pd.DataFrame
+    cls: Classified
+    windows: Windows
+    ts: np.ndarray
+    dur: np.ndarray
+    lts: np.ndarray  # GPU work at the timestamp of the runtime call that launched it
+
+    @property
+    def n(self) -> int:
+        return len(self.windows)
+
+    @property
+    def step_us(self) -> np.ndarray:
+        return self.windows.duration
+
+    def nan(self) -> np.ndarray:
+        return np.full(self.n, np.nan)
+
+    def busy_frac(self, mask: np.ndarray) -> np.ndarray:
+        """Share of each step covered by the union of the ``mask`` events."""
+        return union_per_step(_clip(self.ev, mask, self.windows), self.n) / np.where(self.step_us > 0, self.step_us, 1.0)
+
+
 def analyze_trace(trace: Trace) -> TraceAnalysis:
-    """Compute per-step metrics and run-level values for one trace."""
+    """Compute per-step metrics and run-level values for one trace.
+
+    Each metric family (:data:`advisor.metrics.registry.FAMILIES`) is one function below; the
+    GPU-only families are NaN on a trace without GPU work.
+    """
     ev = trace.events
     cls = classify(ev)
     windows, real_steps = find_windows(trace)
-    n = len(windows)
     notes: list[str] = []
     if not real_steps:
         notes.append(
@@ -171,115 +202,155 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
             "(call prof.step() once per iteration to get per-step figures)"
         )
     gpu = cls.has_gpu
-    frame = breakdown(ev, cls, windows)
-    step_us = windows.duration
     ts = ev["ts"].to_numpy()
-    dur = ev["dur"].to_numpy()
-    lts = launch_ts(ev, cls) if gpu else ts
+    scan = _Scan(ev, cls, windows, ts, ev["dur"].to_numpy(), launch_ts(ev, cls) if gpu else ts)
     cols: dict[str, np.ndarray] = {}
-    nan = np.full(n, np.nan)
+    cols.update(_kernel_columns(scan) if gpu else _nan_family(scan, "kernels"))
+    cols.update(_sync_columns(scan))
+    cols.update(_copy_columns(scan) if gpu else _nan_family(scan, "copies"))
+    cols.update(_cpu_op_columns(scan))
+    cols["dataloader_wait_ms"] = union_per_step(_clip(ev, cls.dataloader, windows), scan.n) / 1e3
+    cols.update(_comm_columns(scan))
+    fl = compute_flops(ev, cls.cpu_op)
+    flops_cols, flops_note = _flops_columns(scan, fl)
+    cols.update(flops_cols)
+    if flops_note:
+        notes.append(f"{trace.path.name}: {flops_note}")
+    run, mem_note = _run_values(trace, scan, fl, cols["achieved_tflops"])
+    if mem_note:
+        notes.append(f"{trace.path.name}: {mem_note}")
 
-    # --- kernels -----------------------------------------------------------------------------
-    if gpu:
-        k_rows = np.flatnonzero(cls.kernel)
-        k_step = point_step(lts[k_rows], windows)
-        k_dur = dur[k_rows]
-        small = k_dur < SMALL_KERNEL_US
-        count = _count(k_step, n)
-        cols["kernel_count"] = count
-        cols["small_kernel_count"] = _count(k_step[small], n)
-        cols["small_kernel_frac"] = _ratio(cols["small_kernel_count"], count)
-        cols["small_kernel_time_frac"] = _ratio(_count(k_step, n, np.where(small, k_dur, 0.0)), _count(k_step, n, k_dur))
-        cols["kernel_median_us"] = _median(k_step, k_dur, n)
-        gpu_pieces = _clip(ev, cls.gpu, windows)
-        cols["gpu_busy_frac"] = union_per_step(gpu_pieces, n) / np.where(step_us > 0, step_us, 1.0)
-        cols["gpu_max_gap_ms"] = max_gap_per_step(gpu_pieces, windows) / 1e3
-        l_rows = np.flatnonzero(cls.launch)
-        cols["launch_count"] = _count(point_step(ts[l_rows], windows), n)
-        cols["launch_overhead_frac"] = union_per_step(_clip(ev, cls.launch, windows), n) / np.where(step_us > 0, step_us, 1.0)
-    else:
-        for name in ("kernel_count", "small_kernel_count", "small_kernel_frac", "small_kernel_time_frac",
-                     "kernel_median_us", "gpu_busy_frac", "gpu_max_gap_ms", "launch_count", "launch_overhead_frac"):
-            cols[name] = nan.copy()
+    steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
+    steps = pd.concat([steps, breakdown(ev, cls, windows), pd.DataFrame(cols)], axis=1)
+    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl)
 
-    # --- syncs -------------------------------------------------------------------------------
-    names = ev["name"]
-    cols["sync_count"] = _count(point_step(ts[cls.sync_call], windows), n)
-    lsd = cls.item & (names == "aten::_local_scalar_dense").to_numpy()
+
+def _nan_family(scan: _Scan, family: str) -> dict[str, np.ndarray]:
+    """Every column of a GPU-only family, NaN (a CPU trace has no kernels or device copies)."""
+    return {name: scan.nan() for name in FAMILIES[family]}
+
+
+def _kernel_columns(scan: _Scan) -> dict[str, np.ndarray]:
+    """Compute the ``kernels`` family: counts, small kernels, GPU busy share, gaps, launches."""
+    ev, cls, windows, n = scan.ev, scan.cls, scan.windows, scan.n
+    k_rows = np.flatnonzero(cls.kernel)
+    k_step = point_step(scan.lts[k_rows], windows)
+    k_dur = scan.dur[k_rows]
+    small = k_dur < SMALL_KERNEL_US
+    count = _count(k_step, n)
+    small_count = _count(k_step[small], n)
+    return {
+        "kernel_count": count,
+        "small_kernel_count": small_count,
+        "small_kernel_frac": _ratio(small_count, count),
+        "small_kernel_time_frac": _ratio(_count(k_step, n, np.where(small, k_dur, 0.0)), _count(k_step, n, k_dur)),
+        "kernel_median_us": _median(k_step, k_dur, n),
+        "gpu_busy_frac": scan.busy_frac(cls.gpu),
+        "gpu_max_gap_ms": max_gap_per_step(_clip(ev, cls.gpu, windows), windows) / 1e3,
+        "launch_count": _count(point_step(scan.ts[np.flatnonzero(cls.launch)], windows), n),
+        "launch_overhead_frac": scan.busy_frac(cls.launch),
+    }
+
+
+def _sync_columns(scan: _Scan) -> dict[str, np.ndarray]:
+    """Compute the ``syncs`` family: sync calls, ``.item()`` calls and the time spent waiting in them."""
+    ev, cls, windows, n = scan.ev, scan.cls, scan.windows, scan.n
+    lsd = cls.item & (ev["name"] == "aten::_local_scalar_dense").to_numpy()
     item_rows = lsd if lsd.any() else cls.item
-    cols["item_count"] = _count(point_step(ts[item_rows], windows), n)
-    cols["sync_ms"] = union_per_step(_clip(ev, cls.sync_call | cls.item, windows), n) / 1e3
+    return {
+        "sync_count": _count(point_step(scan.ts[cls.sync_call], windows), n),
+        "item_count": _count(point_step(scan.ts[item_rows], windows), n),
+        "sync_ms": union_per_step(_clip(ev, cls.sync_call | cls.item, windows), n) / 1e3,
+    }
 
-    # --- copies ------------------------------------------------------------------------------
-    if gpu:
-        byts = ev["bytes"].to_numpy().astype(np.float64)
-        byts = np.where(byts >= 0, byts, 0.0)
-        cols["memcpy_count"] = _count(point_step(lts[cls.memcpy], windows), n)
-        h_rows = np.flatnonzero(cls.h2d)
-        h_step = point_step(lts[h_rows], windows)
-        hb = byts[h_rows]
-        cols["h2d_count"] = _count(h_step, n)
-        cols["h2d_bytes"] = _count(h_step, n, hb)
-        cols["h2d_pageable_bytes"] = _count(h_step, n, np.where(cls.pageable[h_rows], hb, 0.0))
-        cols["h2d_pinned_bytes"] = _count(h_step, n, np.where(cls.pinned[h_rows], hb, 0.0))
-        cols["h2d_pageable_frac"] = _ratio(cols["h2d_pageable_bytes"], cols["h2d_bytes"])
-        h_time_us = _count(h_step, n, dur[h_rows])
-        cols["h2d_bandwidth_gbps"] = _ratio(cols["h2d_bytes"], h_time_us * 1e3)  # bytes/ns = GB/s
-        cols["h2d_blocking_count"] = _count(h_step[_h2d_blocking(ev, cls, h_rows)], n)
-        d_rows = np.flatnonzero(cls.d2h)
-        d_step = point_step(lts[d_rows], windows)
-        cols["d2h_count"] = _count(d_step, n)
-        cols["d2h_bytes"] = _count(d_step, n, byts[d_rows])
-    else:
-        for name in ("memcpy_count", "h2d_count", "h2d_bytes", "h2d_pageable_bytes", "h2d_pinned_bytes",
-                     "h2d_pageable_frac", "h2d_bandwidth_gbps", "h2d_blocking_count", "d2h_count", "d2h_bytes"):
-            cols[name] = nan.copy()
 
-    # --- CPU ops -----------------------------------------------------------------------------
-    top = top_level_ops(ev, cls)
-    t_step = point_step(ts[top], windows)
-    t_dur = dur[top]
-    cols["cpu_op_count"] = _count(t_step, n)
-    cols["cpu_op_median_us"] = _median(t_step, t_dur, n)
-    cols["cpu_op_small_frac"] = _ratio(_count(t_step[t_dur < SMALL_CPU_OP_US], n), cols["cpu_op_count"])
+def _copy_columns(scan: _Scan) -> dict[str, np.ndarray]:
+    """Compute the ``copies`` family: host-to-device and device-to-host copies, bytes, pageable share."""
+    ev, cls, windows, n, lts = scan.ev, scan.cls, scan.windows, scan.n, scan.lts
+    byts = ev["bytes"].to_numpy().astype(np.float64)
+    byts = np.where(byts >= 0, byts, 0.0)
+    h_rows = np.flatnonzero(cls.h2d)
+    h_step = point_step(lts[h_rows], windows)
+    hb = byts[h_rows]
+    h2d_bytes = _count(h_step, n, hb)
+    pageable = _count(h_step, n, np.where(cls.pageable[h_rows], hb, 0.0))
+    d_rows = np.flatnonzero(cls.d2h)
+    d_step = point_step(lts[d_rows], windows)
+    return {
+        "memcpy_count": _count(point_step(lts[cls.memcpy], windows), n),
+        "h2d_count": _count(h_step, n),
+        "h2d_bytes": h2d_bytes,
+        "h2d_pageable_bytes": pageable,
+        "h2d_pinned_bytes": _count(h_step, n, np.where(cls.pinned[h_rows], hb, 0.0)),
+        "h2d_pageable_frac": _ratio(pageable, h2d_bytes),
+        "h2d_bandwidth_gbps": _ratio(h2d_bytes, _count(h_step, n, scan.dur[h_rows]) * 1e3),  # bytes/ns = GB/s
+        "h2d_blocking_count": _count(h_step[_h2d_blocking(ev, cls, h_rows)], n),
+        "d2h_count": _count(d_step, n),
+        "d2h_bytes": _count(d_step, n, byts[d_rows]),
+    }
 
-    # --- data loading ------------------------------------------------------------------------
-    cols["dataloader_wait_ms"] = union_per_step(_clip(ev, cls.dataloader, windows), n) / 1e3
 
-    # --- communication -----------------------------------------------------------------------
+def _cpu_op_columns(scan: _Scan) -> dict[str, np.ndarray]:
+    """Compute the ``cpu_ops`` family: top-level CPU operators, their median length, the short ones' share."""
+    top = top_level_ops(scan.ev, scan.cls)
+    t_step = point_step(scan.ts[top], scan.windows)
+    t_dur = scan.dur[top]
+    count = _count(t_step, scan.n)
+    return {
+        "cpu_op_count": count,
+        "cpu_op_median_us": _median(t_step, t_dur, scan.n),
+        "cpu_op_small_frac": _ratio(_count(t_step[t_dur < SMALL_CPU_OP_US], scan.n), count),
+    }
+
+
+def _comm_columns(scan: _Scan) -> dict[str, np.ndarray]:
+    """Compute the ``communication`` family: collective time per step and the share overlapping compute.
+
+    On GPU, collective kernels against the other kernels. Without them (a CPU job on gloo) the
+    collectives are ``gloo:*``/``c10d::*`` ranges, possibly on gloo's own threads, and compute is
+    every top-level operator that is not a collective: DDP's bucketed all-reduce during the
+    backward pass overlaps; the tail of the all-reduce the step waits for does not.
+    """
+    ev, cls, windows, n = scan.ev, scan.cls, scan.windows, scan.n
     if cls.comm_kernel.any():
         comm = _clip(ev, cls.comm_kernel, windows)
         compute = _clip(ev, cls.kernel & ~cls.comm_kernel, windows)
-        c_len = union_per_step(comm, n)
-        both = union_per_step(concat(comm, compute), n)
-        overlap = c_len + union_per_step(compute, n) - both
-        cols["comm_overlap_frac"] = _ratio(overlap, c_len)
-        cols["comm_time_ms"] = c_len / 1e3
+    elif cls.comm_op.any():
+        comm = _clip(ev, cls.comm_op, windows)
+        top = top_level_ops(ev, cls)
+        top = top[~cls.comm_op[top]]
+        compute = clip_to_steps(scan.ts[top], ev["end"].to_numpy()[top], windows)
     else:
-        cols["comm_overlap_frac"] = nan.copy()
-        cols["comm_time_ms"] = union_per_step(_clip(ev, cls.comm_op, windows), n) / 1e3
+        return {"comm_overlap_frac": scan.nan(), "comm_time_ms": np.zeros(n)}
+    c_len = union_per_step(comm, n)
+    overlap = c_len + union_per_step(compute, n) - union_per_step(concat(comm, compute), n)
+    return {"comm_overlap_frac": _ratio(overlap, c_len), "comm_time_ms": c_len / 1e3}
 
-    # --- FLOPs -------------------------------------------------------------------------------
-    fl = compute_flops(ev, cls.cpu_op)
-    run: dict[str, Any] = {}
+
+def _flops_columns(scan: _Scan, fl: FlopsResult) -> tuple[dict[str, np.ndarray], str | None]:
+    """Compute the ``flops`` family from op shapes, and a note when convolutions cannot be sized."""
     if len(fl.rows) and not fl.unsized_conv:
-        f_step = point_step(ts[fl.rows], windows)
+        f_step = point_step(scan.ts[fl.rows], scan.windows)
         vals = fl.flops
-        per_step = _count(f_step, n, np.where(np.isfinite(vals), vals, 0.0))
-        unknown = _count(f_step, n, (~np.isfinite(vals)).astype(np.float64))
-        cols["flops_per_step"] = np.where(unknown > 0, np.nan, per_step)
-        cols["achieved_tflops"] = _ratio(cols["flops_per_step"], step_us * 1e6)  # flops/us*1e-6 = TFLOP/s
-    else:
-        cols["flops_per_step"] = nan.copy()
-        cols["achieved_tflops"] = nan.copy()
-        if fl.unsized_conv:
-            notes.append(
-                f"{trace.path.name}: convolution FLOPs cannot be sized from this trace (no Concrete "
-                "Inputs or flops args), so FLOPs and MFU are not reported"
-            )
-    run.update(_dtype_metrics(fl, ev))
+        per_step = _count(f_step, scan.n, np.where(np.isfinite(vals), vals, 0.0))
+        unknown = _count(f_step, scan.n, (~np.isfinite(vals)).astype(np.float64))
+        flops = np.where(unknown > 0, np.nan, per_step)
+        return {"flops_per_step": flops, "achieved_tflops": _ratio(flops, scan.step_us * 1e6)}, None  # flops/us*1e-6 = TFLOP/s
+    note = None
+    if fl.unsized_conv:
+        note = (
+            "convolution FLOPs cannot be sized from this trace (no Concrete "
+            "Inputs or flops args), so FLOPs and MFU are not reported"
+        )
+    return {"flops_per_step": scan.nan(), "achieved_tflops": scan.nan()}, note
 
-    # --- device, memory ----------------------------------------------------------------------
+
+def _run_values(
+    trace: Trace, scan: _Scan, fl: FlopsResult, achieved_tflops: np.ndarray
+) -> tuple[dict[str, Any], str | None]:
+    """Run-level values: precision, device, memory peak, MFU, DataParallel; and a memory caveat."""
+    ev, cls, gpu = scan.ev, scan.cls, scan.cls.has_gpu
+    run: dict[str, Any] = _dtype_metrics(fl, ev)
     dev = _main_device(trace, ev, cls) if gpu else None
     run["has_gpu_flag"] = 1.0 if gpu else 0.0
     run["device_name"] = str(dev.get("name", "")) if dev else ""
@@ -287,19 +358,14 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     run["tensor_cores_flag"] = (1.0 if int(dev.get("computeMajor", 0)) >= 7 else 0.0) if dev else None
     peak, mem_note = _peak_memory(ev, cls, gpu)
     run["peak_memory_bytes"] = peak
-    if mem_note and peak is not None:
-        notes.append(f"{trace.path.name}: {mem_note}")
     dtype = run.pop("_dominant_dtype", None)
-    ach = cols["achieved_tflops"]
     peak_tf = peak_tflops(run["device_name"], dtype) if (gpu and dtype and run["device_name"]) else None
-    run["mfu_frac"] = float(np.nanmedian(ach) / peak_tf) if peak_tf and np.isfinite(ach).any() else None
+    has_rate = np.isfinite(achieved_tflops).any()
+    run["mfu_frac"] = float(np.nanmedian(achieved_tflops) / peak_tf) if peak_tf and has_rate else None
     run["peak_tflops"] = peak_tf
     run["dominant_dtype"] = dtype
     run["dataparallel_flag"] = _dataparallel(ev, cls)
-
-    steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
-    steps = pd.concat([steps, frame, pd.DataFrame(cols)], axis=1)
-    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl)
+    return run, (mem_note if mem_note and peak is not None else None)
 
 
 def _dtype_metrics(fl: FlopsResult, ev: pd.DataFrame) -> dict[str, Any]:
