@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # local CPU wheel, while an unpinned torch would pull several GB of CUDA packages.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup demo test test-all lint bench bench-trace bench-zoo clean docs
+.PHONY: setup demo test test-unit test-all lint bench bench-trace bench-zoo clean docs
 
 setup: $(STAMP)
 
@@ -24,6 +24,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check advisor tests benchmarks examples
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# The fast loop while editing: no process is started (tests/e2e_tests.py lists the others).
+test-unit: $(STAMP)
+	$(PY) -m ruff check advisor tests benchmarks examples
+	$(PY) -m pytest -q -n 2 -m "not e2e"
 
 test-all: $(STAMP)
 	ADVISOR_RUN_SLOW=1 $(PY) -m pytest -q -n 2 --dist loadfile

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from e2e_tests import E2E
 
 RUN_SLOW = bool(os.environ.get("ADVISOR_RUN_SLOW"))
 
@@ -27,8 +28,18 @@ def repo_root() -> Path:
     return REPO
 
 
+def _is_e2e(item: pytest.Item) -> bool:
+    """Tell whether ``item`` is listed in ``tests/e2e_tests.py`` (by file, or by file and test name)."""
+    rel = Path(str(item.path)).relative_to(REPO / "tests").as_posix()
+    name = f"{rel}::{getattr(item, 'originalname', item.name)}"
+    return rel in E2E or name in E2E
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` run only with ``ADVISOR_RUN_SLOW=1`` (``make test-all``)."""
+    """Mark the end-to-end tests ``e2e``; tests marked ``slow`` run only with ``ADVISOR_RUN_SLOW=1``."""
+    for item in items:
+        if _is_e2e(item):
+            item.add_marker(pytest.mark.e2e)
     if RUN_SLOW:
         return
     skip = pytest.mark.skip(reason="slow: set ADVISOR_RUN_SLOW=1 (make test-all)")

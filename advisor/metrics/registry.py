@@ -12,7 +12,7 @@ Scopes:
   * ``ranks``: across ranks of a distributed job (absent for one rank).
 
 The per-step columns :func:`advisor.metrics.steps.analyze_trace` writes come in families
-(:data:`FAMILIES`), each computed by one function there; tests/metrics/test_registry.py checks
+(:data:`FAMILIES`), each computed by one function there; tests/metrics/test_metric_registry.py checks
 that every column and summary key written is declared here.
 
 A metric that cannot be computed for an input (no GPU, no shapes, one rank) is ``None`` in the

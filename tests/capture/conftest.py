@@ -20,7 +20,9 @@ SMALL = {"warmup_steps": 1, "timed_steps": 3, "profiled_steps": 2}
 def run_script(tmp_path: Path) -> Callable[..., tuple[RunCapture, list[ProgressEvent]]]:
     """Capture tests/scripts/<name> with small phases; returns the capture and its events."""
 
-    def run(name: str, *args: str, **spec_kwargs: object) -> tuple[RunCapture, list[ProgressEvent]]:
+    def run(
+        name: str, *args: str, progress: Callable[[ProgressEvent], None] | None = None, **spec_kwargs: object
+    ) -> tuple[RunCapture, list[ProgressEvent]]:
         events: list[ProgressEvent] = []
         options = {**SMALL, **spec_kwargs}
         spec = RunSpec(
@@ -29,6 +31,12 @@ def run_script(tmp_path: Path) -> Callable[..., tuple[RunCapture, list[ProgressE
             out_dir=tmp_path / "run",
             **options,  # type: ignore[arg-type]
         )
-        return capture(spec, progress=events.append), events
+
+        def on_event(event: ProgressEvent) -> None:
+            events.append(event)
+            if progress is not None:
+                progress(event)
+
+        return capture(spec, progress=on_event), events
 
     return run

@@ -26,7 +26,9 @@ def test_diagnose_finds_loading_bottleneck_and_keeps_the_worker_fix(tmp_path: Pa
     run_dir = tmp_path / "run"
     out = run(
         "diagnose", "-q", "--out", run_dir, "--warmup", "2", "--steps", "8", "--profile-steps", "2",
-        "--fix", "dataloader_workers", "--repeats", "2", "--diff",
+        # NOTE: 4 interleaved repeats, not 2: the confidence interval needs them to hold on a
+        # busy machine (at load 11, 2 repeats measured 1.9x yet could not exclude 1.0).
+        "--fix", "dataloader_workers", "--repeats", "4", "--diff",
         "--format", "json", "-o", tmp_path / "report.json",
         SLOW_LOADER, "--steps", "400",
         cwd=tmp_path,

@@ -1,0 +1,29 @@
+"""Which tests are end-to-end: they start real processes, so ``make test-unit`` leaves them out.
+
+tests/conftest.py gives each listed test the ``e2e`` marker; tests/test_markers.py checks every
+entry still names a real file or test.
+"""
+
+from __future__ import annotations
+
+E2E: tuple[str, ...] = (
+    "capture/test_capture_e2e.py",
+    "capture/test_capture_failures.py",
+    "capture/test_capture_orphans.py",
+    "capture/test_capture_timeout.py",
+    "cli/test_diagnose_e2e.py",
+    "cli/test_entrypoints.py",
+    "distributed/test_torchrun_e2e.py",
+    "engine/test_packaging.py::test_wheel_contains_every_rule_file",
+    "engine/test_packaging.py::test_rules_load_from_the_unpacked_wheel",
+    "examples/test_examples_run.py::test_example_runs",
+    "examples/test_zoo_diagnosis.py",
+    "fixes/test_end_to_end.py",
+    "fixes/test_on_top_and_larger_batch.py::test_a_real_run_gets_the_larger_batch",
+    "report/test_report_compare_real.py",
+    "report/test_report_tensorboard.py::test_tensorboard_serves_the_run_over_http",
+    "report/test_report_tensorboard.py::test_killing_advisor_never_leaves_tensorboard_running",
+)
+"""Tests (a file, or ``file::test``) that start real processes: a capture child, ``advisor``,
+torchrun, a wheel build or TensorBoard. They get the ``e2e`` marker, which ``make test-unit``
+deselects (``-m "not e2e"``); everything else runs in-process in well under a second."""
