@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor._paths import display_path
+from advisor.capture.model import RunStatus
 from advisor.report import style as s
 from advisor.report.runs import STATUS_UNREADABLE, RunSummary
 from advisor.report.text import make_console
@@ -50,7 +51,7 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
         primary = "—"
         if r.primary_category:
             primary = f"{r.primary_category} {s.pct(r.primary_share, 0)}"
-        status_style = {STATUS_UNREADABLE: "red", "crashed": "red", "timeout": "yellow"}.get(r.status, "")
+        status_style = {STATUS_UNREADABLE: "red", RunStatus.CRASHED: "red", RunStatus.TIMEOUT: "yellow"}.get(r.status, "")
         status = r.status if r.ranks <= 1 else f"{r.status} ({r.ranks} ranks)"
         table.add_row(
             Text(r.name),
