@@ -47,11 +47,14 @@ bench-trace: $(STAMP)
 bench-zoo: $(STAMP)
 	$(PY) benchmarks/zoo.py
 
-# docs/rules.md is generated from rules/**/*.yaml; tests/cli/test_docs.py fails when it is stale.
+# docs/rules.md is generated from rules/**/*.yaml and docs/fixes.md from advisor/fixes/catalog/;
+# tests/cli/test_docs.py and tests/fixes/test_catalog_meta.py fail when they are stale.
 docs: $(STAMP)
 	mkdir -p docs
 	$(VENV)/bin/advisor rules --format markdown > docs/rules.md.tmp || { rm -f docs/rules.md.tmp; exit 1; }
 	mv docs/rules.md.tmp docs/rules.md
+	$(VENV)/bin/advisor fixes --format markdown > docs/fixes.md.tmp || { rm -f docs/fixes.md.tmp; exit 1; }
+	mv docs/fixes.md.tmp docs/fixes.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info advisor-runs

@@ -59,6 +59,10 @@ __all__ = [
     "diagnose_script",
     "engine_config",
     "exit_code_for",
+    "explain_fixes",
+    "fix_vocabulary",
+    "fixes_reference",
+    "list_fixes",
     "list_runs",
     "live_progress",
     "load_report",
@@ -124,7 +128,7 @@ def evaluate(
     from advisor.engine.evaluate import diagnose
     from advisor.engine.suppress import apply_inline_ignores
 
-    diagnosis = diagnose(metrics, engine_config)
+    diagnosis = diagnose(metrics, engine_config, rules=rule_set())
     return apply_inline_ignores(diagnosis, search_dirs) if inline_ignores else diagnosis
 
 
@@ -350,11 +354,22 @@ def render_runs(rows: Sequence[RunSummary], directory: Path) -> str:
     return render_runs_text(rows, directory, color=color, width=width)
 
 
-def rule_set() -> RuleSet:
-    """Every rule advisor ships (the files under ``rules/``), validated."""
-    from advisor.engine.rules import default_rules
+def fix_vocabulary() -> dict[str, str]:
+    """Return the fix catalog's vocabulary, fix id -> safety, that rules must use."""
+    from advisor.fixes.catalog import get_fixes
 
-    return default_rules()
+    return {fix.id: fix.safety.value for fix in get_fixes().values()}
+
+
+def rule_set() -> RuleSet:
+    """Every rule advisor ships (the files under ``rules/``), validated, fix ids included."""
+    from advisor.engine.rules import check_fix_refs, default_rules
+
+    rules = default_rules()
+    # NOTE: the engine cannot import the fix catalog (the fix stage depends on the engine), so
+    # the door checks the rules' fix ids against it.
+    check_fix_refs(rules, fix_vocabulary())
+    return rules
 
 
 def config_view(start: Path) -> tuple[ResolvedConfig, Selection]:
@@ -415,3 +430,36 @@ def serve_tensorboard(
     from advisor.report.tensorboard import serve
 
     return serve(prepared, host=host, port=port, echo=echo, say=say)
+
+def list_fixes() -> list[tuple[str, str, str]]:
+    """Return every fix in the catalog: id, safety, what it changes (``advisor fixes``)."""
+    from advisor.fixes import catalog
+    from advisor.fixes.docs import table_rows
+
+    return list(table_rows(catalog.get_fixes().values()))
+
+
+def fixes_reference() -> str:
+    """Return the whole fix reference as Markdown (``docs/fixes.md``)."""
+    from advisor.fixes.docs import fixes_markdown
+
+    return fixes_markdown()
+
+
+def explain_fixes(fix_id: str | None, as_json: bool = False) -> list[Any]:
+    """Explain one fix (or every fix when ``fix_id`` is None), as text or JSON-able dicts.
+
+    Raises:
+        UsageError: ``fix_id`` is not in the catalog (with a close match when there is one).
+    """
+    from advisor.engine.condition import did_you_mean
+    from advisor.errors import UsageError
+    from advisor.fixes import catalog
+    from advisor.fixes.docs import doc, explain
+
+    fixes = catalog.get_fixes()
+    if fix_id is not None and fix_id not in fixes:
+        hint = did_you_mean(fix_id, fixes) or f"; `advisor fixes` lists them ({len(fixes)})"
+        raise UsageError(f"unknown fix id {fix_id!r}{hint}")
+    chosen = list(fixes.values()) if fix_id is None else [fixes[fix_id]]
+    return [doc(f) if as_json else explain(f) for f in chosen]

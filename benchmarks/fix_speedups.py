@@ -50,6 +50,7 @@ SUGGESTED: dict[str, tuple[str, ...]] = {
     "pageable_copies": ("pin_memory", "non_blocking_copy"),
     "monai_segmentation": ("dataloader_workers", "cpu_threads", "bf16_autocast"),
     "transformer_lm": ("bf16_autocast", "torch_compile", "fused_optimizer"),
+    "inference_autograd": ("inference_mode",),
 }
 
 RATE = re.compile(r"([0-9.]+) samples/s")

@@ -49,12 +49,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 """Package (or top-level module) -> the other packages of ours it may import."""
 
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    # TODO(issue #12): the capture child imports the fix installers directly; issue #12 moves
-    # them behind a neutral interface. Delete this entry when that lands (the test below then
-    # fails if it is left behind).
-    ("advisor.capture.child", "advisor.fixes.runtime"): "issue #12",
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 """(importing module, imported module) -> the issue that removes the leak. Nothing else."""
 
 

@@ -4,7 +4,8 @@ The parent (:mod:`advisor.capture.run`) writes CONFIG (``{"spec": RunSpec, "run_
 and starts this module in its own process group. Here, and only here, hooks are installed:
 
 1. optional seeding (random, numpy, torch), the torch hooks (:mod:`advisor.capture.hooks`),
-   then the run-time fixes (``advisor.fixes.runtime.install``) when the spec has any;
+   then the run-time fixes, through the installer modules the spec names
+   (``RunSpec.fix_installers``, imported by name: capture imports nothing of the fix stage);
 2. the script runs unmodified through ``runpy.run_path(script, run_name="__main__")`` with
    ``sys.argv = [script, *args]`` and ``sys.path[0]`` = the script's folder, as Python sets them;
 3. the :class:`~advisor.capture.recorder.StepRecorder` walks the phases; torch.profiler writes
@@ -24,6 +25,7 @@ import time
 _T0 = time.perf_counter()  # NOTE: first, so time to first step includes every import below
 
 import cProfile  # noqa: E402
+import importlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
@@ -189,7 +191,7 @@ class ChildSession:
         self.trace_files: list[str] = []
         self.results: dict[str, Any] = {"pstats_file": None}
         self.notes: list[str] = []
-        self.fix_notes: dict[str, str] = {}
+        self.fix_notes: dict[str, Any] = {}
         self.error: ScriptError | None = None
         self.status = "running"
         self.exit_code: int | None = None
@@ -280,15 +282,32 @@ class ChildSession:
         self.hooks = TorchHooks(self.recorder)
         self.hooks.install()
         if self.spec.fixes:
+            self._install_fixes()
+
+    def _install_fixes(self) -> None:
+        """Import the installers the spec names and let them apply the fixes.
+
+        NOTE: capture knows nothing of the fix stage: the parent names the installer modules
+        (``RunSpec.fix_installers``), each exposing ``install(fixes) -> dict`` of notes.
+        """
+        if not self.spec.fix_installers:
+            msg = "not applied: the run asked for fixes but named no installer"
+            self.fix_notes = {fix.id: msg for fix in self.spec.fixes}
+            self.notes.append("run-time fixes were asked for but no installer was named")
+            return
+        notes: dict[str, Any] = {}
+        for name in self.spec.fix_installers:
             try:
-                from advisor.fixes import runtime
+                installer = importlib.import_module(name)
             except ImportError as exc:
                 msg = f"not applied: the fix runtime is unavailable ({exc})"
-                self.fix_notes = {fix.id: msg for fix in self.spec.fixes}
+                notes.update({fix.id: msg for fix in self.spec.fixes if fix.id not in notes})
                 self.notes.append(f"run-time fixes were asked for but not applied ({exc})")
-            else:
-                # NOTE: a live dict: fixes update their notes as the script reaches them.
-                self.fix_notes = runtime.install(self.spec.fixes)
+                continue
+            # NOTE: a live dict: fixes update their notes as the script reaches them.
+            live = installer.install(self.spec.fixes)
+            notes = live if not notes else {**notes, **live}
+        self.fix_notes = notes
 
     def run(self) -> int:
         """Run the script measured; return the exit code (see the module docstring)."""

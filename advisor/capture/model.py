@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,61 @@ STATUS_STOPPED = RunStatus.STOPPED
 STATUS_CRASHED = RunStatus.CRASHED
 STATUS_TIMEOUT = RunStatus.TIMEOUT
 STATUS_NO_STEPS = RunStatus.NO_STEPS
+
+
+class NoteState(str, Enum):
+    """What became of one run-time fix in the child (``FixNote.state``)."""
+
+    APPLIED = "applied"  # the fix took effect
+    SKIPPED = "skipped"  # it could not apply here; the detail says why
+    PENDING = "pending"  # installed, waiting for the script to reach it (a DataLoader, the model)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# How each state reads in one line (and how version-1 child files wrote it).
+_NOTE_PREFIXES = {
+    NoteState.APPLIED: "applied: ",
+    NoteState.SKIPPED: "not applied: ",
+    NoteState.PENDING: "installed: ",
+}
+
+
+@dataclass(frozen=True)
+class FixNote:
+    """What one run-time fix did in the child: a state and a human detail.
+
+    ``str(note)`` reads ``applied: num_workers 0->2``, ``not applied: no CUDA device`` or
+    ``installed: waiting for a DataLoader``.
+    """
+
+    state: NoteState
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.state, NoteState):
+            object.__setattr__(self, "state", NoteState(self.state))
+
+    def __str__(self) -> str:
+        return _NOTE_PREFIXES[self.state] + self.detail
+
+    @classmethod
+    def parse(cls, text: str) -> FixNote:
+        """Read a one-line note (``applied: ...``), as older child files stored them."""
+        for state, prefix in _NOTE_PREFIXES.items():
+            if text.startswith(prefix):
+                return cls(state, text[len(prefix):])
+        return cls(NoteState.APPLIED, text)
+
+    @classmethod
+    def of(cls, value: FixNote | str | dict[str, Any] | None) -> FixNote | None:
+        """Coerce a stored note (object, old string, JSON object) into a :class:`FixNote`."""
+        if value is None or isinstance(value, FixNote):
+            return value
+        if isinstance(value, dict):
+            return cls(NoteState(value.get("state", "applied")), str(value.get("detail", "")))
+        return cls.parse(str(value))
 
 
 @dataclass(frozen=True)
@@ -75,6 +131,10 @@ class RunSpec:
             many seconds (0: exactly ``timed_steps``). Fix trials set it: 20 steps of half a
             millisecond are a 10 ms window that one scheduler hiccup can halve, and a speedup is
             a ratio of two such windows.
+        fix_installers: Importable module names whose ``install(fixes)`` the child calls for
+            ``fixes`` (the fix stage passes its own runtime; capture imports none of it itself).
+        memory_budget_bytes: Cap the script's memory: CUDA's per-process memory fraction on a
+            GPU, a watchdog on the child's RSS on CPU (None: no cap).
     """
 
     script: Path
@@ -95,6 +155,8 @@ class RunSpec:
     nnodes: int = 1
     cprofile_steps: int | None = None
     min_timed_s: float = 0.0
+    fix_installers: tuple[str, ...] = ()
+    memory_budget_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -229,7 +291,7 @@ class RunCapture:
     environment: Environment = field(default_factory=Environment)
     dataloaders: tuple[DataLoaderInfo, ...] = ()
     fixes: tuple[FixRequest, ...] = ()
-    fix_notes: dict[str, str] = field(default_factory=dict)
+    fix_notes: dict[str, FixNote] = field(default_factory=dict)
     trace_files: tuple[str, ...] = ()
     pstats_file: str | None = None
     stdout_log: str = "stdout.log"
@@ -239,6 +301,14 @@ class RunCapture:
     ranks: tuple[str, ...] = ()
     cprofiled_steps: int = 0
     events_file: str | None = None
+
+    def __post_init__(self) -> None:
+        # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as
+        # FixNote so every consumer sees fields, never prefixes.
+        if any(not isinstance(v, FixNote) for v in self.fix_notes.values()):
+            object.__setattr__(self, "fix_notes", {
+                k: FixNote.of(v) for k, v in self.fix_notes.items() if v is not None
+            })
 
     @property
     def ok(self) -> bool:

@@ -24,6 +24,8 @@ _COMMANDS: dict[str, str] = {
     "tensorboard": "advisor.cli.cmd_tensorboard:tensorboard",
     "rules": "advisor.cli.cmd_rules:rules",
     "rule": "advisor.cli.cmd_rules:rule",
+    "fixes": "advisor.cli.cmd_fixes:fixes",
+    "fix": "advisor.cli.cmd_fixes:fix",
     "config": "advisor.cli.cmd_config:config",
     "runs": "advisor.cli.cmd_runs:runs",
 }
@@ -36,6 +38,8 @@ _SHORT_HELP: dict[str, str] = {
     "tensorboard": "Open a run's traces in TensorBoard's PyTorch Profiler plugin.",
     "rules": "List the rules.",
     "rule": "Explain one rule.",
+    "fixes": "List the fixes advisor can apply, measure and diff.",
+    "fix": "Explain one fix: what it changes, safety, when it applies, its diff.",
     "config": "Show the resolved configuration and where each setting came from.",
     "runs": "List the saved runs, newest first, to pick two for `advisor compare`.",
 }
@@ -76,6 +80,7 @@ def cli() -> None:
     advisor compare RUN_BEFORE RUN_AFTER     before/after speedup report
     advisor tensorboard RUN_DIR              open the traces in TensorBoard
     advisor rules / advisor rule DL001       list rules / explain one
+    advisor fixes / advisor fix pin_memory   list fixes / explain one
     advisor config                           resolved settings and their sources
     advisor runs                             list the saved runs, newest first
     """  # noqa: D301 - \b is Click's keep-lines marker (the \x08 character), so no raw string

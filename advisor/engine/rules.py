@@ -22,7 +22,7 @@ import functools
 import importlib.resources
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,25 +44,6 @@ from advisor.engine.model import (
 )
 from advisor.errors import RuleError, UsageError
 from advisor.metrics.registry import METRICS, is_declared
-
-FIX_SAFETY: dict[str, Safety] = {
-    "dataloader_workers": Safety.SAFE,
-    "pin_memory": Safety.SAFE,
-    "persistent_workers": Safety.SAFE,
-    "prefetch_factor": Safety.SAFE,
-    "non_blocking_copy": Safety.SAFE,
-    "cpu_threads": Safety.SAFE,
-    "bf16_autocast": Safety.UNSAFE,
-    "fp16_amp": Safety.UNSAFE,
-    "batch_fusion": Safety.UNSAFE,
-    "larger_batch": Safety.UNSAFE,
-    "torch_compile": Safety.UNSAFE,
-    "cudnn_benchmark": Safety.UNSAFE,
-    "tf32": Safety.UNSAFE,
-    "channels_last": Safety.UNSAFE,
-    "fused_optimizer": Safety.UNSAFE,
-}
-"""The shared fix-id vocabulary (rules <-> fix registry) and each fix's safety."""
 
 GROUPS: dict[str, str] = {
     "DL": "data_loading",
@@ -290,8 +271,14 @@ def rules_root() -> Any:
     return root
 
 
-def load_rules(root: Any = None) -> RuleSet:
+def load_rules(root: Any = None, fixes: Mapping[str, str] | None = None) -> RuleSet:
     """Load and validate every ``<category>/<CODE>.yaml`` under ``root`` (default: :func:`rules_root`).
+
+    Args:
+        root: The rules folder.
+        fixes: The fix vocabulary, fix id -> safety, that rules' ``fixes`` must name (the fix
+            catalog's, passed in by the caller: the engine does not import the fix stage);
+            None checks the shape of ``fixes`` only (see :func:`check_fix_refs`).
 
     Raises:
         RuleError: a missing or empty folder, or any invalid file (names the path and key).
@@ -313,7 +300,7 @@ def load_rules(root: Any = None) -> RuleSet:
     if not files:
         raise RuleError(f"{display_path(str(root))}: no rule files found (expected <category>/<CODE>.yaml)")
     for file in files:
-        ruleset.register(load_rule_file(file))
+        ruleset.register(load_rule_file(file, fixes))
     return ruleset
 
 
@@ -323,7 +310,7 @@ def default_rules() -> RuleSet:
     return load_rules()
 
 
-def load_rule_file(file: Any) -> Rule:
+def load_rule_file(file: Any, fixes: Mapping[str, str] | None = None) -> Rule:
     """Load one rule file (a Path or Traversable) and validate it.
 
     Raises:
@@ -338,10 +325,13 @@ def load_rule_file(file: Any) -> Rule:
         raise RuleError(f"{path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict):
         raise RuleError(f"{path}: expected a mapping of rule keys at the top level")
-    return parse_rule(data, path=path, category_dir=_parent_name(file), file_name=file.name)
+    return parse_rule(data, path=path, category_dir=_parent_name(file), file_name=file.name, fixes=fixes)
 
 
-def parse_rule(data: dict[str, Any], path: str, category_dir: str | None = None, file_name: str | None = None) -> Rule:
+def parse_rule(
+    data: dict[str, Any], path: str, category_dir: str | None = None, file_name: str | None = None,
+    fixes: Mapping[str, str] | None = None,
+) -> Rule:
     """Validate a rule's mapping and build the :class:`Rule`.
 
     Args:
@@ -349,6 +339,7 @@ def parse_rule(data: dict[str, Any], path: str, category_dir: str | None = None,
         path: Shown in errors.
         category_dir: The folder the file sits in (must equal its category), if from a file.
         file_name: The file's name (must be ``<code>.yaml``), if from a file.
+        fixes: The fix vocabulary (id -> safety) to check ``fixes`` against, or None.
     """
     allowed = (*REQUIRED_KEYS, *OPTIONAL_KEYS)
 
@@ -407,7 +398,7 @@ def parse_rule(data: dict[str, Any], path: str, category_dir: str | None = None,
     except ConditionError as exc:
         raise fail("message", str(exc)) from None
 
-    fixes = _parse_fixes(data["fixes"], fail)
+    fix_refs = _parse_fixes(data["fixes"], fail, fixes)
     references = _string_list(data["references"], "references", fail)
     if not references:
         raise fail("references", "at least one reference URL is required")
@@ -432,7 +423,7 @@ def parse_rule(data: dict[str, Any], path: str, category_dir: str | None = None,
         when=when,
         impact=impact,
         message=message,
-        fixes=fixes,
+        fixes=fix_refs,
         why=text("why"),
         example=text("example"),
         instead=text("instead"),
@@ -443,7 +434,7 @@ def parse_rule(data: dict[str, Any], path: str, category_dir: str | None = None,
     )
 
 
-def _parse_fixes(value: Any, fail: Any) -> tuple[FixRef, ...]:
+def _parse_fixes(value: Any, fail: Any, vocabulary: Mapping[str, str] | None) -> tuple[FixRef, ...]:
     if not isinstance(value, list):
         raise fail("fixes", "expected a list of {id, safety} (may be empty)")
     fixes: list[FixRef] = []
@@ -451,12 +442,40 @@ def _parse_fixes(value: Any, fail: Any) -> tuple[FixRef, ...]:
         if not isinstance(item, dict) or set(item) != {"id", "safety"}:
             raise fail("fixes", f"expected {{id, safety}}, got {item!r}")
         fix_id, safety = str(item["id"]), str(item["safety"])
-        if fix_id not in FIX_SAFETY:
-            raise fail("fixes", f"unknown fix id {fix_id!r}{did_you_mean(fix_id, FIX_SAFETY)}")
-        if FIX_SAFETY[fix_id] != safety:
-            raise fail("fixes", f"fix {fix_id!r} is {FIX_SAFETY[fix_id]!r}, not {safety!r}")
+        if safety not in FIX_SAFETIES:
+            raise fail("fixes", f"fix {fix_id!r}: safety {safety!r} is not one of {', '.join(FIX_SAFETIES)}")
+        if vocabulary is not None:
+            _check_fix_ref(fix_id, safety, vocabulary, fail)
         fixes.append(FixRef(id=fix_id, safety=Safety(safety)))
     return tuple(fixes)
+
+
+FIX_SAFETIES: tuple[str, ...] = Safety.values()
+"""The fix safety labels a rule may write (the fix catalog says which one each fix has)."""
+
+
+def _check_fix_ref(fix_id: str, safety: str, vocabulary: Mapping[str, str], fail: Any) -> None:
+    if fix_id not in vocabulary:
+        raise fail("fixes", f"unknown fix id {fix_id!r}{did_you_mean(fix_id, vocabulary)}")
+    if str(vocabulary[fix_id]) != safety:
+        raise fail("fixes", f"fix {fix_id!r} is {str(vocabulary[fix_id])!r}, not {safety!r}")
+
+
+def check_fix_refs(ruleset: RuleSet, vocabulary: Mapping[str, str]) -> None:
+    """Check every rule's fix ids and safety labels against the fix vocabulary (id -> safety).
+
+    NOTE: the vocabulary is the fix catalog's (``advisor.fixes.catalog``), passed in by the api:
+    the engine never imports the fix stage, which depends on it.
+
+    Raises:
+        RuleError: ``<path>: fixes: unknown fix id ...`` or ``... is 'safe', not 'unsafe'``.
+    """
+    for rule in ruleset:
+        def fail(key: str, problem: str, path: str = rule.path) -> RuleError:
+            return RuleError(f"{path}: {key}: {problem}")
+
+        for ref in rule.fixes:
+            _check_fix_ref(ref.id, ref.safety, vocabulary, fail)
 
 
 def _string_list(value: Any, key: str, fail: Any) -> tuple[str, ...]:

@@ -29,111 +29,43 @@ the first ``---``.
 from __future__ import annotations
 
 import difflib
-import math
 import re
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import libcst as cst
 
 from advisor.errors import InputError
+from advisor.fixes import catalog
+from advisor.fixes.fix import DiffPlan
 from advisor.fixes.model import Trial
 
 # DataLoader positional parameters (torch.utils.data.DataLoader.__init__ order).
 _LOADER_POSITIONS = {"batch_size": 1, "num_workers": 5, "pin_memory": 7}
 
 
-@dataclass
-class _Plan:
-    """The edits to make, gathered from the kept trials."""
-
-    loader_kwargs: dict[str, cst.BaseExpression] = field(default_factory=dict)
-    batch_factor: int = 1
-    batch_fixes: list[str] = field(default_factory=list)
-    compile: bool = False
-    channels_last: bool = False
-    autocast_device: str | None = None
-    fused: bool = False
-    non_blocking: bool = False
-    threads_for_workers: bool = False
-    header_statements: list[str] = field(default_factory=list)
-    manual: list[str] = field(default_factory=list)
-
-
-def _plan(kept: Sequence[Trial]) -> _Plan:
-    plan = _Plan()
+def _plan(kept: Sequence[Trial]) -> DiffPlan:
+    """Gather the kept fixes' edits: each fix adds its own through its ``plan_diff``."""
+    plan = DiffPlan()
+    fixes = catalog.get_fixes()
     for t in kept:
-        p: dict[str, Any] = dict(t.params)
-        if "+" in t.fix:  # a combined trial: its params are per fix
-            plan_parts = [Trial(fix=f, safety=t.safety, params=dict(p.get(f, {}))) for f in t.fix.split("+")]
-            sub = _plan(plan_parts)
-            _merge(plan, sub)
-            continue
-        if t.fix == "dataloader_workers":
-            plan.loader_kwargs["num_workers"] = cst.Integer(str(int(p.get("num_workers", 2))))
-        elif t.fix == "pin_memory":
-            plan.loader_kwargs["pin_memory"] = cst.Name("True")
-        elif t.fix == "persistent_workers":
-            plan.loader_kwargs["persistent_workers"] = cst.Name("True")
-        elif t.fix == "prefetch_factor":
-            plan.loader_kwargs["prefetch_factor"] = cst.Integer(str(int(p.get("prefetch_factor", 4))))
-        elif t.fix == "batch_fusion":
-            factor = int(p.get("factor", 1))
-            plan.batch_factor *= factor
-            plan.batch_fixes.append(t.fix)
-            plan.manual.append(
-                f"batch_fusion: the DataLoader batch is now {factor}x larger; divide your "
-                f"gradient-accumulation count by {factor} to keep the same effective batch "
-                "(and scale the learning rate if you change it)"
-            )
-        elif t.fix == "larger_batch":
-            factor = int(p.get("factor", 1))
-            plan.batch_factor *= factor
-            plan.batch_fixes.append(t.fix)
-            plan.manual.append(
-                f"larger_batch: each optimizer step now sees {factor}x the samples and an epoch has "
-                f"{factor}x fewer steps; scale the learning rate (linear rule x{factor}, or sqrt rule "
-                f"x{math.sqrt(factor):.3g}, with a warm-up) and check the loss curve; cap the batch "
-                "by memory on your device"
-            )
-        elif t.fix == "torch_compile":
-            plan.compile = True
-        elif t.fix == "channels_last":
-            plan.channels_last = True
-            plan.manual.append(
-                "channels_last: also convert the 4-D inputs, "
-                "x = x.to(memory_format=torch.channels_last), before the forward pass"
-            )
-        elif t.fix == "bf16_autocast":
-            plan.autocast_device = str(p.get("device_type", "cpu"))
-        elif t.fix == "fused_optimizer":
-            plan.fused = True
-        elif t.fix == "non_blocking_copy":
-            plan.non_blocking = True
-        elif t.fix == "cpu_threads":
-            threads = p.get("threads")
-            if threads:
-                plan.header_statements.append(f"torch.set_num_threads({int(threads)})")
+        for fix_id in t.fixes:
+            # NOTE: a combined trial's params are per fix; a single trial's are its own.
+            p: dict[str, Any] = dict(t.params.get(fix_id, {})) if len(t.fixes) > 1 else dict(t.params)
+            fix = fixes.get(fix_id)
+            if fix is not None and fix.plan_diff is not None:
+                fix.plan_diff(plan, p)
+            elif fix is not None and fix.manual:
+                if fix.manual not in plan.manual:
+                    plan.manual.append(fix.manual)
             else:
-                plan.threads_for_workers = True
-        elif t.fix == "cudnn_benchmark":
-            plan.header_statements.append("torch.backends.cudnn.benchmark = True")
-        elif t.fix == "tf32":
-            plan.header_statements.append('torch.set_float32_matmul_precision("high")')
-        elif t.fix == "fp16_amp":
-            plan.manual.append(
-                "fp16_amp: wrap the forward pass in torch.autocast('cuda', dtype=torch.float16) and "
-                "use torch.amp.GradScaler: scaler.scale(loss).backward(); scaler.step(opt); scaler.update()"
-            )
-        else:
-            plan.manual.append(f"{t.fix}: no mechanical change is known for this fix")
+                plan.manual.append(f"{fix_id}: no mechanical change is known for this fix")
     if plan.threads_for_workers:
         # NOTE: what the runtime did: leave one core per loader worker (cores - workers, >= 1).
-        workers = plan.loader_kwargs.get("num_workers")
-        n = int(workers.value) if isinstance(workers, cst.Integer) else 0
+        workers = plan.loader_kwargs.get("num_workers", "")
+        n = int(workers) if workers.isdigit() else 0
         if n:
             plan.header_statements.append(
                 f"torch.set_num_threads(max(1, torch.get_num_threads() - {n}))"
@@ -142,20 +74,10 @@ def _plan(kept: Sequence[Trial]) -> _Plan:
         else:
             plan.manual.append("cpu_threads: call torch.set_num_threads(cores - num_workers) at start-up")
         plan.threads_for_workers = False
+    plan.batch_fixes[:] = list(dict.fromkeys(plan.batch_fixes))
+    plan.header_statements[:] = list(dict.fromkeys(plan.header_statements))
+    plan.manual[:] = list(dict.fromkeys(plan.manual))
     return plan
-
-
-def _merge(into: _Plan, sub: _Plan) -> None:
-    into.loader_kwargs.update(sub.loader_kwargs)
-    into.batch_factor = max(into.batch_factor, sub.batch_factor)
-    into.batch_fixes += [f for f in sub.batch_fixes if f not in into.batch_fixes]
-    into.compile |= sub.compile
-    into.channels_last |= sub.channels_last
-    into.autocast_device = into.autocast_device or sub.autocast_device
-    into.fused |= sub.fused
-    into.non_blocking |= sub.non_blocking
-    into.header_statements += [s for s in sub.header_statements if s not in into.header_statements]
-    into.manual += [m for m in sub.manual if m not in into.manual]
 
 
 def _callee(node: cst.Call) -> str:
@@ -252,20 +174,34 @@ class _ModelFinder(cst.CSTVisitor):
             self.model = first.func.value.value
 
 
+class _LoaderFinder(cst.CSTVisitor):
+    """Find the names bound to a ``DataLoader(...)`` call (``loader = DataLoader(...)``)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:  # noqa: N802 - libcst's visitor naming
+        if isinstance(node.value, cst.Call) and _is_loader(node.value):
+            self.names.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
+
+
 class _Transformer(cst.CSTTransformer):
-    def __init__(self, plan: _Plan, model: str | None) -> None:
+    def __init__(self, plan: DiffPlan, model: str | None, loaders: set[str] | None = None) -> None:
         self.plan = plan
         self.model = model
+        self.loaders = loaders or set()
         self.done: set[str] = set()
         self.loop_depth = 0
         self.skipped_splat: set[str] = set()
+        self.reads_left = 0
 
     # -- calls ------------------------------------------------------------------------------
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:  # noqa: N802
         if _is_loader(original):
             splat = any(a.star == "**" for a in updated.args)
-            for key, value in self.plan.loader_kwargs.items():
+            for key, code in self.plan.loader_kwargs.items():
+                value = cst.parse_expression(code)
                 if splat and _arg(updated, key) is None:
                     # NOTE: the key may hide in the **mapping: adding it could pass it twice.
                     self.skipped_splat.add(key)
@@ -306,9 +242,64 @@ class _Transformer(cst.CSTTransformer):
     def visit_For(self, node: cst.For) -> None:  # noqa: N802
         self.loop_depth += 1
 
-    def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:  # noqa: N802
+    def leave_For(  # noqa: N802
+        self, original: cst.For, updated: cst.For
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         self.loop_depth -= 1
+        before: list[cst.BaseStatement] = []
+        if self.plan.read_every and "host_reads" not in self.done and self._over_loader(original):
+            updated, before = self._read_every(updated)
+        if before:
+            return cst.FlattenSentinel([*before, self._wrap_loop(original, updated)])
+        return self._wrap_loop(original, updated)
+
+    def _read_every(self, loop: cst.For) -> tuple[cst.For, list[cst.BaseStatement]]:
+        """Move the loop body's host-read statements under ``if step % N == 0``."""
+        body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+        reads = [i for i, st in enumerate(body) if _host_read_statement(st)]
+        # NOTE: an assignment moves only when no statement left behind reads its target.
+        kept = set(reads)
+        for i in reads:
+            names = _assigned(body[i])
+            if names is None or any(
+                _uses(body[j], names) for j in range(i + 1, len(body)) if j not in kept
+            ):
+                kept.discard(i)
+        self.reads_left = len(reads) - len(kept)
+        if not kept:
+            return loop, []
+        self.done.add("host_reads")
+        counter, before = _loop_counter(loop)
+        cond = cst.parse_expression(f"{counter} % {self.plan.read_every} == 0")
+        out: list[cst.BaseStatement] = []
+        if before:
+            out.append(cst.parse_statement(f"{counter} += 1\n"))
+        for i, st in enumerate(body):
+            if i in kept:
+                out.append(cst.If(test=cond, body=cst.IndentedBlock(body=[st.with_changes(leading_lines=[])]),
+                                  leading_lines=st.leading_lines))
+            else:
+                out.append(st)
+        return loop.with_changes(body=loop.body.with_changes(body=out)), before
+
+    def _wrap_loop(self, original: cst.For, updated: cst.For) -> cst.BaseStatement:
+        if self.plan.wrap_data_loop and "data_loop" not in self.done and self._over_loader(original):
+            self.done.add("data_loop")
+            items = [cst.WithItem(item=cst.parse_expression(code)) for code in self.plan.wrap_data_loop]
+            return cst.With(
+                items=items, body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
+                leading_lines=updated.leading_lines,
+            )
         return updated
+
+    def _over_loader(self, node: cst.For) -> bool:  # noqa: D401
+        """Tell whether a ``for`` iterates a DataLoader (a name bound to one, or the call itself)."""
+        it = node.iter
+        if isinstance(it, cst.Call) and _is_loader(it):
+            return True
+        if isinstance(it, cst.Call) and _callee(it) == "enumerate" and it.args:
+            it = it.args[0].value
+        return isinstance(it, cst.Name) and it.value in self.loaders
 
     def visit_While(self, node: cst.While) -> None:  # noqa: N802
         self.loop_depth += 1
@@ -351,7 +342,8 @@ class _Transformer(cst.CSTTransformer):
                         f"{self.model} = {self.model}.to(memory_format=torch.channels_last)\n"))
                     self.done.add("channels_last")
                 if self.plan.compile and "compile" not in self.done:
-                    out.append(cst.parse_statement(f"{self.model} = torch.compile({self.model})\n"))
+                    kwargs = f", {self.plan.compile_kwargs}" if self.plan.compile_kwargs else ""
+                    out.append(cst.parse_statement(f"{self.model} = torch.compile({self.model}{kwargs})\n"))
                     self.done.add("compile")
         return out
 
@@ -390,6 +382,72 @@ class _Transformer(cst.CSTTransformer):
         )
 
 
+_READ_ATTRS = frozenset({"item", "cpu", "tolist", "numpy"})
+_READ_FUNCS = frozenset({"float", "int", "print"})
+
+
+def _host_read_statement(stmt: Any) -> bool:
+    """Tell whether a simple statement reads a tensor back to the host (``.item()``, ``print``...)."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    found = False
+
+    class V(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:  # noqa: N802
+            nonlocal found
+            f = node.func
+            if isinstance(f, cst.Attribute) and f.attr.value in _READ_ATTRS:
+                found = True
+            elif isinstance(f, cst.Name) and f.value in _READ_FUNCS and node.args and not all(
+                isinstance(a.value, (cst.SimpleString, cst.Integer, cst.Float)) for a in node.args
+            ):
+                found = True
+
+    stmt.visit(V())
+    return found
+
+
+def _assigned(stmt: Any) -> set[str] | None:
+    """Names a simple statement binds (empty for a bare call); None when it does more."""
+    names: set[str] = set()
+    for small in stmt.body:
+        if isinstance(small, cst.Expr):
+            continue
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
+            [small.target] if isinstance(small, (cst.AugAssign, cst.AnnAssign)) else None)
+        if targets is None:
+            return None
+        for t in targets:
+            if not isinstance(t, cst.Name):
+                return None
+            names.add(t.value)
+    return names
+
+
+def _uses(stmt: Any, names: set[str]) -> bool:
+    """Tell whether a statement mentions any of ``names``."""
+    found = False
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:  # noqa: N802
+            nonlocal found
+            found = found or node.value in names
+
+    stmt.visit(V())
+    return found
+
+
+def _loop_counter(loop: cst.For) -> tuple[str, list[cst.BaseStatement]]:
+    """Return the loop's step counter: ``enumerate``'s index, else a new one set to 0 before the loop."""
+    it, target = loop.iter, loop.target
+    if (
+        isinstance(it, cst.Call) and _callee(it) == "enumerate" and isinstance(target, cst.Tuple)
+        and target.elements and isinstance(target.elements[0].value, cst.Name)
+    ):
+        return target.elements[0].value.value, []
+    return "advisor_step", [cst.parse_statement("advisor_step = 0  # advisor: counts steps for the reads below\n")]
+
+
 def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
     """Apply the kept fixes' mechanical changes to ``source``.
 
@@ -404,17 +462,19 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
     module = cst.parse_module(source)
     finder = _ModelFinder()
     module.visit(finder)
-    tr = _Transformer(plan, finder.model)
+    loaders = _LoaderFinder()
+    module.visit(loaders)
+    tr = _Transformer(plan, finder.model, loaders.names)
     new = module.visit(tr)
     manual = list(plan.manual)
     if plan.loader_kwargs and "loader" not in tr.done:
         manual.append("DataLoader settings: no DataLoader(...) call found; set " + ", ".join(
-            f"{k}={cst.Module([]).code_for_node(v)}" for k, v in plan.loader_kwargs.items()))
+            f"{k}={v}" for k, v in plan.loader_kwargs.items()))
     if tr.skipped_splat:
         manual.append(
             "DataLoader settings: a DataLoader(...) call takes **kwargs; set "
             + ", ".join(
-                f"{k}={cst.Module([]).code_for_node(plan.loader_kwargs[k])}" for k in sorted(tr.skipped_splat)
+                f"{k}={plan.loader_kwargs[k]}" for k in sorted(tr.skipped_splat)
             )
             + " in that mapping"
         )
@@ -429,6 +489,22 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
         manual.append(f"torch_compile: add {finder.model} = torch.compile({finder.model}) after the model is built")
     if plan.autocast_device and "autocast" not in tr.done and finder.model:
         manual.append(f"bf16_autocast: wrap the forward pass in torch.autocast(device_type={plan.autocast_device!r}, dtype=torch.bfloat16)")
+    if plan.read_every and "host_reads" not in tr.done:
+        manual.append(
+            f"host_reads: no per-step read found in a loop over a DataLoader; keep logged values on the "
+            f"device (running sums) and read them every {plan.read_every} steps"
+        )
+    if tr.reads_left:
+        manual.append(
+            f"host_reads: {tr.reads_left} per-step read(s) stay in place because later code in the loop "
+            "uses their value; keep those values on the device (running sums) and read them less often"
+        )
+    if plan.wrap_data_loop and "data_loop" not in tr.done:
+        manual.append(
+            "no loop over a DataLoader found; open "
+            + ", ".join(f"`with {c}:`" for c in plan.wrap_data_loop)
+            + " around the loop that calls the model"
+        )
     if plan.fused and "fused" not in tr.done:
         manual.append("fused_optimizer: pass fused=True to the optimizer")
     code = new.code

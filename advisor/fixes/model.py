@@ -16,6 +16,7 @@ class Verdict(Vocab):
     SLOWER = "slower"
     FAILED = "failed"  # the run crashed, or the loss drifted from the baseline's
     SKIPPED = "skipped"  # not run (not applicable, unsafe without the flag, baseline failed)
+    ADVICE = "advice"  # a fix with no safe run-time change: its diff is offered, never measured
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,8 @@ class Trial:
     """One fix (or a set of fixes, for the combined run) measured against the baseline.
 
     Attributes:
-        fix: Fix id, or ``+``-joined ids for the combined trial.
+        fix: The trial's name: its fix id, or ``+``-joined ids for the combined trial (a label
+            for display; ``fixes`` holds the ids).
         safety: Whether the fix keeps numerics (:class:`~advisor.engine.model.Safety`).
         baseline_samples_per_s: Median baseline throughput over the interleaved repeats.
         samples_per_s: Median throughput with the fix.
@@ -35,7 +37,16 @@ class Trial:
         repeats: Paired repeats measured.
         time_to_first_step_s: Median time to first step with the fix (compile cost shows here).
         baseline_time_to_first_step_s: The same for the baseline.
-        params: Parameters the fix ran with (e.g. ``{"num_workers": 2}``).
+        params: Parameters the fix ran with (e.g. ``{"num_workers": 2}``); for a combined
+            trial, fix id -> that fix's parameters.
+        fixes: The fix ids measured together (one for a single fix's trial).
+        reference: The run the trial was measured against when it is not the plain baseline
+            (``dataloader_workers@2`` for a fix measured on top of the best workers rung);
+            None for the baseline.
+        peak_memory_bytes: Median peak memory of the runs with the fix (CUDA max allocated on a
+            GPU, peak RSS of the script's process on CPU).
+        baseline_peak_memory_bytes: The same for the runs it was measured against.
+        memory_kind: ``cuda`` or ``rss``: what the peak memory counts.
     """
 
     fix: str
@@ -52,11 +63,27 @@ class Trial:
     time_to_first_step_s: float | None = None
     baseline_time_to_first_step_s: float | None = None
     params: dict[str, object] = field(default_factory=dict)
+    fixes: tuple[str, ...] = ()
+    reference: str | None = None
+    peak_memory_bytes: int | None = None
+    baseline_peak_memory_bytes: int | None = None
+    memory_kind: str | None = None
 
     def __post_init__(self) -> None:
         # NOTE: producers may pass the plain words ("improved", "safe"); hold the members.
         object.__setattr__(self, "verdict", Verdict.parse(self.verdict))
         object.__setattr__(self, "safety", Safety.parse(self.safety))
+        if not self.fixes and self.fix:
+            object.__setattr__(self, "fixes", (self.fix,))
+        elif not isinstance(self.fixes, tuple):
+            object.__setattr__(self, "fixes", tuple(self.fixes))
+
+    @property
+    def memory_ratio(self) -> float | None:
+        """Peak memory with the fix over the reference's (below 1: the fix saves memory)."""
+        if not self.peak_memory_bytes or not self.baseline_peak_memory_bytes:
+            return None
+        return self.peak_memory_bytes / self.baseline_peak_memory_bytes
 
 
 @dataclass(frozen=True)

@@ -1,114 +1,94 @@
 """Apply fixes at run time, inside the child process, before the user's script runs.
 
 :func:`install` patches torch in memory only; it never reads or writes the user's files. The
-capture child calls it once, before ``runpy``, and stores the notes it returns in
-``RunCapture.fix_notes``.
+capture child imports this module by name (``RunSpec.fix_installers``; capture itself imports
+nothing of the fix stage), calls :func:`install` once, before ``runpy``, and stores the notes it
+returns in ``RunCapture.fix_notes``.
 
-How each fix is applied:
+This module holds the *mechanisms* fixes plug into, each patched at most once; what each fix
+does lives in its own module of :mod:`advisor.fixes.catalog` (its ``install``, and its
+``adjust_loader`` / ``on_model`` hooks):
 
-- DataLoader settings (``dataloader_workers``, ``pin_memory``, ``persistent_workers``,
-  ``prefetch_factor``, ``batch_fusion``, ``larger_batch``, ``cpu_threads``):
-  ``DataLoader.__init__`` is wrapped; the call's arguments are bound to the real signature,
-  merged with the fix's values, and passed on.
-  Workers are refused for an ``IterableDataset`` whose class never calls ``get_worker_info``
-  (each worker would yield the whole stream: duplicate samples). ``persistent_workers`` and
-  ``prefetch_factor`` only apply with workers. ``batch_fusion`` multiplies ``batch_size`` by
-  ``params['factor']`` and leaves the training loop alone: the loop still steps the optimizer
-  every N loader batches, so each optimizer step sees ``factor`` times the samples (the batch
-  semantics change, which is why the fix is unsafe; the diff tells the user to divide the
-  accumulation count by the same factor). ``larger_batch`` multiplies ``batch_size`` by
-  ``params['factor']`` too, for a loop without accumulation: each optimizer step sees ``factor``
-  times the samples (unsafe: the learning rate may need scaling). Its factor is lowered so the
-  batch stays within :data:`~advisor.fixes.registry.MAX_BATCH` samples and within the data set
-  (a batch larger than the data set yields nothing with ``drop_last``); a ``batch_sampler`` or
-  ``batch_size=None`` is left alone with a reason. ``cpu_threads`` lowers ``torch.set_num_threads``
-  to ``cores - workers`` when a loader with workers is created.
-- Model-level fixes (``bf16_autocast``, ``fp16_amp``, ``torch_compile``, ``channels_last``):
-  ``nn.Module.__call__`` is wrapped; only *outermost* module calls (not nested inside another
+- ``DataLoader.__init__`` is wrapped; the call's arguments are bound to the real signature and
+  every requested loader fix adjusts them in catalog order (workers first, so the fixes that
+  need workers see the new count), then they are passed on.
+- ``nn.Module.__call__`` is wrapped; only *outermost* module calls (not nested inside another
   module's forward, not inside a compiled region) are touched, so the cost is one Python frame
-  per top-level call. Autocast wraps each outermost forward (the model, and a loss module called
-  at top level) and casts low-precision outputs back to float32, so loss code outside the model
-  and the backward pass run in float32 as they would with autocast around the forward only (the
-  PyTorch recipe); the weight-cast cache is cleared on each exit, so updated weights are re-cast.
-  Compile and channels_last take the first outermost module that has parameters (the model):
-  ``module.compile()`` compiles it in place (the optimizer's parameters stay the same objects);
-  ``module.to(memory_format=channels_last)`` converts the parameters in place, and 4-D/5-D tensor
-  inputs of that module are converted on every call.
-- ``fp16_amp`` (CUDA only) adds a GradScaler: ``Tensor.backward`` on a scalar that requires grad
-  scales it, and each optimizer's ``step`` becomes ``scaler.step(opt); scaler.update()``.
-- ``non_blocking_copy`` (CUDA only): ``Tensor.to``/``Tensor.cuda`` from a pinned CPU tensor to a
-  CUDA device get ``non_blocking=True``; device-to-host copies are never touched (the host could
-  read the buffer before the copy lands).
-- ``fused_optimizer``: the constructors of torch.optim classes get ``fused=True`` (else
-  ``foreach=True``) when the script passed neither.
-- ``cudnn_benchmark`` and ``tf32``: backend flags, set once.
+  per top-level call. On the first outermost module with parameters (the model) every
+  ``on_model`` hook runs once (channels_last, compile, ...). Autocast wraps each outermost
+  forward (the model, and a loss module called at top level) and casts low-precision outputs back
+  to float32, so loss code outside the model and the backward pass run in float32 as they would
+  with autocast around the forward only (the PyTorch recipe); the weight-cast cache is cleared
+  on each exit, so updated weights are re-cast.
+- A GradScaler (fp16): ``Tensor.backward`` on a scalar that requires grad scales it, and each
+  optimizer's ``step`` becomes ``scaler.step(opt); scaler.update()``.
+- Optimizer constructors (fused kernels) and ``Tensor.to``/``Tensor.cuda`` (non-blocking copies).
 
-Notes are a live dict: fix id -> ``"installed: ..."``, ``"applied: ..."`` or
-``"not applied: ..."``. Notes that depend on the script (a DataLoader was built, the model has
-convolutions, autocast was already on) are updated as the script runs, so the caller should save
-the dict after the script ends; a copy taken right after :func:`install` still holds the
-install-time verdicts (no CUDA, unknown id) and ``installed:`` for the rest.
+Notes are a live dict: fix id -> :class:`~advisor.capture.model.FixNote` (state ``applied``,
+``skipped`` or ``pending``, and a detail). Notes that depend on the script (a DataLoader was
+built, the model has convolutions, autocast was already on) are updated as the script runs, so
+the caller should save the dict after the script ends; a copy taken right after :func:`install`
+still holds the install-time verdicts (no CUDA, unknown id) and ``pending`` for the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from advisor.capture.model import FixRequest
-from advisor.fixes.registry import MAX_BATCH
-
-APPLIED = "applied: "
-NOT_APPLIED = "not applied: "
-# Installed, waiting for the script to reach the point where the fix acts (a DataLoader, the
-# model's first call). A caller that saved the notes right after install() sees this state.
-PENDING = "installed: "
-
-_DEFAULT_PREFETCH = 4
+from advisor.capture.model import FixNote, FixRequest, NoteState
+from advisor.fixes import catalog
 
 # (owner, attribute, original) for every patch, so tests (and only tests) can undo them.
 _UNDO: list[tuple[Any, str, Any]] = []
 
 
-def is_applied(note: str | None) -> bool:
+def _state_of(note: FixNote | str | None) -> NoteState | None:
+    note = FixNote.of(note)
+    return None if note is None else note.state
+
+
+def is_applied(note: FixNote | str | None) -> bool:
     """Tell whether a note says the fix took effect."""
-    return bool(note) and note.startswith(APPLIED)  # type: ignore[union-attr]
+    return _state_of(note) is NoteState.APPLIED
 
 
-def is_not_applied(note: str | None) -> bool:
-    """Tell whether a note says the fix could not apply (its reason follows the prefix)."""
-    return bool(note) and note.startswith(NOT_APPLIED)  # type: ignore[union-attr]
+def is_not_applied(note: FixNote | str | None) -> bool:
+    """Tell whether a note says the fix could not apply (its detail says why)."""
+    return _state_of(note) is NoteState.SKIPPED
 
 
-def install(fixes: Sequence[FixRequest]) -> dict[str, str]:
+def install(fixes: Sequence[FixRequest]) -> dict[str, FixNote]:
     """Apply fixes by patching torch in this process; return fix id -> what happened.
 
     Args:
-        fixes: The interventions to apply (ids from :mod:`advisor.fixes.registry`).
+        fixes: The interventions to apply (ids from :mod:`advisor.fixes.catalog`).
 
     Returns:
-        A live dict of notes, one per fix id, starting with ``"installed: "`` (waiting for the
-        script to reach the fix), ``"applied: "`` or ``"not applied: "``. Save it after the
-        script ends: notes are updated while the script runs.
+        A live dict of notes, one per fix id: pending (waiting for the script to reach the
+        fix), applied or skipped. Save it after the script ends: notes are updated while the
+        script runs.
     """
-    notes: dict[str, str] = {}
+    notes: dict[str, FixNote] = {}
     if not fixes:
         return notes
     import torch  # noqa: F401  (imported only when there is something to patch)
 
-    state = _State(notes)
+    known = catalog.get_fixes()
+    state = State(notes)
     for req in fixes:
-        handler = _HANDLERS.get(req.id)
-        if handler is None:
-            notes[req.id] = NOT_APPLIED + "unknown fix id"
+        fix = known.get(req.id)
+        if fix is None or fix.install is None:
+            state.skipped(req.id, "unknown fix id" if fix is None else "no run-time install")
             continue
         try:
-            handler(state, dict(req.params))
+            fix.install(state, dict(req.params))
         except Exception as exc:  # a fix that cannot install must not stop the script
-            notes[req.id] = NOT_APPLIED + f"{type(exc).__name__}: {exc}"
+            state.skipped(req.id, f"{type(exc).__name__}: {exc}")
     state.patch()
     return notes
 
@@ -120,35 +100,79 @@ def uninstall() -> None:
         setattr(owner, attr, original)
 
 
-def _patch(owner: Any, attr: str, new: Any) -> None:
+def patch(owner: Any, attr: str, new: Any) -> None:
+    """Set ``owner.attr = new``, remembering the original for :func:`uninstall`."""
     _UNDO.append((owner, attr, owner.__dict__[attr] if attr in owner.__dict__ else getattr(owner, attr)))
     setattr(owner, attr, new)
 
 
-def _cores() -> int:
+_patch = patch
+
+
+def cores() -> int:
+    """Cores this process may run on (affinity-aware)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return os.cpu_count() or 1
 
 
-class _State:
-    """The fixes requested in this process and the bookkeeping their patches share."""
+_cores = cores
 
-    def __init__(self, notes: dict[str, str]) -> None:
+
+class State:
+    """The fixes requested in this process and the bookkeeping their patches share.
+
+    Catalog fixes configure it in their ``install``: ``want_loader`` for DataLoader fixes,
+    ``want_model`` for fixes set up on the model's first call, ``autocast_dtype``/``scaler``,
+    ``fused``, ``non_blocking``.
+    """
+
+    def __init__(self, notes: dict[str, FixNote]) -> None:
         self.notes = notes
         self.loader: dict[str, dict[str, Any]] = {}  # fix id -> params, for DataLoader fixes
+        self.model_fixes: dict[str, dict[str, Any]] = {}  # fix id -> params, set up on the model
+        # fix id -> (state, model) -> a context manager to run each model call in, or None
+        self.around_model: dict[str, Callable[[State, Any], Any]] = {}
         self.autocast_dtype: Any = None
         self.autocast_fix: str | None = None
         self.scaler: Any = None
-        self.compile = False
-        self.compile_kwargs: dict[str, Any] = {}
-        self.channels_last = False
         self.fused = False
         self.non_blocking = False
         self.loader_counts: dict[str, int] = {}
         self.loader_reasons: dict[str, str] = {}
         self.loader_done: dict[str, str] = {}
+        self._model_id: int | None = None
+
+    # -- notes ------------------------------------------------------------------------------
+
+    def applied(self, fix: str, detail: str) -> None:
+        """Record that ``fix`` took effect."""
+        self.notes[fix] = FixNote(NoteState.APPLIED, detail)
+
+    def skipped(self, fix: str, detail: str) -> None:
+        """Record that ``fix`` could not apply, and why."""
+        self.notes[fix] = FixNote(NoteState.SKIPPED, detail)
+
+    def pending(self, fix: str, detail: str) -> None:
+        """Record that ``fix`` is installed and waits for the script to reach it."""
+        self.notes[fix] = FixNote(NoteState.PENDING, detail)
+
+    def is_applied(self, fix: str | None) -> bool:
+        """Tell whether ``fix``'s note already says it took effect."""
+        return is_applied(self.notes.get(fix or ""))
+
+    # -- requests from the fixes' install -----------------------------------------------------
+
+    def want_loader(self, fix: str, params: dict[str, Any], waiting: str = "waiting for a DataLoader") -> None:
+        """Ask for ``fix``'s ``adjust_loader`` on every DataLoader the script builds."""
+        self.loader[fix] = params
+        self.pending(fix, waiting)
+
+    def want_model(self, fix: str, params: dict[str, Any]) -> None:
+        """Ask for ``fix``'s ``on_model`` on the model's first outermost call."""
+        self.model_fixes[fix] = params
+        self.pending(fix, "waiting for the model's first call")
 
     # -- installing -------------------------------------------------------------------------
 
@@ -156,7 +180,7 @@ class _State:
         """Install the patches the requested fixes need (each at most once)."""
         if self.loader:
             self._patch_dataloader()
-        if self.autocast_dtype is not None or self.compile or self.channels_last:
+        if self.autocast_dtype is not None or self.model_fixes or self.around_model:
             self._patch_module_call()
         if self.scaler is not None:
             self._patch_grad_scaling()
@@ -189,134 +213,23 @@ class _State:
         _patch(DataLoader, "__init__", __init__)
 
     def _adjust_loader(self, a: dict[str, Any]) -> None:
-        """Merge the DataLoader fixes into one constructor call's bound arguments."""
-        from torch.utils.data import IterableDataset
+        """Let every requested loader fix adjust one constructor call, in catalog order."""
+        for fix in catalog.get_fixes().values():
+            if fix.id in self.loader and fix.adjust_loader is not None:
+                fix.adjust_loader(self, a, self.loader[fix.id])
 
-        iterable = isinstance(a.get("dataset"), IterableDataset)
-        fixes = self.loader
-
-        if "dataloader_workers" in fixes:
-            want = int(fixes["dataloader_workers"].get("num_workers", 2))
-            have = int(a.get("num_workers") or 0)
-            if iterable and not _shards_itself(a["dataset"]):
-                self._loader_skip(
-                    "dataloader_workers",
-                    "the IterableDataset does not shard by worker (no get_worker_info): "
-                    "each worker would yield every sample",
-                )
-            elif have >= want:
-                self._loader_skip("dataloader_workers", f"the DataLoader already has num_workers={have}")
-            else:
-                a["num_workers"] = want
-                self._loader_ok("dataloader_workers", f"num_workers {have}->{want}")
-
-        if "batch_fusion" in fixes:
-            factor = int(fixes["batch_fusion"].get("factor", 1))
-            if factor <= 1:
-                self._loader_skip("batch_fusion", "fusion factor 1")
-            elif a.get("batch_sampler") is not None or a.get("batch_size") is None:
-                self._loader_skip("batch_fusion", "the DataLoader uses a batch_sampler or batch_size=None")
-            else:
-                old = int(a["batch_size"])
-                a["batch_size"] = old * factor
-                self._loader_ok(
-                    "batch_fusion",
-                    f"batch_size {old}->{old * factor} (x{factor}); the loop is unchanged, so each "
-                    f"optimizer step sees {factor}x the samples",
-                )
-
-        if "larger_batch" in fixes:
-            self._larger_batch(a, fixes["larger_batch"])
-
-        if "pin_memory" in fixes:
-            import torch
-
-            if not torch.cuda.is_available():
-                self._loader_skip("pin_memory", "no CUDA device: pinned memory only speeds host-to-GPU copies")
-            elif a.get("pin_memory"):
-                self._loader_skip("pin_memory", "pin_memory is already True")
-            else:
-                a["pin_memory"] = True
-                self._loader_ok("pin_memory", "pin_memory=True")
-
-        workers = int(a.get("num_workers") or 0)
-        if "persistent_workers" in fixes:
-            if workers == 0:
-                self._loader_skip("persistent_workers", "num_workers=0: there are no workers to keep")
-            elif a.get("persistent_workers"):
-                self._loader_skip("persistent_workers", "persistent_workers is already True")
-            else:
-                a["persistent_workers"] = True
-                self._loader_ok("persistent_workers", "persistent_workers=True")
-
-        if "prefetch_factor" in fixes:
-            want = int(fixes["prefetch_factor"].get("prefetch_factor", _DEFAULT_PREFETCH))
-            have = a.get("prefetch_factor") or 2  # torch's default with workers
-            if workers == 0:
-                self._loader_skip("prefetch_factor", "num_workers=0: prefetching needs workers")
-            elif have >= want:
-                self._loader_skip("prefetch_factor", f"prefetch_factor is already {have}")
-            else:
-                a["prefetch_factor"] = want
-                self._loader_ok("prefetch_factor", f"prefetch_factor {have}->{want}")
-
-        if "cpu_threads" in fixes:
-            import torch
-
-            cores = _cores()
-            target = fixes["cpu_threads"].get("threads")
-            target = int(target) if target else max(1, cores - workers)
-            before = torch.get_num_threads()
-            if workers == 0 and not fixes["cpu_threads"].get("threads"):
-                self._loader_skip("cpu_threads", "no loader workers compete with intra-op threads")
-            elif before <= target:
-                self._loader_skip("cpu_threads", f"already {before} intra-op threads (target {target})")
-            else:
-                torch.set_num_threads(target)
-                self._loader_ok(
-                    "cpu_threads", f"torch.set_num_threads({target}) (was {before}) next to {workers} workers"
-                )
-
-    def _larger_batch(self, a: dict[str, Any], params: dict[str, Any]) -> None:
-        """Multiply one DataLoader call's ``batch_size``, within the cap and the data set."""
-        factor = int(params.get("factor", 1))
-        cap = int(params.get("max_batch", MAX_BATCH))
-        if factor <= 1:
-            self._loader_skip("larger_batch", "factor 1")
-            return
-        if a.get("batch_sampler") is not None or a.get("batch_size") is None:
-            self._loader_skip(
-                "larger_batch", "the DataLoader uses a batch_sampler or batch_size=None: there is no batch_size to scale"
-            )
-            return
-        old = int(a["batch_size"])
-        k = min(factor, cap // max(old, 1))
-        size = _dataset_len(a.get("dataset"))
-        if size is not None:
-            # NOTE: a batch larger than the data set yields no batch at all with drop_last=True.
-            k = min(k, size // max(old, 1))
-        if k <= 1:
-            limit = f"the {cap}-sample cap" if cap // max(old, 1) <= 1 else f"the data set's {size} samples"
-            self._loader_skip("larger_batch", f"batch_size {old} cannot grow within {limit}")
-            return
-        a["batch_size"] = old * k
-        capped = f", capped from x{factor}" if k < factor else ""
-        self._loader_ok(
-            "larger_batch",
-            f"batch_size {old}->{old * k} (x{k}{capped}); each optimizer step sees {k}x the samples "
-            "(the learning rate may need scaling)",
-        )
-
-    def _loader_ok(self, fix: str, what: str) -> None:
+    def loader_ok(self, fix: str, what: str) -> None:
+        """Record that a loader fix changed one DataLoader (counted: ``on 2 DataLoaders``)."""
         n = self.loader_counts.get(fix, 0) + 1
         self.loader_counts[fix] = n
         self.loader_done[fix] = what
-        self.notes[fix] = APPLIED + what + (f" on {n} DataLoaders" if n > 1 else "")
+        self.applied(fix, what + (f" on {n} DataLoaders" if n > 1 else ""))
 
-    def _loader_skip(self, fix: str, why: str) -> None:
+    def loader_skip(self, fix: str, why: str) -> None:
+        """Record that a loader fix left one DataLoader alone (noted only if it changed none so far)."""
         self.loader_reasons[fix] = why
         if not self.loader_counts.get(fix):
-            self.notes[fix] = NOT_APPLIED + why
+            self.skipped(fix, why)
 
     # -- outermost module calls -----------------------------------------------------------------
 
@@ -328,7 +241,7 @@ class _State:
         local = threading.local()
         is_compiling = torch.compiler.is_compiling
         state = self
-        seen: dict[int, bool] = {}  # id(module) -> it is the model (compile / channels_last target)
+        seen: dict[int, bool] = {}  # id(module) -> it is the model (the on_model target)
 
         def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
             # NOTE: inside a compiled region dynamo inlines this wrapper; is_compiling() is a
@@ -347,65 +260,60 @@ class _State:
         self, original: Callable[..., Any], module: Any, args: tuple[Any, ...],
         kwargs: dict[str, Any], seen: dict[int, bool],
     ) -> Any:
-        import torch
-
         key = id(module)
         if key not in seen:
             seen[key] = self._first_call(module)
         is_model = seen[key]
-        if is_model and self.channels_last and self.notes.get("channels_last", "").startswith(APPLIED):
-            args = _map_tensors(args, _to_channels_last)
-            kwargs = _map_tensors(kwargs, _to_channels_last)
+        if is_model and self.is_applied("channels_last"):
+            args = map_tensors(args, _to_channels_last)
+            kwargs = map_tensors(kwargs, _to_channels_last)
+        if is_model and self.around_model:
+            with contextlib.ExitStack() as stack:
+                for enter in self.around_model.values():
+                    cm = enter(self, module)
+                    if cm is not None:
+                        stack.enter_context(cm)
+                return self._autocast_call(original, module, args, kwargs, is_model)
+        return self._autocast_call(original, module, args, kwargs, is_model)
+
+    def _autocast_call(
+        self, original: Callable[..., Any], module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+        is_model: bool,
+    ) -> Any:
+        import torch
+
         if self.autocast_dtype is None:
             return original(module, *args, **kwargs)
+        fix = self.autocast_fix or ""
         device_type = _device_type(module, args)
         if torch.is_autocast_enabled(device_type):
-            if not self.notes.get(self.autocast_fix or "", "").startswith(APPLIED):
-                self.notes[self.autocast_fix or ""] = NOT_APPLIED + "the script already runs under torch.autocast"
+            if not self.is_applied(fix):
+                self.skipped(fix, "the script already runs under torch.autocast")
             return original(module, *args, **kwargs)
         if is_model and _param_dtype(module) in (torch.float16, torch.bfloat16):
-            self.notes[self.autocast_fix or ""] = NOT_APPLIED + "the model's weights are already low precision"
+            self.skipped(fix, "the model's weights are already low precision")
             return original(module, *args, **kwargs)
-        if is_model and not self.notes.get(self.autocast_fix or "", "").startswith(APPLIED):
+        if is_model and not self.is_applied(fix):
             name = "bfloat16" if self.autocast_dtype is torch.bfloat16 else "float16"
-            self.notes[self.autocast_fix or ""] = (
-                APPLIED + f"torch.autocast({device_type!r}, {name}) around {type(module).__name__}.forward"
-            )
+            self.applied(fix, f"torch.autocast({device_type!r}, {name}) around {type(module).__name__}.forward")
         with torch.autocast(device_type, dtype=self.autocast_dtype):
             out = original(module, *args, **kwargs)
         low = self.autocast_dtype
-        return _map_tensors(out, lambda t: t.float() if t.dtype is low else t)
+        return map_tensors(out, lambda t: t.float() if t.dtype is low else t)
 
     def _first_call(self, module: Any) -> bool:
         """Decide, on a module's first outermost call, whether it is the model; set it up once."""
         has_params = next(iter(module.parameters()), None) is not None
-        if not has_params or getattr(self, "_model_id", None) is not None:
+        if not has_params or self._model_id is not None:
             return False
         self._model_id = id(module)
-        if self.channels_last:
-            self._setup_channels_last(module)
-        if self.compile:
-            self._setup_compile(module)
+        for fix in catalog.get_fixes().values():
+            if fix.id in self.model_fixes and fix.on_model is not None:
+                try:
+                    fix.on_model(self, module)
+                except Exception as exc:  # noqa: BLE001 - a fix must not stop the script
+                    self.skipped(fix.id, f"{type(exc).__name__}: {exc}")
         return True
-
-    def _setup_channels_last(self, module: Any) -> None:
-        import torch
-        from torch import nn
-
-        convs = [m for m in module.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d))]
-        if not convs:
-            self.notes["channels_last"] = NOT_APPLIED + f"{type(module).__name__} has no 2-D/3-D convolutions"
-            return
-        fmt = torch.channels_last_3d if isinstance(convs[0], nn.Conv3d) else torch.channels_last
-        module.to(memory_format=fmt)  # in place: parameter objects (and the optimizer's refs) stay
-        self.notes["channels_last"] = APPLIED + f"{type(module).__name__} and its inputs in {fmt}"
-
-    def _setup_compile(self, module: Any) -> None:
-        if type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None):
-            self.notes["torch_compile"] = NOT_APPLIED + "the model is already compiled"
-            return
-        module.compile(**self.compile_kwargs)  # in place; the first call pays the compile
-        self.notes["torch_compile"] = APPLIED + f"{type(module).__name__}.compile() on its first call"
 
     # -- fp16 loss scaling ------------------------------------------------------------------------
 
@@ -481,24 +389,26 @@ class _State:
                 and _targets_cuda(args, kwargs) and self.is_pinned()
             ):
                 kwargs["non_blocking"] = True
-                state.notes["non_blocking_copy"] = APPLIED + "non_blocking=True on pinned host-to-device copies"
+                state.applied("non_blocking_copy", "non_blocking=True on pinned host-to-device copies")
             return original_to(self, *args, **kwargs)
 
         def cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
             if not is_compiling() and "non_blocking" not in kwargs and len(args) < 2 and self.is_pinned():
                 kwargs["non_blocking"] = True
-                state.notes["non_blocking_copy"] = APPLIED + "non_blocking=True on pinned host-to-device copies"
+                state.applied("non_blocking_copy", "non_blocking=True on pinned host-to-device copies")
             return original_cuda(self, *args, **kwargs)
 
         _patch(torch.Tensor, "to", to)
         _patch(torch.Tensor, "cuda", cuda)
 
 
-def _fused_init(original: Callable[..., Any], has_fused: bool, state: _State) -> Callable[..., Any]:
+
+
+def _fused_init(original: Callable[..., Any], has_fused: bool, state: State) -> Callable[..., Any]:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         if "fused" in kwargs or "foreach" in kwargs:
-            if not is_applied(state.notes.get("fused_optimizer")):
-                state.notes["fused_optimizer"] = NOT_APPLIED + "the script chose fused/foreach itself"
+            if not state.is_applied("fused_optimizer"):
+                state.skipped("fused_optimizer", "the script chose fused/foreach itself")
             return original(self, *args, **kwargs)
         # NOTE: params may be a generator (model.parameters()); a failed first try would use it up.
         if args:
@@ -509,7 +419,7 @@ def _fused_init(original: Callable[..., Any], has_fused: bool, state: _State) ->
         if has_fused:
             try:
                 original(self, *args, fused=True, **kwargs)
-                state.notes["fused_optimizer"] = APPLIED + f"{name}(fused=True)"
+                state.applied("fused_optimizer", f"{name}(fused=True)")
                 return
             except (RuntimeError, ValueError, TypeError) as exc:  # fused unsupported here
                 reason = str(exc).splitlines()[0][:120]
@@ -517,118 +427,16 @@ def _fused_init(original: Callable[..., Any], has_fused: bool, state: _State) ->
             reason = f"{name} has no fused kernel"
         try:
             original(self, *args, foreach=True, **kwargs)
-            state.notes["fused_optimizer"] = APPLIED + f"{name}(foreach=True) ({reason})"
+            state.applied("fused_optimizer", f"{name}(foreach=True) ({reason})")
         except (RuntimeError, ValueError, TypeError):
             original(self, *args, **kwargs)
-            state.notes["fused_optimizer"] = NOT_APPLIED + f"{name}: neither fused nor foreach works ({reason})"
+            state.skipped("fused_optimizer", f"{name}: neither fused nor foreach works ({reason})")
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
     return __init__
 
 
-# -- handlers: one per fix id ----------------------------------------------------------------------
-
-
-def _loader_fix(fix: str, pending: str) -> Callable[[_State, dict[str, Any]], None]:
-    def handler(state: _State, params: dict[str, Any]) -> None:
-        state.loader[fix] = params
-        state.notes[fix] = PENDING + pending
-
-    return handler
-
-
-def _bf16(state: _State, params: dict[str, Any]) -> None:
-    import torch
-
-    if state.autocast_dtype is not None:
-        state.notes["bf16_autocast"] = NOT_APPLIED + "another autocast fix is already active"
-        return
-    state.autocast_dtype = torch.bfloat16
-    state.autocast_fix = "bf16_autocast"
-    state.notes["bf16_autocast"] = PENDING + "waiting for the model's first call"
-
-
-def _fp16(state: _State, params: dict[str, Any]) -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        state.notes["fp16_amp"] = NOT_APPLIED + "no CUDA device (fp16 with loss scaling is a GPU fix)"
-        return
-    if state.autocast_dtype is not None:
-        state.notes["fp16_amp"] = NOT_APPLIED + "another autocast fix is already active"
-        return
-    state.autocast_dtype = torch.float16
-    state.autocast_fix = "fp16_amp"
-    state.scaler = torch.amp.GradScaler("cuda")
-    state.notes["fp16_amp"] = PENDING + "waiting for the model's first call"
-
-
-def _compile(state: _State, params: dict[str, Any]) -> None:
-    state.compile = True
-    # NOTE: params may choose torch.compile's backend/mode (tests use the fast "eager" backend).
-    state.compile_kwargs = {k: params[k] for k in ("backend", "mode", "dynamic") if k in params}
-    state.notes["torch_compile"] = PENDING + "waiting for the model's first call"
-
-
-def _channels_last(state: _State, params: dict[str, Any]) -> None:
-    state.channels_last = True
-    state.notes["channels_last"] = PENDING + "waiting for the model's first call"
-
-
-def _fused(state: _State, params: dict[str, Any]) -> None:
-    state.fused = True
-    state.notes["fused_optimizer"] = PENDING + "waiting for a torch.optim optimizer"
-
-
-def _cudnn(state: _State, params: dict[str, Any]) -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        state.notes["cudnn_benchmark"] = NOT_APPLIED + "no CUDA device"
-        return
-    _patch(torch.backends.cudnn, "benchmark", True)
-    state.notes["cudnn_benchmark"] = APPLIED + "torch.backends.cudnn.benchmark=True"
-
-
-def _tf32(state: _State, params: dict[str, Any]) -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        state.notes["tf32"] = NOT_APPLIED + "no CUDA device (TF32 is an Ampere+ GPU format)"
-        return
-    _patch(torch.backends.cuda.matmul, "allow_tf32", True)
-    _patch(torch.backends.cudnn, "allow_tf32", True)
-    torch.set_float32_matmul_precision("high")
-    state.notes["tf32"] = APPLIED + "TF32 matmuls and convolutions (float32 matmul precision 'high')"
-
-
-def _non_blocking(state: _State, params: dict[str, Any]) -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        state.notes["non_blocking_copy"] = NOT_APPLIED + "no CUDA device: there are no host-to-device copies"
-        return
-    state.non_blocking = True
-    state.notes["non_blocking_copy"] = PENDING + "waiting for a copy from pinned memory"
-
-
-_HANDLERS: dict[str, Callable[[_State, dict[str, Any]], None]] = {
-    "dataloader_workers": _loader_fix("dataloader_workers", "waiting for a DataLoader"),
-    "pin_memory": _loader_fix("pin_memory", "waiting for a DataLoader"),
-    "persistent_workers": _loader_fix("persistent_workers", "waiting for a DataLoader"),
-    "prefetch_factor": _loader_fix("prefetch_factor", "waiting for a DataLoader"),
-    "batch_fusion": _loader_fix("batch_fusion", "waiting for a DataLoader"),
-    "larger_batch": _loader_fix("larger_batch", "waiting for a DataLoader"),
-    "cpu_threads": _loader_fix("cpu_threads", "waiting for a DataLoader with workers"),
-    "bf16_autocast": _bf16,
-    "fp16_amp": _fp16,
-    "torch_compile": _compile,
-    "channels_last": _channels_last,
-    "fused_optimizer": _fused,
-    "cudnn_benchmark": _cudnn,
-    "tf32": _tf32,
-    "non_blocking_copy": _non_blocking,
-}
+_State = State
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -653,7 +461,7 @@ def _pristine(fn: Any, depth: int = 0) -> Any:
     return fn
 
 
-def _dataset_len(dataset: Any) -> int | None:
+def dataset_len(dataset: Any) -> int | None:
     """Return the samples in a map-style data set, or None when unknown (no ``__len__``)."""
     from torch.utils.data import IterableDataset
 
@@ -665,7 +473,7 @@ def _dataset_len(dataset: Any) -> int | None:
         return None
 
 
-def _shards_itself(dataset: Any) -> bool:
+def shards_itself(dataset: Any) -> bool:
     """Tell whether an IterableDataset's class calls ``get_worker_info`` (it splits by worker)."""
     for cls in type(dataset).__mro__:
         if cls.__module__.startswith("torch."):
@@ -679,18 +487,18 @@ def _shards_itself(dataset: Any) -> bool:
     return False
 
 
-def _map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
+def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to floating tensors inside tuples, lists and dicts (other objects pass through)."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return fn(value) if value.is_floating_point() else value
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_map_tensors(v, fn) for v in value)
+        return tuple(map_tensors(v, fn) for v in value)
     if isinstance(value, list):
-        return [_map_tensors(v, fn) for v in value]
+        return [map_tensors(v, fn) for v in value]
     if isinstance(value, dict) and type(value) is dict:
-        return {k: _map_tensors(v, fn) for k, v in value.items()}
+        return {k: map_tensors(v, fn) for k, v in value.items()}
     return value
 
 

@@ -1,12 +1,18 @@
 """The fix loop: re-run the script with each fix applied at run time, measure, keep what helps.
 
-:func:`run_trials` is the whole loop. Its design, in the order it runs:
+:func:`run_trials` is the whole loop, in three parts that are each testable alone:
+**plan** (:func:`choose`, :func:`plan_trials`: which fixes, which runs; pure),
+**measure** (:class:`Measurer`: the interleaved runs) and **select** (:func:`collapse`,
+:func:`select_combination`, :func:`pick_kept`: which rung, which set; pure). Every fix's own
+behaviour (its check, ladder, step counts, what it requires) comes from its catalog object
+(:mod:`advisor.fixes.catalog`); nothing here branches on a fix id. Its design, in the order it
+runs:
 
 1. **Choose.** Suggested fixes (from the findings) are de-duplicated; unsafe ones are hidden
    unless ``unsafe=True`` (counted, ruff-style); ``only`` (``--fix ID``) replaces the suggestions
    with exactly those ids (naming a fix is opting in to it, even an unsafe one).
 2. **Baseline first.** Round 1 starts with a baseline run; what it recorded (device, cores,
-   DataLoaders, batches per step) decides which fixes can apply at all (registry checks), so a
+   DataLoaders, batches per step) decides which fixes can apply at all (catalog checks), so a
    fix that cannot apply is ``skipped`` with the reason before any time is spent on it.
 3. **Rounds.** Each round runs the baseline once, then every active variant once (the variant
    order is reversed on alternate rounds), and a final baseline closes the last round:
@@ -19,19 +25,19 @@
    rounds gets extra rounds (up to ``max_repeats``) -- on a noisy machine a real win needs more
    pairs to be shown, and a fix is never called a win without them.
 4. **Early exits.** After a variant's first run: a crash, timeout or non-finite/far-off loss is
-   ``failed``; a runtime note ``not applied: ...`` (no convolutions, autocast already on, an
+   ``failed``; a runtime note in state ``skipped`` (no convolutions, autocast already on, an
    IterableDataset that does not shard) is ``skipped``; a DataLoader fix whose recorded loader
    settings did not change is ``skipped``; a run whose steps were counted from other boundaries
    than the baseline's (DataLoader batches vs optimizer steps) is ``failed`` as not comparable.
    None of these is run again.
 5. **Ladders.** ``dataloader_workers`` is tried at a few worker counts sized to the cores
-   (:func:`~advisor.fixes.registry.worker_ladder`), ``larger_batch`` at a few batch factors
-   capped at :data:`~advisor.fixes.registry.MAX_BATCH` samples
-   (:func:`~advisor.fixes.registry.batch_ladder`, x4 and x16), each rung with fewer warm-up and
+   (:func:`~advisor.fixes.catalog.dataloader_workers.worker_ladder`), ``larger_batch`` at a few batch factors
+   capped at :data:`~advisor.fixes.catalog.larger_batch.MAX_BATCH` samples
+   (:func:`~advisor.fixes.catalog.larger_batch.batch_ladder`, x4 and x16), each rung with fewer warm-up and
    timed steps when the baseline's step time says k times the samples would make the run long
    (:func:`ladder_steps`); the best rung is reported with the whole ladder in its reason.
 6. **Fixes on top of another.** ``persistent_workers``, ``prefetch_factor`` and ``cpu_threads``
-   (registry ``requires="dataloader_workers"``) do nothing without loader workers: when the
+   (catalog ``requires="dataloader_workers"``) do nothing without loader workers: when the
    script has none, they are measured in a second stage against the best measured workers rung
    as the reference, whenever workers *ran* (improved, no_effect or slower; not when workers
    failed, was skipped or was not tried). On a few cores, workers alone can measure no effect
@@ -64,18 +70,30 @@ from pathlib import Path
 from typing import Any
 
 from advisor._num import median
-from advisor.capture.model import FixRequest, RunCapture, RunSpec
+from advisor.capture.model import FixRequest, NoteState, RunCapture, RunSpec
 from advisor.engine.model import FixRef
 from advisor.errors import AdvisorError, UsageError
-from advisor.fixes import registry
+from advisor.fixes import catalog
+from advisor.fixes.fix import (
+    MIN_LADDER_PHASE_S,
+    SAFE,
+    UNSAFE,
+    FixContext,
+    context_from_capture,
+    fusion_steps,
+    ladder_steps,
+)
 from advisor.fixes.model import FixOutcome, Trial, Verdict
-from advisor.fixes.registry import SAFE, UNSAFE, FixContext
 from advisor.fixes.stats import MIN_EFFECT, estimate, loss_parity, paired_ratios
 
+__all__ = [
+    "MIN_LADDER_PHASE_S", "Measurer", "TrialPlan", "TrialProgress", "choose", "collapse", "fusion_steps",
+    "ladder_steps", "pick_kept", "plan_trials", "run_trials", "select_combination",
+]
+
 TRIALS_DIR = "trials"
-# A larger-batch rung may time its steps for this long even when the baseline's timed phase is
-# shorter (see ladder_steps).
-MIN_LADDER_PHASE_S = 2.0
+INSTALLER = "advisor.fixes.runtime"
+"""The module the capture child imports by name to install fixes (``RunSpec.fix_installers``)."""
 DEFAULT_LOSS_STEPS = 5
 DEFAULT_SEED = 0
 # Every trial run times at least this much of the script (RunSpec.min_timed_s): 20 steps of a
@@ -85,19 +103,10 @@ DEFAULT_SEED = 0
 MIN_TRIAL_WINDOW_S = 1.0
 
 # The verdicts under short names (advisor.fixes.model.Verdict).
-IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED = (
-    Verdict.IMPROVED, Verdict.NO_EFFECT, Verdict.SLOWER, Verdict.FAILED, Verdict.SKIPPED
+IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED, ADVICE = (
+    Verdict.IMPROVED, Verdict.NO_EFFECT, Verdict.SLOWER, Verdict.FAILED, Verdict.SKIPPED, Verdict.ADVICE
 )
 
-# Runtime note prefixes (advisor.fixes.runtime; repeated here so the parent never imports it).
-_NOT_APPLIED = "not applied: "
-
-# Fixes that act through DataLoader arguments: the capture records the effective settings, so
-# an unchanged DataLoader proves the fix did not apply, whatever the notes say.
-_LOADER_FIXES = frozenset({
-    "dataloader_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_fusion",
-    "larger_batch",
-})
 # Verdicts of a workers trial that measured something (its best rung can carry on-top fixes).
 _RAN = (IMPROVED, NO_EFFECT, SLOWER)
 
@@ -159,8 +168,10 @@ class _Variant:
     loss_rtol: float
     params: dict[str, Any] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)
+    fixes: tuple[str, ...] = ()
     rates: list[float | None] = field(default_factory=list)
     ttfs: list[float] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
     loss_diffs: list[float] = field(default_factory=list)
     failure: str | None = None
     skip: str | None = None
@@ -169,10 +180,30 @@ class _Variant:
     ref_note: str = ""
     ref_rates: list[float | None] = field(default_factory=list)
     ref_ttfs: list[float] = field(default_factory=list)
+    ref_peaks: list[int] = field(default_factory=list)
+    memory_kind: str | None = None
 
     @property
     def active(self) -> bool:
         return self.failure is None and self.skip is None
+
+
+@dataclass
+class TrialPlan:
+    """What the loop will run, decided from the baseline alone (the *plan* part).
+
+    Attributes:
+        skipped: Fixes whose check refused them, as skipped trials with the reason.
+        variants: The runs measured against the plain baseline (every rung of every ladder).
+        on_top: Fixes measured in a second stage on top of the fix they require (the baseline
+            lacks it), in the order they were asked for.
+        advice: Fixes with no safe run-time change: never run, their diff is offered as advice.
+    """
+
+    skipped: dict[str, Trial] = field(default_factory=dict)
+    advice: dict[str, Trial] = field(default_factory=dict)
+    variants: list[_Variant] = field(default_factory=list)
+    on_top: list[str] = field(default_factory=list)
 
 
 def run_trials(
@@ -215,9 +246,9 @@ def run_trials(
     started = time.perf_counter()
     if repeats < 1:
         raise UsageError(f"--repeats must be at least 1, not {repeats}")
-    loop = _Loop(spec, runner, progress, repeats, min_effect, loss_steps)
+    loop = Measurer(spec, runner, progress, repeats, min_effect, loss_steps)
     loop.max_repeats = max(repeats, max_repeats if max_repeats is not None else 2 * repeats)
-    wanted, hidden, notes = _choose(suggested, only, unsafe)
+    wanted, hidden, notes = choose(suggested, only, unsafe)
     if not wanted:
         return FixOutcome(notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
 
@@ -227,56 +258,29 @@ def run_trials(
         reason = _failure_reason(base0) if not base0.ok else "the baseline recorded no timed steps"
         notes.append(f"no fix measured: the baseline run failed ({reason})")
         trials = tuple(
-            Trial(fix=f, safety=registry.safety_of(f), verdict=SKIPPED, reason=f"baseline run failed: {reason}")
+            Trial(fix=f, safety=catalog.get(f).safety, verdict=SKIPPED, reason=f"baseline run failed: {reason}")
             for f in wanted
         )
         return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
-    ctx = registry.context_from_capture(base0)
+    ctx = context_from_capture(base0)
     loop.base_step_ms = median(base0.timed.step_times_ms)
 
-    skipped: dict[str, Trial] = {}
-    stage1: list[_Variant] = []
-    on_top: list[str] = []
-    for fix in wanted:
-        spec_ = registry.get(fix)
-        why = spec_.check(ctx)
-        if why is not None:
-            skipped[fix] = Trial(fix=fix, safety=spec_.safety, verdict=SKIPPED, reason=why)
-        elif spec_.requires == "dataloader_workers" and ctx.max_workers == 0:
-            on_top.append(fix)
-        else:
-            stage1.extend(_variants(fix, ctx, spec, step_ms=loop.base_step_ms))
-
-    loop.measure(stage1, reference=(), ref_label="baseline", first_baseline=base0)
-    results: dict[str, Trial] = dict(skipped)
-    for fix, trial in _collapse(stage1, loop).items():
-        results[fix] = trial
-
-    # Stage 2: fixes that build on loader workers, measured on top of the best workers rung
-    # whenever workers ran -- a no_effect workers trial may still be half of a winning pair.
-    if on_top:
-        workers = results.get("dataloader_workers")
-        if workers is None or workers.verdict not in _RAN or "num_workers" not in workers.params:
-            why = (
-                "needs DataLoader workers (the script has num_workers=0) and dataloader_workers "
-                + ("was not tried" if workers is None else f"was not measured ({workers.verdict})")
-            )
-            for fix in on_top:
-                results[fix] = Trial(fix=fix, safety=registry.safety_of(fix), verdict=SKIPPED, reason=why)
-        else:
-            ref = (FixRequest("dataloader_workers", dict(workers.params)),)
-            ref_label = f"dataloader_workers@{workers.params.get('num_workers')}"
-            alone = f"dataloader_workers alone: {workers.verdict}, {_fmt(workers.speedup)}"
-            stage2 = [v for fix in on_top for v in _variants(fix, ctx, spec, on_top_of=ref)]
-            for v in stage2:
-                # NOTE: reports parse "on top of <ref>[; note]" (advisor.report.style.trial_reference).
-                v.reference, v.ref_note = ref_label, alone
-            loop.measure(stage2, reference=ref, ref_label=ref_label, stage="on-top")
-            results.update(_collapse(stage2, loop))
+    plan = plan_trials(wanted, ctx, spec, loop.base_step_ms)
+    loop.measure(plan.variants, reference=(), ref_label="baseline", first_baseline=base0)
+    results: dict[str, Trial] = {**plan.skipped, **plan.advice}
+    results.update(collapse([loop.trial(v) for v in plan.variants]))
+    if plan.on_top:
+        results.update(_measure_on_top(plan.on_top, results, ctx, spec, loop))
 
     trials = tuple(results[f] for f in wanted if f in results)
-    combined, kept, more = _combine(trials, loop, ctx, spec, frozenset(on_top))
-    notes.extend(more)
+    on_top = frozenset(plan.on_top)
+    selection = select_combination(trials, on_top, loop.min_effect)
+    notes.extend(selection.notes)
+    combined, kept = selection.single, selection.chosen
+    if len(selection.chosen) > 1:
+        measured = _measure_combined(selection, loop, ctx, spec)
+        combined, kept, more = pick_kept(measured, selection.chosen, on_top, loop.min_effect)
+        notes.extend(more)
     # A workers rung kept only as the base of an on-top fix keeps its own verdict; say why it is kept.
     tops = [t.fix for t in kept if t.fix in on_top]
     carried = {
@@ -288,11 +292,17 @@ def run_trials(
         kept = [carried.get(t.fix, t) for t in kept]
         trials = tuple(carried.get(t.fix, t) for t in trials)
     diff = ""
-    if make_diff_text and kept:
+    advice = [results[f] for f in wanted if f in plan.advice]
+    if advice:
+        notes.append(
+            f"advice, not measured: {', '.join(t.fix for t in advice)} (no safe run-time change; "
+            "the diff includes it)"
+        )
+    if make_diff_text and (kept or advice):
         try:
             from advisor.fixes.diff import make_diff
 
-            diff = make_diff(Path(spec.script), kept)
+            diff = make_diff(Path(spec.script), [*kept, *advice])
         except Exception as exc:  # noqa: BLE001 - a diff problem must not lose the measurements
             notes.append(f"no diff: {type(exc).__name__}: {exc}")
     return FixOutcome(
@@ -307,30 +317,38 @@ def run_trials(
     )
 
 
-# -- choosing ----------------------------------------------------------------------------------
+# -- plan --------------------------------------------------------------------------------------
 
 
-def _choose(
+def choose(
     suggested: Sequence[FixRef], only: Sequence[str], unsafe: bool
 ) -> tuple[list[str], tuple[str, ...], list[str]]:
+    """Pick the fixes to try: the suggestions (unsafe ones hidden unless asked), or ``only``.
+
+    Returns:
+        The fix ids to try, the hidden unsafe ids, and notes about what was left out.
+
+    Raises:
+        UsageError: ``only`` names an unknown fix id.
+    """
     notes: list[str] = []
-    known = set(registry.fix_ids())
+    fixes = catalog.get_fixes()
     if only:
-        unknown = [f for f in only if f not in known]
+        unknown = [f for f in only if f not in fixes]
         if unknown:
             import difflib
 
-            hint = difflib.get_close_matches(unknown[0], sorted(known), n=1)
-            tip = f" (did you mean {hint[0]}?)" if hint else f"; known: {', '.join(sorted(known))}"
+            hint = difflib.get_close_matches(unknown[0], sorted(fixes), n=1)
+            tip = f" (did you mean {hint[0]}?)" if hint else f"; known: {', '.join(sorted(fixes))}"
             raise UsageError(f"unknown fix id {unknown[0]!r} for --fix{tip}")
         return list(dict.fromkeys(only)), (), notes
     wanted: list[str] = []
     hidden: list[str] = []
     for ref in suggested:
-        if ref.id not in known:
+        if ref.id not in fixes:
             notes.append(f"suggested fix {ref.id!r} is not in the fix registry; not tried")
             continue
-        if registry.safety_of(ref.id) == UNSAFE and not unsafe:
+        if fixes[ref.id].safety == UNSAFE and not unsafe:
             if ref.id not in hidden:
                 hidden.append(ref.id)
             continue
@@ -345,94 +363,101 @@ def _choose(
     return wanted, tuple(hidden), notes
 
 
-def _variants(
-    fix: str, ctx: FixContext, spec: RunSpec, on_top_of: tuple[FixRequest, ...] = (),
+def plan_trials(
+    wanted: Sequence[str], ctx: FixContext, spec: RunSpec, step_ms: float | None = None
+) -> TrialPlan:
+    """Decide, from the baseline's context alone, what each wanted fix runs (no run is made).
+
+    A fix its check refuses is skipped with the reason; a fix that requires another fix the
+    baseline lacks (``persistent_workers`` without workers) waits for the second stage; every
+    other fix contributes its variants (one run, or a ladder's rungs).
+    """
+    fixes = catalog.get_fixes()
+    plan = TrialPlan()
+    for fix_id in wanted:
+        fix = fixes[fix_id]
+        why = fix.check(ctx)
+        if why is not None:
+            plan.skipped[fix_id] = Trial(fix=fix_id, safety=fix.safety, verdict=SKIPPED, reason=why)
+            continue
+        if fix.advice:
+            plan.advice[fix_id] = Trial(
+                fix=fix_id, safety=fix.safety, verdict=ADVICE, reason=f"advice, not measured: {fix.advice}",
+            )
+            continue
+        need = fixes.get(fix.requires) if fix.requires else None
+        if need is not None and need.present is not None and not need.present(ctx):
+            plan.on_top.append(fix_id)
+        else:
+            plan.variants.extend(variants_of(fix_id, ctx, spec, step_ms=step_ms))
+    return plan
+
+
+def variants_of(
+    fix_id: str, ctx: FixContext, spec: RunSpec, on_top_of: tuple[FixRequest, ...] = (),
     step_ms: float | None = None,
 ) -> list[_Variant]:
-    """Build the candidate runs for one fix: a ladder for workers, one variant otherwise."""
-    fs = registry.get(fix)
-
-    def make(label: str, params: dict[str, Any], overrides: dict[str, Any] | None = None) -> _Variant:
-        return _Variant(
-            label=label, fix=fix, safety=fs.safety,
-            requests=(*on_top_of, FixRequest(fix, params)),
-            loss_rtol=fs.loss_rtol, params=params, overrides=overrides or {},
+    """Build the candidate runs of one fix from its catalog variants (a ladder, or one run)."""
+    fix = catalog.get(fix_id)
+    return [
+        _Variant(
+            label=vp.label, fix=fix_id, safety=fix.safety,
+            requests=(*on_top_of, FixRequest(fix_id, dict(vp.params))),
+            loss_rtol=fix.loss_rtol, params=dict(vp.params), overrides=dict(vp.overrides),
+            fixes=(fix_id,),
         )
-
-    if fix == "dataloader_workers":
-        return [
-            make(f"dataloader_workers@{n}", {"num_workers": n})
-            for n in registry.worker_ladder(ctx.cpu_count, ctx.max_workers)
-        ] or []
-    if fix == "batch_fusion":
-        k = ctx.accumulation or 1
-        return [make(fix, {"factor": k}, fusion_steps(spec, k))]
-    if fix == "larger_batch":
-        accum = ctx.accumulation or 1
-        return [
-            make(f"larger_batch@x{k}", {"factor": k}, ladder_steps(spec, k, accum, step_ms))
-            for k in registry.batch_ladder(ctx.batch_size or 0)
-        ]
-    if fix == "prefetch_factor":
-        return [make(fix, {"prefetch_factor": 4})]
-    if fix in ("bf16_autocast", "fp16_amp"):
-        return [make(fix, {"device_type": "cuda" if ctx.cuda else "cpu"})]
-    return [make(fix, {})]
+        for vp in fix.plan_variants(ctx, spec, step_ms)
+    ]
 
 
-def fusion_steps(spec: RunSpec, k: int) -> dict[str, int]:
-    """Warm-up and timed step counts for a batch-fusion run with factor ``k``.
+def _measure_on_top(
+    on_top: Sequence[str], results: dict[str, Trial], ctx: FixContext, spec: RunSpec, loop: Measurer,
+) -> dict[str, Trial]:
+    """Stage 2: fixes that build on another fix, measured on top of its best measured rung.
 
-    A fused optimizer step holds ``k`` times the samples, so fewer steps keep the run short.
-    But the loop still takes ``k`` loader batches to reach its first optimizer step, and until
-    then the capture counts loader batches as steps: warm-up + timed must exceed ``k``, or the
-    run would end before any optimizer step and time forward/backward passes only.
+    They are measured whenever the required fix *ran* -- a no_effect workers trial may still be
+    half of a winning pair.
     """
-    return ladder_steps(spec, k, k)
+    out: dict[str, Trial] = {}
+    by_need: dict[str, list[str]] = {}
+    for fix_id in on_top:
+        by_need.setdefault(catalog.get(fix_id).requires or "", []).append(fix_id)
+    for need_id, fixes in by_need.items():
+        need = results.get(need_id)
+        if need is None or need.verdict not in _RAN or not need.params:
+            # NOTE: only workers is required today; its wording names what the script lacks.
+            why = (
+                f"needs DataLoader workers (the script has num_workers=0) and {need_id} "
+                + ("was not tried" if need is None else f"was not measured ({need.verdict})")
+            ) if need_id == "dataloader_workers" else (
+                f"needs {need_id}, which " + ("was not tried" if need is None else f"was not measured ({need.verdict})")
+            )
+            for fix_id in fixes:
+                out[fix_id] = Trial(fix=fix_id, safety=catalog.get(fix_id).safety, verdict=SKIPPED, reason=why)
+            continue
+        ref = (FixRequest(need_id, dict(need.params)),)
+        ref_label = _label_of(need)
+        alone = f"{need_id} alone: {need.verdict}, {_fmt(need.speedup)}"
+        stage2 = [v for fix_id in fixes for v in variants_of(fix_id, ctx, spec, on_top_of=ref)]
+        for v in stage2:
+            v.reference, v.ref_note = ref_label, alone
+        loop.measure(stage2, reference=ref, ref_label=ref_label, stage="on-top")
+        out.update(collapse([loop.trial(v) for v in stage2]))
+    return out
 
 
-def ladder_steps(
-    spec: RunSpec, factor: int, accumulation: int = 1, step_ms: float | None = None
-) -> dict[str, int]:
-    """Warm-up and timed step counts for a run whose batches hold ``factor`` times the samples.
-
-    Without ``step_ms`` the spec's step counts are divided by ``factor`` (a step with k times
-    the samples is assumed to take k times as long, so the run takes about as long as the
-    baseline's). With the baseline's median step time, more steps are kept when even that
-    pessimistic estimate fits in the baseline's own phase or :data:`MIN_LADDER_PHASE_S`,
-    whichever is longer: a step that is all per-op overhead costs about the same with 16x the
-    samples, and 5 timed steps of a millisecond each are too short a window to time on a busy
-    machine.
-
-    Args:
-        spec: The diagnosed run's spec.
-        factor: How many times the samples each step holds (at least 2 warm-up and 5 timed
-            steps remain, so a short run still yields paired ratios and the first losses).
-        accumulation: Loader batches per optimizer step: until the first optimizer step the
-            capture counts loader batches as steps, so warm-up + timed must exceed it.
-        step_ms: The baseline's median step time, when known.
-
-    Returns:
-        ``{"warmup_steps": ..., "timed_steps": ...}`` overrides for the trial's spec.
-    """
-    k = max(1, factor)
-    warmup = max(2, math.ceil(spec.warmup_steps / k))
-    timed = max(5, math.ceil(spec.timed_steps / k))
-    if step_ms and step_ms > 0:
-        est_s = k * step_ms / 1000.0
-        budget = max(spec.timed_steps * step_ms / 1000.0, MIN_LADDER_PHASE_S)
-        timed = max(timed, min(spec.timed_steps, math.floor(budget / est_s)))
-        budget = max(spec.warmup_steps * step_ms / 1000.0, MIN_LADDER_PHASE_S / 2)
-        warmup = max(warmup, min(spec.warmup_steps, math.floor(budget / est_s)))
-    timed = max(timed, accumulation + 1 - warmup)
-    return {"warmup_steps": warmup, "timed_steps": timed}
+def _label_of(t: Trial) -> str:
+    """Name the run of a measured rung: ``dataloader_workers@2`` (its one parameter's value)."""
+    if len(t.params) == 1:
+        return f"{t.fix}@{next(iter(t.params.values()))}"
+    return t.fix
 
 
-# -- measuring ---------------------------------------------------------------------------------
+# -- measure -----------------------------------------------------------------------------------
 
 
-class _Loop:
-    """Runs captures for the trials and keeps the baseline runs of each measurement."""
+class Measurer:
+    """Runs captures for the trials and keeps the baseline runs of each measurement (the *measure* part)."""
 
     def __init__(
         self, spec: RunSpec, runner: Runner, progress: Progress | None, repeats: int,
@@ -451,6 +476,7 @@ class _Loop:
         self.base_step_ms: float | None = None
 
     def trial_spec(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any]) -> RunSpec:
+        """Return the spec of one trial run: timed steps only, seeded, losses recorded."""
         s = replace(
             self.spec,
             out_dir=self.root / name,
@@ -462,12 +488,14 @@ class _Loop:
             quiet=True,
             timeout_s=self.base_timeout,
             min_timed_s=MIN_TRIAL_WINDOW_S,
+            fix_installers=(INSTALLER,) if fixes else (),
         )
         if hasattr(s, "cprofile_steps"):
             s = replace(s, cprofile_steps=0)
         return replace(s, **overrides) if overrides else s
 
     def run(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any] | None = None) -> RunCapture:
+        """Run one capture with ``fixes``; a capture-stage error becomes a crashed capture."""
         spec = self.trial_spec(name, fixes, overrides or {})
         try:
             return self.runner(spec)
@@ -480,6 +508,7 @@ class _Loop:
             )
 
     def run_baseline(self, name: str, k: int, fixes: tuple[FixRequest, ...] = ()) -> RunCapture:
+        """Run a reference run (the plain baseline, or the fixes others are measured on top of)."""
         cap = self.run(f"{name}-{k}", fixes)
         if not fixes and cap.ok and not self.baseline_losses:
             self.baseline_losses = tuple(cap.losses)
@@ -498,6 +527,7 @@ class _Loop:
         return float(value) if value and value > 0 else None
 
     def emit(self, event: TrialProgress) -> None:
+        """Pass a progress event to the caller, if it listens."""
         if self.progress is not None:
             self.progress(event)
 
@@ -522,11 +552,12 @@ class _Loop:
             prefix = "combined-baseline"
         ref_rates: list[float | None] = []
         ref_ttfs: list[float] = []
+        ref_peaks: list[int] = []
         ref_losses: list[tuple[float | None, ...]] = []
         ref_loaders: tuple[Any, ...] = ()
         ref_source: str | None = None
         for v in variants:
-            v.ref_rates, v.ref_ttfs = ref_rates, ref_ttfs
+            v.ref_rates, v.ref_ttfs, v.ref_peaks = ref_rates, ref_ttfs, ref_peaks
         planned = self.repeats
         running = list(variants)
         r = 0
@@ -539,6 +570,8 @@ class _Loop:
             ref_source = ref_source or (cap.step_source if cap.ok else None)
             if cap.ok and cap.timed.time_to_first_step_s is not None:
                 ref_ttfs.append(cap.timed.time_to_first_step_s)
+            if cap.ok and cap.peak_memory_bytes:
+                ref_peaks.append(int(cap.peak_memory_bytes))
             ref_losses.append(tuple(cap.losses) if cap.ok else ())
             self.emit(TrialProgress(
                 fix="baseline" if not reference else ref_label, repeat=min(r + 1, planned),
@@ -572,14 +605,15 @@ class _Loop:
         ref_source: str | None = None,
     ) -> None:
         cap = self.run(f"{_safe_name(v.label)}-{r + 1}", v.requests, v.overrides)
-        note = cap.fix_notes.get(v.fix, "")
-        v.note = note or v.note
+        note = cap.fix_notes.get(v.fix) if len(v.fixes) <= 1 else None
+        if note is not None:
+            v.note = note.detail
         message = ""
         if not cap.ok:
             v.failure = _failure_reason(cap)
             message = f"failed: {v.failure}"
-        elif note.startswith(_NOT_APPLIED):
-            v.skip = note[len(_NOT_APPLIED):]
+        elif note is not None and note.state is NoteState.SKIPPED:
+            v.skip = note.detail
             message = f"skipped: {v.skip}"
         elif ref_source and cap.step_source and cap.step_source != ref_source:
             v.failure = (
@@ -587,7 +621,10 @@ class _Loop:
                 "boundaries in the baseline: the throughputs are not comparable"
             )
             message = f"failed: {v.failure}"
-        elif v.fix in _LOADER_FIXES and ref_loaders and tuple(cap.dataloaders) == ref_loaders:
+        elif (
+            len(v.fixes) == 1 and catalog.get(v.fix).changes_loader
+            and ref_loaders and tuple(cap.dataloaders) == ref_loaders
+        ):
             v.skip = "the DataLoader settings did not change: the fix found nothing to apply"
             message = f"skipped: {v.skip}"
         else:
@@ -599,6 +636,9 @@ class _Loop:
             v.rates.append(rate)
             if cap.timed.time_to_first_step_s is not None:
                 v.ttfs.append(cap.timed.time_to_first_step_s)
+            if cap.peak_memory_bytes:
+                v.peaks.append(int(cap.peak_memory_bytes))
+                v.memory_kind = cap.memory_kind
             base_losses = ref_losses or self.baseline_losses
             check = loss_parity(base_losses, cap.losses, v.loss_rtol)
             if check.max_rel_diff is not None:
@@ -618,10 +658,15 @@ class _Loop:
         ratios = paired_ratios(ref_rates, v.rates)
         base_ttfs = median(v.ref_ttfs)
         loss = max(v.loss_diffs) if v.loss_diffs else None
+        peak, base_peak = median(v.peaks), median(v.ref_peaks)
         common = {
             "fix": v.fix, "safety": v.safety, "params": dict(v.params),
+            "fixes": v.fixes or (v.fix,), "reference": v.reference or None,
             "loss_max_rel_diff": loss, "time_to_first_step_s": median(v.ttfs),
             "baseline_time_to_first_step_s": base_ttfs,
+            "peak_memory_bytes": None if peak is None else int(peak),
+            "baseline_peak_memory_bytes": None if base_peak is None else int(base_peak),
+            "memory_kind": v.memory_kind,
         }
         if v.skip is not None:
             return Trial(**common, verdict=SKIPPED, reason=v.skip, repeats=0)
@@ -639,65 +684,76 @@ class _Loop:
         )
 
 
-def _collapse(variants: list[_Variant], loop: _Loop) -> dict[str, Trial]:
+# -- select ------------------------------------------------------------------------------------
+
+
+def collapse(trials: Sequence[Trial]) -> dict[str, Trial]:
     """One trial per fix: the best measured rung of a ladder, with the ladder in its reason."""
     by_fix: dict[str, list[Trial]] = {}
-    for v in variants:
-        by_fix.setdefault(v.fix, []).append(loop.trial(v))
+    for t in trials:
+        by_fix.setdefault(t.fix, []).append(t)
     out: dict[str, Trial] = {}
-    for fix, trials in by_fix.items():
-        if len(trials) == 1:
-            out[fix] = trials[0]
+    for fix, rungs in by_fix.items():
+        if len(rungs) == 1:
+            out[fix] = rungs[0]
             continue
-        measured = [t for t in trials if t.speedup is not None and t.verdict not in (FAILED, SKIPPED)]
+        measured = [t for t in rungs if t.speedup is not None and t.verdict not in (FAILED, SKIPPED)]
         if measured:
             best = max(measured, key=lambda t: (t.verdict == IMPROVED, t.speedup or 0.0))
         else:
-            best = trials[0]
+            best = rungs[0]
+        rung = catalog.get(fix).rung_name
         ladder = ", ".join(
-            f"{_rung(t)}: " + (f"{t.speedup:.2f}x ({t.verdict})" if t.speedup is not None else t.verdict)
-            for t in trials
+            f"{rung(t.params)}: " + (f"{t.speedup:.2f}x ({t.verdict})" if t.speedup is not None else t.verdict)
+            for t in rungs
         )
         out[fix] = replace(best, reason=f"{best.reason}; ladder {ladder}".lstrip("; "))
     return out
 
 
-def _rung(t: Trial) -> str:
-    """How a ladder rung is named in a reason: ``2 workers``, ``x16``."""
-    if "num_workers" in t.params:
-        return f"{t.params['num_workers']} workers"
-    if "factor" in t.params:
-        return f"x{t.params['factor']}"
-    return t.fix
+@dataclass(frozen=True)
+class Selection:
+    """The fixes to combine, chosen from the measured trials (before the combined run).
 
-
-def _combine(
-    trials: Sequence[Trial], loop: _Loop, ctx: FixContext, spec: RunSpec,
-    on_top: frozenset[str] = frozenset(),
-) -> tuple[Trial | None, list[Trial], list[str]]:
-    """Measure the improved fixes together; fall back to the best standalone fix if that is better.
-
-    An improved on-top fix (measured against a workers rung, not the baseline) brings the rung it
-    was measured on into the combination even when that rung was not a win by itself, so the
-    pair is always measured together against the plain baseline before it is kept.
+    Attributes:
+        chosen: The trials to measure together, in the order they were tried.
+        notes: Why some improved fixes were left out (conflicts, a missing base).
+        carried: Lines explaining a required rung carried into the set as a base.
+        single: The answer when one trial is chosen (it is then not measured again).
     """
+
+    chosen: list[Trial]
+    notes: list[str]
+    carried: list[str]
+    single: Trial | None = None
+
+
+def select_combination(
+    trials: Sequence[Trial], on_top: frozenset[str] = frozenset(), min_effect: float = MIN_EFFECT,
+) -> Selection:
+    """Choose the improved fixes to measure together (pure: no run is made).
+
+    Conflicting fixes (bf16 vs fp16) keep the faster one. An improved on-top fix (measured
+    against a rung of the fix it requires, not the baseline) brings that rung into the set even
+    when the rung was not a win by itself, unless the product of their speedups already says
+    the set loses against the baseline.
+    """
+    fixes = catalog.get_fixes()
     notes: list[str] = []
     improved = [t for t in trials if t.verdict == IMPROVED]
-    # Conflicting fixes (bf16 vs fp16): keep the faster of each conflicting pair.
     chosen: list[Trial] = []
     for t in sorted(improved, key=lambda t: -(t.speedup or 0.0)):
-        conflicts = set(registry.get(t.fix).conflicts)
-        if any(c.fix in conflicts or t.fix in registry.get(c.fix).conflicts for c in chosen):
+        conflicts = set(fixes[t.fix].conflicts)
+        if any(c.fix in conflicts or t.fix in fixes[c.fix].conflicts for c in chosen):
             notes.append(f"{t.fix} conflicts with a faster kept fix; not combined")
             continue
         chosen.append(t)
-    # Carry the rung the kept on-top fixes were measured on (workers alone may not be a win).
     by_fix = {t.fix: t for t in trials}
     carried_why: list[str] = []
-    for need in dict.fromkeys(registry.get(t.fix).requires for t in chosen if t.fix in on_top):
+    for need in dict.fromkeys(fixes[t.fix].requires for t in chosen if t.fix in on_top):
         if need is None or any(c.fix == need for c in chosen):
             continue
-        tops = [t for t in chosen if t.fix in on_top and registry.get(t.fix).requires == need]
+        tops = [t for t in chosen if t.fix in on_top and fixes[t.fix].requires == need]
         base = by_fix.get(need)
         if base is None or base.verdict not in _RAN:
             chosen = [t for t in chosen if t not in tops]
@@ -712,62 +768,67 @@ def _combine(
         # product estimates the set against the baseline. A set estimated to lose (workers 0.3x,
         # cpu_threads 1.3x on top) is not worth the combined runs, and would drag down the rest.
         est = (base.speedup or 0.0) * math.prod(t.speedup or 0.0 for t in tops)
-        if est < 1.0 + loop.min_effect:
+        if est < 1.0 + min_effect:
             chosen = [t for t in chosen if t not in tops]
             notes.append(f"{what}: about {est:.2f}x against the plain baseline together; not combined")
             continue
         chosen.append(base)
-        carried_why.append(
-            f"{what}: {base.fix}@{base.params.get('num_workers')} goes into the combination as their base"
-        )
+        carried_why.append(f"{what}: {_label_of(base)} goes into the combination as their base")
     notes.extend(w + ", measured together against the plain baseline" for w in carried_why)
     order = [x.fix for x in trials]
     chosen.sort(key=lambda t: order.index(t.fix))
-    if not chosen:
-        return None, [], notes
-    if len(chosen) == 1:
-        # NOTE: an on-top fix always arrives with its workers rung (kept or carried), so a single
-        # chosen trial is a standalone one, measured against the plain baseline: it is the answer.
-        return chosen[0], chosen, notes
-    requests = tuple(FixRequest(t.fix, dict(t.params)) for t in chosen)
-    label = "+".join(t.fix for t in chosen)
+    # NOTE: an on-top fix always arrives with its required rung (kept or carried), so a single
+    # chosen trial is a standalone one, measured against the plain baseline: it is the answer.
+    return Selection(chosen, notes, carried_why, single=chosen[0] if len(chosen) == 1 else None)
+
+
+def _measure_combined(selection: Selection, loop: Measurer, ctx: FixContext, spec: RunSpec) -> Trial:
+    """Run the chosen fixes together against the plain baseline; return the combined trial."""
+    chosen = selection.chosen
+    fixes = catalog.get_fixes()
     overrides: dict[str, Any] = {}
     for t in chosen:
         # NOTE: runs whose batches hold k times the samples take fewer steps (see ladder_steps).
-        if t.fix == "batch_fusion":
-            overrides = fusion_steps(spec, int(t.params.get("factor", 1)))
-        elif t.fix == "larger_batch":
-            overrides = ladder_steps(
-                spec, int(t.params.get("factor", 1)), ctx.accumulation or 1, loop.base_step_ms
-            )
+        overrides = fixes[t.fix].overrides_for(dict(t.params), spec, ctx, loop.base_step_ms) or overrides
     v = _Variant(
-        label="combined", fix=label,
+        label="combined", fix="+".join(t.fix for t in chosen),
         safety=SAFE if all(t.safety == SAFE for t in chosen) else UNSAFE,
-        requests=requests, loss_rtol=max(registry.get(t.fix).loss_rtol for t in chosen),
+        requests=tuple(FixRequest(t.fix, dict(t.params)) for t in chosen),
+        loss_rtol=max(fixes[t.fix].loss_rtol for t in chosen),
         params={t.fix: dict(t.params) for t in chosen}, overrides=overrides,
-        note="; ".join(carried_why),
+        fixes=tuple(t.fix for t in chosen), note="; ".join(selection.carried),
     )
     loop.measure([v], reference=(), ref_label="baseline", stage="combined")
-    combined = loop.trial(v)
-    # NOTE: a fix measured on top of workers has a speedup relative to workers, not to the
-    # baseline, and a carried workers rung was no win alone: neither competes with the
-    # combination as a single fix. Only standalone wins do.
+    return loop.trial(v)
+
+
+def pick_kept(
+    combined: Trial, chosen: Sequence[Trial], on_top: frozenset[str] = frozenset(),
+    min_effect: float = MIN_EFFECT,
+) -> tuple[Trial | None, list[Trial], list[str]]:
+    """Keep the combination, or the best standalone fix when the combination is not better.
+
+    Returns:
+        The combined trial to report (None when nothing is kept), the kept trials, and notes.
+    """
+    # NOTE: a fix measured on top of another has a speedup relative to that fix's run, not to
+    # the baseline, and a carried rung was no win alone: neither competes with the combination
+    # as a single fix. Only standalone wins do.
     standalone = [t for t in chosen if t.fix not in on_top and t.verdict == IMPROVED]
     best = max(standalone, key=lambda t: t.speedup or 0.0) if standalone else None
+    label = combined.fix
     good = combined.verdict == IMPROVED
-    if good and (best is None or (combined.speedup or 0.0) >= (best.speedup or 0.0) * (1 - loop.min_effect)):
-        return combined, chosen, notes
+    if good and (best is None or (combined.speedup or 0.0) >= (best.speedup or 0.0) * (1 - min_effect)):
+        return combined, list(chosen), []
     if best is None:
-        notes.append(
+        return None, [], [
             f"the combination {label} measured {_fmt(combined.speedup)} ({combined.verdict}) against "
             "the plain baseline: nothing kept"
-        )
-        return None, [], notes
-    notes.append(
+        ]
+    return combined, [best], [
         f"the combination {label} measured {_fmt(combined.speedup)} ({combined.verdict}), "
         f"not better than {best.fix} alone ({_fmt(best.speedup)}): keeping {best.fix} only"
-    )
-    return combined, [best], notes
+    ]
 
 
 # -- small helpers -----------------------------------------------------------------------------
@@ -780,7 +841,7 @@ def _describe(v: _Variant) -> str:
     if v.ref_note:
         parts.append(v.ref_note)
     if v.note:
-        parts.append(v.note.split(": ", 1)[-1] if v.note.startswith(("applied: ", "installed: ")) else v.note)
+        parts.append(v.note)
     return "; ".join(parts)
 
 

@@ -92,6 +92,8 @@ _SPECS: tuple[MetricSpec, ...] = (
     # --- CPU ops ----------------------------------------------------------------------------------
     MetricSpec("cpu_op_count", "count", "step", "Top-level CPU operators (aten) per step"),
     MetricSpec("cpu_op_median_us", "us", "step", "Median duration of a top-level CPU operator (per-op overhead signal)"),
+    MetricSpec("autograd_op_count", "count", "step", "CPU operators per step that recorded an autograd graph node (grad mode on)"),
+    MetricSpec("backward_op_count", "count", "step", "Autograd backward functions run per step (0: no backward pass)"),
     MetricSpec("cpu_op_small_frac", "frac", "step", "Share of top-level CPU operators shorter than 20 us"),
     # --- data loading -----------------------------------------------------------------------------
     MetricSpec("dataloader_wait_ms", "ms", "step", "Time in DataLoader __next__ per step"),
@@ -156,7 +158,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "memcpy_count", "h2d_count", "h2d_bytes", "h2d_pageable_bytes", "h2d_pinned_bytes",
         "h2d_pageable_frac", "h2d_bandwidth_gbps", "h2d_blocking_count", "d2h_count", "d2h_bytes",
     ),
-    "cpu_ops": ("cpu_op_count", "cpu_op_median_us", "cpu_op_small_frac"),
+    "cpu_ops": ("cpu_op_count", "cpu_op_median_us", "cpu_op_small_frac", "autograd_op_count", "backward_op_count"),
     "data_loading": ("dataloader_wait_ms",),
     "communication": ("comm_overlap_frac", "comm_time_ms"),
     "flops": ("flops_per_step", "achieved_tflops"),

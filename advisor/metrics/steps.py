@@ -296,10 +296,23 @@ def _cpu_op_columns(scan: _Scan) -> dict[str, np.ndarray]:
     t_step = point_step(scan.ts[top], scan.windows)
     t_dur = scan.dur[top]
     count = _count(t_step, scan.n)
+    # NOTE: an operator carries an autograd sequence number only when it recorded a graph node
+    # (grad mode on, an input requiring grad); backward runs as autograd::engine functions.
+    cpu_op = scan.cls.cpu_op
+    if "seq_nr" in scan.ev.columns:
+        graph = cpu_op & (scan.ev["seq_nr"].to_numpy() >= 0)
+        autograd = _count(point_step(scan.ts[graph], scan.windows), scan.n)
+    else:
+        autograd = scan.nan()
+    backward = cpu_op & name_mask(
+        scan.ev["name"], lambda n: n.startswith("autograd::engine::evaluate_function")
+    )
     return {
         "cpu_op_count": count,
         "cpu_op_median_us": _median(t_step, t_dur, scan.n),
         "cpu_op_small_frac": _ratio(_count(t_step[t_dur < SMALL_CPU_OP_US], scan.n), count),
+        "autograd_op_count": autograd,
+        "backward_op_count": _count(point_step(scan.ts[backward], scan.windows), scan.n),
     }
 
 

@@ -237,6 +237,7 @@ def _trials(report: Report) -> str:
     if not trials and report.combined is None:
         return ""
     rows = []
+    memory = s.has_memory([*trials, report.combined])
     all_trials = [(t, False) for t in trials] + ([(report.combined, True)] if report.combined else [])
     for t, is_combined in all_trials:
         colour = s.VERDICT_COLORS.get(t.verdict, "inherit")
@@ -247,7 +248,8 @@ def _trials(report: Report) -> str:
             f'<td class="n">{esc(s.times(t.speedup))} <span class="muted">{esc(s.ci(t.ci_low, t.ci_high))}</span></td>'
             f'<td class="verdict" style="color:{colour}">{esc(s.VERDICT_LABELS.get(t.verdict, t.verdict))}</td>'
             f'<td class="n">{esc(s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—")}</td>'
-            f"<td>{esc(t.reason)}</td></tr>"
+            + (f'<td class="n">{esc(s.trial_memory(t))}</td>' if memory else "")
+            + f"<td>{esc(t.reason)}</td></tr>"
         )
     refs = list(dict.fromkeys(r for t in trials if (r := s.trial_reference(t)) is not None))
     on_top = (
@@ -267,7 +269,9 @@ def _trials(report: Report) -> str:
         f"{on_top}</p>"
         f'<div class="panel">{svg.trials_plot(report.trials, report.combined)}</div>'
         '<div class="tw"><table><tr><th>Fix</th><th>Safety</th><th class="n">Before</th><th class="n">After</th>'
-        '<th class="n">Speedup [95% CI]</th><th>Verdict</th><th class="n">Loss Δ</th><th>Note</th></tr>'
+        '<th class="n">Speedup [95% CI]</th><th>Verdict</th><th class="n">Loss Δ</th>'
+        + ('<th class="n">Peak memory</th>' if memory else "")
+        + "<th>Note</th></tr>"
         + "".join(rows)
         + "</table></div>"
         + kept

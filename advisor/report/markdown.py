@@ -139,11 +139,12 @@ def _trials(report: Report) -> list[str]:
     trials = list(report.trials)
     if not trials and report.combined is None:
         return []
+    memory = s.has_memory([*trials, report.combined])
     rows = []
     for t in trials:
-        rows.append(_trial_row(t, md_code(t.fix)))
+        rows.append(_trial_row(t, md_code(t.fix), memory=memory))
     if report.combined is not None:
-        rows.append(_trial_row(report.combined, f"**combined**: {md_code(report.combined.fix)}", bold=True))
+        rows.append(_trial_row(report.combined, f"**combined**: {md_code(report.combined.fix)}", bold=True, memory=memory))
     out = [
         "### Fix trials",
         "",
@@ -157,9 +158,10 @@ def _trials(report: Report) -> list[str]:
         ),
         "",
         md_table(
-            ["Fix", "Safety", "Before (samples/s)", "After (samples/s)", "Speedup [95% CI]", "Verdict", "Loss Δ", "Note"],
+            ["Fix", "Safety", "Before (samples/s)", "After (samples/s)", "Speedup [95% CI]", "Verdict", "Loss Δ",
+             *(["Peak memory"] if memory else []), "Note"],
             rows,
-            "llrrrlrl",
+            "llrrrlr" + ("r" if memory else "") + "l",
         ),
     ]
     if report.kept_fixes:
@@ -167,7 +169,7 @@ def _trials(report: Report) -> list[str]:
     return out
 
 
-def _trial_row(t: Any, name: str, bold: bool = False) -> list[str]:
+def _trial_row(t: Any, name: str, bold: bool = False, memory: bool = False) -> list[str]:
     speed = f"{s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)}".strip()
     return [
         name,
@@ -177,6 +179,7 @@ def _trial_row(t: Any, name: str, bold: bool = False) -> list[str]:
         f"**{speed}**" if bold and speed != "—" else speed,
         md_text(s.VERDICT_LABELS.get(t.verdict, t.verdict)),
         s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—",
+        *([md_text(s.trial_memory(t))] if memory else []),
         md_text(t.reason) or "—",
     ]
 

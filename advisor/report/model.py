@@ -24,7 +24,7 @@ from advisor.fixes.model import FixOutcome, Trial
 from advisor.metrics.model import Metrics, SourceLocation
 from advisor.metrics.registry import BREAKDOWN_PARTS
 
-REPORT_SCHEMA_VERSION = 2
+REPORT_SCHEMA_VERSION = 3
 """Layout version of ``report.json``.
 
 Bumped when a consumer of the JSON would see a difference in where things are, not for every
@@ -34,6 +34,11 @@ new field. History:
 * 2: ``warnings`` (rule-selection warnings such as ``unknown rule code ...``) is its own list;
   version 1 mixed them into ``notes``. :meth:`Report.load` moves them out of a version-1 file's
   notes, so old run directories render the same way.
+* 3: trials carry fields instead of string protocols: ``fixes`` (the ids a trial measured;
+  version 2 joined a combined trial's ids with ``+`` in ``fix``), ``reference`` (the run a trial
+  was measured against when not the baseline; version 2 started ``reason`` with ``on top of X``),
+  and ``peak_memory_bytes`` / ``baseline_peak_memory_bytes`` / ``memory_kind``. :meth:`Report.load`
+  fills ``fixes`` and ``reference`` of an older file from those strings.
 """
 REPORT_FILE = "report.json"
 
@@ -140,7 +145,7 @@ class Report:
         if not kept:
             return None
         combined = self.combined
-        if combined is not None and set(str(combined.fix).split("+")) == kept:
+        if combined is not None and set(combined.fixes) == kept:
             return combined
         if len(kept) == 1:
             return next((t for t in self.trials if t.fix in kept), None)
@@ -186,16 +191,34 @@ def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
         version = int(data.get("schema_version") or 0)
     except (TypeError, ValueError):
         return data
-    if version >= 2 or "warnings" in data:
-        return data
-    notes = list(data.get("notes") or ())
-    moved = [n for n in notes if isinstance(n, str) and n.startswith(_V1_WARNING_PREFIXES)]
-    return {
-        **data,
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "notes": [n for n in notes if n not in moved],
-        "warnings": moved,
-    }
+    if version < 2 and "warnings" not in data:
+        notes = list(data.get("notes") or ())
+        moved = [n for n in notes if isinstance(n, str) and n.startswith(_V1_WARNING_PREFIXES)]
+        data = {**data, "notes": [n for n in notes if n not in moved], "warnings": moved}
+    if version < 3:
+        data = {
+            **data,
+            "trials": [_upgrade_trial(t) for t in data.get("trials") or ()],
+            "combined": _upgrade_trial(data.get("combined")),
+        }
+    return {**data, "schema_version": max(version, REPORT_SCHEMA_VERSION)}
+
+
+_V2_ON_TOP = "on top of "
+"""How a version-2 trial's ``reason`` named the run it was measured against."""
+
+
+def _upgrade_trial(trial: Any) -> Any:
+    """Fill a version-2 trial's ``fixes`` and ``reference`` from its ``fix`` and ``reason`` strings."""
+    if not isinstance(trial, dict):
+        return trial
+    out = dict(trial)
+    if not out.get("fixes") and isinstance(out.get("fix"), str):
+        out["fixes"] = out["fix"].split("+")
+    reason = out.get("reason")
+    if out.get("reference") is None and isinstance(reason, str) and reason.startswith(_V2_ON_TOP):
+        out["reference"] = reason[len(_V2_ON_TOP):].split(";", 1)[0].strip() or None
+    return out
 
 
 def _clean(value: Any) -> Any:

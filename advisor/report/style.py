@@ -63,6 +63,7 @@ VERDICT_LABELS: dict[str, str] = {
     "slower": "slower",
     "failed": "failed",
     "skipped": "skipped",
+    "advice": "advice (not measured)",
 }
 VERDICT_SHORT: dict[str, str] = {**VERDICT_LABELS, "no_effect": "no effect"}
 """Verdict words for tight spaces (plot labels)."""
@@ -72,6 +73,7 @@ VERDICT_COLORS: dict[str, str] = {
     "slower": "#e15759",
     "failed": "#b22222",
     "skipped": "#c8c8c8",
+    "advice": "#4e79a7",
 }
 
 LANE_LABELS: dict[str, str] = {
@@ -225,20 +227,33 @@ def diff_line_kind(line: str) -> str:
     return ""
 
 
-ON_TOP_PREFIX = "on top of "
-"""How a trial's ``reason`` starts when it was measured against another fix's run, not the
-plain baseline (``advisor.fixes.trials`` writes ``on top of dataloader_workers@2[; note]``)."""
-
-
 def trial_reference(trial: Any) -> str | None:
     """Return the run a trial was compared with when that is not the baseline, else None.
 
     A fix measured "on top of" another (``persistent_workers`` on top of the best loader-workers
     rung) has ``baseline_samples_per_s`` and ``speedup`` relative to that fix's run, so every
-    renderer that shows a baseline must say which one.
+    renderer that shows a baseline must say which one (``Trial.reference``).
     """
-    reason = str(getattr(trial, "reason", "") or "")
-    if not reason.startswith(ON_TOP_PREFIX):
-        return None
-    ref = reason[len(ON_TOP_PREFIX) :].split(";", 1)[0].strip()
-    return ref or None
+    ref = getattr(trial, "reference", None)
+    return str(ref) if ref else None
+
+
+def trial_memory(trial: Any) -> str:
+    """Return a trial's peak memory and its change from the reference: ``412.0 MiB (−12%)``.
+
+    CUDA max allocated on a GPU, the script process's peak RSS on CPU (``Trial.memory_kind``).
+    """
+    peak = getattr(trial, "peak_memory_bytes", None)
+    if not peak:
+        return "—"
+    base = getattr(trial, "baseline_peak_memory_bytes", None)
+    if not base:
+        return nbytes(peak)
+    change = peak / base - 1.0
+    sign = "+" if change > 0 else "−" if change < 0 else "±"
+    return f"{nbytes(peak)} ({sign}{abs(change) * 100:.0f}%)"
+
+
+def has_memory(trials: Any) -> bool:
+    """Tell whether any trial recorded its peak memory (older reports did not)."""
+    return any(getattr(t, "peak_memory_bytes", None) for t in trials if t is not None)

@@ -271,12 +271,15 @@ def _trials(report: Report) -> RenderableType | None:
     table.add_column("Speedup [95% CI]", justify="right", no_wrap=True)
     table.add_column("Verdict", no_wrap=True)
     table.add_column("Loss Δ", justify="right", no_wrap=True)
+    memory = s.has_memory(trials)
+    if memory:
+        table.add_column("Peak mem", justify="right", no_wrap=True)
     combined_at = len(trials) - 1 if report.combined is not None else -1
     for i, t in enumerate(trials):
         verdict_style = {"improved": "green", "slower": "red", "failed": "bold red"}.get(t.verdict, "")
         name = Text()
         # NOTE: "a+b" is one word to the table layout; spaces let a combined name wrap.
-        name.append(_t(t.fix.replace("+", " + "), "bold" if i == combined_at else ""))
+        name.append(_t(" + ".join(t.fixes), "bold" if i == combined_at else ""))
         name.append(_t(f"\n{'combined · ' if i == combined_at else ''}{t.safety}", "dim"))
         table.add_row(
             name,
@@ -285,6 +288,7 @@ def _trials(report: Report) -> RenderableType | None:
             _t(_speedup_text(t)),
             _t(s.VERDICT_LABELS.get(t.verdict, t.verdict), verdict_style),
             _t(s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—"),
+            *([_t(s.trial_memory(t).replace(" (", "\n("))] if memory else []),
             end_section=i == combined_at - 1,
         )
     title = Text("Fix trials (samples/s; interleaved repeats against the baseline)", style="bold")

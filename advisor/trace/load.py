@@ -83,6 +83,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     device_id: int = msgspec.field(default=MISSING, name="Device Id")
     py_id: int = msgspec.field(default=MISSING, name="Python id")
     py_parent: int | None = msgspec.field(default=MISSING, name="Python parent id")
+    seq_nr: int = msgspec.field(default=MISSING, name="Sequence number")
     flops: int | float = _NAN
 
 
@@ -125,6 +126,7 @@ class _LooseArgs(msgspec.Struct, frozen=True, gc=False):
     device_id: Any = msgspec.field(default=MISSING, name="Device Id")
     py_id: Any = msgspec.field(default=MISSING, name="Python id")
     py_parent: Any = msgspec.field(default=MISSING, name="Python parent id")
+    seq_nr: Any = msgspec.field(default=MISSING, name="Sequence number")
     flops: Any = _NAN
 
 
@@ -185,7 +187,8 @@ class Trace:
             (categoricals; pid/tid as strings), ``ts``, ``dur``, ``end`` (float us; ``dur``
             is 0 for instants), the integer args ``ext_id``, ``correlation``, ``bytes``,
             ``stream``, ``device``, ``total_allocated``, ``mem_bytes``, ``device_type``,
-            ``device_id``, ``py_id``, ``py_parent`` (``MISSING`` = -1 when absent), ``flops``
+            ``device_id``, ``py_id``, ``py_parent``, ``seq_nr`` (an operator's autograd sequence
+            number: it recorded an autograd node) (``MISSING`` = -1 when absent), ``flops``
             (float, NaN when absent) and the categoricals ``input_dims``, ``input_type``,
             ``concrete_inputs`` (JSON text; kept for the matmul/conv ops of ``SHAPE_OPS``) and
             ``call_stack`` (str; every operator), NaN when absent.
@@ -506,7 +509,7 @@ def _ints(items: list[Any], attr: str, strict: bool) -> np.ndarray:
 
 
 _INT_ATTRS = ("correlation", "bytes", "stream", "device", "total_allocated", "mem_bytes",
-              "device_type", "device_id", "py_id", "py_parent")
+              "device_type", "device_id", "py_id", "py_parent", "seq_nr")
 # Operators whose "Input Dims" / "Input type" / "Concrete Inputs" are kept: the matmul and
 # convolution family the FLOP count and the dtype mix use (a few per step, out of thousands
 # of ops; decoding every op's shapes would cost a fifth of the load time on big traces).
@@ -539,6 +542,8 @@ _SPARSE_INTS = (
     ("device", ("bytes", "stream", "device")),
     ("memory", ("total_allocated", "mem_bytes", "device_type", "device_id")),
     ("python", ("py_id", "py_parent")),
+    # an operator that recorded an autograd node (grad mode on) carries its sequence number
+    ("host", ("seq_nr",)),
 )
 
 

@@ -209,7 +209,7 @@ def test_kept_speedup_reading(tmp_path: Path) -> None:
     """Combined trial when it is exactly the kept set, else the one kept fix's trial, else unknown."""
     a = Trial(fix="pin_memory", safety="safe", speedup=1.10, verdict="improved")
     b = Trial(fix="dataloader_workers", safety="safe", speedup=1.50, verdict="improved")
-    both = Trial(fix="dataloader_workers+pin_memory", safety="safe", speedup=1.70, verdict="improved")
+    both = Trial(fix="dataloader_workers+pin_memory", fixes=("dataloader_workers", "pin_memory"), safety="safe", speedup=1.70, verdict="improved")
     cases = {
         "combined": dict(trials=(a, b), combined=both, kept_fixes=("pin_memory", "dataloader_workers")),
         "single": dict(trials=(a, b), combined=None, kept_fixes=("dataloader_workers",)),

@@ -48,7 +48,7 @@ def test_rule_explains_in_ruffs_order():
 
 
 def test_rule_without_fix_says_so():
-    assert "No automatic fix" in invoke(["rule", "SY001"]).output
+    assert "No automatic fix" in invoke(["rule", "CO003"]).output
 
 
 def test_rule_by_name():

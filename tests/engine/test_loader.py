@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from advisor.api import fix_vocabulary
 from advisor.engine import rules as rules_mod
 from advisor.engine.rules import RuleSet, checkout_rules_dir, load_rules, parse_rule, rules_root
 from advisor.errors import RuleError
@@ -25,7 +26,7 @@ def write_rule(root: Path, data: dict | str, category: str = "sync", name: str =
 
 def assert_rule_error(root: Path, *fragments: str) -> None:
     with pytest.raises(RuleError) as info:
-        load_rules(root)
+        load_rules(root, fixes=fix_vocabulary())
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, message
@@ -153,3 +154,14 @@ def test_aliases_select_and_explain_the_rule(tmp_path):
 def test_parse_rule_without_a_file():
     rule = parse_rule(dict(GOOD), path="inline")
     assert RuleSet([rule]).codes == ("SY001",)
+
+
+def test_fix_ids_are_checked_against_the_vocabulary_the_caller_passes(tmp_path):
+    # The engine does not import the fix catalog: without a vocabulary only the shape is checked,
+    # and check_fix_refs (what api.rule_set runs) names the file and key afterwards.
+    write_rule(tmp_path, {**GOOD, "fixes": [{"id": "pin_memmory", "safety": "safe"}]})
+    ruleset = load_rules(tmp_path)
+    with pytest.raises(RuleError, match=r"sync/SY001.yaml: fixes: unknown fix id 'pin_memmory' \(did you mean 'pin_memory'"):
+        rules_mod.check_fix_refs(ruleset, fix_vocabulary())
+    write_rule(tmp_path, {**GOOD, "fixes": [{"id": "pin_memory", "safety": "maybe"}]})
+    assert_rule_error(tmp_path, "fixes: fix 'pin_memory': safety 'maybe' is not one of safe, unsafe")

@@ -37,6 +37,8 @@ class FakeRunner:
     device: str = "cpu"
     cpu_count: int = 2
     step_source: dict[str, str] = field(default_factory=dict)  # fix id -> step source it causes
+    memory: dict[str, float] = field(default_factory=dict)  # fix id -> factor on the peak memory
+    base_memory: int = 100 * 2**20
     calls: list[RunSpec] = field(default_factory=list)
 
     def __call__(self, spec: RunSpec) -> RunCapture:
@@ -82,6 +84,9 @@ class FakeRunner:
         if any(f in self.nan_loss for f in ids) and losses:
             losses[-1] = float("nan")
         n = spec.timed_steps
+        peak = float(self.base_memory)
+        for fix_id in applied:
+            peak *= self.memory.get(fix_id, 1.0)
         source = next((self.step_source[i] for i in ids if i in self.step_source), "optimizer")
         return RunCapture(
             run_dir=run_dir,
@@ -92,6 +97,8 @@ class FakeRunner:
             dataloaders=loaders,
             fix_notes=notes,
             losses=tuple(losses),
+            peak_memory_bytes=int(peak),
+            memory_kind="rss",
             timed=TimedPhase(
                 step_times_ms=(8000.0 / rate,) * n,
                 samples=(loader.batch_size * self.batches_per_step,) * n,

@@ -20,13 +20,14 @@ def test_a_fix_reaches_the_child_and_changes_the_dataloader(tmp_path: Path):
         script=SCRIPT, out_dir=tmp_path / "run", warmup_steps=1, timed_steps=3, profiled_steps=0,
         seed=0, record_loss_steps=3, quiet=True,
         fixes=(FixRequest("dataloader_workers", {"num_workers": 2}), FixRequest("channels_last")),
+        fix_installers=("advisor.fixes.runtime",),
     )
     cap = capture_run.capture(spec)
     assert cap.ok, cap.error
     assert [d.num_workers for d in cap.dataloaders] == [2]
     # Notes made while the script ran reach capture.json (the runtime's dict is live).
-    assert cap.fix_notes["dataloader_workers"] == "applied: num_workers 0->2"
-    assert cap.fix_notes["channels_last"] == "not applied: Sequential has no 2-D/3-D convolutions"
+    assert str(cap.fix_notes["dataloader_workers"]) == "applied: num_workers 0->2"
+    assert str(cap.fix_notes["channels_last"]) == "not applied: Sequential has no 2-D/3-D convolutions"
     assert len(cap.losses) == 3 and all(loss is not None for loss in cap.losses)
     assert SCRIPT.read_text().count("num_workers") == 0  # the user's file is untouched
 

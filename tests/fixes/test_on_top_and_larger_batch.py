@@ -237,7 +237,7 @@ def test_the_diff_multiplies_the_batch_expression_and_says_to_scale_the_lr():
     assert "DataLoader(ds, 64)" in new
     assert any(m.startswith("larger_batch: each optimizer step now sees 16x") and "learning rate" in m
                for m in manual)
-    combined = Trial("dataloader_workers+larger_batch", "unsafe",
+    combined = Trial("dataloader_workers+larger_batch", "unsafe", fixes=("dataloader_workers", "larger_batch"),
                      params={"dataloader_workers": {"num_workers": 2}, "larger_batch": {"factor": 4}})
     new, _ = transform(src, [combined])
     assert "batch_size=args.batch_size * 4, shuffle=True, num_workers=2)" in new
@@ -258,21 +258,21 @@ def test_runtime_grows_the_batch_within_the_cap_and_the_data_set():
     try:
         notes = runtime.install([FixRequest("larger_batch", {"factor": 16})])
         assert DataLoader(ds, batch_size=4).batch_size == 64
-        assert "batch_size 4->64 (x16)" in notes["larger_batch"] and "learning rate" in notes["larger_batch"]
+        assert "batch_size 4->64 (x16)" in str(notes["larger_batch"]) and "learning rate" in str(notes["larger_batch"])
         assert DataLoader(ds, batch_size=32).batch_size == 256  # capped by the data set (256 samples)
         runtime.uninstall()
         notes = runtime.install([FixRequest("larger_batch", {"factor": 16, "max_batch": 64})])
         assert DataLoader(ds, batch_size=8).batch_size == 64
-        assert "capped from x16" in notes["larger_batch"]
+        assert "capped from x16" in str(notes["larger_batch"])
         runtime.uninstall()
         notes = runtime.install([FixRequest("larger_batch", {"factor": 4})])
         sampler = BatchSampler(SequentialSampler(ds), 4, drop_last=False)
         assert DataLoader(ds, batch_sampler=sampler).batch_size is None
-        assert notes["larger_batch"].startswith("not applied: the DataLoader uses a batch_sampler")
+        assert str(notes["larger_batch"]).startswith("not applied: the DataLoader uses a batch_sampler")
         runtime.uninstall()
         notes = runtime.install([FixRequest("larger_batch", {"factor": 4})])
         DataLoader(ds, batch_size=256)
-        assert notes["larger_batch"].startswith("not applied: batch_size 256 cannot grow")
+        assert str(notes["larger_batch"]).startswith("not applied: batch_size 256 cannot grow")
     finally:
         runtime.uninstall()
 
@@ -300,12 +300,13 @@ def test_a_real_run_gets_the_larger_batch(tmp_path: Path):
     spec = RunSpec(
         script=script, out_dir=tmp_path / "run", warmup_steps=2, timed_steps=5, profiled_steps=0,
         seed=0, record_loss_steps=3, quiet=True, fixes=(FixRequest("larger_batch", {"factor": 16}),),
+        fix_installers=("advisor.fixes.runtime",),
     )
     cap = capture_run.capture(spec)
     assert cap.ok, cap.error
     assert [d.batch_size for d in cap.dataloaders] == [64]
     assert set(cap.timed.samples) == {64}
-    assert cap.fix_notes["larger_batch"].startswith("applied: batch_size 4->64 (x16)")
+    assert str(cap.fix_notes["larger_batch"]).startswith("applied: batch_size 4->64 (x16)")
     assert "batch_size=4" in script.read_text()  # the user's file is untouched
 
 

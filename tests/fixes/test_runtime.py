@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,22 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_wor
 
 from advisor.capture.model import FixRequest
 from advisor.fixes import runtime
+
+
+class _Lines(Mapping):
+    """A live view of the runtime's notes as one-line strings (``applied: ...``)."""
+
+    def __init__(self, notes):
+        self.notes = notes
+
+    def __getitem__(self, key):
+        return str(self.notes[key])
+
+    def __iter__(self):
+        return iter(self.notes)
+
+    def __len__(self):
+        return len(self.notes)
 
 
 @pytest.fixture(autouse=True)
@@ -24,8 +41,8 @@ def _undo_patches():
     assert (DataLoader.__init__, nn.Module.__call__, torch.Tensor.backward, torch.optim.SGD.__init__) == originals
 
 
-def install(*fixes: FixRequest) -> dict[str, str]:
-    return runtime.install(fixes)
+def install(*fixes: FixRequest) -> Mapping[str, str]:
+    return _Lines(runtime.install(fixes))
 
 
 def _ds(n: int = 16) -> TensorDataset:

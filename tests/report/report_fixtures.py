@@ -175,6 +175,7 @@ def make_report(hostile: bool = False) -> Report:
             loss_max_rel_diff=0.0,
             reason="on top of dataloader_workers@2; within noise" + bad,
             repeats=5,
+            reference="dataloader_workers@2",
         ),
         Trial(fix="bf16_autocast", safety="unsafe", verdict="skipped", reason="unsafe: pass --unsafe-fixes"),
     )

@@ -60,7 +60,7 @@ def test_old_report_warnings_move_out_of_notes(capsys, tmp_path: Path) -> None:
     (run / "report.json").write_text(json.dumps(data), encoding="utf-8")
     code, out, err = invoke(capsys, "report", str(run), "--format", "json")
     upgraded = json.loads(out)
-    assert upgraded["schema_version"] == 2
+    assert upgraded["schema_version"] == 3
     assert upgraded["warnings"] == ["unknown rule code 'XX9' in select"]
     assert not any(n.startswith("unknown rule code") for n in upgraded["notes"])
     assert err == "advisor: warning: unknown rule code 'XX9' in select\n"

@@ -139,10 +139,12 @@ def test_trials_chart_draws_the_reference_of_on_top_trials() -> None:
     trials = [
         Trial("dataloader_workers", "safe", 100.0, 300.0, 3.0, 2.9, 3.1, "improved", reason="num_workers 0 -> 4"),
         Trial("pin_memory", "safe", 102.0, 104.0, 1.02, 0.99, 1.05, "no_effect"),
-        Trial("persistent_workers", "safe", 310.0, 341.0, 1.10, 1.06, 1.14, "improved", reason=f"on top of {ref}; kept workers alive"),
+        Trial("persistent_workers", "safe", 310.0, 341.0, 1.10, 1.06, 1.14, "improved", reason=f"on top of {ref}; kept workers alive",
+              reference=ref),
         Trial("bf16_autocast", "unsafe", verdict="skipped", reason="unsafe: pass --unsafe-fixes"),
     ]
-    combined = Trial("dataloader_workers+persistent_workers", "safe", 98.0, 330.0, 3.37, 3.2, 3.5, "improved")
+    combined = Trial("dataloader_workers+persistent_workers", "safe", 98.0, 330.0, 3.37, 3.2, 3.5, "improved",
+                     fixes=("dataloader_workers", "persistent_workers"))
     plot = trials_plot(trials, combined)
     labels = _row_labels(plot)
     # Plain trials against the baseline, then the reference row with the trials measured on top of it.

@@ -51,7 +51,7 @@ def test_json_round_trips_and_sorts_findings(tmp_path: Path) -> None:
     shuffled = Report(**{**report.__dict__, "findings": tuple(reversed(report.findings))})
     data = json.loads(render(shuffled, "json"))
     assert [f["code"] for f in data["findings"]] == ["CPU003", "DL001", "SY002"]  # error, warning, info
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == 3
     report.save(tmp_path)
     assert Report.load(tmp_path) == report
 

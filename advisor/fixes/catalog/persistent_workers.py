@@ -1,0 +1,52 @@
+"""``persistent_workers``: keep loader workers alive across epochs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, needs_loader
+
+
+def check(ctx: FixContext) -> str | None:
+    """Refuse without a DataLoader, or when every loader already keeps its workers."""
+    if (reason := needs_loader(ctx)) is not None:
+        return reason
+    if ctx.dataloaders and all(d.persistent_workers for d in ctx.dataloaders):
+        return "every DataLoader already sets persistent_workers=True"
+    return None
+
+
+def install(state: Any, params: dict[str, Any]) -> None:
+    """Child side: adjust every DataLoader the script builds."""
+    state.want_loader("persistent_workers", params)
+
+
+def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None:
+    """Set ``persistent_workers=True`` where the loader has workers."""
+    if int(a.get("num_workers") or 0) == 0:
+        state.loader_skip("persistent_workers", "num_workers=0: there are no workers to keep")
+    elif a.get("persistent_workers"):
+        state.loader_skip("persistent_workers", "persistent_workers is already True")
+    else:
+        a["persistent_workers"] = True
+        state.loader_ok("persistent_workers", "persistent_workers=True")
+
+
+def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
+    """``persistent_workers=True`` on every ``DataLoader(...)``."""
+    plan.loader_kwargs["persistent_workers"] = "True"
+
+
+FIX = Fix(
+    id="persistent_workers",
+    safety=SAFE,
+    description="keep loader workers alive across epochs (persistent_workers=True)",
+    applies_when="loader workers are started again at every epoch",
+    measured="one run; on top of the best dataloader_workers rung when the script has no workers",
+    check=check,
+    requires="dataloader_workers",
+    changes_loader=True,
+    install=install,
+    adjust_loader=adjust_loader,
+    plan_diff=plan_diff,
+)

@@ -1,0 +1,69 @@
+"""``torch_compile``: compile the model with ``torch.compile`` (first steps pay the compile).
+
+Modes are a ladder: the default mode everywhere; on CUDA also ``reduce-overhead`` (CUDA graphs
+cut the launch cost of small kernels) and ``max-autotune`` (autotuned matmul/conv kernels, plus
+CUDA graphs). On CPU only the default rung runs: ``reduce-overhead``'s CUDA graphs do nothing
+there, and ``max-autotune`` spends minutes autotuning GEMM templates on a few cores. The compile
+itself lands in the time to first step, reported apart from the steady speed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advisor.capture.model import RunSpec
+from advisor.fixes.fix import LOSS_RTOL_PRECISION, UNSAFE, DiffPlan, Fix, FixContext, VariantPlan
+
+# torch.compile keywords a trial may choose (tests use the fast "eager" backend).
+COMPILE_KEYS = ("backend", "mode", "dynamic")
+CUDA_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
+"""Modes tried after the default on a CUDA run."""
+
+
+def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
+    """Return the default mode's rung, then (CUDA only) one per mode of :data:`CUDA_MODES`."""
+    rungs = [VariantPlan("torch_compile", {})]
+    if ctx.cuda:
+        rungs += [VariantPlan(f"torch_compile@{mode}", {"mode": mode}) for mode in CUDA_MODES]
+    return rungs
+
+
+def install(state: Any, params: dict[str, Any]) -> None:
+    """Child side: compile the model in place on its first call."""
+    state.want_model("torch_compile", params)
+
+
+def on_model(state: Any, module: Any) -> None:
+    """``module.compile(...)`` in place: the optimizer's parameters stay the same objects."""
+    if type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None):
+        state.skipped("torch_compile", "the model is already compiled")
+        return
+    params = state.model_fixes.get("torch_compile", {})
+    module.compile(**{k: params[k] for k in COMPILE_KEYS if k in params})
+    mode = f"(mode={params['mode']!r})" if params.get("mode") else "()"
+    state.applied("torch_compile", f"{type(module).__name__}.compile{mode} on its first call")
+
+
+def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
+    """``model = torch.compile(model)`` after the model is built."""
+    plan.compile = True
+    if params.get("mode"):
+        plan.compile_kwargs = f"mode={params['mode']!r}"
+
+
+FIX = Fix(
+    id="torch_compile",
+    safety=UNSAFE,
+    description="compile the model with torch.compile (first steps pay the compile)",
+    applies_when="many small kernels or Python overhead per step that graph capture and fusion remove",
+    measured=(
+        "a ladder of modes (default; on CUDA also reduce-overhead and max-autotune), the best rung "
+        "reported; the compile time shows in the time to first step, reported apart from the steady speed"
+    ),
+    loss_rtol=LOSS_RTOL_PRECISION,
+    variants=variants,
+    rung=lambda p: str(p.get("mode", "default")),
+    install=install,
+    on_model=on_model,
+    plan_diff=plan_diff,
+)

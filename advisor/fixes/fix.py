@@ -1,0 +1,335 @@
+"""What a fix is: one :class:`Fix` object per intervention, and the context it is decided in.
+
+A fix (see :mod:`advisor.fixes.catalog`) holds everything about one intervention in one place,
+the way a rule is one YAML file (torch's ``_pattern_matcher.Pattern``, sqlfluff's rule bundles):
+
+- metadata: ``id``, :class:`Safety`, loss-parity tolerance, ``requires``/``conflicts``, one
+  sentence of what it changes;
+- ``check``: whether it can apply, decided in the parent from the baseline capture
+  (:class:`FixContext`);
+- ``variants``: the runs that measure it (a ladder of rungs, or one run);
+- ``install`` (and the optional ``adjust_loader`` / ``on_model`` hooks): the run-time change,
+  made in the child by :mod:`advisor.fixes.runtime`, with torch imported lazily;
+- ``plan_diff`` or ``manual``: the source change that makes it permanent, or what to change by
+  hand.
+
+This module imports neither torch nor libcst: the parent decides from the capture alone, and
+the child imports only the fixes it installs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.capture.model import DataLoaderInfo, RunCapture, RunSpec
+from advisor.engine.model import Safety
+
+SAFE = Safety.SAFE
+UNSAFE = Safety.UNSAFE
+
+# Loss-parity tolerances (largest relative deviation of the first losses from the baseline's).
+# NOTE: safe fixes keep numerics, but random augmentation inside worker processes draws from
+# per-worker RNG streams, so batches may differ slightly from the single-process baseline;
+# 10% catches a broken run (wrong data, NaN, divergence) without rejecting that.
+LOSS_RTOL_SAFE = 0.10
+# Precision, compile and layout change rounding: early losses move by ~1% in bf16 on MLPs;
+# 25% is "far off", not "rounded differently".
+LOSS_RTOL_PRECISION = 0.25
+# Batch fusion and larger batches change what one step's loss averages over (k times the
+# samples): the first losses of a batch of 4 and of 64 differ by up to 31% on
+# examples/tiny_model.py (measured, same seed); 50% still catches a broken run.
+LOSS_RTOL_BATCH = 0.50
+
+# A larger-batch rung may time its steps for this long even when the baseline's timed phase is
+# shorter (see ladder_steps).
+MIN_LADDER_PHASE_S = 2.0
+
+
+@dataclass(frozen=True)
+class FixContext:
+    """What the parent knows when deciding whether a fix can apply.
+
+    Attributes:
+        cuda: The script ran on a CUDA device.
+        cpu_count: Cores available to the script.
+        dataloaders: The DataLoaders the baseline run created.
+        samples_per_step: Median samples per optimizer step in the baseline (None if unknown).
+        batches_per_step: Median DataLoader batches per optimizer step (None if not recorded).
+        step_source: What the baseline's steps were counted from (``optimizer`` steps, or
+            DataLoader batches for a loop with no optimizer); None when unknown.
+    """
+
+    cuda: bool = False
+    cpu_count: int = 1
+    dataloaders: tuple[DataLoaderInfo, ...] = ()
+    samples_per_step: float | None = None
+    batches_per_step: float | None = None
+    step_source: str | None = None
+
+    @property
+    def max_workers(self) -> int:
+        """Largest ``num_workers`` among the script's DataLoaders (0 without any)."""
+        return max((d.num_workers for d in self.dataloaders), default=0)
+
+    @property
+    def accumulation(self) -> int | None:
+        """Micro-batches per optimizer step (batches counted per step, else samples / batch size)."""
+        if self.batches_per_step:
+            return max(1, round(self.batches_per_step))
+        sizes = [d.batch_size for d in self.dataloaders if d.batch_size]
+        if not sizes or not self.samples_per_step:
+            return None
+        return max(1, round(self.samples_per_step / sizes[0]))
+
+    @property
+    def batch_size(self) -> int | None:
+        """The first DataLoader's ``batch_size`` (None without a loader or with a batch_sampler)."""
+        return next((d.batch_size for d in self.dataloaders if d.batch_size), None)
+
+
+def context_from_capture(capture: RunCapture) -> FixContext:
+    """Build a :class:`FixContext` from a (baseline) capture."""
+    env = capture.environment
+    samples = sorted(s for s in capture.timed.samples if s)
+    per_step = float(samples[len(samples) // 2]) if samples else None
+    batches = sorted(b for b in getattr(capture.timed, "batches", ()) if b)
+    return FixContext(
+        cuda=env.device.startswith("cuda"),
+        cpu_count=env.cpu_count or available_cores(),
+        dataloaders=capture.dataloaders,
+        samples_per_step=per_step,
+        batches_per_step=float(batches[len(batches) // 2]) if batches else None,
+        step_source=capture.step_source,
+    )
+
+
+def available_cores() -> int:
+    """Cores this process may run on (affinity-aware where the OS tells)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - macOS/Windows
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class VariantPlan:
+    """One run that measures a fix: a rung of its ladder, or its only run.
+
+    Attributes:
+        label: The run's name in progress lines and run folders (``dataloader_workers@2``).
+        params: The parameters the child installs the fix with.
+        overrides: RunSpec fields changed for this run (fewer steps when a step holds k times
+            the samples).
+    """
+
+    label: str
+    params: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DiffPlan:
+    """The source edits the kept fixes ask for, gathered before the script is rewritten.
+
+    Fixes fill it through their ``plan_diff``; :mod:`advisor.fixes.diff` carries it out. Values
+    are Python source text, so this module needs no parser.
+
+    Attributes:
+        loader_kwargs: ``DataLoader(...)`` keyword -> expression to set.
+        batch_factor: Multiply the DataLoader's ``batch_size`` by this.
+        batch_fixes: The fixes behind ``batch_factor`` (named when it cannot be applied).
+        compile: ``model = torch.compile(model, <compile_kwargs>)`` after the model is built.
+        compile_kwargs: Keyword source for ``torch.compile`` (e.g. ``mode="max-autotune"``).
+        channels_last: ``model = model.to(memory_format=torch.channels_last)`` likewise.
+        autocast_device: Wrap the statement calling the model in bf16 autocast on this device.
+        fused: ``fused=True`` on the optimizer's constructor.
+        non_blocking: ``non_blocking=True`` on ``.to(device)`` calls inside loops.
+        threads_for_workers: Lower the thread count by the loader workers (resolved at the end).
+        header_statements: Statements inserted after the imports.
+        wrap_data_loop: Context expressions to open around the loop over the DataLoader
+            (``torch.inference_mode()``).
+        read_every: Move the loop's per-step host reads (``.item()``, ``float(t)``, ``.cpu()``,
+            ``print``) under ``if step % N == 0`` (0: leave them).
+        manual: What cannot be made mechanical, one line each.
+    """
+
+    loader_kwargs: dict[str, str] = field(default_factory=dict)
+    batch_factor: int = 1
+    batch_fixes: list[str] = field(default_factory=list)
+    compile: bool = False
+    compile_kwargs: str = ""
+    channels_last: bool = False
+    autocast_device: str | None = None
+    fused: bool = False
+    non_blocking: bool = False
+    threads_for_workers: bool = False
+    header_statements: list[str] = field(default_factory=list)
+    wrap_data_loop: list[str] = field(default_factory=list)
+    read_every: int = 0
+    manual: list[str] = field(default_factory=list)
+
+
+Check = Callable[[FixContext], "str | None"]
+Variants = Callable[[FixContext, RunSpec, "float | None"], "list[VariantPlan]"]
+StepOverrides = Callable[[dict[str, Any], RunSpec, FixContext, "float | None"], "dict[str, Any]"]
+Install = Callable[[Any, dict[str, Any]], None]
+AdjustLoader = Callable[[Any, dict[str, Any], dict[str, Any]], None]
+OnModel = Callable[[Any, Any], None]
+PlanDiff = Callable[[DiffPlan, dict[str, Any]], None]
+
+
+def _no_check(ctx: FixContext) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One intervention, whole: metadata, applicability, variants, run-time install, diff.
+
+    Attributes:
+        id: The fix id (the vocabulary rules name in ``fix: {id, safety}``).
+        safety: :class:`~advisor.engine.model.Safety`.
+        description: One sentence: what the fix changes.
+        check: Returns why the fix cannot apply in this baseline, or None when it can.
+        applies_when: One sentence for the docs: when the fix is worth trying.
+        measured: One sentence for the docs: how the trials measure it (ladder, objective).
+        loss_rtol: Loss-parity tolerance (relative) beyond which a variant is rejected.
+        requires: A fix whose effect this one builds on (prefetch needs workers): when the
+            baseline lacks it, this fix is measured on top of that fix's best variant.
+        conflicts: Fixes that cannot be combined with this one (the faster one is kept).
+        variants: The runs that measure the fix; None: one run with no parameters.
+        step_overrides: RunSpec overrides for a run with these params (fewer steps when a step
+            holds k times the samples); used by the variants and by the combined run.
+        rung: How a ladder rung with these params is named in a reason (``2 workers``, ``x16``).
+        present: For a fix others require: whether the baseline already has its effect
+            (``num_workers > 0``), so those fixes are measured against the plain baseline.
+        changes_loader: The fix acts through DataLoader arguments, which the capture records: an
+            unchanged DataLoader proves it did not apply, whatever its note says.
+        install: Child side: configure the run-time state (:class:`advisor.fixes.runtime.State`)
+            for this fix; torch is imported inside, never at module level.
+        adjust_loader: Child side: change one ``DataLoader(...)`` call's bound arguments.
+        on_model: Child side: set up the model on its first outermost call.
+        plan_diff: Parent side: add this fix's source edits to a :class:`DiffPlan`.
+        manual: What to change by hand, for a fix with no mechanical diff.
+        advice: Why no safe run-time change exists, for a fix that is only a diff: it is never
+            run, its trial reads ``advice`` (never a measured win), and its diff is offered.
+    """
+
+    id: str
+    safety: Safety
+    description: str
+    check: Check = _no_check
+    applies_when: str = ""
+    measured: str = "one run with the fix against the interleaved baseline runs"
+    loss_rtol: float = LOSS_RTOL_SAFE
+    requires: str | None = None
+    conflicts: tuple[str, ...] = ()
+    variants: Variants | None = None
+    step_overrides: StepOverrides | None = None
+    rung: Callable[[dict[str, Any]], str] | None = None
+    present: Callable[[FixContext], bool] | None = None
+    changes_loader: bool = False
+    install: Install | None = None
+    adjust_loader: AdjustLoader | None = None
+    on_model: OnModel | None = None
+    plan_diff: PlanDiff | None = None
+    manual: str = ""
+    advice: str = ""
+
+    def __post_init__(self) -> None:
+        safety = Safety.parse(self.safety)
+        if not isinstance(safety, Safety):
+            raise ValueError(f"fix {self.id!r}: safety must be 'safe' or 'unsafe', not {self.safety!r}")
+        object.__setattr__(self, "safety", safety)
+
+    def plan_variants(self, ctx: FixContext, spec: RunSpec, step_ms: float | None = None) -> list[VariantPlan]:
+        """Return the runs that measure this fix in ``ctx`` (one run without parameters by default)."""
+        if self.variants is not None:
+            return self.variants(ctx, spec, step_ms)
+        return [VariantPlan(self.id, {})]
+
+    def overrides_for(
+        self, params: dict[str, Any], spec: RunSpec, ctx: FixContext, step_ms: float | None = None
+    ) -> dict[str, Any]:
+        """RunSpec overrides for a run of this fix with ``params`` (none by default)."""
+        return self.step_overrides(params, spec, ctx, step_ms) if self.step_overrides else {}
+
+    def rung_name(self, params: dict[str, Any]) -> str:
+        """How a rung with ``params`` is named in a ladder summary."""
+        return self.rung(params) if self.rung is not None else self.id
+
+
+# -- shared applicability checks ---------------------------------------------------------------
+
+
+def needs_cuda(what: str) -> Check:
+    """Return a check that refuses a CUDA-only fix on a CPU-only run."""
+
+    def check(ctx: FixContext) -> str | None:
+        if ctx.cuda:
+            return None
+        return f"{what} only matters with a CUDA device; on this CPU-only run it is a no-op"
+
+    return check
+
+
+def needs_loader(ctx: FixContext) -> str | None:
+    """Refuse a DataLoader fix when the script built no DataLoader."""
+    if not ctx.dataloaders:
+        return "the script created no torch DataLoader"
+    return None
+
+
+# -- step counts for runs whose steps hold k times the samples ----------------------------------
+
+
+def fusion_steps(spec: RunSpec, k: int) -> dict[str, int]:
+    """Warm-up and timed step counts for a batch-fusion run with factor ``k``.
+
+    A fused optimizer step holds ``k`` times the samples, so fewer steps keep the run short.
+    But the loop still takes ``k`` loader batches to reach its first optimizer step, and until
+    then the capture counts loader batches as steps: warm-up + timed must exceed ``k``, or the
+    run would end before any optimizer step and time forward/backward passes only.
+    """
+    return ladder_steps(spec, k, k)
+
+
+def ladder_steps(
+    spec: RunSpec, factor: int, accumulation: int = 1, step_ms: float | None = None
+) -> dict[str, int]:
+    """Warm-up and timed step counts for a run whose batches hold ``factor`` times the samples.
+
+    Without ``step_ms`` the spec's step counts are divided by ``factor`` (a step with k times
+    the samples is assumed to take k times as long, so the run takes about as long as the
+    baseline's). With the baseline's median step time, more steps are kept when even that
+    pessimistic estimate fits in the baseline's own phase or :data:`MIN_LADDER_PHASE_S`,
+    whichever is longer: a step that is all per-op overhead costs about the same with 16x the
+    samples, and 5 timed steps of a millisecond each are too short a window to time on a busy
+    machine.
+
+    Args:
+        spec: The diagnosed run's spec.
+        factor: How many times the samples each step holds (at least 2 warm-up and 5 timed
+            steps remain, so a short run still yields paired ratios and the first losses).
+        accumulation: Loader batches per optimizer step: until the first optimizer step the
+            capture counts loader batches as steps, so warm-up + timed must exceed it.
+        step_ms: The baseline's median step time, when known.
+
+    Returns:
+        ``{"warmup_steps": ..., "timed_steps": ...}`` overrides for the trial's spec.
+    """
+    k = max(1, factor)
+    warmup = max(2, math.ceil(spec.warmup_steps / k))
+    timed = max(5, math.ceil(spec.timed_steps / k))
+    if step_ms and step_ms > 0:
+        est_s = k * step_ms / 1000.0
+        budget = max(spec.timed_steps * step_ms / 1000.0, MIN_LADDER_PHASE_S)
+        timed = max(timed, min(spec.timed_steps, math.floor(budget / est_s)))
+        budget = max(spec.warmup_steps * step_ms / 1000.0, MIN_LADDER_PHASE_S / 2)
+        warmup = max(warmup, min(spec.warmup_steps, math.floor(budget / est_s)))
+    timed = max(timed, accumulation + 1 - warmup)
+    return {"warmup_steps": warmup, "timed_steps": timed}
