@@ -13,6 +13,7 @@ from typing import Any
 
 from advisor._serde import dump_json, from_dict
 from advisor._vocab import Vocab
+from advisor.capture.peak import MatmulPeak
 from advisor.errors import InputError
 
 CAPTURE_SCHEMA_VERSION = 1
@@ -150,7 +151,12 @@ class UtilSummary:
 
 @dataclass(frozen=True)
 class Environment:
-    """Where the run happened."""
+    """Where the run happened.
+
+    ``intra_op_threads`` (torch's thread count when the script ended), ``cpu_model`` and
+    ``matmul_peaks`` (the measured matmul rate of a CPU run, :mod:`advisor.capture.peak`) say
+    how fast the arithmetic could have been.
+    """
 
     python: str = ""
     torch: str = ""
@@ -162,6 +168,9 @@ class Environment:
     platform: str = ""
     hostname: str = ""
     git_commit: str | None = None
+    intra_op_threads: int | None = None
+    cpu_model: str = ""
+    matmul_peaks: tuple[MatmulPeak, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,12 @@ import numpy as np
 import pandas as pd
 
 from advisor._num import finite
+from advisor._serde import to_jsonable
 from advisor.capture.model import CAPTURE_FILE, RunCapture
 from advisor.errors import InputError, TraceError
 from advisor.metrics.balance import rank_balance
 from advisor.metrics.model import Metrics
+from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
 from advisor.metrics.sources import find_locations
 from advisor.metrics.steps import TraceAnalysis, analyze_trace
@@ -260,6 +262,9 @@ def compute_metrics(
         "top_kernels": _top_kernels(analyses[0]),
         "breakdown_mode": "gpu" if has_gpu else "cpu",
     }
+    share = peak_share(summary, capture, extra["dominant_dtype"], extra["peak_tflops"])
+    summary.update(peak_share_metrics(share))
+    extra["peak_share"] = to_jsonable(share)
     # Only declared names, all present (None where unknown).
     summary = {name: finite(summary.get(name)) for name in METRICS}
     return Metrics(

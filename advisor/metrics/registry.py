@@ -107,6 +107,10 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("tensor_cores_flag", "flag", "run", "1 when the device has tensor cores (compute capability >= 7.0)"),
     MetricSpec("conv_flag", "flag", "run", "1 when the model runs convolutions"),
     MetricSpec("autocast_flag", "flag", "run", "1 when autocast / reduced precision is already in use"),
+    # achieved rate against the device's peak (advisor.metrics.peak_share): the compute-bound gate
+    MetricSpec("matmul_peak_tflops", "TFLOP/s", "run", "Peak matmul TFLOP/s for the dominant dtype: measured on a CPU run's machine, the datasheet's for a GPU"),
+    MetricSpec("achieved_run_tflops", "TFLOP/s", "run", "Matmul/conv FLOPs per step / median timed step time (profiled steps' time without timed steps)"),
+    MetricSpec("peak_share_frac", "frac", "run", "achieved_run_tflops / matmul_peak_tflops: how fast the arithmetic ran against the device's peak"),
     # --- capture-side (from capture.json; None for a bare trace) ------------------------------------
     MetricSpec("samples_per_s", "samples/s", "run", "Steady throughput over the timed steps"),
     MetricSpec("samples_per_step", "count", "run", "Median samples per optimizer step (from DataLoader batches)"),
