@@ -139,7 +139,13 @@ class TimedPhase:
 
 @dataclass(frozen=True)
 class UtilSummary:
-    """Utilisation samples from the parent (psutil for CPU, NVML for GPU)."""
+    """Utilisation samples from the parent (psutil for CPU, NVML for GPU).
+
+    The CPU summary also says what else ran on the machine meanwhile (contention):
+    ``load_avg_mean``/``load_avg_max`` (1-minute load average), ``other_util_frac`` (share of
+    the machine's CPU time used by processes outside the run's process tree), and the run's own
+    ``max_processes``/``max_threads`` (its process tree: DataLoader workers and their threads).
+    """
 
     mean_util_frac: float | None = None
     max_util_frac: float | None = None
@@ -147,6 +153,11 @@ class UtilSummary:
     peak_memory_bytes: int | None = None
     total_memory_bytes: int | None = None
     note: str | None = None
+    load_avg_mean: float | None = None
+    load_avg_max: float | None = None
+    other_util_frac: float | None = None
+    max_processes: int | None = None
+    max_threads: int | None = None
 
 
 @dataclass(frozen=True)

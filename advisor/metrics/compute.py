@@ -36,6 +36,7 @@ from advisor._serde import to_jsonable
 from advisor.capture.model import CAPTURE_FILE, RunCapture
 from advisor.errors import InputError, TraceError
 from advisor.metrics.balance import rank_balance
+from advisor.metrics.contention import contention_metrics
 from advisor.metrics.model import Metrics
 from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
@@ -140,6 +141,7 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     out["gpu_util_frac"] = finite(capture.gpu.mean_util_frac)
     out["cpu_util_frac"] = finite(capture.cpu.mean_util_frac)
     out["time_to_first_step_s"] = finite(timed.time_to_first_step_s)
+    out.update(contention_metrics(capture))
     if summary.get("peak_memory_bytes") is None:
         out["peak_memory_bytes"] = finite(capture.peak_memory_bytes)
     if summary.get("device_memory_bytes") is None:

@@ -124,6 +124,13 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("dataloader_persistent_workers_flag", "flag", "run", "persistent_workers of the main DataLoader"),
     MetricSpec("iterable_dataset_flag", "flag", "run", "1 when the main DataLoader wraps an IterableDataset"),
     MetricSpec("time_to_first_step_s", "s", "run", "Script start to the end of its first step"),
+    # threads against cores, and other work on the machine (advisor.metrics.contention)
+    MetricSpec("load_avg", "load", "run", "Mean 1-minute load average of the machine during the capture"),
+    MetricSpec("other_cpu_util_frac", "frac", "run", "Share of the machine's CPU time used by processes outside the run during the capture"),
+    MetricSpec("intra_op_threads_count", "count", "run", "torch intra-op threads (torch.get_num_threads() when the script ended)"),
+    MetricSpec("runnable_threads_count", "count", "run", "Threads the run asks cores for: intra-op threads + the main DataLoader's workers"),
+    MetricSpec("cpu_demand_ratio", "ratio", "run", "(runnable_threads_count + cores' worth of other work) / cpu_count; above 1 threads wait for cores"),
+    MetricSpec("contention_flag", "flag", "run", "1 when other work held at least a quarter of the cores during the capture (timings unreliable)"),
     # --- distributed ----------------------------------------------------------------------------------
     MetricSpec("rank_count", "count", "ranks", "Ranks (trace files) analysed together"),
     MetricSpec("dataparallel_flag", "flag", "run", "1 when torch.nn.DataParallel is used"),

@@ -3,6 +3,8 @@
 * ``tests/scripts/tiny_gpt.py``: a tiny GPT-style trainer with no DataLoader, overhead-bound on a
   CPU. It is busy in operators nearly all the step, and must still not be called compute-bound:
   the capture measures the machine's matmul peak, and the report carries the achieved share of it.
+* ``tests/scripts/oversubscribed_loader.py``: a DataLoader with 4 workers and ``pin_memory=True``
+  on a CPU-only run: more runnable threads than cores on a small machine, and useless pinning.
 """
 
 from __future__ import annotations
@@ -44,3 +46,25 @@ def test_tiny_gpt_is_overhead_bound_not_compute_bound(tmp_path: Path) -> None:
     assert s["matmul_peak_tflops"] == peaks["fp32"]["tflops"]
     assert 0 < s["peak_share_frac"] < 1
     assert s["achieved_run_tflops"] == pytest.approx(s["peak_share_frac"] * s["matmul_peak_tflops"])
+
+
+def test_oversubscribed_loader_and_useless_pin_memory_are_flagged(tmp_path: Path) -> None:
+    report, capture = diagnose(tmp_path, SCRIPTS / "oversubscribed_loader.py", "--steps", "60")
+    codes = {f["code"] for f in report["findings"]}
+    s = report["summary"]
+    assert "DL004" in codes  # pin_memory=True, no GPU
+    assert s["dataloader_num_workers"] == 4 and s["intra_op_threads_count"] == capture["environment"]["intra_op_threads"]
+    assert s["runnable_threads_count"] == 4 + s["intra_op_threads_count"]
+    cores = capture["environment"]["cpu_count"]
+    # the rules follow the machine: more workers than cores, more runnable threads than cores
+    assert ("DL003" in codes) == (4 > cores)
+    assert ("CO004" in codes) == (s["cpu_demand_ratio"] * cores >= cores + 1)
+    if cores <= 3:
+        assert {"DL003", "CO004"} <= codes
+    # the capture recorded what else ran meanwhile, and its own process tree
+    cpu = capture["cpu"]
+    assert cpu["load_avg_mean"] is not None and cpu["other_util_frac"] is not None
+    assert cpu["max_processes"] >= 2 and cpu["max_threads"] >= cpu["max_processes"]
+    # a run measured under contention says so, whichever way the machine was
+    warned = any("competed for the cores" in w for w in report["warnings"])
+    assert warned == (s["contention_flag"] == 1.0)
