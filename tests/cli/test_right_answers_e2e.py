@@ -3,8 +3,9 @@
 * ``tests/scripts/tiny_gpt.py``: a tiny GPT-style trainer with no DataLoader, overhead-bound on a
   CPU. It is busy in operators nearly all the step, and must still not be called compute-bound:
   the capture measures the machine's matmul peak, and the report carries the achieved share of it.
-* ``tests/scripts/oversubscribed_loader.py``: a DataLoader with 4 workers and ``pin_memory=True``
-  on a CPU-only run: more runnable threads than cores on a small machine, and useless pinning.
+* ``tests/scripts/train_loop.py --workers 4 --pin-memory``: a loop written for a GPU server, run
+  on a small CPU machine: a DataLoader with 4 workers and ``pin_memory=True``, more runnable
+  threads than cores, and useless pinning.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def test_tiny_gpt_is_overhead_bound_not_compute_bound(tmp_path: Path) -> None:
 
 
 def test_oversubscribed_loader_and_useless_pin_memory_are_flagged(tmp_path: Path) -> None:
-    report, capture = diagnose(tmp_path, SCRIPTS / "oversubscribed_loader.py", "--steps", "60")
+    report, capture = diagnose(tmp_path, SCRIPTS / "train_loop.py", "--workers", "4", "--pin-memory", "--steps", "60")
     codes = {f["code"] for f in report["findings"]}
     s = report["summary"]
     assert "DL004" in codes  # pin_memory=True, no GPU
