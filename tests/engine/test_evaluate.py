@@ -142,7 +142,7 @@ TINY_CPU = {**HEALTHY_CPU, "step_time_ms": 0.35, "flops_per_step": 212000, "cpu_
             "cpu_ops_frac": 0.6, "other_frac": 0.3, "achieved_run_tflops": 0.000606, "peak_share_frac": 0.0052}
 # The issue's small GPT trainer: busy in big-enough ops (196,000 FLOPs each) at 6e-5 TFLOP/s.
 SLOW_ARITHMETIC_CPU = {**HEALTHY_CPU, "cpu_op_count": 1000, "flops_per_step": 196e6, "step_time_ms": 3267.0,
-                       "achieved_run_tflops": 6e-5, "peak_share_frac": 0.00052}
+                       "achieved_run_tflops": 6e-5, "peak_share_frac": 0.00052, "contention_flag": 0}
 
 
 def test_healthy_compute_bound_cpu_example_has_only_compute_advice():
