@@ -58,10 +58,10 @@ def test_oversubscribed_loader_and_useless_pin_memory_are_flagged(tmp_path: Path
     assert s["runnable_threads_count"] == 4 + s["intra_op_threads_count"]
     cores = capture["environment"]["cpu_count"]
     # the rules follow the machine: more workers than cores, more runnable threads than cores
-    assert ("DL003" in codes) == (4 > cores)
-    assert ("CO004" in codes) == (s["cpu_demand_ratio"] * cores >= cores + 1)
+    assert ("DL005" in codes) == (4 > cores)
+    assert ("CO005" in codes) == (s["cpu_demand_ratio"] * cores >= cores + 1)
     if cores <= 3:
-        assert {"DL003", "CO004"} <= codes
+        assert {"DL005", "CO005"} <= codes
     # the capture recorded what else ran meanwhile, and its own process tree
     cpu = capture["cpu"]
     assert cpu["load_avg_mean"] is not None and cpu["other_util_frac"] is not None
