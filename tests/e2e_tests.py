@@ -12,6 +12,7 @@ E2E: tuple[str, ...] = (
     "capture/test_capture_orphans.py",
     "capture/test_capture_timeout.py",
     "cli/test_diagnose_e2e.py",
+    "cli/test_right_answers_e2e.py",
     "cli/test_entrypoints.py",
     "distributed/test_torchrun_e2e.py",
     "engine/test_packaging.py::test_wheel_contains_every_rule_file",

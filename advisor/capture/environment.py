@@ -1,4 +1,4 @@
-"""Facts about where a capture ran: versions, devices, host, git commit, peak memory."""
+"""Facts about where a capture ran: versions, devices, threads, matmul peak, host, git commit, peak memory."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ import sys
 from pathlib import Path
 
 from advisor.capture.model import Environment
+from advisor.capture.peak import cpu_model, cpu_peaks
 
 
 def environment() -> Environment:
     """Python, torch, CUDA, device and host facts of this process (git commit: the parent)."""
     torch_version, cuda, device, device_name, gpus = "", None, "cpu", platform.processor(), 0
+    threads = None
     torch = sys.modules.get("torch")
     if torch is not None:
         torch_version = torch.__version__
+        threads = torch.get_num_threads()
         cuda = torch.version.cuda
         try:
             if torch.cuda.is_available():
@@ -35,6 +38,11 @@ def environment() -> Environment:
         cpu_count=os.cpu_count() or 0,
         platform=platform.platform(),
         hostname=socket.gethostname(),
+        intra_op_threads=threads,
+        cpu_model=cpu_model(),
+        # NOTE: only for a CPU run of a process that imported torch (the capture child): a GPU
+        # run's arithmetic is on the GPU, and a process without torch has nothing to measure.
+        matmul_peaks=cpu_peaks(threads) if torch is not None and device == "cpu" else (),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from advisor._serde import dump_json, from_dict
 from advisor._vocab import Vocab
+from advisor.capture.peak import MatmulPeak
 from advisor.errors import InputError
 
 CAPTURE_SCHEMA_VERSION = 1
@@ -200,7 +201,13 @@ class TimedPhase:
 
 @dataclass(frozen=True)
 class UtilSummary:
-    """Utilisation samples from the parent (psutil for CPU, NVML for GPU)."""
+    """Utilisation samples from the parent (psutil for CPU, NVML for GPU).
+
+    The CPU summary also says what else ran on the machine meanwhile (contention):
+    ``load_avg_mean``/``load_avg_max`` (1-minute load average), ``other_util_frac`` (share of
+    the machine's CPU time used by processes outside the run's process tree), and the run's own
+    ``max_processes``/``max_threads`` (its process tree: DataLoader workers and their threads).
+    """
 
     mean_util_frac: float | None = None
     max_util_frac: float | None = None
@@ -208,11 +215,21 @@ class UtilSummary:
     peak_memory_bytes: int | None = None
     total_memory_bytes: int | None = None
     note: str | None = None
+    load_avg_mean: float | None = None
+    load_avg_max: float | None = None
+    other_util_frac: float | None = None
+    max_processes: int | None = None
+    max_threads: int | None = None
 
 
 @dataclass(frozen=True)
 class Environment:
-    """Where the run happened."""
+    """Where the run happened.
+
+    ``intra_op_threads`` (torch's thread count when the script ended), ``cpu_model`` and
+    ``matmul_peaks`` (the measured matmul rate of a CPU run, :mod:`advisor.capture.peak`) say
+    how fast the arithmetic could have been.
+    """
 
     python: str = ""
     torch: str = ""
@@ -224,6 +241,9 @@ class Environment:
     platform: str = ""
     hostname: str = ""
     git_commit: str | None = None
+    intra_op_threads: int | None = None
+    cpu_model: str = ""
+    matmul_peaks: tuple[MatmulPeak, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,15 @@
 
 A daemon thread samples every ``interval_s`` while the child runs. CPU utilisation is the CPU
 time of the child's whole process tree (DataLoader workers included) divided by wall time and
-the machine's logical cores, so other jobs on a shared machine do not count. Without an NVIDIA
+the machine's logical cores, so other jobs on a shared machine do not count. Those other jobs
+are measured too, as contention: the machine's busy CPU time less the tree's (``other_util_frac``)
+and the 1-minute load average, with the tree's process and thread counts. Without an NVIDIA
 driver or GPU, the GPU summary carries a note instead of numbers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -25,6 +28,10 @@ class UtilSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="advisor-sampler", daemon=True)
         self._cpu: list[float] = []
+        self._other: list[float] = []
+        self._load: list[float] = []
+        self._procs = 0
+        self._threads = 0
         self._rss_peak = 0
         self._gpu: list[float] = []
         self._gpu_mem_peak = 0
@@ -88,9 +95,10 @@ class UtilSampler:
         except psutil.Error:
             return
         last_cpu: float | None = None
+        last_busy = _machine_busy_s(psutil)
         last_t = time.perf_counter()
         while True:
-            total_cpu, rss = 0.0, 0
+            total_cpu, rss, threads = 0.0, 0, 0
             try:
                 tree = [root, *root.children(recursive=True)]
             except psutil.Error:
@@ -100,14 +108,22 @@ class UtilSampler:
                     times = proc.cpu_times()
                     total_cpu += times.user + times.system
                     rss += proc.memory_info().rss
+                    threads += proc.num_threads()
                 except psutil.Error:
                     continue
+            busy = _machine_busy_s(psutil)
             now = time.perf_counter()
             # NOTE: an exited worker takes its CPU time with it; such an interval is skipped.
             if last_cpu is not None and now > last_t and total_cpu >= last_cpu:
                 frac = (total_cpu - last_cpu) / ((now - last_t) * ncpu)
                 self._cpu.append(min(1.0, frac))
-            last_cpu, last_t = total_cpu, now
+                if busy is not None and last_busy is not None:
+                    other = (busy - last_busy - (total_cpu - last_cpu)) / ((now - last_t) * ncpu)
+                    self._other.append(min(1.0, max(0.0, other)))
+            last_cpu, last_busy, last_t = total_cpu, busy, now
+            self._procs, self._threads = max(self._procs, len(tree)), max(self._threads, threads)
+            with contextlib.suppress(OSError, AttributeError):
+                self._load.append(os.getloadavg()[0])
             self._rss_peak = max(self._rss_peak, rss)
             self._sample_gpu()
             if self._stop.wait(self.interval_s):
@@ -130,12 +146,17 @@ class UtilSampler:
 
         note = None if self._cpu else "CPU not sampled: the script ended before a full interval"
         return UtilSummary(
-            mean_util_frac=sum(self._cpu) / len(self._cpu) if self._cpu else None,
+            mean_util_frac=_mean(self._cpu),
             max_util_frac=max(self._cpu) if self._cpu else None,
             samples=len(self._cpu),
             peak_memory_bytes=self._rss_peak or None,
             total_memory_bytes=int(psutil.virtual_memory().total),
             note=note,
+            load_avg_mean=_mean(self._load),
+            load_avg_max=max(self._load) if self._load else None,
+            other_util_frac=_mean(self._other),
+            max_processes=self._procs or None,
+            max_threads=self._threads or None,
         )
 
     def _gpu_summary(self) -> UtilSummary:
@@ -149,3 +170,17 @@ class UtilSampler:
             total_memory_bytes=self._gpu_total,
             note=None if self._gpu else "GPU not sampled: the script ended before a full interval",
         )
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _machine_busy_s(psutil: Any) -> float | None:
+    """CPU seconds the whole machine has spent busy (all cores, everything but idle and I/O wait)."""
+    try:
+        t = psutil.cpu_times()
+    except Exception:  # noqa: BLE001 - contention is best effort
+        return None
+    idle = getattr(t, "idle", 0.0) + getattr(t, "iowait", 0.0)
+    return float(sum(t)) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)

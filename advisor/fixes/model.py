@@ -13,6 +13,7 @@ class Verdict(Vocab):
 
     IMPROVED = "improved"  # faster beyond noise
     NO_EFFECT = "no_effect"  # within noise: never reported as a win
+    UNDECIDED = "undecided"  # measured, but the interval is too wide to tell: never a win, never "no effect"
     SLOWER = "slower"
     FAILED = "failed"  # the run crashed, or the loss drifted from the baseline's
     SKIPPED = "skipped"  # not run (not applicable, unsafe without the flag, baseline failed)

@@ -9,8 +9,12 @@ Confidence interval: a Student-t interval on the mean of the log-ratios, exponen
 5 pairs a bootstrap of the median has too few distinct resamples to mean anything, while the
 t interval on logs is exact for log-normal noise and honest (wide) when pairs disagree. A fix is
 ``improved`` only when the whole interval lies above 1 *and* the median beats a minimum effect
-(default 3%); ``slower`` when the interval lies below 1 and the median loses at least that much;
-anything else is ``no_effect`` -- a change within noise is never a win.
+(default 3%); ``slower`` when the interval lies below 1 and the median loses at least that much.
+Otherwise the interval holds 1, and that means two different things: ``no_effect`` when it also
+rules out any large effect, ``undecided`` (with the reason) when it does not -- an interval that
+reaches past a 25% gain on one side and a 25% loss on the other (``[0.02, 60.89]`` says nothing),
+or a median 25% or more away from 1 (a combination measured at 0.53x is not "no effect"). Neither
+is ever a win.
 """
 
 from __future__ import annotations
@@ -22,6 +26,12 @@ from dataclasses import dataclass
 
 MIN_EFFECT = 0.03
 """Smallest speedup (either way) reported as an effect: 3%, below the run-to-run noise here."""
+
+DECISIVE_EFFECT = 0.25
+"""A change this large (25% faster, or 1/1.25 = 0.8x) matters to anyone: an interval that allows
+it on both sides, or a median this far from 1, cannot be called "no effect". Three pairs with the
+~10% per-pair noise of a quiet shared machine (FACTS.md) give about [0.78, 1.28]: the limit sits
+at that width, so quiet-machine trials still decide and busy-machine ones do not pretend to."""
 
 SINGLE_PAIR_EFFECT = 0.15
 """With one pair there is no noise estimate; only a change beyond the ~15% noise seen on this
@@ -42,8 +52,9 @@ class Estimate:
     Attributes:
         speedup: Median of the paired ratios (None without pairs).
         ci_low / ci_high: 95% interval (None with fewer than two pairs).
-        verdict: ``improved``, ``no_effect`` or ``slower``.
+        verdict: ``improved``, ``no_effect``, ``undecided`` or ``slower``.
         pairs: Number of pairs used.
+        reason: Why the verdict is ``undecided`` ("" otherwise).
     """
 
     speedup: float | None
@@ -51,6 +62,7 @@ class Estimate:
     ci_high: float | None
     verdict: str
     pairs: int
+    reason: str = ""
 
 
 def t_quantile(df: int) -> float:
@@ -112,12 +124,22 @@ def estimate(ratios: Sequence[float], min_effect: float = MIN_EFFECT) -> Estimat
     half = t_quantile(n - 1) * statistics.stdev(logs) / math.sqrt(n)
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     if lo > 1.0 and med >= 1 + min_effect:
-        verdict = "improved"
-    elif hi < 1.0 and med <= 1 - min_effect:
-        verdict = "slower"
-    else:
-        verdict = "no_effect"
-    return Estimate(med, lo, hi, verdict, n)
+        return Estimate(med, lo, hi, "improved", n)
+    if hi < 1.0 and med <= 1 - min_effect:
+        return Estimate(med, lo, hi, "slower", n)
+    verdict, reason = _no_effect_or_undecided(med, lo, hi, n)
+    return Estimate(med, lo, hi, verdict, n, reason)
+
+
+def _no_effect_or_undecided(med: float, lo: float, hi: float, n: int) -> tuple[str, str]:
+    """Tell "no effect" (the interval rules out a large change) from "undecided" (it does not)."""
+    big = 1.0 + DECISIVE_EFFECT
+    span = f"{med:.2f}x, interval [{lo:.2f}, {hi:.2f}] over {n} pairs"
+    if lo < 1.0 / big and hi > big:
+        return "undecided", f"too noisy to decide: {span} allows both a {DECISIVE_EFFECT:.0%} gain and loss"
+    if med >= big or med <= 1.0 / big:
+        return "undecided", f"too noisy to decide: measured {span}, which still holds 1"
+    return "no_effect", ""
 
 
 @dataclass(frozen=True)

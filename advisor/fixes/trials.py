@@ -106,9 +106,10 @@ MIN_TRIAL_WINDOW_S = 1.0
 IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED, ADVICE = (
     Verdict.IMPROVED, Verdict.NO_EFFECT, Verdict.SLOWER, Verdict.FAILED, Verdict.SKIPPED, Verdict.ADVICE
 )
+UNDECIDED = Verdict.UNDECIDED  # measured, but the interval is too wide to tell (advisor.fixes.stats)
 
 # Verdicts of a workers trial that measured something (its best rung can carry on-top fixes).
-_RAN = (IMPROVED, NO_EFFECT, SLOWER)
+_RAN = (IMPROVED, NO_EFFECT, UNDECIDED, SLOWER)
 
 
 @dataclass(frozen=True)
@@ -595,7 +596,7 @@ class Measurer:
     def _undecided(self, v: _Variant) -> bool:
         est = estimate(paired_ratios(v.ref_rates, v.rates), self.min_effect)
         # NOTE: only a possible win is worth more runs; slower and no_effect are both dropped.
-        if est.speedup is None or est.verdict != NO_EFFECT:
+        if est.speedup is None or est.verdict not in (NO_EFFECT, UNDECIDED):
             return False
         return est.speedup >= 1.0 + self.min_effect
 
@@ -674,7 +675,7 @@ class Measurer:
             return Trial(**common, verdict=FAILED, reason=v.failure, repeats=len(ratios))
         est = estimate(ratios, self.min_effect)
         used = [a for a in ref_rates if a]
-        reason = _describe(v)
+        reason = "; ".join(r for r in (_describe(v), est.reason) if r)
         return Trial(
             **common,
             baseline_samples_per_s=median(used),

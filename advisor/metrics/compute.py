@@ -32,10 +32,13 @@ import numpy as np
 import pandas as pd
 
 from advisor._num import finite
+from advisor._serde import to_jsonable
 from advisor.capture.model import CAPTURE_FILE, RunCapture
 from advisor.errors import InputError, TraceError
 from advisor.metrics.balance import rank_balance
+from advisor.metrics.contention import contention_metrics
 from advisor.metrics.model import Metrics
+from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
 from advisor.metrics.sources import find_locations
 from advisor.metrics.steps import TraceAnalysis, analyze_trace
@@ -138,6 +141,7 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     out["gpu_util_frac"] = finite(capture.gpu.mean_util_frac)
     out["cpu_util_frac"] = finite(capture.cpu.mean_util_frac)
     out["time_to_first_step_s"] = finite(timed.time_to_first_step_s)
+    out.update(contention_metrics(capture))
     if summary.get("peak_memory_bytes") is None:
         out["peak_memory_bytes"] = finite(capture.peak_memory_bytes)
     if summary.get("device_memory_bytes") is None:
@@ -260,6 +264,9 @@ def compute_metrics(
         "top_kernels": _top_kernels(analyses[0]),
         "breakdown_mode": "gpu" if has_gpu else "cpu",
     }
+    share = peak_share(summary, capture, extra["dominant_dtype"], extra["peak_tflops"])
+    summary.update(peak_share_metrics(share))
+    extra["peak_share"] = to_jsonable(share)
     # Only declared names, all present (None where unknown).
     summary = {name: finite(summary.get(name)) for name in METRICS}
     return Metrics(

@@ -109,6 +109,10 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("tensor_cores_flag", "flag", "run", "1 when the device has tensor cores (compute capability >= 7.0)"),
     MetricSpec("conv_flag", "flag", "run", "1 when the model runs convolutions"),
     MetricSpec("autocast_flag", "flag", "run", "1 when autocast / reduced precision is already in use"),
+    # achieved rate against the device's peak (advisor.metrics.peak_share): the compute-bound gate
+    MetricSpec("matmul_peak_tflops", "TFLOP/s", "run", "Peak matmul TFLOP/s for the dominant dtype: measured on a CPU run's machine, the datasheet's for a GPU"),
+    MetricSpec("achieved_run_tflops", "TFLOP/s", "run", "Matmul/conv FLOPs per step / median timed step time (profiled steps' time without timed steps)"),
+    MetricSpec("peak_share_frac", "frac", "run", "achieved_run_tflops / matmul_peak_tflops: how fast the arithmetic ran against the device's peak"),
     # --- capture-side (from capture.json; None for a bare trace) ------------------------------------
     MetricSpec("samples_per_s", "samples/s", "run", "Steady throughput over the timed steps"),
     MetricSpec("samples_per_step", "count", "run", "Median samples per optimizer step (from DataLoader batches)"),
@@ -122,6 +126,13 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("dataloader_persistent_workers_flag", "flag", "run", "persistent_workers of the main DataLoader"),
     MetricSpec("iterable_dataset_flag", "flag", "run", "1 when the main DataLoader wraps an IterableDataset"),
     MetricSpec("time_to_first_step_s", "s", "run", "Script start to the end of its first step"),
+    # threads against cores, and other work on the machine (advisor.metrics.contention)
+    MetricSpec("load_avg", "load", "run", "Mean 1-minute load average of the machine during the capture"),
+    MetricSpec("other_cpu_util_frac", "frac", "run", "Share of the machine's CPU time used by processes outside the run during the capture"),
+    MetricSpec("intra_op_threads_count", "count", "run", "torch intra-op threads (torch.get_num_threads() when the script ended)"),
+    MetricSpec("runnable_threads_count", "count", "run", "Threads the run asks cores for: intra-op threads + the main DataLoader's workers"),
+    MetricSpec("cpu_demand_ratio", "ratio", "run", "(runnable_threads_count + cores' worth of other work) / cpu_count; above 1 threads wait for cores"),
+    MetricSpec("contention_flag", "flag", "run", "1 when other work held at least a quarter of the cores during the capture (timings unreliable)"),
     # --- distributed ----------------------------------------------------------------------------------
     MetricSpec("rank_count", "count", "ranks", "Ranks (trace files) analysed together"),
     MetricSpec("dataparallel_flag", "flag", "run", "1 when torch.nn.DataParallel is used"),

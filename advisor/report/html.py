@@ -12,17 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from advisor.report import headline, svg
 from advisor.report import style as s
-from advisor.report import svg
 from advisor.report.model import Report
 from advisor.report.svg import esc
 from advisor.report.text import (
     device_text,
-    mean_part_ms,
-    median_step_ms,
     part_shares,
     severity_counts,
-    throughput,
     title_of,
 )
 
@@ -169,20 +166,20 @@ def _cards(report: Report) -> str:
         out.append(card("Estimated speedup", s.times(p.estimated_speedup), "upper bound if that time went away (Amdahl)"))
     else:
         out.append(card("Primary bottleneck", "none found", "no rule fired above its threshold"))
-    tput = throughput(report)
+    tput, unit = headline.rate(report)
     c = report.kept_trial
     if c is not None and s.finite(c.speedup) is not None:
         out.append(
             card(
                 "Measured speedup",
                 s.times(c.speedup),
-                f"{s.ci(c.ci_low, c.ci_high)} 95% CI · {s.rate(c.baseline_samples_per_s)} → {s.rate(c.samples_per_s)} samples/s",
+                f"{s.ci(c.ci_low, c.ci_high)} 95% CI · {s.rate(c.baseline_samples_per_s)} → {s.rate(c.samples_per_s)} {unit}",
             )
         )
     elif tput is not None:
-        out.append(card("Throughput", f"{s.rate(tput)}", "samples/s"))
-    n = report.run.steps_measured or len(report.steps)
-    out.append(card("Step time", s.ms(median_step_ms(report)), f"median of {n} step{'s' if n != 1 else ''} · {device_text(report)}"))
+        out.append(card("Throughput", f"{s.rate(tput)}", unit))
+    step = headline.step_time(report)
+    out.append(card("Step time", s.ms(step.ms), f"{step.caption()} · {device_text(report)}"))
     out.append(card("Findings", str(len(report.findings)), severity_counts(report.findings)))
     return '<div class="cards">' + "".join(out) + "</div>"
 
@@ -192,7 +189,7 @@ def _breakdown(report: Report) -> str:
     if not shares and not report.steps:
         return ""
     parts = s.ordered_parts(shares) or list(s.PART_LABELS)
-    part_ms = mean_part_ms(report)
+    part_ms = headline.part_ms(report)
     rows = "".join(
         f"<tr><td><svg width='11' height='11' style='vertical-align:-1px'><rect width='11' height='11' rx='2' "
         f"fill='{s.PART_COLORS.get(p, '#888')}'/></svg> {esc(s.part_label(p))}</td>"
@@ -206,7 +203,8 @@ def _breakdown(report: Report) -> str:
         f'<div class="panel">{svg.share_bar(shares)}'
         + (f'<div style="margin-top:14px">{per_step}</div>' if per_step else "")
         + "</div>"
-        + (f'<table style="margin-top:10px"><tr><th>Part</th><th class="n">Share</th><th class="n">Mean per step</th></tr>{rows}</table>' if rows else "")
+        + (f'<table style="margin-top:10px"><tr><th>Part</th><th class="n">Share</th><th class="n">Per step</th></tr>{rows}</table>'
+           f'<p class="muted">{esc(headline.breakdown_caption(report).capitalize())}.</p>' if rows else "")
     )
 
 

@@ -11,15 +11,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from advisor.report import headline
 from advisor.report import style as s
 from advisor.report.model import Report
 from advisor.report.text import (
     device_text,
-    mean_part_ms,
-    median_step_ms,
     part_shares,
     severity_counts,
-    throughput,
     title_of,
 )
 
@@ -84,17 +82,17 @@ def _summary(report: Report) -> list[str]:
         rows.append(["**Estimated speedup**", f"up to **{s.times(p.estimated_speedup)}** if that time went away (Amdahl bound)"])
     else:
         rows.append(["**Primary bottleneck**", "none found"])
-    tput = throughput(report)
+    tput, unit = headline.rate(report)
     if tput is not None:
-        cell = f"{s.rate(tput)} samples/s"
+        cell = f"{s.rate(tput)} {unit}"
         c = report.kept_trial
         if c is not None and s.finite(c.speedup) is not None:
             kept = ", ".join(md_code(k) for k in report.kept_fixes) or md_code(c.fix)
-            cell += f" → **{s.rate(c.samples_per_s)} samples/s** with {kept} ({s.times(c.speedup)} {s.ci(c.ci_low, c.ci_high)})".rstrip()
+            cell += f" → **{s.rate(c.samples_per_s)} {unit}** with {kept} ({s.times(c.speedup)} {s.ci(c.ci_low, c.ci_high)})".rstrip()
             cell = cell.rstrip() if cell.endswith(")") else cell
         rows.append(["**Throughput**", cell])
-    n_steps = report.run.steps_measured or len(report.steps)
-    rows.append(["**Step time**", f"{s.ms(median_step_ms(report))} median over {n_steps} step{'s' if n_steps != 1 else ''} · {md_text(device_text(report))}"])
+    step = headline.step_time(report)
+    rows.append(["**Step time**", f"{s.ms(step.ms)} {step.caption()} · {md_text(device_text(report))}"])
     rows.append(["**Findings**", md_text(severity_counts(report.findings))])
     if report.run.error:
         rows.append(["**Script error**", md_code(report.run.error)])
@@ -106,12 +104,13 @@ def _breakdown(report: Report) -> list[str]:
     parts = [p for p in s.ordered_parts(shares) if shares[p] > 0]
     if not parts:
         return []
-    part_ms = mean_part_ms(report)
+    part_ms = headline.part_ms(report)
     rows = [
         [md_text(s.part_label(p)), f"`{bar(shares[p]) or ' '}`", s.pct(shares[p]), s.ms(part_ms.get(p))]
         for p in parts
     ]
-    return ["### Step-time breakdown", "", md_table(["Part", "Share", "%", "Mean per step"], rows, "llrr")]
+    table = md_table(["Part", "Share", "%", "Per step"], rows, "llrr")
+    return ["### Step-time breakdown", "", md_text(headline.breakdown_caption(report)).capitalize() + ".", "", table]
 
 
 def _findings(report: Report) -> list[str]:

@@ -21,6 +21,7 @@ from advisor.capture.model import RunCapture
 from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
 from advisor.errors import InputError
 from advisor.fixes.model import FixOutcome, Trial
+from advisor.metrics.contention import contention_warnings
 from advisor.metrics.model import Metrics, SourceLocation
 from advisor.metrics.registry import BREAKDOWN_PARTS
 
@@ -268,7 +269,8 @@ def build_report(
         )
     else:
         run = RunInfo(status="analyzed", steps_measured=int(len(steps_df)))
-    warnings = tuple(dict.fromkeys(diagnosis.warnings))
+    primary = diagnosis.primary.category if diagnosis.primary else None
+    warnings = tuple(dict.fromkeys((*diagnosis.warnings, *contention_warnings(metrics.summary, primary))))
     categories: dict[str, float] = {}
     for f in diagnosis.findings:
         categories[f.category] = max(categories.get(f.category, 0.0), f.impact_frac)

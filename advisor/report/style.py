@@ -60,16 +60,18 @@ SEVERITY_RICH: dict[str, str] = {"error": "bold red", "warning": "yellow", "info
 VERDICT_LABELS: dict[str, str] = {
     "improved": "faster",
     "no_effect": "no measurable effect",
+    "undecided": "undecided (too noisy)",
     "slower": "slower",
     "failed": "failed",
     "skipped": "skipped",
     "advice": "advice (not measured)",
 }
-VERDICT_SHORT: dict[str, str] = {**VERDICT_LABELS, "no_effect": "no effect"}
+VERDICT_SHORT: dict[str, str] = {**VERDICT_LABELS, "no_effect": "no effect", "undecided": "undecided"}
 """Verdict words for tight spaces (plot labels)."""
 VERDICT_COLORS: dict[str, str] = {
     "improved": "#59a14f",
     "no_effect": "#9d9d9d",
+    "undecided": "#b07aa1",
     "slower": "#e15759",
     "failed": "#b22222",
     "skipped": "#c8c8c8",

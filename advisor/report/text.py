@@ -23,6 +23,7 @@ from rich.text import Text
 from advisor.engine.model import Finding, severity_rank
 from advisor.fixes.model import Trial
 from advisor.metrics.registry import BREAKDOWN_PARTS
+from advisor.report import headline
 from advisor.report import style as s
 from advisor.report.model import Report
 
@@ -170,21 +171,17 @@ def _summary_panel(report: Report) -> Panel:
         )
     else:
         grid.add_row("Primary bottleneck", Text("none found", style="green"))
-    tput = throughput(report)
+    tput, unit = headline.rate(report)
     kept = report.kept_trial
     if tput is not None:
-        line = Text(f"{s.rate(tput)} samples/s")
+        line = Text(f"{s.rate(tput)} {unit}")
         if kept is not None and s.finite(kept.speedup) is not None:
-            line = Text(f"{s.rate(tput)} → {s.rate(kept.samples_per_s)} samples/s with ")
+            line = Text(f"{s.rate(tput)} → {s.rate(kept.samples_per_s)} {unit} with ")
             line.append(_t(", ".join(report.kept_fixes) or kept.fix, "bold"))
             line.append(f" ({_speedup_text(kept)})")
         grid.add_row("Throughput", line)
-    step = median_step_ms(report)
-    n_steps = report.run.steps_measured or len({(r.get("rank"), r.get("step")) for r in report.steps})
-    grid.add_row(
-        "Step time",
-        _t(f"{s.ms(step)} median over {n_steps} step{'s' if n_steps != 1 else ''} · {device_text(report)}"),
-    )
+    step = headline.step_time(report)
+    grid.add_row("Step time", _t(f"{s.ms(step.ms)} {step.caption()} · {device_text(report)}"))
     grid.add_row("Findings", _t(severity_counts(report.findings)))
     if report.run.status not in ("analyzed", "stopped", "completed"):
         grid.add_row("Run status", _t(report.run.status, "bold red"))
@@ -204,7 +201,7 @@ def _breakdown(report: Report, color: bool) -> RenderableType | None:
     shares = part_shares(report)
     if not shares:
         return None
-    part_ms = mean_part_ms(report)
+    part_ms = headline.part_ms(report)
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
     table.add_column("part", no_wrap=True, min_width=20)
     table.add_column("bar", no_wrap=True, width=BAR_WIDTH)
@@ -223,7 +220,7 @@ def _breakdown(report: Report, color: bool) -> RenderableType | None:
             _t(s.pct(frac)),
             _t(s.ms(part_ms.get(part))),
         )
-    return Group(Text("Step-time breakdown (mean share of a step's wall time)", style="bold"), table)
+    return Group(Text(f"Step-time breakdown ({headline.breakdown_caption(report)})", style="bold"), table)
 
 
 def _findings(report: Report) -> RenderableType:

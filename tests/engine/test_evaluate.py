@@ -135,9 +135,14 @@ HEALTHY_CPU = {  # batch 128, width 1024 MLP on this machine: 75 ops in 22.65 ms
     "cpu_op_small_frac": 0.6, "data_loading_frac": 0.01, "sync_wait_frac": 0.0, "cpu_ops_frac": 0.86,
     "optimizer_frac": 0.08, "other_frac": 0.05, "gpu_compute_frac": 0.0, "item_count": 1, "sync_count": 0,
     "memory_used_frac": 0.05, "dataloader_num_workers": 0,
+    # 3.229 GFLOP in 22.65 ms against the 0.1153 TFLOP/s float32 peak measured here (2 threads)
+    "matmul_peak_tflops": 0.1153, "achieved_run_tflops": 0.1426, "peak_share_frac": 1.237,
 }
 TINY_CPU = {**HEALTHY_CPU, "step_time_ms": 0.35, "flops_per_step": 212000, "cpu_op_median_us": 1.1, "cpu_op_small_frac": 0.98,
-            "cpu_ops_frac": 0.6, "other_frac": 0.3}
+            "cpu_ops_frac": 0.6, "other_frac": 0.3, "achieved_run_tflops": 0.000606, "peak_share_frac": 0.0052}
+# The small GPT trainer: busy in big-enough ops (196,000 FLOPs each) at 6e-5 TFLOP/s.
+SLOW_ARITHMETIC_CPU = {**HEALTHY_CPU, "cpu_op_count": 1000, "flops_per_step": 196e6, "step_time_ms": 3267.0,
+                       "achieved_run_tflops": 6e-5, "peak_share_frac": 0.00052, "contention_flag": 0}
 
 
 def test_healthy_compute_bound_cpu_example_has_only_compute_advice():
@@ -145,6 +150,13 @@ def test_healthy_compute_bound_cpu_example_has_only_compute_advice():
     assert [x.code for x in d.findings] == ["CO001"]
     assert d.primary.category == "compute"
     assert not {x.category for x in d.findings} & {"data_loading", "sync", "small_kernels"}
+
+
+def test_busy_but_slow_arithmetic_is_not_compute_bound():
+    d = diagnose(make_metrics(SLOW_ARITHMETIC_CPU))
+    codes = {x.code for x in d.findings}
+    assert "CO001" not in codes and "SK005" in codes
+    assert d.primary.category == "small_kernels"
 
 
 def test_tiny_model_cpu_example_is_small_kernels():

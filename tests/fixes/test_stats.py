@@ -27,10 +27,29 @@ def test_consistent_but_tiny_gain_is_no_effect():
     assert est.verdict == "no_effect"
 
 
-def test_wide_disagreement_is_no_effect_even_with_a_high_median():
+def test_wide_disagreement_is_undecided_never_a_win_even_with_a_high_median():
+    # NOTE: this case was "no_effect" until the verdict told a tight interval around 1 (no
+    # effect) from one too wide to decide: [0.8, 1.6, 1.3] allows anything from 0.5x to 2.9x.
     est = estimate([0.8, 1.6, 1.3])
     assert est.ci_low < 1.0
-    assert est.verdict == "no_effect"
+    assert est.verdict == "undecided"
+    assert "too noisy to decide" in est.reason and "interval [" in est.reason
+
+
+def test_a_large_median_loss_inside_a_wide_interval_is_not_no_effect():
+    # the combination "measured 0.53x" and called no effect
+    est = estimate([0.53, 0.35, 1.05])
+    assert est.ci_low < 1.0 < est.ci_high
+    assert est.verdict == "undecided" and "0.53x" in est.reason
+    # a loss of 25% or more that is consistent enough for the interval to end below 1.25
+    est = estimate([0.6, 0.78, 1.1, 0.75])
+    assert est.ci_high < 1.25 and est.verdict == "undecided" and "measured 0.77x" in est.reason
+
+
+def test_a_tight_interval_around_one_is_no_effect_with_no_reason():
+    est = estimate([0.95, 1.05, 1.0, 0.98])
+    assert est.verdict == "no_effect" and est.reason == ""
+    assert 1 / 1.25 < est.ci_low < 1.0 < est.ci_high < 1.25
 
 
 def test_slower_is_slower():

@@ -1,7 +1,7 @@
 """A tiny training loop: DataLoader + SGD, with knobs the capture tests need.
 
 --steps N: optimizer steps to run (default: many); --accum K: micro-batches per optimizer step;
---workers W: DataLoader workers; --crash-at N: raise ValueError in step N;
+--workers W: DataLoader workers; --pin-memory: pin_memory=True; --crash-at N: raise ValueError in step N;
 --exit-at N: sys.exit(--exit-code) after step N; --hang-at N: sleep forever after step N;
 --kill-at N: SIGKILL its own process after step N (as the kernel's OOM killer would).
 """
@@ -20,6 +20,7 @@ parser.add_argument("--steps", type=int, default=100_000)
 parser.add_argument("--batch-size", type=int, default=8)
 parser.add_argument("--accum", type=int, default=1)
 parser.add_argument("--workers", type=int, default=0)
+parser.add_argument("--pin-memory", action="store_true")
 parser.add_argument("--crash-at", type=int, default=0)
 parser.add_argument("--exit-at", type=int, default=0)
 parser.add_argument("--exit-code", type=int, default=0)
@@ -28,7 +29,9 @@ parser.add_argument("--kill-at", type=int, default=0)
 args = parser.parse_args()
 
 data = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
-loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
+loader = DataLoader(
+    data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, pin_memory=args.pin_memory
+)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 

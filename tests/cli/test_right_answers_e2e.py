@@ -1,0 +1,71 @@
+"""Scripts of our own, diagnosed end to end as a user would run them: the right category, for the right reason.
+
+* ``tests/scripts/tiny_gpt.py``: a tiny GPT-style trainer with no DataLoader, overhead-bound on a
+  CPU. It is busy in operators nearly all the step, and must still not be called compute-bound:
+  the capture measures the machine's matmul peak, and the report carries the achieved share of it.
+* ``tests/scripts/train_loop.py --workers 4 --pin-memory``: a loop written for a GPU server, run
+  on a small CPU machine: a DataLoader with 4 workers and ``pin_memory=True``, more runnable
+  threads than cores, and useless pinning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "tests" / "scripts"
+ADVISOR = [sys.executable, "-m", "advisor"]
+
+
+def diagnose(tmp_path: Path, script: Path, *script_args: str) -> tuple[dict, dict]:
+    """``advisor diagnose --no-fixes`` with short phases; returns (report, capture)."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # a fresh matmul-peak cache
+    out = subprocess.run(
+        [*ADVISOR, "diagnose", "-q", "--no-fixes", "--out", str(run_dir), "--warmup", "1", "--steps", "3",
+         "--profile-steps", "2", "--format", "json", "-o", str(tmp_path / "report.json"), str(script), *script_args],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600, env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads((tmp_path / "report.json").read_text()), json.loads((run_dir / "capture.json").read_text())
+
+
+def test_tiny_gpt_is_overhead_bound_not_compute_bound(tmp_path: Path) -> None:
+    report, capture = diagnose(tmp_path, SCRIPTS / "tiny_gpt.py", "--steps", "50")
+    codes = {f["code"] for f in report["findings"]}
+    assert report["primary"]["category"] == "small_kernels", report["primary"]
+    assert "CO001" not in codes and codes & {"SK003", "SK005"}
+    peaks = {p["dtype"]: p for p in capture["environment"]["matmul_peaks"]}
+    assert peaks["fp32"]["tflops"] > 0 and peaks["fp32"]["threads"] == capture["environment"]["intra_op_threads"]
+    s = report["summary"]
+    assert s["matmul_peak_tflops"] == peaks["fp32"]["tflops"]
+    assert 0 < s["peak_share_frac"] < 1
+    assert s["achieved_run_tflops"] == pytest.approx(s["peak_share_frac"] * s["matmul_peak_tflops"])
+
+
+def test_oversubscribed_loader_and_useless_pin_memory_are_flagged(tmp_path: Path) -> None:
+    report, capture = diagnose(tmp_path, SCRIPTS / "train_loop.py", "--workers", "4", "--pin-memory", "--steps", "60")
+    codes = {f["code"] for f in report["findings"]}
+    s = report["summary"]
+    assert "DL004" in codes  # pin_memory=True, no GPU
+    assert s["dataloader_num_workers"] == 4 and s["intra_op_threads_count"] == capture["environment"]["intra_op_threads"]
+    assert s["runnable_threads_count"] == 4 + s["intra_op_threads_count"]
+    cores = capture["environment"]["cpu_count"]
+    # the rules follow the machine: more workers than cores, more runnable threads than cores
+    assert ("DL005" in codes) == (4 > cores)
+    assert ("CO005" in codes) == (s["cpu_demand_ratio"] * cores >= cores + 1)
+    if cores <= 3:
+        assert {"DL005", "CO005"} <= codes
+    # the capture recorded what else ran meanwhile, and its own process tree
+    cpu = capture["cpu"]
+    assert cpu["load_avg_mean"] is not None and cpu["other_util_frac"] is not None
+    assert cpu["max_processes"] >= 2 and cpu["max_threads"] >= cpu["max_processes"]
+    # a run measured under contention says so, whichever way the machine was
+    warned = any("competed for the cores" in w for w in report["warnings"])
+    assert warned == (s["contention_flag"] == 1.0)

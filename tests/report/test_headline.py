@@ -1,0 +1,53 @@
+"""Headline numbers: the timed steps' median, a breakdown that adds up to it, honest rate units."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+import pytest
+from report_fixtures import make_report
+
+from advisor.report import headline
+from advisor.report.render import render
+from advisor.report.text import mean_part_ms, median_step_ms
+
+
+def test_step_time_is_the_timed_median_and_the_breakdown_adds_up_to_it() -> None:
+    report = make_report()
+    timed = report.run.timed_step_times_ms
+    assert timed, "the fixture has timed steps"
+    step = headline.step_time(report)
+    assert step.basis == "timed" and step.steps == len(timed)
+    assert step.ms == pytest.approx(statistics.median(timed))
+    assert step.ms != pytest.approx(median_step_ms(report))  # the profiled median differs
+    parts = headline.part_ms(report)
+    assert sum(v for v in parts.values() if v) == pytest.approx(step.ms)
+    text = render(report, "text")
+    assert f"median of {len(timed)} timed steps (no profiler)" in text
+    assert "shares of the 5 profiled steps; ms are those shares of the timed median step" in text
+
+
+def test_without_timed_steps_the_profiled_steps_are_named() -> None:
+    report = make_report()
+    report = dataclasses.replace(report, run=dataclasses.replace(report.run, timed_step_times_ms=()))
+    step = headline.step_time(report)
+    assert step.basis == "profiled" and step.ms == median_step_ms(report)
+    assert step.caption() == "median of 5 profiled steps"
+    assert headline.part_ms(report) == mean_part_ms(report)
+    assert "mean share of a step's wall time over the 5 profiled steps" in headline.breakdown_caption(report)
+
+
+def test_rate_is_steps_per_second_when_no_samples_were_counted() -> None:
+    report = make_report()
+    assert headline.rate(report)[1] == "samples/s"
+    run = dataclasses.replace(
+        report.run, samples_per_s=None, timed_samples=(None,) * len(report.run.timed_step_times_ms)
+    )
+    no_samples = dataclasses.replace(report, run=run, summary={**report.summary, "samples_per_s": None})
+    value, unit = headline.rate(no_samples)
+    timed = report.run.timed_step_times_ms
+    assert unit == "steps/s" and value == pytest.approx(len(timed) / (sum(timed) / 1e3))
+    for fmt in ("text", "markdown", "html"):
+        out = render(no_samples, fmt)
+        assert "steps/s" in out, fmt
