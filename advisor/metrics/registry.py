@@ -137,6 +137,17 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("comm_min_rank", "rank", "ranks", "Rank with the least communication time"),
     MetricSpec("data_loading_imbalance_ratio", "ratio", "ranks", "Largest rank data-loading time / smallest"),
     MetricSpec("compute_imbalance_ratio", "ratio", "ranks", "Largest rank GPU/CPU compute time / smallest"),
+    # --- GPU idle attribution (advisor.metrics.idle; shares of step time, first match wins) ---------
+    MetricSpec("idle_frac", "frac", "step", "Share of the step with no GPU kernel, memcpy or memset running"),
+    MetricSpec("idle_sync_frac", "frac", "step", "GPU idle while the CPU waits in a sync call"),
+    MetricSpec("idle_data_loading_frac", "frac", "step", "GPU idle while the CPU is in DataLoader.__next__ or preprocesses inputs in the main process"),
+    MetricSpec("idle_preprocess_frac", "frac", "step", "GPU idle while the main process preprocesses inputs outside DataLoader.__next__"),
+    MetricSpec("idle_launch_frac", "frac", "step", "GPU idle in gaps under 1 ms while the CPU queues the next kernel (launch-bound)"),
+    MetricSpec("idle_host_frac", "frac", "step", "GPU idle in gaps of 1 ms or more while the CPU runs other Python or ops (host-bound)"),
+    MetricSpec("idle_unattributed_frac", "frac", "step", "GPU idle in gaps of 1 ms or more with nothing recorded on the CPU"),
+    MetricSpec("idle_gap_count", "count", "step", "Gaps in GPU activity per step"),
+    MetricSpec("idle_gap_median_us", "us", "step", "Median length of a gap in GPU activity"),
+    MetricSpec("idle_long_gap_frac", "frac", "step", "Share of GPU idle time that sits in gaps of 1 ms or more"),
 )
 
 SCOPES: tuple[str, ...] = ("step", "run", "ranks")

@@ -63,7 +63,7 @@ def test_pyproject_and_extend_chain_with_sources(tmp_path: Path, capsys, monkeyp
     assert s["extend-select"]["default"] is True
     # what the engine runs: the closer file's select replaces what its base built (base's
     # ignore of DL002 included), then its own ignore drops SY002
-    assert data["rules"]["selected"] == ["DL001", "DL002", "SY001"]
+    assert data["rules"]["selected"] == ["DL001", "DL002", "DL003", "SY001"]
     code, out, _ = invoke(capsys, "config", "--for", str(sub))
     assert "config file: pyproject.toml [tool.advisor]" in out and "  extends: base.toml" in out
     ignore_row = next(line for line in out.splitlines() if line.startswith("ignore "))
