@@ -19,6 +19,7 @@ import pandas as pd
 
 from advisor.metrics.idle import attribute_idle
 from advisor.metrics.model import SourceLocation
+from advisor.metrics.roofline import TOP_OPS, compute_roofline
 
 if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis
@@ -48,7 +49,7 @@ def _records(frame: pd.DataFrame, limit: int) -> list[dict[str, Any]]:
         for k, v in row.items():
             if isinstance(v, float | np.floating):
                 v = float(v)
-                clean[k] = round(v, 6) if np.isfinite(v) else None
+                clean[k] = v if np.isfinite(v) else None
             elif isinstance(v, np.integer):
                 clean[k] = int(v)
             else:
@@ -67,12 +68,18 @@ def gpu_views(analyses: Sequence[TraceAnalysis]) -> GpuViews:
     step_parts = []
     locations: list[SourceLocation] = []
     tables: dict[str, list[dict[str, Any]]] = {}
+    notes: list[str] = []
     for i, a in enumerate(analyses):
         idle = attribute_idle(a)
-        step_parts.append(idle.steps)
+        roof = compute_roofline(a, str(a.run.get("device_name") or ""))
+        cols = idle.steps.assign(step_mfu_frac=roof.step_mfu, sized_gpu_time_frac=roof.sized_time_frac)
+        step_parts.append(cols)
         if i == 0:
             locations.extend(idle.locations)
+            notes.extend(roof.notes)
             if len(idle.functions):
                 tables["idle_functions"] = _records(idle.functions, TOP_FUNCTIONS)
+            if len(roof.table):
+                tables["roofline"] = _records(roof.table, TOP_OPS)
     steps = pd.concat(step_parts, ignore_index=True) if step_parts else pd.DataFrame()
-    return GpuViews(steps=steps, tables=tables, locations=tuple(locations))
+    return GpuViews(steps=steps, tables=tables, locations=tuple(locations), notes=tuple(notes))

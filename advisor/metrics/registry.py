@@ -148,6 +148,9 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("idle_gap_count", "count", "step", "Gaps in GPU activity per step"),
     MetricSpec("idle_gap_median_us", "us", "step", "Median length of a gap in GPU activity"),
     MetricSpec("idle_long_gap_frac", "frac", "step", "Share of GPU idle time that sits in gaps of 1 ms or more"),
+    # --- roofline per operator (advisor.metrics.roofline) -------------------------------------------
+    MetricSpec("step_mfu_frac", "frac", "step", "Model FLOPs utilisation: GEMM/conv/attention FLOPs of the step at the device's peak for their dtype, over the step time"),
+    MetricSpec("sized_gpu_time_frac", "frac", "step", "Share of the step's operator GPU time in ops whose FLOPs and bytes are known from recorded shapes"),
 )
 
 SCOPES: tuple[str, ...] = ("step", "run", "ranks")
