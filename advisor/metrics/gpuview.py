@@ -19,6 +19,7 @@ import pandas as pd
 
 from advisor.metrics.idle import attribute_idle
 from advisor.metrics.model import SourceLocation
+from advisor.metrics.modules import module_times, top_modules
 from advisor.metrics.roofline import TOP_OPS, compute_roofline
 
 if TYPE_CHECKING:
@@ -81,5 +82,9 @@ def gpu_views(analyses: Sequence[TraceAnalysis]) -> GpuViews:
                 tables["idle_functions"] = _records(idle.functions, TOP_FUNCTIONS)
             if len(roof.table):
                 tables["roofline"] = _records(roof.table, TOP_OPS)
+            modules = module_times(a)
+            if len(modules):
+                ordered = top_modules(modules)
+                tables["modules"] = _records(ordered, len(ordered))
     steps = pd.concat(step_parts, ignore_index=True) if step_parts else pd.DataFrame()
     return GpuViews(steps=steps, tables=tables, locations=tuple(locations), notes=tuple(notes))

@@ -24,6 +24,7 @@ from advisor.engine.model import Finding, severity_rank
 from advisor.fixes.model import Trial
 from advisor.metrics.registry import BREAKDOWN_PARTS
 from advisor.report import style as s
+from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
 
 WIDTH = 100
@@ -354,6 +355,23 @@ def _locations(report: Report) -> RenderableType | None:
     return Group(*items)
 
 
+def _gpu_tables(report: Report) -> RenderableType | None:
+    """Render the GPU-time tables (idle by function, roofline, modules, collectives, shapes)."""
+    items: list[RenderableType] = []
+    for sec in gpu_sections(report):
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+        for header, numeric in zip(sec.headers, sec.numeric, strict=True):
+            table.add_column(header, justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
+        for row in sec.rows:
+            table.add_row(*(_t(c) for c in row))
+        if items:
+            items.append(Text(""))
+        items += [Text(sec.title, style="bold"), table]
+        if sec.note:
+            items.append(_t(sec.note, "dim"))
+    return Group(*items) if items else None
+
+
 def _warnings(report: Report) -> RenderableType | None:
     if not report.warnings:
         return None
@@ -399,6 +417,7 @@ def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> s
         _trials(report),
         _diff(report, color),
         _locations(report),
+        _gpu_tables(report),
         _notes(report),
     ]
     for section in sections:
