@@ -113,7 +113,7 @@ def _modules(rows: list[dict[str, Any]]) -> Section:
         ("Module", "Calls", "Host time", "GPU time (forward)"),
         (False, True, True, True),
         tuple(
-            ("  " * int(r["depth"]) + str(r["module"]).rsplit("/", 1)[-1], s.number(r["calls"]), s.ms(r["host_ms"]),
+            ("· " * int(r["depth"]) + str(r["module"]).rsplit("/", 1)[-1], s.number(r["calls"]), s.ms(r["host_ms"]),
              s.ms(r["device_ms"]))
             for r in rows
         ),
