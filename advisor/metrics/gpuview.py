@@ -21,6 +21,7 @@ from advisor.metrics.idle import attribute_idle
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.modules import module_times, top_modules
 from advisor.metrics.roofline import TOP_OPS, compute_roofline
+from advisor.metrics.tensorcore import misaligned
 
 if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis
@@ -73,10 +74,14 @@ def gpu_views(analyses: Sequence[TraceAnalysis]) -> GpuViews:
     for i, a in enumerate(analyses):
         idle = attribute_idle(a)
         roof = compute_roofline(a, str(a.run.get("device_name") or ""))
+        tc_steps, tc_table, tc_locations = misaligned(roof.ops, a)
         cols = idle.steps.assign(step_mfu_frac=roof.step_mfu, sized_gpu_time_frac=roof.sized_time_frac)
-        step_parts.append(cols)
+        step_parts.append(pd.concat([cols, tc_steps], axis=1))
         if i == 0:
             locations.extend(idle.locations)
+            locations.extend(tc_locations)
+            if len(tc_table):
+                tables["misaligned_ops"] = _records(tc_table, TOP_FUNCTIONS)
             notes.extend(roof.notes)
             if len(idle.functions):
                 tables["idle_functions"] = _records(idle.functions, TOP_FUNCTIONS)

@@ -151,6 +151,9 @@ _SPECS: tuple[MetricSpec, ...] = (
     # --- roofline per operator (advisor.metrics.roofline) -------------------------------------------
     MetricSpec("step_mfu_frac", "frac", "step", "Model FLOPs utilisation: GEMM/conv/attention FLOPs of the step at the device's peak for their dtype, over the step time"),
     MetricSpec("sized_gpu_time_frac", "frac", "step", "Share of the step's operator GPU time in ops whose FLOPs and bytes are known from recorded shapes"),
+    # --- tensor-core shapes (advisor.metrics.tensorcore) ----------------------------------------------
+    MetricSpec("tc_misaligned_op_count", "count", "step", "fp16/bf16 (int8) GEMM/convolution calls per step with a dimension not a multiple of 8 (16)"),
+    MetricSpec("tc_misaligned_time_frac", "frac", "step", "Share of the step's GEMM/convolution GPU time in those calls"),
 )
 
 SCOPES: tuple[str, ...] = ("step", "run", "ranks")

@@ -33,7 +33,7 @@ def test_gpu_small_loads_with_kernels_launches_shapes_and_modules():
     assert (paired["ts"] >= paired["end_rt"] - 1e-6).all()
     addmm = ev[ev["name"].astype(str) == "aten::addmm"]
     assert set(addmm["input_dims"].astype(str)) == {"[[4096],[512,1024],[1024,4096],[],[]]",
-                                                    "[[1000],[512,4096],[4096,1000],[],[]]"}
+                                                    "[[1001],[512,4096],[4096,1001],[],[]]"}
     names = set(ev.loc[cats == "python_function", "name"].astype(str))
     assert {"nn.Module: MLP_0", "nn.Module: Linear_1", "dataset.py(21): __getitem__"} <= names
 

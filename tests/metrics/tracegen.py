@@ -287,7 +287,7 @@ def small_model(steps: int = 2) -> TraceBuilder:
 
     Per step: DataLoader ``__next__`` (1500 us, of which ``dataset.py(21): __getitem__`` 1200 us), a
     pinned H2D copy, ``nn.Module: MLP_0`` with two ``Linear`` (bf16 GEMMs 512x1024x4096 and
-    512x4096x1000, the second misaligned for tensor cores: 1000 % 8 != 0), a GELU between them,
+    512x4096x1001, the second misaligned for tensor cores: 1001 % 8 != 0), a GELU between them,
     a softmax, SDPA flash attention, then a ``.item()``-style sync and 2000 us of
     ``torch/serialization.py(600): save``.
     """
@@ -305,8 +305,8 @@ def small_model(steps: int = 2) -> TraceBuilder:
                         b.linear(512, 1024, 4096, kernel_us=30.0)
                     b.elementwise("aten::gelu", [512, 4096], dtype="c10::BFloat16", kernel_us=12.0)
                     with b.module("Linear_1"):
-                        b.linear(512, 4096, 1000, kernel_us=35.0)
-                    with b.op("aten::_softmax", [[512, 1000], [], []], ["c10::BFloat16", "Scalar", "Scalar"],
+                        b.linear(512, 4096, 1001, kernel_us=35.0)
+                    with b.op("aten::_softmax", [[512, 1001], [], []], ["c10::BFloat16", "Scalar", "Scalar"],
                               overhead_us=4.0) as ext:
                         b.kernel("void at::native::cunn_SoftMaxForward<8, c10::BFloat16>", 6.0, ext_id=ext)
                     with b.module("Attention_0"):
