@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from advisor.metrics.collectives import collectives_across_ranks
 from advisor.metrics.idle import attribute_idle
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.modules import module_times, top_modules
@@ -92,4 +93,7 @@ def gpu_views(analyses: Sequence[TraceAnalysis]) -> GpuViews:
                 ordered = top_modules(modules)
                 tables["modules"] = _records(ordered, len(ordered))
     steps = pd.concat(step_parts, ignore_index=True) if step_parts else pd.DataFrame()
-    return GpuViews(steps=steps, tables=tables, locations=tuple(locations), notes=tuple(notes))
+    coll, run = collectives_across_ranks(analyses)
+    if len(coll):
+        tables["collectives"] = _records(coll, len(coll))
+    return GpuViews(steps=steps, run=run, tables=tables, locations=tuple(locations), notes=tuple(notes))

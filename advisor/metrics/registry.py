@@ -154,6 +154,9 @@ _SPECS: tuple[MetricSpec, ...] = (
     # --- tensor-core shapes (advisor.metrics.tensorcore) ----------------------------------------------
     MetricSpec("tc_misaligned_op_count", "count", "step", "fp16/bf16 (int8) GEMM/convolution calls per step with a dimension not a multiple of 8 (16)"),
     MetricSpec("tc_misaligned_time_frac", "frac", "step", "Share of the step's GEMM/convolution GPU time in those calls"),
+    # --- collectives across ranks (advisor.metrics.collectives) ----------------------------------------
+    MetricSpec("collective_wait_frac", "frac", "ranks", "Share of collective kernel time spent waiting for the last rank to arrive (skew), not moving data"),
+    MetricSpec("collective_busbw_gbps", "GB/s", "ranks", "Effective bus bandwidth of the sized collectives (nccl-tests convention), over their transfer time"),
 )
 
 SCOPES: tuple[str, ...] = ("step", "run", "ranks")

@@ -203,8 +203,12 @@ class RooflineResult:
     notes: tuple[str, ...]
 
 
-def _kernel_owner(ev: pd.DataFrame, analysis: TraceAnalysis, op_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each kernel row: the position (into ``op_rows``) of the innermost op that launched it, or -1."""
+def kernel_owner(ev: pd.DataFrame, analysis: TraceAnalysis, op_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each kernel row: the position (into ``op_rows``) of the innermost op that launched it, or -1.
+
+    The op is the innermost of ``op_rows`` whose span holds the kernel's launching runtime call
+    (matched by correlation id) on the same CPU thread.
+    """
     cls = analysis.cls
     k_rows = np.flatnonzero(cls.kernel)
     owner = np.full(len(k_rows), -1, dtype=np.int64)
@@ -262,7 +266,7 @@ def compute_roofline(analysis: TraceAnalysis, device_name: str) -> RooflineResul
     if not cls.has_gpu or not len(op_rows):
         return RooflineResult(pd.DataFrame(), empty, nan, nan, has_shapes, ())
 
-    k_rows, owner = _kernel_owner(ev, analysis, op_rows)
+    k_rows, owner = kernel_owner(ev, analysis, op_rows)
     dur = ev["dur"].to_numpy()
     charged = owner >= 0
     op_pos = owner[charged]
