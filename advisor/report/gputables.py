@@ -16,7 +16,7 @@ from typing import Any
 from advisor.report import style as s
 from advisor.report.model import Report
 
-MAX_SHAPES_CHARS = 48
+MAX_SHAPES_CHARS = 90
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class Section:
     numeric: tuple[bool, ...]
     rows: tuple[tuple[str, ...], ...]
     note: str = ""
+    detail: tuple[int, ...] = ()
+    """Columns narrow layouts (the terminal) show on a second line under the first column."""
 
 
 def _f(value: Any, fmt: str) -> str:
@@ -103,6 +105,7 @@ def _roofline(rows: list[dict[str, Any]]) -> Section:
         "(min of the dtype's dense peak and intensity x memory bandwidth). Over 100% means the kernel does "
         "less arithmetic than the direct algorithm (Winograd/FFT convolutions) or runs on a faster unit than "
         "the dtype's peak assumes (TF32 for float32).",
+        detail=(2, 1),
     )
 
 
@@ -153,6 +156,7 @@ def _misaligned(rows: list[dict[str, Any]]) -> Section:
         ),
         "Tensor cores run fp16/bf16 GEMMs at full speed when M, N, K (convolution channels) are multiples "
         "of 8, int8/fp8 when multiples of 16.",
+        detail=(2, 1),
     )
 
 

@@ -360,10 +360,16 @@ def _gpu_tables(report: Report) -> RenderableType | None:
     items: list[RenderableType] = []
     for sec in gpu_sections(report):
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
-        for header, numeric in zip(sec.headers, sec.numeric, strict=True):
-            table.add_column(header, justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
+        keep = [i for i in range(len(sec.headers)) if i not in sec.detail]
+        for i in keep:
+            numeric = sec.numeric[i]
+            table.add_column(sec.headers[i], justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
         for row in sec.rows:
-            table.add_row(*(_t(c) for c in row))
+            cells = [_t(row[i]) for i in keep]
+            detail = " · ".join(row[i] for i in sec.detail if row[i])
+            if detail:
+                cells[0].append("\n" + detail, style="dim")
+            table.add_row(*cells)
         if items:
             items.append(Text(""))
         items += [Text(sec.title, style="bold"), table]
