@@ -73,8 +73,8 @@ def gpu_views(analyses: Sequence[TraceAnalysis]) -> GpuViews:
     tables: dict[str, list[dict[str, Any]]] = {}
     notes: list[str] = []
     for i, a in enumerate(analyses):
-        idle = attribute_idle(a)
-        roof = compute_roofline(a, str(a.run.get("device_name") or ""))
+        idle = attribute_idle(a, with_functions=i == 0)
+        roof = compute_roofline(a, str(a.run.get("device_name") or ""), with_table=i == 0)
         tc_steps, tc_table, tc_locations = misaligned(roof.ops, a)
         cols = idle.steps.assign(step_mfu_frac=roof.step_mfu, sized_gpu_time_frac=roof.sized_time_frac)
         step_parts.append(pd.concat([cols, tc_steps], axis=1))

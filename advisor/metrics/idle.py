@@ -271,8 +271,11 @@ def _self_time(frames: pd.DataFrame, spans: Spans) -> np.ndarray:
     return np.where(real, np.clip(inclusive - children, 0.0, None), 0.0)
 
 
-def attribute_idle(analysis: TraceAnalysis) -> IdleResult:
-    """Attribute every GPU-idle instant of each step to a class and a Python function."""
+def attribute_idle(analysis: TraceAnalysis, with_functions: bool = True) -> IdleResult:
+    """Attribute every GPU-idle instant of each step to a class and a Python function.
+
+    ``with_functions=False`` skips naming the functions (other ranks need only the per-step shares).
+    """
     ev, cls, win = analysis.trace.events, analysis.cls, analysis.windows
     n = len(win)
     if not cls.has_gpu:
@@ -324,7 +327,7 @@ def attribute_idle(analysis: TraceAnalysis) -> IdleResult:
     with np.errstate(divide="ignore", invalid="ignore"):
         cols["idle_long_gap_frac"] = np.where(idle > 0, per_step(long_gaps) / np.where(idle > 0, idle, 1.0), np.nan)
     steps = pd.DataFrame(cols)
-    functions = _functions(frames, parts, gaps, max(n, 1))
+    functions = _functions(frames, parts, gaps, max(n, 1)) if with_functions else _no_functions()
     return IdleResult(steps, functions, _locations(functions))
 
 

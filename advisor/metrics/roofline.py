@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -109,12 +110,14 @@ def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[int, int]]:
     return out
 
 
+@lru_cache(maxsize=65536)
 def _compact(text: object) -> str:
     """Shapes as compact JSON (traces indent them differently)."""
     parsed = _json(text) if isinstance(text, str) else None
     return json.dumps(parsed, separators=(",", ":")) if parsed is not None else ""
 
 
+@lru_cache(maxsize=65536)
 def op_cost(name: str, dims_text: str | None, types_text: str | None, concrete_text: str | None) -> tuple[float, float] | None:
     """(FLOPs, bytes) of one operator call from its recorded shapes, or None when it cannot be sized."""
     kind = op_kind(name)
@@ -249,8 +252,11 @@ def kernel_owner(ev: pd.DataFrame, analysis: TraceAnalysis, op_rows: np.ndarray)
     return k_rows, owner
 
 
-def compute_roofline(analysis: TraceAnalysis, device_name: str) -> RooflineResult:
-    """Size every roofline operator of one trace and compare it with the device's peaks."""
+def compute_roofline(analysis: TraceAnalysis, device_name: str, with_table: bool = True) -> RooflineResult:
+    """Size every roofline operator of one trace and compare it with the device's peaks.
+
+    ``with_table=False`` skips the grouped table (other ranks of a job need only the per-step values).
+    """
     ev, cls, win = analysis.trace.events, analysis.cls, analysis.windows
     n = len(win)
     names = ev["name"]
@@ -273,6 +279,9 @@ def compute_roofline(analysis: TraceAnalysis, device_name: str) -> RooflineResul
     device_us = np.bincount(op_pos, weights=dur[k_rows][charged], minlength=len(op_rows))
     kernels = np.bincount(op_pos, minlength=len(op_rows))
 
+    # only ops that launched kernels get a row (shapes repeat every step: costs are cached)
+    launched = kernels > 0
+    op_rows, device_us, kernels = op_rows[launched], device_us[launched], kernels[launched]
     sub_names = take(names, op_rows).astype(str)
     dims = take(ev["input_dims"], op_rows)
     types = take(ev["input_type"], op_rows)
@@ -296,9 +305,8 @@ def compute_roofline(analysis: TraceAnalysis, device_name: str) -> RooflineResul
             "step": point_step(ev["ts"].to_numpy()[op_rows], win),
         }
     )
-    ops = ops[ops["kernels"] > 0].reset_index(drop=True)
     gpu = find_gpu(device_name) if device_name else None
-    table = _table(ops, gpu)
+    table = _table(ops, gpu) if with_table else empty
     step_mfu, sized_frac = _per_step(ops, analysis, gpu, n)
     notes = _notes(ops, analysis, has_shapes, gpu, device_name)
     return RooflineResult(ops, table, step_mfu, sized_frac, has_shapes, notes)
