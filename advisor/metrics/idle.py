@@ -327,7 +327,8 @@ def attribute_idle(analysis: TraceAnalysis, with_functions: bool = True) -> Idle
     with np.errstate(divide="ignore", invalid="ignore"):
         cols["idle_long_gap_frac"] = np.where(idle > 0, per_step(long_gaps) / np.where(idle > 0, idle, 1.0), np.nan)
     steps = pd.DataFrame(cols)
-    functions = _functions(frames, parts, gaps, max(n, 1)) if with_functions else _no_functions()
+    ops = pd.DataFrame({"name": take(ev["name"], top).astype(str), "ts": ts[top], "end": end[top]})
+    functions = _functions(frames, parts, gaps, max(n, 1), ops) if with_functions else _no_functions()
     return IdleResult(steps, functions, _locations(functions))
 
 
@@ -339,10 +340,24 @@ LOADER_FUNCTION = "DataLoader.__next__ (outside Python stacks)"
 """Function name given to data-loading idle time that no preprocessing frame covers."""
 
 
-def _functions(frames: pd.DataFrame, parts: dict[str, Spans], gaps: Spans, n_steps: int) -> pd.DataFrame:
-    """Per (function, class): self idle time per step, and the longest gap it sits in."""
+def _functions(frames: pd.DataFrame, parts: dict[str, Spans], gaps: Spans, n_steps: int, ops: pd.DataFrame) -> pd.DataFrame:
+    """Per (function, class): self idle time per step, and the longest gap it sits in.
+
+    Host-bound time outside every Python frame (traces without stacks) goes to the top-level
+    operator running then, named ``aten::empty (operator)``.
+    """
     out = []
     longest = gaps.length
+    in_frames = Spans.of(frames["ts"].to_numpy(dtype=np.float64), frames["end"].to_numpy(dtype=np.float64))
+    host_outside = parts["host"] - in_frames
+    if len(host_outside.start) and len(ops):
+        own = host_outside.measure(ops["ts"].to_numpy(), ops["end"].to_numpy())
+        hit = own > 0
+        if hit.any():
+            fs, fe = ops["ts"].to_numpy()[hit], ops["end"].to_numpy()[hit]
+            gap = _range_max(longest, np.searchsorted(gaps.end, fs, side="right"), np.searchsorted(gaps.start, fe, side="left") - 1)
+            out.append(pd.DataFrame({"function": [f"{n} (operator)" for n in ops["name"].to_numpy()[hit]],
+                                     "idle_class": "host", "self": own[hit], "gap": gap}))
     pre = frames[frames["preprocess"].to_numpy(dtype=bool)]
     in_pre = Spans.of(pre["ts"].to_numpy(), pre["end"].to_numpy()) if len(pre) else _EMPTY
     loader_only = float((parts["data_loading"] - in_pre).length.sum())

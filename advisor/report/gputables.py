@@ -84,7 +84,8 @@ def _idle(rows: list[dict[str, Any]]) -> Section:
              s.ms(r["longest_gap_ms"]))
             for r in rows
         ),
-        "Innermost Python frame running while no kernel ran (self time; nested frames are not counted twice). "
+        "Innermost Python frame (without Python stacks: the top-level operator) running while no kernel ran "
+        "(self time; nested frames are not counted twice). "
         "Launch-bound: gaps under 1 ms while the CPU queues kernels; host-bound: gaps of 1 ms or more.",
     )
 

@@ -106,3 +106,11 @@ def test_bert_trace_is_launch_bound_in_short_gaps(shared_traces):
     assert "torch/nn/modules/linear.py(124): forward" in names[:3]
     # other threads' frames (a profiler thread's wait) are not blamed
     assert not any("threading.py" in n for n in names)
+
+
+def test_without_python_stacks_host_time_is_named_by_operator(shared_traces):
+    # HTA's event-sync example: aten::ones (a first CUDA allocation) holds the CPU for 2.2 ms
+    # while the GPU has nothing queued
+    m = analyze_path(next((shared_traces / "hta").rglob("*.json.gz")))
+    (row,) = [r for r in m.extra["idle_functions"] if r["idle_class"] == "host"]
+    assert row["function"] == "aten::ones (operator)" and row["idle_ms"] > 2.0
