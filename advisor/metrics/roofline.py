@@ -308,6 +308,8 @@ def compute_roofline(analysis: TraceAnalysis, device_name: str, with_table: bool
     gpu = find_gpu(device_name) if device_name else None
     table = _table(ops, gpu) if with_table else empty
     step_mfu, sized_frac = _per_step(ops, analysis, gpu, n)
+    if not has_shapes:  # nothing could be sized: unknown, not 0%
+        sized_frac = nan
     notes = _notes(ops, analysis, has_shapes, gpu, device_name)
     return RooflineResult(ops, table, step_mfu, sized_frac, has_shapes, notes)
 

@@ -92,3 +92,10 @@ def test_resnet_says_which_ops_lack_shapes_and_sizes_the_backward_convolutions(s
     conv = [r for r in m.extra["roofline"] if r["name"] == "aten::cudnn_convolution_backward"]
     assert conv and all(r["dtype"] == "fp32" and r["tflops"] > 0 for r in conv)
     assert m.summary["step_mfu_frac"] is None  # forward convolutions unsized: no partial MFU
+
+
+def test_a_trace_without_shapes_says_so_and_sizes_nothing(shared_traces):
+    m = analyze_path(next((shared_traces / "hta").rglob("*.json.gz")))
+    assert any("records no operator shapes" in n for n in m.notes)
+    assert m.summary["sized_gpu_time_frac"] is None and m.summary["step_mfu_frac"] is None
+    assert "roofline" not in m.extra
