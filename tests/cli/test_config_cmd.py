@@ -68,7 +68,7 @@ def test_pyproject_and_extend_chain_with_sources(tmp_path: Path, capsys, monkeyp
     assert "config file: pyproject.toml [tool.advisor]" in out and "  extends: base.toml" in out
     ignore_row = next(line for line in out.splitlines() if line.startswith("ignore "))
     assert ignore_row.split() == ["ignore", '["SY002"]', "pyproject.toml", "[tool.advisor]"]
-    assert "rules: 3 of " in out and "selected: DL001, DL002, SY001" in out
+    assert "rules: 4 of " in out and "selected: DL001, DL002, DL003, SY001" in out
 
 
 def test_lists_add_up_over_the_extend_chain_without_select(tmp_path: Path) -> None:
