@@ -180,8 +180,16 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "data_loading": ("dataloader_wait_ms",),
     "communication": ("comm_overlap_frac", "comm_time_ms"),
     "flops": ("flops_per_step", "achieved_tflops"),
+    # NOTE: computed after metrics.steps, by advisor.metrics.gpuview (idle, roofline, tensorcore)
+    "gpu_time": (
+        "idle_frac", "idle_sync_frac", "idle_data_loading_frac", "idle_launch_frac", "idle_host_frac",
+        "idle_unattributed_frac", "idle_preprocess_frac", "idle_gap_count", "idle_gap_median_us",
+        "idle_long_gap_frac", "step_mfu_frac", "sized_gpu_time_frac", "tc_misaligned_op_count",
+        "tc_misaligned_time_frac",
+    ),
 }
-"""The per-step metric families of one trace, in column order (one function each in metrics.steps)."""
+"""The per-step metric families of one trace, in column order (one function each in metrics.steps;
+``gpu_time`` in metrics.gpuview)."""
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 if len(METRICS) != len(_SPECS):  # pragma: no cover - guards edits to this table
