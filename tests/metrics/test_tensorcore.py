@@ -26,7 +26,7 @@ def test_misaligned_bf16_gemm_is_listed_with_its_time_and_source_line():
     (row,) = m.extra["misaligned_ops"]
     assert row["bad"] == "N=1001" and row["device_ms"] == pytest.approx(0.035) and row["where"] == "train.py:50 (main)"
     report = analyze_report(GPU_SMALL)
-    co = next(f for f in report.findings if f.code == "CO004")
+    co = next(f for f in report.findings if f.code == "CO006")
     assert "train.py:50 (main)" in co.message and "54%" in co.message
 
 
