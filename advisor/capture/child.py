@@ -109,6 +109,7 @@ class TorchProfilerControl:
             record_shapes=True,
             profile_memory=True,
             with_stack=True,
+            with_modules=True,  # nn.Module frames: the module view (advisor.metrics.modules)
         )
         self._prof.start()
 

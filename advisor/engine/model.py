@@ -17,6 +17,7 @@ class Category(Vocab):
     MEMORY = "memory"
     COMPUTE = "compute"
     COMMUNICATION = "communication"
+    HOST = "host"
 
 
 class Severity(Vocab):
@@ -43,6 +44,9 @@ class LocationKind(Vocab):
     D2H = "d2h"
     DATA_LOADING = "data_loading"
     HOT = "hot"
+    PREPROCESS = "preprocess"  # GPU idle in input preprocessing (advisor.metrics.idle)
+    HOST = "host"  # GPU idle in other host work (advisor.metrics.idle)
+    MISALIGNED = "misaligned"  # a tensor-core-unfriendly GEMM (advisor.metrics.tensorcore)
 
 
 CATEGORIES: tuple[str, ...] = Category.values()

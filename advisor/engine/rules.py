@@ -53,6 +53,7 @@ GROUPS: dict[str, str] = {
     "ME": "memory",
     "CO": "compute",
     "CM": "communication",
+    "HB": "host",
 }
 """Code prefix (group) -> category. A rule's code prefix must match its category."""
 

@@ -37,6 +37,7 @@ from advisor.capture.model import CAPTURE_FILE, RunCapture
 from advisor.errors import InputError, TraceError
 from advisor.metrics.balance import rank_balance
 from advisor.metrics.contention import contention_metrics
+from advisor.metrics.gpuview import gpu_views
 from advisor.metrics.model import Metrics
 from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
@@ -217,7 +218,9 @@ def compute_metrics(
         return _capture_only(capture, source)
     traces = _unique_ranks(traces)
     analyses = [analyze_trace(t) for t in traces]
+    views = gpu_views(analyses)
     steps = pd.concat([a.steps for a in analyses], ignore_index=True)
+    steps = pd.concat([steps, views.steps.drop(columns=[c for c in views.steps.columns if c in steps.columns])], axis=1)
     has_gpu = any(a.cls.has_gpu for a in analyses)
     notes: list[str] = [n for a in analyses for n in a.notes]
 
@@ -253,7 +256,12 @@ def compute_metrics(
     summary["memory_used_frac"] = float(peak / total) if peak is not None and total else None
 
     locations, loc_notes = find_locations(analyses, pstats_path, capture)
+    locations = [*locations, *views.locations]
     notes.extend(loc_notes)
+    notes.extend(views.notes)
+    for key, value in views.run.items():
+        if summary.get(key) is None:
+            summary[key] = value
     if any(a.trace.events["call_stack"].notna().any() for a in analyses[:1]):
         notes.append("old Kineto trace format (Operator/Runtime/Kernel categories, 'Call stack' args)")
 
@@ -263,6 +271,7 @@ def compute_metrics(
         "peak_tflops": next((a.run["peak_tflops"] for a in analyses if a.run.get("peak_tflops")), None),
         "top_kernels": _top_kernels(analyses[0]),
         "breakdown_mode": "gpu" if has_gpu else "cpu",
+        **views.tables,
     }
     share = peak_share(summary, capture, extra["dominant_dtype"], extra["peak_tflops"])
     summary.update(peak_share_metrics(share))

@@ -1,4 +1,4 @@
-"""FLOPs from operator shapes, and the peak throughput of common GPUs by dtype (for MFU).
+"""FLOPs from operator shapes (the peaks of common GPUs live in :mod:`advisor.metrics.devices`).
 
 Only the matrix engines' work is counted (matmul and convolution), at the lowest aten level
 that carries the shapes, so nothing is counted twice: ``aten::mm``, ``aten::addmm``,
@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from advisor.metrics.devices import peak_tflops
 from advisor.metrics.events import take
 
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
@@ -29,32 +30,6 @@ FLOP_OPS = MATMUL_OPS | CONV_OPS
 # ops a `flops` arg may sit on (with_flops annotates conv2d rather than convolution)
 FLOPS_ARG_OPS = MATMUL_OPS | frozenset({"aten::conv1d", "aten::conv2d", "aten::conv3d"})
 CONV_NAME_HINTS = ("conv",)
-
-# Peak dense (no sparsity) TFLOP/s by GPU model and dtype. Sources, NVIDIA datasheets:
-#   V100: "NVIDIA Tesla V100 GPU Architecture" whitepaper / V100 datasheet (SXM2: 15.7 FP32,
-#         125 tensor FP16; PCIe: 14 / 112). No bf16/tf32.
-#   A100: "NVIDIA A100 Tensor Core GPU" datasheet: 19.5 FP32, 156 TF32, 312 BF16/FP16.
-#   H100: "NVIDIA H100 Tensor Core GPU" datasheet (dense = half the sparse figures):
-#         SXM 67 FP32, 494.7 TF32, 989.4 BF16/FP16; PCIe 51 / 378 / 756; NVL 60 / 417.5 / 835.
-#   H200: "NVIDIA H200 Tensor Core GPU" datasheet: SXM 67 FP32, 494.7 TF32, 989.4 BF16/FP16.
-#   L4:   "NVIDIA L4 Tensor Core GPU" datasheet: 30.3 FP32, 60 TF32, 121 BF16/FP16.
-#   L40S: "NVIDIA L40S" datasheet: 91.6 FP32, 183 TF32, 362.05 BF16/FP16.
-#   A10:  "NVIDIA A10 Tensor Core GPU" datasheet: 31.2 FP32, 62.5 TF32, 125 BF16/FP16.
-#   T4:   "NVIDIA T4 Tensor Core GPU" datasheet: 8.1 FP32, 65 FP16 (no bf16/tf32).
-# Ordered: the first pattern found in the device name wins ("A100" before "A10").
-PEAK_TFLOPS: tuple[tuple[tuple[str, ...], dict[str, float]], ...] = (
-    (("H200",), {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
-    (("H100", "PCIE"), {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
-    (("H100", "NVL"), {"fp32": 60.0, "tf32": 417.5, "bf16": 835.0, "fp16": 835.0}),
-    (("H100",), {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
-    (("A100",), {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
-    (("V100", "PCIE"), {"fp32": 14.0, "fp16": 112.0}),
-    (("V100",), {"fp32": 15.7, "fp16": 125.0}),
-    (("L40S",), {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05}),
-    (("L4",), {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0}),
-    (("A10",), {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
-    (("T4",), {"fp32": 8.1, "fp16": 65.0}),
-)
 
 _DTYPES = {
     "float": "fp32",
@@ -68,17 +43,12 @@ _DTYPES = {
 }
 
 
-def peak_tflops(device_name: str, dtype: str) -> float | None:
-    """Peak dense TFLOP/s of ``device_name`` for ``dtype`` (fp32/tf32/bf16/fp16), or None."""
-    upper = device_name.upper()
-    for patterns, peaks in PEAK_TFLOPS:
-        if all(p in upper for p in patterns):
-            return peaks.get(dtype)
-    return None
+__all__ = ["peak_tflops"]  # re-exported: callers import it from here
 
 
 @lru_cache(maxsize=65536)
-def _parse(text: str | None) -> object:
+def parse_json(text: str | None) -> object:
+    """Parse a JSON args fragment (``Input Dims``, ...), cached per distinct text; None if invalid."""
     if not text:
         return None
     try:
@@ -112,7 +82,7 @@ def _conv_out(size: int, k: int, stride: int, pad: int, dil: int) -> int:
 
 def op_flops(name: str, dims_text: str | None, concrete_text: str | None) -> float | None:
     """FLOPs of one matmul/conv op from its ``Input Dims`` (and ``Concrete Inputs``); None if unknown."""
-    dims = _parse(dims_text)
+    dims = parse_json(dims_text)
     if not isinstance(dims, list):
         return None
     try:
@@ -140,7 +110,7 @@ def op_flops(name: str, dims_text: str | None, concrete_text: str | None) -> flo
             spatial = len(inp) - 2
             if spatial < 1 or len(weight) != len(inp):
                 return None
-            concrete = _parse(concrete_text)
+            concrete = parse_json(concrete_text)
             if not isinstance(concrete, list) or len(concrete) < 9:
                 return None
             stride = _int_list(concrete[3], spatial)
@@ -165,7 +135,7 @@ def op_flops(name: str, dims_text: str | None, concrete_text: str | None) -> flo
 
 def op_dtype(type_text: str | None) -> str | None:
     """Short dtype (fp32, bf16, fp16, ...) of an op's first tensor input, from ``Input type``."""
-    types = _parse(type_text)
+    types = parse_json(type_text)
     if not isinstance(types, list):
         return None
     for t in types:

@@ -13,7 +13,9 @@ class SourceLocation:
     """A place in the user's code that causes something (a sync, a copy, slow data loading).
 
     Attributes:
-        kind: What happens there: ``sync``, ``item``, ``h2d``, ``d2h``, ``data_loading``, ``hot``.
+        kind: What happens there: ``sync``, ``item``, ``h2d``, ``d2h``, ``data_loading``, ``hot``,
+            ``preprocess`` and ``host`` (GPU idle while that function ran, see
+            :mod:`advisor.metrics.idle`), ``misaligned`` (a tensor-core-unfriendly GEMM shape).
         file: Source file as recorded (absolute or as the profiler saw it).
         line: Line number.
         function: Function name when known.

@@ -150,6 +150,26 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("comm_min_rank", "rank", "ranks", "Rank with the least communication time"),
     MetricSpec("data_loading_imbalance_ratio", "ratio", "ranks", "Largest rank data-loading time / smallest"),
     MetricSpec("compute_imbalance_ratio", "ratio", "ranks", "Largest rank GPU/CPU compute time / smallest"),
+    # --- GPU idle attribution (advisor.metrics.idle; shares of step time, first match wins) ---------
+    MetricSpec("idle_frac", "frac", "step", "Share of the step with no GPU kernel, memcpy or memset running"),
+    MetricSpec("idle_sync_frac", "frac", "step", "GPU idle while the CPU waits in a sync call"),
+    MetricSpec("idle_data_loading_frac", "frac", "step", "GPU idle while the CPU is in DataLoader.__next__ or preprocesses inputs in the main process"),
+    MetricSpec("idle_preprocess_frac", "frac", "step", "GPU idle while the main process preprocesses inputs outside DataLoader.__next__"),
+    MetricSpec("idle_launch_frac", "frac", "step", "GPU idle in gaps under 1 ms while the CPU queues the next kernel (launch-bound)"),
+    MetricSpec("idle_host_frac", "frac", "step", "GPU idle in gaps of 1 ms or more while the CPU runs other Python or ops (host-bound)"),
+    MetricSpec("idle_unattributed_frac", "frac", "step", "GPU idle in gaps of 1 ms or more with nothing recorded on the CPU"),
+    MetricSpec("idle_gap_count", "count", "step", "Gaps in GPU activity per step"),
+    MetricSpec("idle_gap_median_us", "us", "step", "Median length of a gap in GPU activity"),
+    MetricSpec("idle_long_gap_frac", "frac", "step", "Share of GPU idle time that sits in gaps of 1 ms or more"),
+    # --- roofline per operator (advisor.metrics.roofline) -------------------------------------------
+    MetricSpec("step_mfu_frac", "frac", "step", "Model FLOPs utilisation: GEMM/conv/attention FLOPs of the step at the device's peak for their dtype, over the step time"),
+    MetricSpec("sized_gpu_time_frac", "frac", "step", "Share of the step's operator GPU time in ops whose FLOPs and bytes are known from recorded shapes"),
+    # --- tensor-core shapes (advisor.metrics.tensorcore) ----------------------------------------------
+    MetricSpec("tc_misaligned_op_count", "count", "step", "fp16/bf16 (int8) GEMM/convolution calls per step with a dimension not a multiple of 8 (16)"),
+    MetricSpec("tc_misaligned_time_frac", "frac", "step", "Share of the step's GEMM/convolution GPU time in those calls"),
+    # --- collectives across ranks (advisor.metrics.collectives) ----------------------------------------
+    MetricSpec("collective_wait_frac", "frac", "ranks", "Share of collective kernel time spent waiting for the last rank to arrive (skew), not moving data"),
+    MetricSpec("collective_busbw_gbps", "GB/s", "ranks", "Effective bus bandwidth of the sized collectives (nccl-tests convention), over their transfer time"),
 )
 
 SCOPES: tuple[str, ...] = ("step", "run", "ranks")
@@ -173,8 +193,16 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "data_loading": ("dataloader_wait_ms",),
     "communication": ("comm_overlap_frac", "comm_time_ms"),
     "flops": ("flops_per_step", "achieved_tflops"),
+    # NOTE: computed after metrics.steps, by advisor.metrics.gpuview (idle, roofline, tensorcore)
+    "gpu_time": (
+        "idle_frac", "idle_sync_frac", "idle_data_loading_frac", "idle_launch_frac", "idle_host_frac",
+        "idle_unattributed_frac", "idle_preprocess_frac", "idle_gap_count", "idle_gap_median_us",
+        "idle_long_gap_frac", "step_mfu_frac", "sized_gpu_time_frac", "tc_misaligned_op_count",
+        "tc_misaligned_time_frac",
+    ),
 }
-"""The per-step metric families of one trace, in column order (one function each in metrics.steps)."""
+"""The per-step metric families of one trace, in column order (one function each in metrics.steps;
+``gpu_time`` in metrics.gpuview)."""
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
 if len(METRICS) != len(_SPECS):  # pragma: no cover - guards edits to this table

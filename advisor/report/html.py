@@ -14,6 +14,7 @@ from typing import Any
 
 from advisor.report import headline, svg
 from advisor.report import style as s
+from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
 from advisor.report.svg import esc
 from advisor.report.text import (
@@ -304,6 +305,21 @@ def _locations(report: Report) -> str:
     )
 
 
+def _gpu_tables(report: Report) -> str:
+    """Render the GPU-time tables (idle by function, roofline, modules, collectives, shapes)."""
+    out = []
+    num = ' class="n"'
+    for sec in gpu_sections(report):
+        head = "".join(f"<th{num if n else ''}>{esc(h)}</th>" for h, n in zip(sec.headers, sec.numeric, strict=True))
+        body = "".join(
+            "<tr>" + "".join(f"<td{num if n else ''}>{esc(c)}</td>" for c, n in zip(row, sec.numeric, strict=True)) + "</tr>"
+            for row in sec.rows
+        )
+        note = f'<p class="muted">{esc(sec.note)}</p>' if sec.note else ""
+        out.append(f"<h2>{esc(sec.title)}</h2><table><tr>{head}</tr>{body}</table>{note}")
+    return "".join(out)
+
+
 def _run(report: Report) -> str:
     run = report.run
     rows: list[tuple[str, str]] = []
@@ -367,6 +383,7 @@ def render_html(report: Report) -> str:
             ),
             _timeline(report),
             _locations(report),
+            _gpu_tables(report),
             _run(report),
             _notes(report),
         ]

@@ -13,6 +13,7 @@ from typing import Any
 
 from advisor.report import headline
 from advisor.report import style as s
+from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
 from advisor.report.text import (
     device_text,
@@ -201,6 +202,18 @@ def _warnings(report: Report) -> list[str]:
     return [f"### Warnings ({len(report.warnings)})", "", *(f"- ⚠️ {md_text(w)}" for w in report.warnings)]
 
 
+def _gpu_tables(report: Report) -> list[str]:
+    """Render the GPU-time tables (idle by function, roofline, modules, collectives, shapes)."""
+    out: list[str] = []
+    for sec in gpu_sections(report):
+        align = "".join("r" if n else "l" for n in sec.numeric)
+        rows = [[md_text(c) for c in row] for row in sec.rows]
+        out += [f"### {md_text(sec.title)}", "", md_table(sec.headers, rows, align), ""]
+        if sec.note:
+            out += [f"<sub>{md_text(sec.note)}</sub>", ""]
+    return out[:-1] if out else out
+
+
 def _notes(report: Report) -> list[str]:
     notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
     if not notes:
@@ -226,6 +239,7 @@ def render_markdown(report: Report) -> str:
         _findings(report),
         _trials(report),
         _diff(report),
+        _gpu_tables(report),
         _notes(report),
         [
             f"<sub>advisor {md_text(report.advisor_version)} · {md_text(report.created)} · "

@@ -22,6 +22,7 @@ from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
 from advisor.errors import InputError
 from advisor.fixes.model import FixOutcome, Trial
 from advisor.metrics.contention import contention_warnings
+from advisor.metrics.gpuview import TABLE_KEYS
 from advisor.metrics.model import Metrics, SourceLocation
 from advisor.metrics.registry import BREAKDOWN_PARTS
 
@@ -108,6 +109,9 @@ class Report:
             comments suppressed is a note instead). Printed to stderr by the CLI and shown in
             every format.
         device: Device names seen in the trace (``Metrics.device``; empty for CPU-only traces).
+        tables: The GPU-time tables of :mod:`advisor.metrics.gpuview` (``idle_functions``,
+            ``roofline``, ``modules``, ``collectives``, ``misaligned_ops``): lists of row dicts,
+            present when the trace allows them. A new field: older reports load with none.
     """
 
     schema_version: int = REPORT_SCHEMA_VERSION
@@ -131,6 +135,7 @@ class Report:
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     device: tuple[str, ...] = ()
+    tables: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
     @property
     def kept_trial(self) -> Trial | None:
@@ -294,4 +299,5 @@ def build_report(
         notes=(*metrics.notes, *diagnosis.notes, *(fixes.notes if fixes else ())),
         warnings=warnings,
         device=tuple(metrics.device),
+        tables={k: tuple(metrics.extra[k]) for k in TABLE_KEYS if metrics.extra.get(k)},
     )

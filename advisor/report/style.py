@@ -51,6 +51,7 @@ CATEGORY_LABELS: dict[str, str] = {
     "memory": "Memory",
     "compute": "Compute",
     "communication": "Communication",
+    "host": "Host-bound CPU work",
 }
 """Display name of each bottleneck category (keys are ``advisor.engine.model.CATEGORIES``)."""
 

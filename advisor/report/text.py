@@ -25,6 +25,7 @@ from advisor.fixes.model import Trial
 from advisor.metrics.registry import BREAKDOWN_PARTS
 from advisor.report import headline
 from advisor.report import style as s
+from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
 
 WIDTH = 100
@@ -355,6 +356,29 @@ def _locations(report: Report) -> RenderableType | None:
     return Group(*items)
 
 
+def _gpu_tables(report: Report) -> RenderableType | None:
+    """Render the GPU-time tables (idle by function, roofline, modules, collectives, shapes)."""
+    items: list[RenderableType] = []
+    for sec in gpu_sections(report):
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+        keep = [i for i in range(len(sec.headers)) if i not in sec.detail]
+        for i in keep:
+            numeric = sec.numeric[i]
+            table.add_column(sec.headers[i], justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
+        for row in sec.rows:
+            cells = [_t(row[i]) for i in keep]
+            detail = " · ".join(row[i] for i in sec.detail if row[i])
+            if detail:
+                cells[0].append("\n" + detail, style="dim")
+            table.add_row(*cells)
+        if items:
+            items.append(Text(""))
+        items += [Text(sec.title, style="bold"), table]
+        if sec.note:
+            items.append(_t(sec.note, "dim"))
+    return Group(*items) if items else None
+
+
 def _warnings(report: Report) -> RenderableType | None:
     if not report.warnings:
         return None
@@ -400,6 +424,7 @@ def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> s
         _trials(report),
         _diff(report, color),
         _locations(report),
+        _gpu_tables(report),
         _notes(report),
     ]
     for section in sections:

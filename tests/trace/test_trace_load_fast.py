@@ -93,7 +93,7 @@ def test_values_land_on_their_rows_across_batches(tmp_path, monkeypatch):
         if e["cat"] == "cpu_op":
             assert ev["call_stack"].iloc[i] == args["Call stack"]
             assert ev["flops"].iloc[i] == args["flops"]
-            assert (ev["input_dims"].iloc[i] == json.dumps(args["Input Dims"])) == (e["name"] == "aten::mm")
+            assert (ev["input_dims"].iloc[i] == json.dumps(args["Input Dims"])) == (e["name"] in load.SHAPE_OPS)
         else:
             assert pd.isna(ev["call_stack"].iloc[i]) and np.isnan(ev["flops"].iloc[i])
     pd.testing.assert_frame_equal(ev, _safe(monkeypatch, path).events)
