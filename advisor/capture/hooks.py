@@ -204,7 +204,7 @@ class TorchHooks:
                 samples = count_samples(args) if args else None
                 if samples is None and kwargs:
                     samples = count_samples(kwargs)
-                rec.module_call(id(module), samples)
+                rec.module_call(id(module), samples, in_optimizer_step=in_step[0] > 0)
 
         module_handles = [
             register_module_forward_pre_hook(pre_forward),

@@ -237,11 +237,19 @@ class StepRecorder:
         """Return True once module calls change nothing (a higher source rules, a DataLoader counts)."""
         return self._batches_seen and _PRECEDENCE.get(self.source or "", -1) >= _PRECEDENCE[SOURCE_BACKWARD]
 
-    def module_call(self, key: int, samples: int | None) -> None:
-        """Handle the end of an outermost ``nn.Module`` call (``key``: the module) of ``samples``."""
+    def module_call(self, key: int, samples: int | None, in_optimizer_step: bool = False) -> None:
+        """Handle the end of an outermost ``nn.Module`` call (``key``: the module) of ``samples``.
+
+        Inside an optimizer step (an LBFGS closure re-running the model on the same batch) a
+        call is no boundary, and only the step's first call counts samples.
+        """
         now = self.clock()
         if self._lead_module is None:
             self._lead_module = key
+        if in_optimizer_step:
+            if key == self._lead_module and self._cur_model_samples is None:
+                self._cur_model_samples = samples
+            return
         if key == self._lead_module and samples is not None:
             self._cur_model_samples = (self._cur_model_samples or 0) + samples
         if self.source not in (None, SOURCE_DATALOADER, SOURCE_MODULE):

@@ -185,6 +185,8 @@ def _summary_panel(report: Report) -> Panel:
         "Step time",
         _t(f"{s.ms(step)} median over {n_steps} step{'s' if n_steps != 1 else ''} · {device_text(report)}"),
     )
+    if report.run.step_source and report.run.step_source_reason:
+        grid.add_row("Steps from", _t(f"{report.run.step_source}: {report.run.step_source_reason}"))
     grid.add_row("Findings", _t(severity_counts(report.findings)))
     if report.run.status not in ("analyzed", "stopped", "completed"):
         grid.add_row("Run status", _t(report.run.status, "bold red"))
