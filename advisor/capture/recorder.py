@@ -233,9 +233,22 @@ class StepRecorder:
         elif self.source in (None, SOURCE_DATALOADER, SOURCE_MODULE):
             self._establish(SOURCE_BACKWARD, now)
 
-    def module_calls_unneeded(self) -> bool:
-        """Return True once module calls change nothing (a higher source rules, a DataLoader counts)."""
-        return self._batches_seen and _PRECEDENCE.get(self.source or "", -1) >= _PRECEDENCE[SOURCE_BACKWARD]
+    def module_keys_needed(self) -> frozenset[int] | None:
+        """Return the modules whose calls still matter, or None while that is not known yet.
+
+        Under a better source only the lead module's inputs count samples (none once a DataLoader
+        counts them); under the module source, the lead and the module that closes the cycle.
+        """
+        if _PRECEDENCE.get(self.source or "", -1) >= _PRECEDENCE[SOURCE_BACKWARD]:
+            if self._batches_seen or self._lead_module is None:
+                return frozenset()
+            return frozenset({self._lead_module})
+        if self.source == SOURCE_MODULE and self._modules.closer is not None:
+            keys = {self._modules.closer}
+            if self._lead_module is not None:
+                keys.add(self._lead_module)
+            return frozenset(keys)
+        return None
 
     def module_call(self, key: int, samples: int | None, in_optimizer_step: bool = False) -> None:
         """Handle the end of an outermost ``nn.Module`` call (``key``: the module) of ``samples``.

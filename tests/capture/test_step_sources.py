@@ -21,6 +21,7 @@ def test_hand_written_updates_count_a_step_per_backward():
     assert rec.step_times_ms == pytest.approx([2.0, 2.0, 2.0])
     assert rec.losses == [1.0, 2.0, 3.0, 4.0]
     assert "backward() call" in rec.source_reason()
+    assert rec.module_keys_needed() == {1}  # fc's inputs still count the samples
     assert rec.timed_phase().backwards == (1, 1, 1)
 
 
@@ -65,6 +66,7 @@ def test_inference_counts_model_calls_and_learns_a_loss_module():
     assert rec.step_samples == [8, 8, 8]  # the lead module's inputs, not the criterion's
     assert rec.step_times_ms == pytest.approx([5.0, 5.0, 5.0])
     assert "the last of the 2 modules" in rec.source_reason()
+    assert rec.module_keys_needed() == {model, criterion}
 
 
 def test_dataloader_samples_win_over_model_inputs():
@@ -90,7 +92,7 @@ def test_training_loop_switches_module_backward_optimizer_in_warmup():
     assert rec.source == "optimizer" and rec.steps_seen == 6 and rec.notes == []
     assert rec.step_samples == [8, 8] and rec.step_backwards == [1, 1]
     assert rec.losses == [1.0, 2.0, 3.0]  # the first iteration's loss stays step 1's
-    assert rec.module_calls_unneeded()
+    assert rec.module_keys_needed() == frozenset()  # the DataLoader counts samples
 
 
 def test_accumulation_from_the_loop_itself():
