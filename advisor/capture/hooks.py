@@ -139,7 +139,7 @@ class TorchHooks:
         self.frames = UserFrames(UserCode(library_roots=library_roots()))
         self.call_sites = CallSites(self.frames)
         self._undo: list[Any] = []
-        self._drop_module_hooks: Callable[[], None] = lambda: None
+        self._narrow_module_hooks: Callable[[], None] = lambda: None
 
     def install(self) -> None:
         """Install every hook (see the module docstring)."""
@@ -162,7 +162,7 @@ class TorchHooks:
         def post_step(opt: Any, _args: Any, _kwargs: Any) -> None:
             in_step[0] = max(0, in_step[0] - 1)
             if in_step[0] == 0 and threading.get_ident() == main:
-                self._drop_module_hooks()
+                self._narrow_module_hooks()
                 rec.optimizer_step(id(opt))
 
         self._undo.append(register_optimizer_step_pre_hook(pre_step).remove)
@@ -178,7 +178,7 @@ class TorchHooks:
                     rec.loss(float(first.detach()))
             result = original_backward(tensors, *args, **kwargs)
             if in_step[0] == 0 and threading.get_ident() == main:
-                self._drop_module_hooks()
+                self._narrow_module_hooks()
                 rec.backward()
             return result
 
@@ -244,7 +244,7 @@ class TorchHooks:
                         module.register_forward_hook(on_module, with_kwargs=True, always_call=True)
                     )
 
-        self._drop_module_hooks = narrow_module_hooks
+        self._narrow_module_hooks = narrow_module_hooks
 
         def remove_module_hooks() -> None:
             for handle in (*module_handles, *instance_handles):
