@@ -27,7 +27,7 @@ from advisor.config import ResolvedConfig, Setting, describe_source
 from advisor.engine.model import Diagnosis, EngineConfig
 from advisor.engine.rules import Rule, RuleSet
 from advisor.engine.selection import Selection
-from advisor.errors import InputError
+from advisor.errors import InputError, UsageError
 from advisor.fixes.model import FixOutcome
 from advisor.metrics.model import Metrics
 from advisor.report.model import Report, build_report
@@ -183,6 +183,33 @@ def diagnose_script(
     report = build_report(metrics, diagnosis, capture=capture, fixes=outcome, timeline=_timeline(traces))
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
+
+
+def find_module_file(name: str, search: Sequence[str | Path]) -> Path:
+    """Return the file ``python -m name`` runs, found without importing (``diagnose -m``)."""
+    from advisor.capture.modules import find_module_file as find
+
+    return find(name, search)
+
+
+def check_fix_ids(fix_ids: Sequence[str]) -> None:
+    """Check ``--fix`` ids against the fix registry before anything runs.
+
+    Raises:
+        UsageError: An id is unknown (the message suggests the closest known one).
+    """
+    if not fix_ids:
+        return
+    import difflib
+
+    from advisor.fixes.registry import fix_ids as known_ids
+
+    known = sorted(known_ids())
+    for fix_id in fix_ids:
+        if fix_id not in known:
+            close = difflib.get_close_matches(fix_id, known, n=1)
+            tip = f"did you mean {close[0]}?" if close else f"known fixes: {', '.join(known)}"
+            raise UsageError(f"unknown fix id {fix_id!r} for --fix; {tip}")
 
 
 def _runner(spec: RunSpec) -> Callable[..., RunCapture]:

@@ -60,9 +60,10 @@ PSTATS_FILE = "profile.pstats"
 EVENT_INTERVAL_S = 0.1  # at most this often a progress line within a phase
 
 NO_STEPS_NOTE = (
-    "no training step was seen: advisor counts a step at each torch.optim optimizer step, or, "
-    "when there is none, at each DataLoader batch; in a custom loop call `advisor.step()` at "
-    "the end of every step (`import advisor`; it does nothing outside advisor)"
+    "no training step was seen: advisor counts a step at each torch.optim optimizer step, else "
+    "at each backward() call, else at each call of the outermost nn.Module, else at each "
+    "DataLoader batch, and the script did none of these; in such a loop call `advisor.step()` "
+    "at the end of every step (`import advisor`; it does nothing outside advisor)"
 )
 
 
@@ -94,6 +95,7 @@ class TorchProfilerControl:
         self.files = files
         self.notes = notes
         self._prof: Any = None
+        self.call_sites: Any = None  # hooks.CallSites, set once the hooks are installed
 
     def start(self) -> None:
         """Start torch.profiler (CPU, plus CUDA when available) with shapes, memory, stacks."""
@@ -112,6 +114,8 @@ class TorchProfilerControl:
             with_modules=True,  # nn.Module frames: the module view (advisor.metrics.modules)
         )
         self._prof.start()
+        if self.call_sites is not None:
+            self.call_sites.enable()
 
     def step(self) -> None:
         """Close ProfilerStep#N and open the next one."""
@@ -123,6 +127,8 @@ class TorchProfilerControl:
         prof, self._prof = self._prof, None
         if prof is None:
             return
+        if self.call_sites is not None:
+            self.call_sites.disable()
         prof.stop()
         if not export:
             return
@@ -270,6 +276,12 @@ class ChildSession:
         if finished:
             peak, kind = peak_memory()
             data.update(peak_memory_bytes=peak, memory_kind=kind, environment=environment())
+            try:
+                from advisor.capture.usercode import user_code_now
+
+                data["user_code"] = user_code_now([self.script])
+            except Exception as exc:  # noqa: BLE001 - locations fall back to the name heuristic
+                self.notes.append(f"the user-code policy could not be recorded ({exc})")
         dump_json(to_jsonable(data), self.out / CHILD_FILE)
 
     # ----- the run -----------------------------------------------------------------------------
@@ -282,6 +294,9 @@ class ChildSession:
 
         self.hooks = TorchHooks(self.recorder)
         self.hooks.install()
+        profiler = self.recorder.profiler
+        if isinstance(profiler, TorchProfilerControl):
+            profiler.call_sites = self.hooks.call_sites
         if self.spec.fixes:
             self._install_fixes()
 
@@ -324,9 +339,14 @@ class ChildSession:
         try:
             self._prepare()
             sys.argv = [self.script, *self.spec.args]
-            sys.path[0] = os.path.dirname(self.script)
             self.recorder.script_started()
-            runpy.run_path(self.script, run_name="__main__")
+            if self.spec.module:
+                # NOTE: as `python -m`: the working directory first on sys.path.
+                sys.path[0] = os.getcwd()
+                runpy.run_module(self.spec.module, run_name="__main__", alter_sys=True)
+            else:
+                sys.path[0] = os.path.dirname(self.script)
+                runpy.run_path(self.script, run_name="__main__")
         except StopScript:
             outcome = "stopped"
         except SystemExit as e:
@@ -345,7 +365,17 @@ class ChildSession:
         code = 0
         if outcome == "exit" and exc is not None:
             code = _exit_code(exc)  # type: ignore[arg-type]
-        elif outcome == "crashed" and exc is not None:
+            if code != 0 and rec.steps_seen == 0:
+                # NOTE: sys.exit(n) before any step (argparse rejecting its arguments, a
+                # missing file the script checks for) is the script failing, not a short run.
+                outcome = "crashed"
+                self.error = ScriptError(
+                    type="SystemExit",
+                    message=f"the script exited with code {code} before its first step",
+                    log="stderr.log",
+                    step=1,
+                )
+        elif outcome == "crashed" and exc is not None and self.error is None:
             code = 1
             _print_script_traceback(exc, self.script)
             self.error = ScriptError(
@@ -379,10 +409,8 @@ class ChildSession:
                 f"(warm-up {p.warmup}, timed {p.timed}, profiled {p.profiled}, cProfile "
                 f"{p.cprofile}): the analysis covers the steps that ran"
             )
-        if rec.source == "dataloader":
-            self.notes.append(
-                "no optimizer step was seen: steps were counted from DataLoader batches"
-            )
+        if rec.source is not None and rec.source != "optimizer":
+            self.notes.append(f"steps were counted from {rec.source}: {rec.source_reason()}")
         self.write(finished=True)
         self._event(PHASE_DONE, self.status)
         os.close(self._events)

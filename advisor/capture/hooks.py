@@ -3,26 +3,47 @@
 Installed only inside the capture child (never in the CLI's process), before the user's script
 runs, and removable again with :meth:`TorchHooks.uninstall`:
 
-* a global optimizer step post-hook (fires for every ``torch.optim.Optimizer`` subclass);
+* global optimizer step pre- and post-hooks (they fire for every ``torch.optim.Optimizer``
+  subclass): an optimizer step ends, told apart by optimizer (a GAN's two per iteration), and
+  nested steps (a wrapper optimizer around another, an LBFGS closure's backward calls) are seen
+  as inside one step;
+* ``torch.autograd.backward`` wrapped (``Tensor.backward`` goes through it): each call outside an
+  optimizer step, and the scalar loss of the first steps when losses are asked for;
+* global module forward hooks: the end of each outermost module call (the model's forward,
+  not its submodules') and the samples in its first batch tensor; once the recorder knows which
+  modules matter (the cycle of modules per iteration, or the model whose inputs count samples
+  under a better source) they give way to hooks on those modules alone;
 * ``_BaseDataLoaderIter.__next__`` wrapped: batch requests, yielded batches (sample counts) and
   epoch ends, for every DataLoader iterator (single- and multi-process);
 * ``DataLoader.__init__`` wrapped: each loader's effective settings and the user's file:line;
-* ``torch.autograd.backward`` wrapped (only when losses are asked for): the scalar loss of the
-  first steps (``Tensor.backward`` goes through it);
-* ``advisor._step_callback``: the ``advisor.step()`` marker.
+* ``advisor._step_callback``: the ``advisor.step()`` marker;
+* while torch.profiler records (:class:`CallSites`), the tensor methods that read back, copy or
+  wait are wrapped in a ``record_function`` range named after the user's line that called them,
+  so findings point at that line rather than at the enclosing function's ``def``.
+
+Step and module events count on the thread that installed the hooks (the script's) only.
+Wrappers step aside while torch.compile traces (``torch.compiler.is_compiling()``), so they
+never cause graph breaks.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import sysconfig
-from collections.abc import Mapping
+import threading
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import advisor
 from advisor.capture.model import DataLoaderInfo
 from advisor.capture.recorder import StepRecorder
+from advisor.capture.usercode import CALL_PREFIX, UserCode, library_roots
+
+# Tensor methods that read a value back to the host, copy between devices or wait for the
+# device: the calls a sync / copy finding must point at.
+_MAX_OUTERMOST = 64  # outermost modules remembered (a model, a loss, an EMA copy...)
+_CALL_METHODS = ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "cuda", "to", "numpy")
 
 _MAX_DEPTH = 4
 
@@ -51,26 +72,38 @@ def count_samples(batch: Any, depth: int = 0) -> int | None:
     return None
 
 
-def _library_roots() -> tuple[str, ...]:
-    """Return folders whose frames are not the user's code (stdlib, site-packages, torch, advisor)."""
-    import torch
+class UserFrames:
+    """Find the user's innermost frame from inside a hook, cheaply (one decision per code object)."""
 
-    paths = sysconfig.get_paths()
-    roots = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    roots.add(os.path.dirname(torch.__file__))
-    roots.add(os.path.dirname(advisor.__file__))
-    return tuple(os.path.realpath(r) + os.sep for r in roots if r)
+    def __init__(self, policy: UserCode) -> None:
+        self.policy = policy
+        self._user: dict[Any, bool] = {}
+
+    def find(self, depth: int = 2) -> tuple[str, int, str] | None:
+        """Return (file, current line, function) of the innermost user frame above the caller's caller."""
+        try:
+            frame: Any = sys._getframe(depth)
+        except ValueError:
+            return None
+        user = self._user
+        while frame is not None:
+            code = frame.f_code
+            known = user.get(code)
+            if known is None:
+                name = code.co_filename
+                known = user[code] = not name.startswith("<") and self.policy.is_user_file(
+                    os.path.abspath(name)
+                )
+            if known:
+                return code.co_filename, frame.f_lineno, code.co_name
+            frame = frame.f_back
+        return None
 
 
-def user_frame(roots: tuple[str, ...]) -> tuple[str | None, int | None]:
+def user_frame(frames: UserFrames) -> tuple[str | None, int | None]:
     """Return file and line of the innermost caller outside the library roots (the user's code)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith("<") and not os.path.realpath(filename).startswith(roots):
-            return filename, frame.f_lineno
-        frame = frame.f_back
-    return None, None
+    found = frames.find(depth=3)
+    return (found[0], found[1]) if found else (None, None)
 
 
 def describe_dataloader(loader: Any, file: str | None, line: int | None) -> DataLoaderInfo:
@@ -103,20 +136,121 @@ class TorchHooks:
     def __init__(self, recorder: StepRecorder) -> None:
         self.recorder = recorder
         self.dataloaders: list[DataLoaderInfo] = []
+        self.frames = UserFrames(UserCode(library_roots=library_roots()))
+        self.call_sites = CallSites(self.frames)
         self._undo: list[Any] = []
+        self._narrow_module_hooks: Callable[[], None] = lambda: None
 
     def install(self) -> None:
         """Install every hook (see the module docstring)."""
         import torch
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
         from torch.utils.data import DataLoader
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         rec = self.recorder
-        handle = register_optimizer_step_post_hook(
-            lambda _opt, _args, _kwargs: rec.optimizer_step()
+        main = threading.get_ident()
+        is_compiling = torch.compiler.is_compiling
+        in_step = [0]  # optimizer steps in progress (a wrapper optimizer nests its inner one)
+
+        def pre_step(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            in_step[0] += 1
+
+        def post_step(opt: Any, _args: Any, _kwargs: Any) -> None:
+            in_step[0] = max(0, in_step[0] - 1)
+            if in_step[0] == 0 and threading.get_ident() == main:
+                self._narrow_module_hooks()
+                rec.optimizer_step(id(opt))
+
+        self._undo.append(register_optimizer_step_pre_hook(pre_step).remove)
+        self._undo.append(register_optimizer_step_post_hook(post_step).remove)
+
+        original_backward = torch.autograd.backward
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if rec.wants_loss():
+                first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+                if isinstance(first, torch.Tensor) and first.numel() == 1:
+                    # NOTE: float() syncs a GPU; done only during the first steps.
+                    rec.loss(float(first.detach()))
+            result = original_backward(tensors, *args, **kwargs)
+            if in_step[0] == 0 and threading.get_ident() == main:
+                self._narrow_module_hooks()
+                rec.backward()
+            return result
+
+        self._patch(torch.autograd, "backward", backward)
+
+        # NOTE: global module hooks, not a wrapper around nn.Module.__call__: torch.profiler's
+        # Python tracer recognises module calls by that method's code object (a replaced
+        # __call__ crashes it). Global hooks send every module call down _call_impl's slower
+        # path (about +80% on a stack of tiny layers), so they only run until the recorder
+        # knows which modules matter; then hooks on those modules alone replace them.
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
         )
-        self._undo.append(handle.remove)
+
+        depth = [0]
+        outermost: dict[int, Any] = {}  # id -> weakref of the outermost modules seen
+
+        def samples_of(args: Any, kwargs: Any) -> int | None:
+            samples = count_samples(args) if args else None
+            if samples is None and kwargs:
+                samples = count_samples(kwargs)
+            return samples
+
+        def pre_forward(_module: Any, _args: Any) -> None:
+            if not is_compiling() and threading.get_ident() == main:
+                depth[0] += 1
+
+        def post_forward(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
+            if is_compiling() or threading.get_ident() != main:
+                return
+            depth[0] = max(0, depth[0] - 1)
+            if depth[0] == 0:
+                if len(outermost) < _MAX_OUTERMOST:
+                    outermost.setdefault(id(module), weakref.ref(module))
+                rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0)
+                narrow_module_hooks()
+
+        def on_module(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
+            if not is_compiling() and threading.get_ident() == main:
+                rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0)
+
+        module_handles = [
+            register_module_forward_pre_hook(pre_forward),
+            register_module_forward_hook(post_forward, with_kwargs=True, always_call=True),
+        ]
+        instance_handles: list[Any] = []
+
+        def narrow_module_hooks() -> None:
+            """Swap the global hooks for hooks on the modules the recorder still needs."""
+            if not module_handles:
+                return
+            keys = rec.module_keys_needed()
+            if keys is None:
+                return
+            while module_handles:
+                module_handles.pop().remove()
+            for key in keys:
+                ref = outermost.get(key)
+                module = ref() if ref is not None else None
+                if module is not None:
+                    instance_handles.append(
+                        module.register_forward_hook(on_module, with_kwargs=True, always_call=True)
+                    )
+
+        self._narrow_module_hooks = narrow_module_hooks
+
+        def remove_module_hooks() -> None:
+            for handle in (*module_handles, *instance_handles):
+                handle.remove()
+
+        self._undo.append(remove_module_hooks)
 
         original_next = _BaseDataLoaderIter.__next__
 
@@ -133,15 +267,15 @@ class TorchHooks:
         self._patch(_BaseDataLoaderIter, "__next__", __next__)
 
         original_init = DataLoader.__init__
-        roots = _library_roots()
         seen: set[DataLoaderInfo] = set()
+        frames = self.frames
 
         def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
             original_init(loader, *args, **kwargs)
             # NOTE: read back after __init__ so the recorded values are the effective ones,
             # including changes a run-time fix made to the arguments.
             try:
-                file, line = user_frame(roots)
+                file, line = user_frame(frames)
                 info = describe_dataloader(loader, file, line)
             except Exception:  # noqa: BLE001 - describing must never break the user's loader
                 return
@@ -150,19 +284,6 @@ class TorchHooks:
                 self.dataloaders.append(info)
 
         self._patch(DataLoader, "__init__", __init__)
-
-        if rec.record_loss_steps > 0:
-            original_backward = torch.autograd.backward
-
-            def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-                if rec.wants_loss():
-                    first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
-                    if isinstance(first, torch.Tensor) and first.numel() == 1:
-                        # NOTE: float() syncs a GPU; done only during the first steps.
-                        rec.loss(float(first.detach()))
-                return original_backward(tensors, *args, **kwargs)
-
-            self._patch(torch.autograd, "backward", backward)
 
         advisor._step_callback = rec.marker
         self._undo.append(lambda: setattr(advisor, "_step_callback", None))
@@ -174,5 +295,60 @@ class TorchHooks:
 
     def uninstall(self) -> None:
         """Remove every hook, newest first."""
+        self.call_sites.disable()
         while self._undo:
             self._undo.pop()()
+
+
+class CallSites:
+    """While enabled, name the user's line of each read-back, copy and sync call in the trace.
+
+    Enabled only for the torch.profiler window: outside it the tensor methods stay untouched.
+    """
+
+    def __init__(self, frames: UserFrames) -> None:
+        self.frames = frames
+        self._undo: list[Callable[[], None]] = []
+
+    def enable(self) -> None:
+        """Wrap the tensor methods and ``torch.cuda.synchronize``."""
+        if self._undo:
+            return
+        import torch
+
+        for name in _CALL_METHODS:
+            if hasattr(torch.Tensor, name):
+                self._wrap(torch.Tensor, name)
+        self._wrap(torch.cuda, "synchronize")
+
+    def disable(self) -> None:
+        """Restore what :meth:`enable` wrapped."""
+        while self._undo:
+            self._undo.pop()()
+
+    def _wrap(self, owner: Any, name: str) -> None:
+        import torch
+
+        had_own = name in owner.__dict__
+        original = getattr(owner, name)
+        is_compiling = torch.compiler.is_compiling
+        record_function = torch.profiler.record_function
+        find = self.frames.find
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling():
+                return original(*args, **kwargs)
+            site = find()
+            if site is None:
+                return original(*args, **kwargs)
+            file, line, func = site
+            with record_function(f"{CALL_PREFIX}{line}@{func}@{file}"):
+                return original(*args, **kwargs)
+
+        wrapper.__name__ = getattr(original, "__name__", name)
+        wrapper.__doc__ = getattr(original, "__doc__", None)
+        setattr(owner, name, wrapper)
+        if had_own:
+            self._undo.append(lambda: setattr(owner, name, original))
+        else:
+            self._undo.append(lambda: delattr(owner, name))

@@ -7,6 +7,7 @@ default missing ones, so every later stage can work from a run directory alone, 
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 from advisor._serde import dump_json, from_dict
 from advisor._vocab import Vocab
 from advisor.capture.peak import MatmulPeak
+from advisor.capture.usercode import UserCode
 from advisor.errors import InputError
 
 CAPTURE_SCHEMA_VERSION = 1
@@ -128,6 +130,9 @@ class RunSpec:
             many as ``profiled_steps``; 0: no cProfile). A separate window because cProfile and
             ``with_stack`` share CPython's one profile hook per thread: enabled together,
             cProfile silently removes every Python stack event from the trace.
+        module: Run ``script`` as this module, as ``python -m module`` does (``sys.path[0]``
+            is the working directory, ``__spec__`` and relative imports work); None runs the
+            script as a file.
         min_timed_s: Keep timing past ``timed_steps`` until the timed steps add up to this
             many seconds (0: exactly ``timed_steps``). Fix trials set it: 20 steps of half a
             millisecond are a 10 ms window that one scheduler hiccup can halve, and a speedup is
@@ -158,6 +163,7 @@ class RunSpec:
     min_timed_s: float = 0.0
     fix_installers: tuple[str, ...] = ()
     memory_budget_bytes: int | None = None
+    module: str | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,9 @@ class TimedPhase:
             (includes imports, data set-up and any compile).
         batches: DataLoader batches fetched in each timed step (more than 1 per optimizer
             step means gradient accumulation; 0 where no DataLoader batch was seen).
+        backwards: ``backward()`` calls in each timed step, outside optimizer steps (more than
+            1 per optimizer step means gradient accumulation in the loop itself, with or
+            without a DataLoader; an LBFGS closure's calls are not counted).
     """
 
     step_times_ms: tuple[float, ...] = ()
@@ -197,6 +206,22 @@ class TimedPhase:
     steps_per_s: float | None = None
     time_to_first_step_s: float | None = None
     batches: tuple[int, ...] = ()
+    backwards: tuple[int, ...] = ()
+
+    @property
+    def backwards_per_step(self) -> float | None:
+        """Median ``backward()`` calls per timed step (None when none was counted)."""
+        if not self.backwards or not any(self.backwards):
+            return None
+        return float(statistics.median(self.backwards))
+
+    @property
+    def micro_batch_samples(self) -> float | None:
+        """Median samples per ``backward()`` call: the micro-batch size (None when unknown)."""
+        pairs = [
+            s / b for s, b in zip(self.samples, self.backwards, strict=False) if s is not None and b > 0
+        ]
+        return float(statistics.median(pairs)) if pairs else None
 
 
 @dataclass(frozen=True)
@@ -248,12 +273,22 @@ class Environment:
 
 @dataclass(frozen=True)
 class ScriptError:
-    """What went wrong in the script, when something did."""
+    """What went wrong in the script, when something did.
+
+    Attributes:
+        type: The exception's type name (``SystemExit`` for a non-zero exit before any step).
+        message: One line: the exception's message, or what advisor saw.
+        log: The script's stderr log, relative to the run directory.
+        step: The step it failed in (1: before its first step ended).
+        last_line: The last line the script wrote to stderr (its own words: argparse's
+            ``error:`` line, the traceback's last line), when it failed before its first step.
+    """
 
     type: str
     message: str
     log: str = "stderr.log"
     step: int | None = None
+    last_line: str | None = None
 
 
 @dataclass(frozen=True)
@@ -267,7 +302,9 @@ class RunCapture:
         status: How the run ended (:class:`RunStatus`).
         exit_code: The child's exit code (the script's ``sys.exit`` code where it called it).
         error: Set when the script raised, crashed or timed out.
-        step_source: How steps were found: ``optimizer``, ``dataloader`` or ``marker``.
+        step_source: How steps were found: ``marker``, ``optimizer``, ``backward``, ``module``
+            or ``dataloader`` (highest precedence seen; see :mod:`advisor.capture.recorder`).
+        step_source_reason: One sentence saying why that source defined the steps.
         steps_seen: Total steps the script completed while captured.
         warmup_steps / timed_steps / profiled_steps: Steps actually spent in each phase.
         timed: The timed phase's measurements.
@@ -288,6 +325,9 @@ class RunCapture:
         ranks: For torchrun launches, the rank run directories relative to run_dir.
         cprofiled_steps: Steps spent under cProfile (after the profiled steps).
         events_file: The child's progress events (JSON lines) relative to run_dir.
+        user_code: What counts as the user's code in this run (the interpreter's library roots
+            and the user's files), decided once by the child and read by the metrics stage;
+            None for old captures.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -298,6 +338,7 @@ class RunCapture:
     exit_code: int | None = None
     error: ScriptError | None = None
     step_source: str | None = None
+    step_source_reason: str | None = None
     steps_seen: int = 0
     warmup_steps: int = 0
     timed_steps: int = 0
@@ -321,6 +362,7 @@ class RunCapture:
     ranks: tuple[str, ...] = ()
     cprofiled_steps: int = 0
     events_file: str | None = None
+    user_code: UserCode | None = None
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

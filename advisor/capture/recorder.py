@@ -1,19 +1,29 @@
 """Step boundaries and measurement phases, independent of torch (the child's state machine).
 
-The child's hooks report three kinds of events here: a step marker (``advisor.step()``), an
-optimizer step, and DataLoader batch requests/yields. :class:`StepRecorder` turns them into step
-boundaries, walks the phases (warm-up -> timed -> profiled -> cProfile -> finishing) and keeps the
-timed measurements. Profilers are driven through the small :class:`ProfilerControl` protocol, so
-this module is tested with a fake clock and fake profilers, no torch and no subprocess.
+The child's hooks report five kinds of events here: a step marker (``advisor.step()``), an
+optimizer step, a ``backward()`` call, the end of an outermost ``nn.Module`` call, and DataLoader
+batch requests/yields. :class:`StepRecorder` turns them into step boundaries, walks the phases
+(warm-up -> timed -> profiled -> cProfile -> finishing) and keeps the timed measurements.
+Profilers are driven through the small :class:`ProfilerControl` protocol, so this module is
+tested with a fake clock and fake profilers, no torch and no subprocess.
 
-Step source policy (precedence marker > optimizer > dataloader):
+Step source policy (precedence marker > optimizer > backward > module > dataloader), so that any
+loop is seen without a change to the script:
 
 * Until something better is seen, DataLoader batch requests are boundaries: the first request
   starts step 1, each later request ends the step in progress (so a step is "fetch the batch,
   then compute on it", the layout ``prof.step()`` at the end of a loop body gives).
-* The first optimizer step switches the source to ``optimizer`` for good; the first
-  ``advisor.step()`` switches it to ``marker`` for good. Lower-precedence events are ignored
-  afterwards (batches are still counted as samples).
+* The end of an outermost module call (the model's forward, not its submodules') is a boundary
+  for inference loops; a ``backward()`` call is one for training loops that update parameters
+  by hand (``param.data.add_``); an optimizer step for every ``torch.optim`` loop; and
+  ``advisor.step()`` for the rare loop none of these sees. Each source, once seen, rules for
+  good; lower-precedence events are ignored afterwards (batches are still counted as samples,
+  backward calls still counted per step).
+* Optimizers and modules are told apart by identity: where several step (a GAN's generator and
+  discriminator) or several are called (a model, then a loss module) in each iteration, the
+  recorder learns the cycle from the first repeat and ends a step only at the cycle's last
+  member, so one iteration is one step. ``backward()`` inside an optimizer step (an LBFGS
+  closure) is not a boundary.
 * A switch during warm-up just carries on (warm-up absorbs it: a training loop switches at its
   first optimizer step). A switch later means the step in progress, and any measured ones,
   used the wrong boundaries (gradient accumulation over more micro-batches than warm-up steps,
@@ -40,9 +50,44 @@ from advisor.capture.model import (
 )
 
 SOURCE_DATALOADER = "dataloader"
+SOURCE_MODULE = "module"
+SOURCE_BACKWARD = "backward"
 SOURCE_OPTIMIZER = "optimizer"
 SOURCE_MARKER = "marker"
-_PRECEDENCE = {SOURCE_DATALOADER: 0, SOURCE_OPTIMIZER: 1, SOURCE_MARKER: 2}
+_PRECEDENCE = {
+    SOURCE_DATALOADER: 0,
+    SOURCE_MODULE: 1,
+    SOURCE_BACKWARD: 2,
+    SOURCE_OPTIMIZER: 3,
+    SOURCE_MARKER: 4,
+}
+
+
+@dataclass
+class _Cycle:
+    """Learns which of several callers (optimizers, modules) closes one loop iteration.
+
+    Until a caller repeats, every call ends a step; at the first repeat the caller seen last
+    before it becomes the closer, and from then on only its calls end steps.
+    """
+
+    order: list[int] = field(default_factory=list)
+    closer: int | None = None
+
+    def ends_step(self, key: int) -> tuple[bool, bool]:
+        """Return (this call ends a step, the closer was learned just now)."""
+        if self.closer is not None:
+            return key == self.closer, False
+        if key in self.order:
+            self.closer = self.order[-1]
+            return key == self.closer, len(self.order) > 1
+        self.order.append(key)
+        return True, False
+
+    @property
+    def members(self) -> int:
+        """Distinct callers in one iteration (1 until a second one is seen)."""
+        return max(1, len(self.order))
 
 
 class StopScript(BaseException):
@@ -128,6 +173,7 @@ class StepRecorder:
     step_times_ms: list[float] = field(default_factory=list)
     step_samples: list[int | None] = field(default_factory=list)
     step_batches: list[int] = field(default_factory=list)
+    step_backwards: list[int] = field(default_factory=list)
     first_step_end: float | None = None
     losses: list[float | None] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -137,6 +183,14 @@ class StepRecorder:
     _step_start: float | None = None
     _cur_samples: int | None = None
     _cur_batches: int = 0
+    _cur_backwards: int = 0
+    _cur_loss: float | None = None
+    _carry_loss: float | None = None
+    _batches_seen: bool = False
+    _cur_model_samples: int | None = None
+    _lead_module: int | None = None
+    _optimizers: _Cycle = field(default_factory=_Cycle)
+    _modules: _Cycle = field(default_factory=_Cycle)
     _epoch_ended: bool = False
     _timed_ms: float = 0.0  # sum of step_times_ms (kept as we go: no O(n) sum per step)
     _asked_timed: int | None = None  # phases.timed before a min_timed_s extension
@@ -153,9 +207,76 @@ class StepRecorder:
         """``advisor.step()`` was called: end the step in progress."""
         self._boundary(SOURCE_MARKER, self.clock())
 
-    def optimizer_step(self) -> None:
-        """End the step in progress: an optimizer step finished (unless a marker rules)."""
-        self._boundary(SOURCE_OPTIMIZER, self.clock())
+    def optimizer_step(self, key: int = 0) -> None:
+        """Handle an optimizer step: end the step in progress if ``key`` closes the iteration.
+
+        ``key`` tells optimizers apart (``id(optimizer)``); see the module docstring.
+        """
+        now = self.clock()
+        if _PRECEDENCE.get(self.source or "", -1) > _PRECEDENCE[SOURCE_OPTIMIZER]:
+            return
+        ends, learned = self._optimizers.ends_step(key)
+        if learned:
+            self._restart(
+                f"{self._optimizers.members} optimizers step in each iteration: one step per "
+                "iteration from here on"
+            )
+        if ends:
+            self._boundary(SOURCE_OPTIMIZER, now)
+
+    def backward(self) -> None:
+        """Count a finished ``backward()`` call (outside optimizer steps); it may end the step."""
+        now = self.clock()
+        self._cur_backwards += 1
+        if self.source == SOURCE_BACKWARD:
+            self._boundary(SOURCE_BACKWARD, now)
+        elif self.source in (None, SOURCE_DATALOADER, SOURCE_MODULE):
+            self._establish(SOURCE_BACKWARD, now)
+
+    def module_keys_needed(self) -> frozenset[int] | None:
+        """Return the modules whose calls still matter, or None while that is not known yet.
+
+        Under a better source only the lead module's inputs count samples (none once a DataLoader
+        counts them); under the module source, the lead and the module that closes the cycle.
+        """
+        if _PRECEDENCE.get(self.source or "", -1) >= _PRECEDENCE[SOURCE_BACKWARD]:
+            if self._batches_seen or self._lead_module is None:
+                return frozenset()
+            return frozenset({self._lead_module})
+        if self.source == SOURCE_MODULE and self._modules.closer is not None:
+            keys = {self._modules.closer}
+            if self._lead_module is not None:
+                keys.add(self._lead_module)
+            return frozenset(keys)
+        return None
+
+    def module_call(self, key: int, samples: int | None, in_optimizer_step: bool = False) -> None:
+        """Handle the end of an outermost ``nn.Module`` call (``key``: the module) of ``samples``.
+
+        Inside an optimizer step (an LBFGS closure re-running the model on the same batch) a
+        call is no boundary, and only the step's first call counts samples.
+        """
+        now = self.clock()
+        if self._lead_module is None:
+            self._lead_module = key
+        if in_optimizer_step:
+            if key == self._lead_module and self._cur_model_samples is None:
+                self._cur_model_samples = samples
+            return
+        if key == self._lead_module and samples is not None:
+            self._cur_model_samples = (self._cur_model_samples or 0) + samples
+        if self.source not in (None, SOURCE_DATALOADER, SOURCE_MODULE):
+            return
+        ends, learned = self._modules.ends_step(key)
+        if learned:
+            self._restart(
+                f"{self._modules.members} modules are called in each iteration: one step per "
+                "iteration from here on"
+            )
+        if self.source != SOURCE_MODULE:
+            self._establish(SOURCE_MODULE, now)
+        elif ends:
+            self._boundary(SOURCE_MODULE, now)
 
     def batch_requested(self) -> None:
         """Handle entry into a DataLoader iterator's ``__next__``."""
@@ -174,6 +295,7 @@ class StepRecorder:
     def batch_yielded(self, samples: int | None) -> None:
         """Count a batch of ``samples`` samples (None: unknown) yielded by a DataLoader."""
         self._cur_batches += 1
+        self._batches_seen = True
         if samples is not None:
             self._cur_samples = (self._cur_samples or 0) + samples
 
@@ -183,7 +305,7 @@ class StepRecorder:
 
     def wants_loss(self) -> bool:
         """Return True while the step in progress is one whose loss should be recorded."""
-        return self.steps_seen < self.record_loss_steps
+        return len(self.losses) < self.record_loss_steps
 
     def loss(self, value: float) -> None:
         """Add a loss passed to backward in the step in progress (summed per step).
@@ -191,13 +313,9 @@ class StepRecorder:
         Summing keeps gradient accumulation comparable with batch fusion: micro-batch losses
         scaled by 1/k sum to the loss of the fused batch.
         """
-        index = self.steps_seen
-        if index >= self.record_loss_steps:
+        if not self.wants_loss():
             return
-        while len(self.losses) <= index:
-            self.losses.append(None)
-        previous = self.losses[index]
-        self.losses[index] = value if previous is None else previous + value
+        self._cur_loss = value if self._cur_loss is None else self._cur_loss + value
 
     def finish(self) -> None:
         """Close an open profiler window, exporting it: the script ended or is being stopped."""
@@ -229,21 +347,59 @@ class StepRecorder:
                 self.first_step_end - self.start_time if self.first_step_end is not None else None
             ),
             batches=tuple(self.step_batches),
+            backwards=tuple(self.step_backwards),
         )
 
     def snapshot(self) -> dict[str, Any]:
         """Return the recorder's part of ``child.json`` (RunCapture field names)."""
         return {
             "step_source": self.source,
+            "step_source_reason": self.source_reason(),
             "steps_seen": self.steps_seen,
             "warmup_steps": self.counts.get(PHASE_WARMUP, 0),
             "timed_steps": self.counts.get(PHASE_TIMED, 0),
             "profiled_steps": self.counts.get(PHASE_PROFILED, 0),
             "cprofiled_steps": self.counts.get(PHASE_CPROFILE, 0),
             "timed": self.timed_phase(),
-            "losses": list(self.losses),
+            "losses": [
+                *self.losses,
+                *([self._cur_loss] if self._cur_loss is not None and self.wants_loss() else []),
+            ],
             "notes": list(self.notes),
         }
+
+    def source_reason(self) -> str | None:
+        """Say which events defined the steps and why that source was chosen (None: no step)."""
+        if self.source is None:
+            return None
+        if self.source == SOURCE_MARKER:
+            return "the script calls advisor.step() once per step"
+        if self.source == SOURCE_OPTIMIZER:
+            n = self._optimizers.members
+            if n > 1:
+                return (
+                    f"{n} torch.optim optimizers step in each iteration; a step ends at the last "
+                    "of them, so one iteration is one step"
+                )
+            return "a step ends at each torch.optim optimizer step"
+        if self.source == SOURCE_BACKWARD:
+            return (
+                "no torch.optim optimizer stepped; a step ends at each backward() call "
+                "(parameters are updated by hand)"
+            )
+        if self.source == SOURCE_MODULE:
+            n = self._modules.members
+            each = (
+                f"the last of the {n} modules called in each iteration" if n > 1 else "the model"
+            )
+            return (
+                "no optimizer step and no backward() call (inference); a step ends at each call "
+                f"of {each}"
+            )
+        return (
+            "no optimizer step, backward() call or model call was seen; a step is one DataLoader "
+            "batch"
+        )
 
     def phase_progress(self) -> tuple[int, int]:
         """Return (steps done, steps asked) in the current phase."""
@@ -262,21 +418,36 @@ class StepRecorder:
             if _PRECEDENCE[source] < _PRECEDENCE[self.source]:
                 return
             self._switch(source)
+            # NOTE: the boundaries so far were not steps: under the new source this boundary
+            # ends its first step, which holds every loss recorded until now (the micro-batches
+            # of an accumulated step, or the backward before the first optimizer step).
+            self._cur_loss = self._pending_loss()
+        self._carry_loss = None
         self.source = source
         start = self._step_start if self._step_start is not None else now
         self.steps += 1
         self.steps_seen += 1
+        if self.wants_loss():
+            self.losses.append(self._cur_loss)
+        self._cur_loss = None
         if self.first_step_end is None:
             self.first_step_end = now
         if self.phase == PHASE_TIMED:
             self.step_times_ms.append((now - start) * 1000.0)
             self._timed_ms += self.step_times_ms[-1]
-            self.step_samples.append(self._cur_samples)
+            # NOTE: the DataLoader's batches count samples where it yielded any in this step;
+            # else the batch tensors the model consumed (its first dimension) do.
+            self.step_samples.append(
+                self._cur_samples if self._cur_batches else self._cur_model_samples
+            )
             self.step_batches.append(self._cur_batches)
+            self.step_backwards.append(self._cur_backwards)
         if self.phase in (PHASE_WARMUP, PHASE_TIMED, PHASE_PROFILED, PHASE_CPROFILE):
             self.counts[self.phase] = self.counts.get(self.phase, 0) + 1
         self._cur_samples = None
         self._cur_batches = 0
+        self._cur_backwards = 0
+        self._cur_model_samples = None
         self._advance()
         if self.on_step is not None:
             self.on_step(self)
@@ -339,7 +510,38 @@ class StepRecorder:
         if control is not None:
             control.stop(export)
 
+    def _establish(self, source: str, now: float) -> None:
+        """Make ``source`` (module calls, backward calls) the step source; its *next* event ends step 1.
+
+        Like a DataLoader's first batch request, the first such event starts a step rather than
+        ending one: in a training loop the model call and the backward call come before the
+        first optimizer step, and must not count as steps of their own.
+        """
+        if self.source is not None:
+            self._switch(source)
+        self.source = source
+        self._step_start = now
+        # NOTE: losses so far go to the next boundary only if it is a better source's
+        # (the optimizer step closing this first iteration); a boundary of this source starts
+        # counting afresh.
+        self._carry_loss = self._pending_loss()
+        self._cur_loss = None
+
+    def _pending_loss(self) -> float | None:
+        """Sum, and take, every loss recorded and not yet assigned to a step."""
+        earlier = [v for v in (*self.losses, self._carry_loss, self._cur_loss) if v is not None]
+        self.losses.clear()
+        self._carry_loss = None
+        return sum(earlier) if earlier else None
+
     def _switch(self, source: str) -> None:
+        self._restart(
+            f"steps were counted from {self.source} boundaries until step {self.steps_seen}, "
+            f"then a {source} boundary appeared"
+        )
+
+    def _restart(self, why: str) -> None:
+        """Measure again from warm-up: the boundaries so far were the wrong ones."""
         if self.phase in (PHASE_WARMUP, PHASE_FINISHING):
             # Warm-up absorbs the switch; after measurement (a --full run) it changes nothing.
             return
@@ -347,11 +549,7 @@ class StepRecorder:
         # boundary (e.g. between two accumulated micro-batches): it must not be timed.
         measured = sum(self.counts.get(p, 0) for p in (PHASE_TIMED, PHASE_PROFILED, PHASE_CPROFILE))
         if measured:
-            self.notes.append(
-                f"steps were counted from {self.source} boundaries until step "
-                f"{self.steps_seen}, then a {source} boundary appeared: measurement restarted "
-                "from warm-up there"
-            )
+            self.notes.append(f"{why}: measurement restarted from warm-up there")
         if self.open_window is not None:
             self._close_window(export=False)
         self.steps = 0
@@ -362,6 +560,7 @@ class StepRecorder:
             self.phases.timed = self._asked_timed
         self.step_samples.clear()
         self.step_batches.clear()
+        self.step_backwards.clear()
         self._set_phase(PHASE_WARMUP)
 
     def _set_phase(self, phase: str) -> None:

@@ -309,6 +309,27 @@ def _read_child(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+_TAIL_BYTES = 64 * 1024
+# Lines torch and its profiler write on their own (not the script's words).
+_NOT_SCRIPT = ("[W", "[I", "USDT:", "STAGE:", "WARNING:")
+
+
+def last_stderr_line(path: Path) -> str | None:
+    """Return the last line the script wrote to its stderr log (torch's own warnings skipped)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - _TAIL_BYTES))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        text = " ".join(line.split())
+        if text and not text.startswith(_NOT_SCRIPT):
+            return text if len(text) <= 300 else text[:299] + "…"
+    return None
+
+
 def _merge(
     spec: RunSpec,
     script: Path,
@@ -357,6 +378,8 @@ def _merge(
         error = to_jsonable(
             ScriptError(type=error_type, message=message, step=steps_seen + 1)
         )
+    if status == STATUS_CRASHED and steps_seen == 0 and isinstance(error, dict):
+        error = {**error, "last_line": last_stderr_line(run_dir / STDERR_LOG)}
     if gpu.note:
         notes.append(gpu.note)
     env = child.get("environment") or to_jsonable(environment())

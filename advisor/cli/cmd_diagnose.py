@@ -24,6 +24,7 @@ Examples:
   advisor diagnose --unsafe-fixes train.py      also try bf16, compile, batch fusion
   advisor diagnose --fix dataloader_workers --diff train.py
   advisor diagnose --format html -o report.html train.py
+  advisor diagnose -m mypkg.train --epochs 3    run a module, as python -m does
 """
 
 
@@ -39,6 +40,8 @@ def default_run_dir(script: Path) -> Path:
 )
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("-m", "as_module", is_flag=True,
+              help="SCRIPT is a module name (package.module), run as `python -m` runs it, from the current folder.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory (default: advisor-runs/<script>-<timestamp>).")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=0), help="Warm-up steps, not measured.")
@@ -67,6 +70,7 @@ def default_run_dir(script: Path) -> Path:
 def diagnose(
     script: Path,
     script_args: tuple[str, ...],
+    as_module: bool,
     out_dir: Path | None,
     warmup: int,
     timed_steps: int,
@@ -98,7 +102,21 @@ def diagnose(
 
     if write and no_fixes:
         raise UsageError("--write applies the fixes' diff; it cannot be combined with --no-fixes")
+    if only_fixes and no_fixes:
+        raise UsageError("--fix chooses the fixes to try; it cannot be combined with --no-fixes")
+    api.check_fix_ids(only_fixes)  # a bad --fix ID fails now, not after a whole capture
+    module = None
+    if as_module:
+        module = str(script)
+        script = api.find_module_file(module, [Path.cwd()])
     script = api.validate_script(script)  # missing / not Python -> UsageError (exit 2), before any work
+    misplaced = _advisor_options_in(script_args)
+    if misplaced:
+        click.echo(
+            f"advisor: note: {' '.join(misplaced)} comes after {script.name}, so it goes to the script "
+            "unchanged; advisor's own options go before SCRIPT",
+            err=True,
+        )
     config = engine_config(select, extend_select, ignore, preview, start=script.parent)
     run_dir = out_dir or default_run_dir(script)
     spec = RunSpec(
@@ -116,6 +134,7 @@ def diagnose(
         cwd=Path.cwd(),
         nproc_per_node=nproc_per_node,
         nnodes=nnodes,
+        module=module,
     )
     fix_options = FixOptions(
         enabled=not no_fixes, unsafe=unsafe_fixes, only=tuple(only_fixes), repeats=repeats, write=write
@@ -136,15 +155,34 @@ def diagnose(
     if show_diff:
         click.echo(result.report.diff or "# advisor: no kept fix has a mechanical source change\n", nl=False)
     click.echo(f"advisor: run saved in {result.run_dir}  (advisor report {result.run_dir} --format html -o report.html)", err=True)
-    _raise_for_script(result)
+    _raise_for_script(result, misplaced)
     return code
 
 
-def _raise_for_script(result: object) -> None:
+def _advisor_options_in(script_args: tuple[str, ...]) -> list[str]:
+    """Return the arguments after SCRIPT that are spelled like this command's own long options."""
+    ctx = click.get_current_context()
+    own = {opt for param in ctx.command.params for opt in param.opts if opt.startswith("--")}
+    return [arg for arg in script_args if arg.split("=", 1)[0] in own]
+
+
+def _raise_for_script(result: object, misplaced: list[str] | tuple[str, ...] = ()) -> None:
     """Turn a failed script run into exit 3 with a one-line message (the report is already saved)."""
     capture = result.capture  # type: ignore[attr-defined]
     run_dir = result.run_dir  # type: ignore[attr-defined]
     log = Path(run_dir) / capture.stderr_log
+    err = capture.error
+    if capture.status == STATUS_CRASHED and capture.steps_seen == 0 and err is not None:
+        said = err.last_line or f"{err.type}: {err.message}"
+        hint = (
+            f"; if {' '.join(misplaced)} was meant for advisor, move it before the script"
+            if misplaced
+            else ""
+        )
+        raise ScriptFailed(
+            f"the script failed before its first step (exit code {capture.exit_code}): {said}"
+            f"{hint}; its stderr is in {log}"
+        )
     if capture.status == STATUS_CRASHED:
         err = capture.error
         what = f"{err.type}: {err.message}" if err else f"exit code {capture.exit_code}"
@@ -157,8 +195,9 @@ def _raise_for_script(result: object) -> None:
         )
     if capture.status == STATUS_NO_STEPS:
         raise ScriptFailed(
-            "no training step was seen: advisor finds steps from optimizer.step(), else from DataLoader "
-            "batches; in a custom loop call advisor.step() once per step "
+            "the script ran to its end but no training step was seen: advisor finds steps from "
+            "optimizer.step(), else backward() calls, else model calls, else DataLoader batches; "
+            "in a loop with none of these call advisor.step() once per step "
             f"(`import advisor; advisor.step()`, a no-op outside advisor); logs in {run_dir}"
         )
 

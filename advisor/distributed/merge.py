@@ -165,6 +165,7 @@ def merge_timed(timed: Sequence[TimedPhase]) -> TimedPhase:
         steps_per_s=min(steps) if steps else None,
         time_to_first_step_s=max(ttfs) if ttfs else None,
         batches=tuple(first.batches[:n]),
+        backwards=tuple(first.backwards[:n]),
     )
 
 
@@ -315,6 +316,8 @@ def merge_ranks(
         "status": status,
         "error": error,
         "step_source": lead.step_source,
+        "step_source_reason": lead.step_source_reason,
+        "user_code": lead.user_code,
         "steps_seen": steps_seen,
         "warmup_steps": min(c.warmup_steps for c in caps),
         "timed_steps": min(c.timed_steps for c in caps),

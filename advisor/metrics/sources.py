@@ -1,7 +1,11 @@
 """Point at the user's code: ``file:line`` for syncs, host-to-device copies and data loading.
 
-Two sources:
+Three sources, best first:
 
+* call-site ranges the capture's hooks put in the trace (``advisor.call@<line>@<func>@<file>``,
+  see :mod:`advisor.capture.usercode`): the user's line that called ``.item()``, ``.to()``,
+  ``.cpu()``, ``torch.cuda.synchronize()``..., read from the caller's frame while it ran, so a
+  finding names the call itself rather than the enclosing function's ``def`` line;
 * the profiler's Python stacks in the trace. New traces (``with_stack`` on torch >= 2) hold
   ``python_function`` events that nest by time on the thread that ran them, linked by
   ``Python id`` / ``Python parent id``; an event's innermost enclosing frame is found with a
@@ -13,7 +17,10 @@ Two sources:
   pickle) for data-loading hot spots: the user's functions reached from
   ``torch/utils/data`` (a Dataset's ``__getitem__`` and what it calls), by cumulative time.
 
-Frames in torch, site-packages, the standard library and advisor itself are skipped.
+Frames in torch, site-packages, the standard library and advisor itself are skipped. What is the
+user's code is decided by the run's recorded policy (``RunCapture.user_code``); only traces
+without a capture fall back to :func:`looks_like_user_file`, a name heuristic. On a trace with no
+GPU activity no host-to-device copy is reported: ``.to(device)`` copies nothing there.
 """
 
 from __future__ import annotations
@@ -21,14 +28,15 @@ from __future__ import annotations
 import re
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from advisor.metrics.events import name_mask, take
+from advisor.capture.usercode import CALL_PREFIX, parse_call_site
+from advisor.metrics.events import cat_mask, name_mask, take
 from advisor.metrics.intervals import Windows, clip_to_steps, merge, point_step
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.steps import top_level_ops
@@ -38,7 +46,8 @@ if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis
 
 FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
-# Top-level packages whose frames are never "the user's code" (stacks strip site-packages/).
+# Bare traces only: top-level packages whose frames are never "the user's code" (stacks strip
+# site-packages/).
 LIBRARY_TOPS = frozenset(
     {
         "torch", "torchvision", "torchaudio", "torchtext", "functorch", "triton", "numpy", "pandas",
@@ -48,11 +57,19 @@ LIBRARY_TOPS = frozenset(
     }
 )
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"runpy", "threading", "typing"}
+_NESTING = 4  # call-site ranges looked back through for one op
 MAX_QUERIES = 5000  # per kind; beyond that, an even sample is resolved and counts scaled
 
 
-def is_user_file(path: str) -> bool:
-    """Tell whether a frame's file is the user's code (not torch, a library, stdlib or advisor)."""
+UserPredicate = Callable[[str], bool]
+
+
+def looks_like_user_file(path: str) -> bool:
+    """Guess whether a frame's file is the user's code, for traces without a capture.
+
+    A heuristic over names (site-packages, ``lib/pythonX``, known library packages): a run's
+    own policy (``RunCapture.user_code``) replaces it wherever a capture exists.
+    """
     if not path or path.startswith("<") or "site-packages" in path or "dist-packages" in path:
         return False
     norm = path.replace("\\", "/")
@@ -78,19 +95,61 @@ def parse_frame(text: str) -> tuple[str, int, str] | None:
     return m.group("file"), int(m.group("line")), m.group("func")
 
 
-def first_user_frame(frames: Sequence[str]) -> tuple[str, int, str] | None:
+def user_predicate(capture: RunCapture | None) -> UserPredicate:
+    """Return the run's user-code policy when the capture recorded one, else the bare-trace heuristic."""
+    if capture is not None and capture.user_code is not None:
+        return capture.user_code.is_user_file
+    return looks_like_user_file
+
+
+def first_user_frame(
+    frames: Sequence[str], is_user: UserPredicate = looks_like_user_file
+) -> tuple[str, int, str] | None:
     """Return the innermost frame (frames ordered innermost first) that is the user's code."""
     for text in frames:
         parsed = parse_frame(text)
-        if parsed and is_user_file(parsed[0]):
+        if parsed and is_user(parsed[0]):
             return parsed
     return None
+
+
+class _CallSites:
+    """Resolve (tid, ts) -> the user's call site, from the capture's ``advisor.call@`` ranges."""
+
+    def __init__(self, analysis: TraceAnalysis) -> None:
+        ev = analysis.trace.events
+        mask = cat_mask(ev["cat"], ("user_annotation", "cpu_op")) & name_mask(
+            ev["name"], lambda n: n.startswith(CALL_PREFIX)
+        )
+        rows = np.flatnonzero(mask)
+        self.ok = len(rows) > 0
+        if not self.ok:
+            return
+        self.ts = ev["ts"].to_numpy()[rows]
+        self.end = ev["end"].to_numpy()[rows]
+        self.site = [parse_call_site(str(n)) for n in take(ev["name"], rows)]
+        self.by_tid = _by_tid(_tids(ev)[rows], self.ts)
+
+    def resolve(self, tid: int, ts: float) -> tuple[str, int, str] | None:
+        """Return the call site whose range holds (tid, ts), or None."""
+        found = _started_before(self.by_tid, self.ts, tid, ts) if self.ok else None
+        if found is None:
+            return None
+        idx, pos = found
+        # NOTE: a range holds another only when a wrapped call makes another wrapped call (a
+        # tensor subclass); the latest-starting range that holds ts is the innermost.
+        for back in range(pos, max(pos - _NESTING, -1), -1):
+            i = int(idx[back])
+            if self.end[i] >= ts:
+                return self.site[i]
+        return None
 
 
 class _PythonStacks:
     """Resolve (tid, ts) -> the user's innermost frame, from ``python_function`` events."""
 
-    def __init__(self, analysis: TraceAnalysis) -> None:
+    def __init__(self, analysis: TraceAnalysis, is_user: UserPredicate) -> None:
+        self.is_user = is_user
         ev = analysis.trace.events
         rows = np.flatnonzero(analysis.cls.python)
         self.ok = len(rows) > 0
@@ -108,36 +167,20 @@ class _PythonStacks:
         pos = np.clip(np.searchsorted(sorted_ids, parent_ids), 0, max(len(sorted_ids) - 1, 0))
         found = (parent_ids >= 0) & (sorted_ids[pos] == parent_ids)
         self.parent = np.where(found, order[pos], -1).astype(np.int64)
-        self.by_tid: dict[int, np.ndarray] = {}
-        for tid in np.unique(self.tid):
-            idx = np.flatnonzero(self.tid == tid)
-            self.by_tid[int(tid)] = idx[np.argsort(self.ts[idx], kind="stable")]
+        self.by_tid = _by_tid(self.tid, self.ts)
         self._cache: dict[int, tuple[str, int, str] | None] = {}
 
-    def resolve(self, tid: int, ts: float, direct: bool = False) -> tuple[str, int, str] | None:
-        """Return the user's innermost frame around (tid, ts).
-
-        With ``direct``, only when the op was called straight from user code (through
-        built-in methods at most).
-        """
-        if not self.ok:
+    def resolve(self, tid: int, ts: float) -> tuple[str, int, str] | None:
+        """Return the user's innermost frame around (tid, ts)."""
+        found = _started_before(self.by_tid, self.ts, tid, ts) if self.ok else None
+        if found is None:
             return None
-        idx = self.by_tid.get(int(tid))
-        if idx is None or len(idx) == 0:
-            return None
-        pos = int(np.searchsorted(self.ts[idx], ts, side="right")) - 1
-        if pos < 0:
-            return None
+        idx, pos = found
         i = int(idx[pos])
         while i >= 0 and self.end[i] < ts:  # a finished sibling: climb to the enclosing frame
             i = int(self.parent[i])
         if i < 0:
             return None
-        if direct:
-            while i >= 0 and str(self.name[i]).startswith("<built-in"):
-                i = int(self.parent[i])
-            parsed = parse_frame(str(self.name[i])) if i >= 0 else None
-            return parsed if parsed and is_user_file(parsed[0]) else None
         return self._user_frame(i)
 
     def _user_frame(self, i: int) -> tuple[str, int, str] | None:
@@ -148,7 +191,7 @@ class _PythonStacks:
         depth = 0
         while i >= 0 and depth < 512:
             parsed = parse_frame(str(self.name[i]))
-            if parsed and is_user_file(parsed[0]):
+            if parsed and self.is_user(parsed[0]):
                 found = parsed
                 break
             i = int(self.parent[i])
@@ -160,7 +203,8 @@ class _PythonStacks:
 class _CallStacks:
     """Resolve (tid, ts) -> user frame from old traces' ``Call stack`` args on top-level ops."""
 
-    def __init__(self, analysis: TraceAnalysis) -> None:
+    def __init__(self, analysis: TraceAnalysis, is_user: UserPredicate) -> None:
+        self.is_user = is_user
         ev = analysis.trace.events
         stacks = ev["call_stack"]
         self.ok = bool(stacks.notna().any())
@@ -174,31 +218,21 @@ class _CallStacks:
         self.ts = ev["ts"].to_numpy()[rows]
         self.end = ev["end"].to_numpy()[rows]
         self.stack = take(stacks, rows)
-        self.by_tid = {}
-        for tid in np.unique(self.tid):
-            idx = np.flatnonzero(self.tid == tid)
-            self.by_tid[int(tid)] = idx[np.argsort(self.ts[idx], kind="stable")]
+        self.by_tid = _by_tid(self.tid, self.ts)
         self._cache: dict[str, tuple[str, int, str] | None] = {}
 
-    def resolve(self, tid: int, ts: float, direct: bool = False) -> tuple[str, int, str] | None:
-        """Return the first user frame of the top-level op around (tid, ts).
-
-        ``direct`` is accepted for symmetry: old stacks start at the op's own call site.
-        """
-        if not self.ok:
+    def resolve(self, tid: int, ts: float) -> tuple[str, int, str] | None:
+        """Return the first user frame of the top-level op around (tid, ts)."""
+        found = _started_before(self.by_tid, self.ts, tid, ts) if self.ok else None
+        if found is None:
             return None
-        idx = self.by_tid.get(int(tid))
-        if idx is None:
-            return None
-        pos = int(np.searchsorted(self.ts[idx], ts, side="right")) - 1
-        if pos < 0:
-            return None
+        idx, pos = found
         i = int(idx[pos])
         return self._frame(str(self.stack[i])) if self.end[i] >= ts else None
 
     def _frame(self, stack: str) -> tuple[str, int, str] | None:
         if stack not in self._cache:
-            self._cache[stack] = first_user_frame(stack.split(";"))
+            self._cache[stack] = first_user_frame(stack.split(";"), self.is_user)
         return self._cache[stack]
 
 
@@ -207,9 +241,42 @@ def _tids(ev: Any) -> np.ndarray:
     return ev["tid"].cat.codes.to_numpy()
 
 
-def _resolver(analysis: TraceAnalysis) -> Any:
-    stacks = _PythonStacks(analysis)
-    return stacks if stacks.ok else _CallStacks(analysis)
+def _by_tid(tid: np.ndarray, ts: np.ndarray) -> dict[int, np.ndarray]:
+    """Row positions per thread, sorted by start time."""
+    out: dict[int, np.ndarray] = {}
+    for t in np.unique(tid):
+        idx = np.flatnonzero(tid == t)
+        out[int(t)] = idx[np.argsort(ts[idx], kind="stable")]
+    return out
+
+
+def _started_before(
+    by_tid: dict[int, np.ndarray], starts: np.ndarray, tid: int, ts: float
+) -> tuple[np.ndarray, int] | None:
+    """Return the thread's sorted rows and the position of the last one starting by ``ts``."""
+    idx = by_tid.get(int(tid))
+    if idx is None or len(idx) == 0:
+        return None
+    pos = int(np.searchsorted(starts[idx], ts, side="right")) - 1
+    return (idx, pos) if pos >= 0 else None
+
+
+def _resolver(analysis: TraceAnalysis, is_user: UserPredicate) -> Any:
+    stacks = _PythonStacks(analysis, is_user)
+    return stacks if stacks.ok else _CallStacks(analysis, is_user)
+
+
+class _Resolver:
+    """The call-site ranges first (the call's own line), then the stacks (its enclosing frame)."""
+
+    def __init__(self, analysis: TraceAnalysis, is_user: UserPredicate) -> None:
+        self.sites = _CallSites(analysis)
+        self.stacks = _resolver(analysis, is_user)
+        self.ok = self.sites.ok or self.stacks.ok
+
+    def resolve(self, tid: int, ts: float) -> tuple[str, int, str] | None:
+        """Return the user's line for an op at (tid, ts), or None."""
+        return self.sites.resolve(tid, ts) or (self.stacks.resolve(tid, ts) if self.stacks.ok else None)
 
 
 def _aggregate(
@@ -219,7 +286,6 @@ def _aggregate(
     ts: np.ndarray,
     cost_us: np.ndarray,
     n_steps: int,
-    direct: bool = False,
 ) -> list[SourceLocation]:
     if len(ts) == 0 or not resolver.ok:
         return []
@@ -230,7 +296,7 @@ def _aggregate(
         scale = len(ts) / len(pick)
     counts: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for i in pick:
-        frame = resolver.resolve(int(tids[i]), float(ts[i]), direct)
+        frame = resolver.resolve(int(tids[i]), float(ts[i]))
         if frame is None:
             continue
         acc = counts[frame]
@@ -248,10 +314,10 @@ def _in_step(analysis: TraceAnalysis, mask: np.ndarray) -> np.ndarray:
     return mask & (point_step(ts, analysis.windows) >= 0)
 
 
-def _trace_locations(analysis: TraceAnalysis) -> list[SourceLocation]:
+def _trace_locations(analysis: TraceAnalysis, is_user: UserPredicate) -> list[SourceLocation]:
     ev = analysis.trace.events
     cls = analysis.cls
-    resolver = _resolver(analysis)
+    resolver = _Resolver(analysis, is_user)
     if not resolver.ok:
         return []
     n = len(analysis.windows)
@@ -291,17 +357,12 @@ def _trace_locations(analysis: TraceAnalysis) -> list[SourceLocation]:
             cost = dur[h_rows[found]]
             keep = point_step(ts[launch], analysis.windows) >= 0
             out += _aggregate("h2d", resolver, tid[launch[keep]], ts[launch[keep]], cost[keep], n)
-    else:
-        to_ops = cls.cpu_op & name_mask(ev["name"], lambda s: s in ("aten::to", "aten::_to_copy"))
-        rows = np.flatnonzero(_in_step(analysis, to_ops))
-        # NOTE: on CPU `.to(device)` copies nothing; the call sites still show where copies
-        # will happen on a GPU. Only calls made straight from user code count.
-        out += _aggregate("h2d", resolver, tid[rows], ts[rows], dur[rows], n, direct=True)
-    out += _dataloader_frames(analysis, resolver)
+    # NOTE: without GPU activity `.to(device)` copies nothing: no host-to-device location.
+    out += _dataloader_frames(analysis, resolver.stacks, is_user)
     return out
 
 
-def _dataloader_frames(analysis: TraceAnalysis, resolver: Any) -> list[SourceLocation]:
+def _dataloader_frames(analysis: TraceAnalysis, resolver: Any, is_user: UserPredicate) -> list[SourceLocation]:
     """User functions running inside DataLoader ``__next__`` ranges, by time per step."""
     ev = analysis.trace.events
     cls = analysis.cls
@@ -331,7 +392,7 @@ def _dataloader_frames(analysis: TraceAnalysis, resolver: Any) -> list[SourceLoc
         top = top_level_ops(ev, cls)
         keep = np.isin(rows, top)
         rows, durs = rows[keep], durs[keep]
-        column, parse = ev["call_stack"], lambda stack: first_user_frame(stack.split(";"))
+        column, parse = ev["call_stack"], lambda stack: first_user_frame(stack.split(";"), is_user)
     codes = column.cat.codes.to_numpy()[rows]
     ok = codes >= 0
     count = np.bincount(codes[ok], minlength=len(column.cat.categories))
@@ -339,7 +400,7 @@ def _dataloader_frames(analysis: TraceAnalysis, resolver: Any) -> list[SourceLoc
     cats = column.cat.categories
     for code in np.flatnonzero(count):
         frame = parse(str(cats[code]))
-        if frame and (not isinstance(resolver, _PythonStacks) or is_user_file(frame[0])):
+        if frame and (not isinstance(resolver, _PythonStacks) or is_user(frame[0])):
             totals[frame][0] += float(count[code])
             totals[frame][1] += float(time_us[code])
     per = max(n, 1)
@@ -350,7 +411,9 @@ def _dataloader_frames(analysis: TraceAnalysis, resolver: Any) -> list[SourceLoc
     ]
 
 
-def pstats_locations(pstats_path: Path, steps: int) -> list[SourceLocation]:
+def pstats_locations(
+    pstats_path: Path, steps: int, is_user: UserPredicate = looks_like_user_file
+) -> list[SourceLocation]:
     """Data-loading hot spots from a cProfile file: user functions called from torch.utils.data."""
     import pstats
 
@@ -363,7 +426,7 @@ def pstats_locations(pstats_path: Path, steps: int) -> list[SourceLocation]:
     for func, (_cc, _nc, _tt, _ct, callers) in stats.items():
         for caller in callers:
             callees[caller].add(func)
-            if "torch/utils/data" in caller[0].replace("\\", "/") and is_user_file(func[0]):
+            if "torch/utils/data" in caller[0].replace("\\", "/") and is_user(func[0]):
                 roots.append(func)
     seen: set = set()
     stack = list(dict.fromkeys(roots))
@@ -372,7 +435,7 @@ def pstats_locations(pstats_path: Path, steps: int) -> list[SourceLocation]:
         if func in seen:
             continue
         seen.add(func)
-        stack.extend(c for c in callees.get(func, ()) if is_user_file(c[0]) and c not in seen)
+        stack.extend(c for c in callees.get(func, ()) if is_user(c[0]) and c not in seen)
     per = max(steps, 1)
     ranked = sorted(seen, key=lambda f: -stats[f][3])[:5]
     return [
@@ -392,9 +455,10 @@ def find_locations(
     """
     notes: list[str] = []
     locations: list[SourceLocation] = []
+    is_user = user_predicate(capture)
     if analyses:
         first = analyses[0]
-        locations += _trace_locations(first)
+        locations += _trace_locations(first, is_user)
         if not locations and not first.cls.python.any() and not first.trace.events["call_stack"].notna().any():
             notes.append("no Python stacks in the trace (record with with_stack=True to get file:line locations)")
     if pstats_path is not None and Path(pstats_path).is_file():
@@ -405,7 +469,9 @@ def find_locations(
             or (len(analyses[0].steps) if analyses else 1)
         )
         locations += [
-            loc for loc in pstats_locations(Path(pstats_path), steps) if loc.line > 0 and is_user_file(loc.file)
+            loc
+            for loc in pstats_locations(Path(pstats_path), steps, is_user)
+            if loc.line > 0 and is_user(loc.file)
         ]
     locations = merge_locations(locations, capture.script if capture else None)
     locations.sort(key=lambda loc: (-loc.time_ms, -loc.count, loc.kind, loc.file, loc.line))

@@ -329,7 +329,8 @@ def _run(report: Report) -> str:
     if run.error:
         rows.append(("Error", run.error))
     if run.step_source:
-        rows.append(("Steps from", run.step_source))
+        why = f": {run.step_source_reason}" if run.step_source_reason else ""
+        rows.append(("Steps from", f"{run.step_source}{why}"))
     if run.warmup_steps or run.timed_steps or run.profiled_steps:
         rows.append(("Phases", f"{run.warmup_steps} warm-up · {run.timed_steps} timed · {run.profiled_steps} profiled steps"))
     if run.time_to_first_step_s is not None:

@@ -66,6 +66,7 @@ class RunInfo:
     exit_code: int | None = None
     error: str | None = None
     step_source: str | None = None
+    step_source_reason: str | None = None
     steps_measured: int = 0
     warmup_steps: int = 0
     timed_steps: int = 0
@@ -259,6 +260,7 @@ def build_report(
             exit_code=capture.exit_code,
             error=(f"{capture.error.type}: {capture.error.message}" if capture.error else None),
             step_source=capture.step_source,
+            step_source_reason=capture.step_source_reason,
             steps_measured=int(len(steps_df)),
             warmup_steps=capture.warmup_steps,
             timed_steps=capture.timed_steps,

@@ -183,6 +183,8 @@ def _summary_panel(report: Report) -> Panel:
         grid.add_row("Throughput", line)
     step = headline.step_time(report)
     grid.add_row("Step time", _t(f"{s.ms(step.ms)} {step.caption()} · {device_text(report)}"))
+    if report.run.step_source and report.run.step_source_reason:
+        grid.add_row("Steps from", _t(f"{report.run.step_source}: {report.run.step_source_reason}"))
     grid.add_row("Findings", _t(severity_counts(report.findings)))
     if report.run.status not in ("analyzed", "stopped", "completed"):
         grid.add_row("Run status", _t(report.run.status, "bold red"))

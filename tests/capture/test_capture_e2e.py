@@ -75,12 +75,15 @@ def test_training_loop(run_script):
     assert max(e.step for e in events) == 8 and events[-1].steps_total == 8
 
 
-def test_inference_loop_uses_dataloader_batches(run_script):
+def test_inference_loop_uses_model_calls(run_script):
+    # NOTE: the precedence is optimizer > backward > outermost module call > DataLoader batch
+    # (issue 15): an inference loop over a DataLoader counts a step per model call.
     cap, _ = run_script("infer_loop.py")
     assert cap.status == "stopped"
-    assert cap.step_source == "dataloader"
+    assert cap.step_source == "module"
     assert cap.timed.samples == (4, 4, 4) and cap.timed.batches == (1, 1, 1)
-    assert any("DataLoader batches" in n for n in cap.notes)
+    assert "each call of the model" in cap.step_source_reason
+    assert any("steps were counted from module" in n for n in cap.notes)
     names = [e.get("name", "") for e in _trace_events(Path(cap.run_dir), cap.trace_files[0])]
     assert sum(n.startswith("ProfilerStep#") for n in names) == 2
 

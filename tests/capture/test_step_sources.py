@@ -1,0 +1,117 @@
+"""Step sources beyond the optimizer (issue 15): backward calls, model calls, cycles of several
+optimizers or modules, and what each step consumed. Fake clock, no torch."""
+
+from __future__ import annotations
+
+import pytest
+from test_recorder import make
+
+
+def test_hand_written_updates_count_a_step_per_backward():
+    rec, clock, *_ = make(warmup=1, timed=3, profiled=0, cprofile=0, full=True, record_loss_steps=10)
+    for i in range(5):
+        rec.module_call(key=1, samples=32)  # fc(batch_x)
+        rec.loss(float(i))
+        rec.backward()  # param.data.add_ follows; no optimizer anywhere
+        clock.advance(0.002)
+    assert rec.source == "backward"
+    # the first backward starts step 1 (like a DataLoader's first request): 4 steps from 5 calls
+    assert rec.steps_seen == 4
+    assert rec.step_samples == [32, 32, 32] and rec.step_backwards == [1, 1, 1]
+    assert rec.step_times_ms == pytest.approx([2.0, 2.0, 2.0])
+    assert rec.losses == [1.0, 2.0, 3.0, 4.0]
+    assert "backward() call" in rec.source_reason()
+    assert rec.module_keys_needed() == {1}  # fc's inputs still count the samples
+    assert rec.timed_phase().backwards == (1, 1, 1)
+
+
+def test_gan_two_optimizers_are_one_step_per_iteration():
+    rec, clock, *_ = make(warmup=3, timed=3, profiled=0, cprofile=0, full=True)
+    d, g = 101, 202
+    for _ in range(8):
+        rec.batch_requested()
+        rec.batch_yielded(16)
+        rec.backward()
+        rec.optimizer_step(d)
+        rec.backward()
+        rec.optimizer_step(g)
+        clock.advance(0.01)
+    assert rec.source == "optimizer"
+    # D, G (2 boundaries while learning), then a step at each G only: 2 + 7
+    assert rec.steps_seen == 9
+    assert rec.step_samples == [16, 16, 16] and rec.step_backwards == [2, 2, 2]
+    assert rec.step_times_ms == pytest.approx([10.0, 10.0, 10.0])
+    assert "2 torch.optim optimizers" in rec.source_reason()
+
+
+def test_gan_cycle_learned_after_warmup_restarts_measurement():
+    rec, clock, *_ = make(warmup=1, timed=2, profiled=0, cprofile=0, full=True)
+    for _ in range(4):
+        rec.optimizer_step(1)
+        clock.advance(0.001)
+        rec.optimizer_step(2)
+        clock.advance(0.009)
+    # measured steps before the cycle was known would mix half iterations: only whole ones count
+    assert rec.step_times_ms == pytest.approx([10.0, 10.0])
+
+
+def test_inference_counts_model_calls_and_learns_a_loss_module():
+    rec, clock, *_ = make(warmup=2, timed=3, profiled=0, cprofile=0, full=True)
+    model, criterion = 1, 2
+    for _ in range(8):
+        rec.module_call(model, 8)
+        rec.module_call(criterion, 8)
+        clock.advance(0.005)
+    assert rec.source == "module"
+    assert rec.step_samples == [8, 8, 8]  # the lead module's inputs, not the criterion's
+    assert rec.step_times_ms == pytest.approx([5.0, 5.0, 5.0])
+    assert "the last of the 2 modules" in rec.source_reason()
+    assert rec.module_keys_needed() == {model, criterion}
+
+
+def test_dataloader_samples_win_over_model_inputs():
+    rec, clock, *_ = make(warmup=1, timed=2, profiled=0, cprofile=0, full=True)
+    for _ in range(5):
+        rec.batch_requested()
+        rec.batch_yielded(4)
+        rec.module_call(7, 999)  # e.g. a sequence-first tensor: the DataLoader knows better
+        clock.advance(0.001)
+    assert rec.source == "module" and rec.step_samples == [4, 4]
+
+
+def test_training_loop_switches_module_backward_optimizer_in_warmup():
+    rec, clock, *_ = make(warmup=2, timed=2, profiled=0, cprofile=0, full=True, record_loss_steps=3)
+    for i in range(6):
+        rec.batch_requested()
+        rec.batch_yielded(8)
+        rec.module_call(1, 8)
+        rec.loss(float(i + 1))
+        rec.backward()
+        rec.optimizer_step(5)
+        clock.advance(0.004)
+    assert rec.source == "optimizer" and rec.steps_seen == 6 and rec.notes == []
+    assert rec.step_samples == [8, 8] and rec.step_backwards == [1, 1]
+    assert rec.losses == [1.0, 2.0, 3.0]  # the first iteration's loss stays step 1's
+    assert rec.module_keys_needed() == frozenset()  # the DataLoader counts samples
+
+
+def test_accumulation_from_the_loop_itself():
+    rec, clock, *_ = make(warmup=3, timed=2, profiled=0, cprofile=0, full=True)
+    for _ in range(6):
+        for _ in range(4):  # 4 micro-batches of 2, sliced from a tensor: no DataLoader
+            rec.module_call(1, 2)
+            rec.backward()
+        rec.optimizer_step(9)
+        clock.advance(0.01)
+    timed = rec.timed_phase()
+    assert timed.backwards == (4, 4) and timed.samples == (8, 8)
+    assert timed.backwards_per_step == 4.0 and timed.micro_batch_samples == 2.0
+
+
+def test_lower_sources_are_ignored_once_a_better_one_rules():
+    rec, clock, *_ = make(warmup=0, timed=5, profiled=0, cprofile=0, full=True)
+    rec.optimizer_step(1)
+    rec.module_call(3, 4)
+    rec.backward()
+    rec.batch_requested()
+    assert rec.source == "optimizer" and rec.steps_seen == 1
