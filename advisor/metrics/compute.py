@@ -41,7 +41,7 @@ from advisor.metrics.gpuview import gpu_views
 from advisor.metrics.model import Metrics
 from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
-from advisor.metrics.sources import find_locations
+from advisor.metrics.sources import find_locations, user_predicate
 from advisor.metrics.steps import TraceAnalysis, analyze_trace
 from advisor.trace.load import Trace, find_trace_files, load_traces
 
@@ -218,7 +218,7 @@ def compute_metrics(
         return _capture_only(capture, source)
     traces = _unique_ranks(traces)
     analyses = [analyze_trace(t) for t in traces]
-    views = gpu_views(analyses)
+    views = gpu_views(analyses, user_predicate(capture))
     steps = pd.concat([a.steps for a in analyses], ignore_index=True)
     steps = pd.concat([steps, views.steps.drop(columns=[c for c in views.steps.columns if c in steps.columns])], axis=1)
     has_gpu = any(a.cls.has_gpu for a in analyses)

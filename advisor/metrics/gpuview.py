@@ -22,6 +22,7 @@ from advisor.metrics.idle import attribute_idle
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.modules import module_times, top_modules
 from advisor.metrics.roofline import TOP_OPS, compute_roofline
+from advisor.metrics.sources import UserPredicate, looks_like_user_file
 from advisor.metrics.tensorcore import misaligned
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def _records(frame: pd.DataFrame, limit: int) -> list[dict[str, Any]]:
     return out
 
 
-def gpu_views(analyses: Sequence[TraceAnalysis]) -> GpuViews:
+def gpu_views(analyses: Sequence[TraceAnalysis], is_user: UserPredicate = looks_like_user_file) -> GpuViews:
     """Run the GPU-time analyses over every rank's analysis.
 
     Returns:
@@ -73,9 +74,9 @@ def gpu_views(analyses: Sequence[TraceAnalysis]) -> GpuViews:
     tables: dict[str, list[dict[str, Any]]] = {}
     notes: list[str] = []
     for i, a in enumerate(analyses):
-        idle = attribute_idle(a, with_functions=i == 0)
+        idle = attribute_idle(a, with_functions=i == 0, is_user=is_user)
         roof = compute_roofline(a, str(a.run.get("device_name") or ""), with_table=i == 0)
-        tc_steps, tc_table, tc_locations = misaligned(roof.ops, a)
+        tc_steps, tc_table, tc_locations = misaligned(roof.ops, a, is_user)
         cols = idle.steps.assign(step_mfu_frac=roof.step_mfu, sized_gpu_time_frac=roof.sized_time_frac)
         step_parts.append(pd.concat([cols, tc_steps], axis=1))
         if i == 0:

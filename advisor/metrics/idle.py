@@ -40,7 +40,7 @@ import pandas as pd
 from advisor.metrics.events import name_mask, take
 from advisor.metrics.intervals import clip_to_steps, merge
 from advisor.metrics.model import SourceLocation
-from advisor.metrics.sources import is_user_file, parse_frame
+from advisor.metrics.sources import UserPredicate, looks_like_user_file, parse_frame
 from advisor.metrics.steps import top_level_ops
 
 if TYPE_CHECKING:
@@ -67,14 +67,14 @@ DATASET_FUNCTIONS = frozenset({"__getitem__", "__getitems__", "collate", "collat
 DATASET_LIBRARIES = ("datasets/", "torch/utils/data/", "webdataset/", "torchdata/")
 
 
-def is_preprocessing(frame: str) -> bool:
+def is_preprocessing(frame: str, is_user: UserPredicate = looks_like_user_file) -> bool:
     """Tell whether a ``python_function`` frame prepares inputs (see :data:`PREPROCESS_PATTERNS`)."""
     if PREPROCESS_PATTERNS.search(frame):
         return True
     parsed = parse_frame(frame)
     if parsed is None or parsed[2] not in DATASET_FUNCTIONS:
         return False
-    return is_user_file(parsed[0]) or parsed[0].startswith(DATASET_LIBRARIES)
+    return is_user(parsed[0]) or parsed[0].startswith(DATASET_LIBRARIES)
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,7 @@ def _main_thread(analysis: TraceAnalysis) -> int:
     return int(np.bincount(py[py >= 0]).argmax()) if (py >= 0).any() else -2
 
 
-def _frames(analysis: TraceAnalysis) -> pd.DataFrame:
+def _frames(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_file) -> pd.DataFrame:
     """Python frames with their non-built-in parent: columns ``row``, ``name``, ``ts``, ``end``, ``parent``."""
     ev, cls = analysis.trace.events, analysis.cls
     rows = np.flatnonzero(cls.python & (ev["tid"].cat.codes.to_numpy() == _main_thread(analysis)))
@@ -238,7 +238,7 @@ def _frames(analysis: TraceAnalysis) -> pd.DataFrame:
         if not hop.any():
             break
         parent_pos = np.where(hop, parent_pos[np.clip(parent_pos, 0, None)], parent_pos)
-    own = name_mask(ev["name"], is_preprocessing)[rows]
+    own = name_mask(ev["name"], lambda name: is_preprocessing(name, is_user))[rows]
     # preprocessing if the frame or any ancestor matches (pointer jumping: log(depth) rounds)
     pre, anc = own.copy(), parent_pos.copy()
     for _ in range(12):
@@ -271,10 +271,13 @@ def _self_time(frames: pd.DataFrame, spans: Spans) -> np.ndarray:
     return np.where(real, np.clip(inclusive - children, 0.0, None), 0.0)
 
 
-def attribute_idle(analysis: TraceAnalysis, with_functions: bool = True) -> IdleResult:
+def attribute_idle(
+    analysis: TraceAnalysis, with_functions: bool = True, is_user: UserPredicate = looks_like_user_file
+) -> IdleResult:
     """Attribute every GPU-idle instant of each step to a class and a Python function.
 
-    ``with_functions=False`` skips naming the functions (other ranks need only the per-step shares).
+    ``with_functions=False`` skips naming the functions (other ranks need only the per-step shares);
+    ``is_user`` is the run's user-code policy (:func:`advisor.metrics.sources.user_predicate`).
     """
     ev, cls, win = analysis.trace.events, analysis.cls, analysis.windows
     n = len(win)
@@ -286,7 +289,7 @@ def attribute_idle(analysis: TraceAnalysis, with_functions: bool = True) -> Idle
     step_us = np.where(win.duration > 0, win.duration, 1.0)
     ts, end = ev["ts"].to_numpy(), ev["end"].to_numpy()
     gaps, gap_win = _gaps(analysis)
-    frames = _frames(analysis)
+    frames = _frames(analysis, is_user)
 
     sync = Spans.of(ts[cls.sync_call | cls.item], end[cls.sync_call | cls.item])
     loader = Spans.of(ts[cls.dataloader], end[cls.dataloader])

@@ -17,7 +17,11 @@ import numpy as np
 import pandas as pd
 
 from advisor.metrics.model import SourceLocation
-from advisor.metrics.sources import _resolver  # the one resolver of (thread, time) -> user frame
+from advisor.metrics.sources import (  # the one (thread, time) -> user frame resolver
+    UserPredicate,
+    _resolver,
+    looks_like_user_file,
+)
 
 if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis
@@ -46,12 +50,15 @@ def gemm_dims(name: str, dims: Any) -> dict[str, int] | None:
     return None
 
 
-def misaligned(ops: pd.DataFrame, analysis: TraceAnalysis) -> tuple[pd.DataFrame, pd.DataFrame, tuple[SourceLocation, ...]]:
+def misaligned(
+    ops: pd.DataFrame, analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_file
+) -> tuple[pd.DataFrame, pd.DataFrame, tuple[SourceLocation, ...]]:
     """Find reduced-precision GEMM/convolution calls with dimensions off the tensor-core multiple.
 
     Args:
         ops: The roofline's per-call table (:attr:`advisor.metrics.roofline.RooflineResult.ops`).
         analysis: The trace's analysis (for steps and source lines).
+        is_user: The run's user-code policy (:func:`advisor.metrics.sources.user_predicate`).
 
     Returns:
         Per-step columns ``tc_misaligned_op_count`` and ``tc_misaligned_time_frac``, the table
@@ -91,7 +98,7 @@ def misaligned(ops: pd.DataFrame, analysis: TraceAnalysis) -> tuple[pd.DataFrame
         )
     if not len(off):
         return steps, empty, ()
-    resolver = _resolver(analysis)
+    resolver = _resolver(analysis, is_user)
     ev = analysis.trace.events
     tid = ev["tid"].cat.codes.to_numpy()
     ts = ev["ts"].to_numpy()
