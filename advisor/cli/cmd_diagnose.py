@@ -14,7 +14,11 @@ import click
 from advisor import api
 from advisor.api import STATUS_CRASHED, STATUS_NO_STEPS, STATUS_TIMEOUT, RunSpec
 from advisor.cli._common import emit_report, engine_config
-from advisor.cli.options import output_options, rule_selection_options, verbosity_options
+from advisor.cli.options import (
+    output_options,
+    rule_selection_options,
+    verbosity_options,
+)
 from advisor.errors import ScriptFailed, UsageError
 
 EPILOG = """\b
@@ -28,9 +32,11 @@ Examples:
 
 
 def default_run_dir(script: Path) -> Path:
-    """``advisor-runs/<script-stem>-<timestamp>``."""
+    """Create ``advisor-runs/<script-stem>-<timestamp>`` (``-2``, ``-3``... when taken) and return it."""
+    from advisor.rundir import create_unique
+
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("advisor-runs") / f"{script.stem}-{stamp}"
+    return create_unique(Path("advisor-runs") / f"{script.stem}-{stamp}")
 
 
 @click.command(
