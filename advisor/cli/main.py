@@ -15,6 +15,7 @@ import click
 
 from advisor import __version__
 from advisor._proc import Interrupted, signals_interrupt
+from advisor._terminal import printable
 from advisor.errors import EXIT_USAGE, AdvisorError
 
 # command name -> "module:attribute"; modules are imported only when the command runs.
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         with signals_interrupt():  # SIGTERM/SIGHUP stop as ^C does: children ended, data saved
             rv: Any = cli.main(args=argv, prog_name="advisor", standalone_mode=False)
     except AdvisorError as exc:
-        click.echo(f"advisor: error: {exc.message}", err=True)
+        click.echo(f"advisor: error: {printable(exc.message)}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):  # Click turns ^C (and our SIGTERM) into Abort
