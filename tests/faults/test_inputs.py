@@ -127,8 +127,10 @@ def test_a_deeply_nested_rule_file_is_a_rule_error(tmp_path: Path) -> None:
 def test_condition_evaluation_never_repeats_strings() -> None:
     from advisor.engine.condition import parse_expression
 
-    expr = parse_expression("sync_count * 3 > 0", lambda name: True)
+    # NOTE: a metric value may be a string (a rank, a device name); arithmetic must not repeat it.
+    expr = parse_expression("sync_count * 3", lambda name: True)
     assert expr.evaluate({"sync_count": "x" * 10}) is None
+    assert expr.evaluate({"sync_count": 2}) == 6
 
 
 # -- trace decompression and repair ------------------------------------------------------------------
@@ -236,7 +238,7 @@ def test_unknown_rule_code_in_a_config_file_is_an_error_unless_asked_to_warn(cap
     assert "advisor: warning: unknown rule code 'XX9'" in err
 
 
-def test_config_file_that_is_not_utf8_isone_line_error(capsys, tmp_path: Path, monkeypatch) -> None:
+def test_config_file_that_is_not_utf8_is_one_line_error(capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "advisor.toml").write_bytes(b'ignore = ["\xff\xfe"]\n')
     line = one_line_error(*invoke(capsys, "analyze", str(CPU_TRACE))[::2])
@@ -294,7 +296,7 @@ def test_report_with_an_impossible_schema_version_is_refused(capsys, tmp_path: P
         lambda d: d.update(run=[]),
     ],
 )
-def test_report_with_wrong_field_types_isone_line_error(capsys, tmp_path: Path, change) -> None:
+def test_report_with_wrong_field_types_is_one_line_error(capsys, tmp_path: Path, change) -> None:
     data = copy.deepcopy(golden())
     change(data)
     run = save_report(tmp_path, data)
@@ -303,7 +305,7 @@ def test_report_with_wrong_field_types_isone_line_error(capsys, tmp_path: Path, 
         one_line_error(code, err)
 
 
-def test_deeply_nested_report_isone_line_error(capsys, tmp_path: Path) -> None:
+def test_deeply_nested_report_is_one_line_error(capsys, tmp_path: Path) -> None:
     run = save_report(tmp_path, '{"schema_version": 2, "notes": ' + "[" * 100_000 + "]" * 100_000 + "}")
     one_line_error(*invoke(capsys, "report", str(run))[::2])
 
@@ -318,7 +320,7 @@ def test_deeply_nested_capture_is_an_input_error(tmp_path: Path) -> None:
         RunCapture.load(run)
 
 
-def test_compare_with_a_broken_report_isone_line_error(capsys, tmp_path: Path) -> None:
+def test_compare_with_a_broken_report_is_one_line_error(capsys, tmp_path: Path) -> None:
     good = save_report(tmp_path, golden(), "good")
     bad = save_report(tmp_path, {**golden(), "findings": {"x": 1}}, "bad")
     one_line_error(*invoke(capsys, "compare", str(good), str(bad))[::2])

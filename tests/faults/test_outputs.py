@@ -173,14 +173,14 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path, m
     assert first.parent == second.parent and first.parent.name == "advisor-runs"
 
 
-def test_a_run_folder_that_cannot_be_created_isone_line_error(capsys, tmp_path: Path, monkeypatch) -> None:
+def test_a_run_folder_that_cannot_be_created_is_one_line_error(capsys, tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "advisor-runs").write_text("a file where the runs folder would go")
     monkeypatch.chdir(tmp_path)
     line = one_line_error(*_diagnose(capsys, tmp_path)[::2])
     assert "--out" in line
 
 
-def test_read_only_working_directory_isone_line_error(capsys, tmp_path: Path, monkeypatch) -> None:
+def test_read_only_working_directory_is_one_line_error(capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     real_mkdir = os.mkdir
 

@@ -106,6 +106,19 @@ def test_sigkill_ends_the_whole_tree(tmp_path: Path) -> None:
     assert left == []
 
 
+def test_processes_the_script_leaves_behind_are_ended_when_it_exits(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    marker = f"advisor-fault-{uuid.uuid4().hex}"
+    done = subprocess.run(
+        [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--warmup", "1", "--steps", "3",
+         "--profile-steps", "0", "--full", "--out", str(run_dir), str(SPAWNS), marker, "10"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert json.loads((run_dir / "capture.json").read_text())["status"] == "completed"
+    assert _left_behind(run_dir, marker) == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", (*CATCHABLE, signal.SIGKILL), ids=lambda s: signal.Signals(s).name)
 def test_torchrun_job_leaves_nothing_behind(tmp_path: Path, sig: int) -> None:
