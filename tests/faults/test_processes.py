@@ -42,18 +42,16 @@ def _start(tmp_path: Path, nproc: int) -> tuple[subprocess.Popen[bytes], Path, s
     return proc, run_dir, marker
 
 
-def _wait_for_steps(proc: subprocess.Popen[bytes], run_dir: Path, marker: str, nproc: int) -> None:
+def _wait_for_steps(proc: subprocess.Popen[bytes], run_dir: Path, marker: str) -> None:
     """Wait until the script trains and every process it starts is running."""
-    logs = [run_dir / "stdout.log"] if nproc == 1 else [run_dir / "rank0" / "stdout.log"]
+    log = run_dir / "stdout.log"  # under torchrun every rank's output is tee'd into it, prefixed
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"advisor ended early: {proc.stderr.read().decode() if proc.stderr else ''}"
-        text = ""
-        for log in logs:
-            try:
-                text += log.read_text(errors="replace")
-            except OSError:
-                pass
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            text = ""
         if "step 20\n" in text and pids_with_args(f"{marker}-sub") and pids_with_args(f"{marker}-setsid"):
             return
         time.sleep(0.2)
@@ -68,7 +66,7 @@ def _left_behind(run_dir: Path, marker: str) -> list[int]:
 def _signal_advisor(tmp_path: Path, sig: int, nproc: int) -> tuple[int, str, Path, list[int]]:
     proc, run_dir, marker = _start(tmp_path, nproc)
     try:
-        _wait_for_steps(proc, run_dir, marker, nproc)
+        _wait_for_steps(proc, run_dir, marker)
         os.kill(proc.pid, sig)
         _, err = proc.communicate(timeout=120)
     finally:
