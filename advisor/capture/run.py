@@ -70,10 +70,18 @@ def validate_script(script: Path) -> Path:
     """Check that ``script`` is an existing Python file; return it resolved.
 
     Raises:
-        UsageError: It is missing, a folder, or not Python (no ``.py`` suffix and no python
-            shebang).
+        UsageError: It is missing, a folder, not Python (no ``.py`` suffix and no python
+            shebang), or its path is not UTF-8.
     """
     path = Path(script)
+    try:
+        str(path.absolute()).encode("utf-8")
+    except UnicodeEncodeError:
+        # NOTE: torch.profiler fails on the first profiled step ("error unpacking string as utf-8")
+        # when a Python frame's file name is not UTF-8: say so before anything runs.
+        raise UsageError(
+            f"{path}: the path is not valid UTF-8, which torch.profiler cannot record; rename the script or its folder"
+        ) from None
     if not path.exists():
         raise UsageError(f"script not found: {path}; pass the path of a Python file")
     if not path.is_file():

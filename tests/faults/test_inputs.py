@@ -333,3 +333,34 @@ def test_runs_lists_a_broken_report_without_failing(capsys, tmp_path: Path) -> N
     code, out, err = invoke(capsys, "runs", str(tmp_path))
     assert code == 0, err
     assert "bad" in out and "good" in out
+
+
+# -- script names ------------------------------------------------------------------------------------
+
+
+def test_script_name_that_is_not_utf8_is_one_line_error_before_anything_runs(capsys, tmp_path: Path) -> None:
+    import os
+
+    script = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9\x1b[2J.py"))
+    script.write_text("x = 1\n")
+    line = one_line_error(*invoke(capsys, "diagnose", "--out", str(tmp_path / "run"), str(script))[::2])
+    assert "UTF-8" in line and not _CONTROL.search(line)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_script_name_with_a_quote_is_diagnosed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / 'my"train.py'
+    shutil.copyfile(REPO / "tests" / "scripts" / "train_loop.py", script)
+    done = subprocess.run(
+        [sys.executable, "-m", "advisor", "diagnose", "--no-fixes", "-q", "--warmup", "1", "--steps", "3",
+         "--profile-steps", "2", "--format", "json", "--out", str(tmp_path / "run"), str(script), "--steps", "20"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout)
+    assert report["run"]["status"] == "stopped"
+    assert any("re-escaped" in note for note in report["notes"])
