@@ -34,10 +34,8 @@ Examples:
 
 def default_run_dir(script: Path) -> Path:
     """Create ``advisor-runs/<script-stem>-<timestamp>`` (``-2``, ``-3``... when taken) and return it."""
-    from advisor.rundir import create_unique
-
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return create_unique(Path("advisor-runs") / f"{script.stem}-{stamp}")
+    return api.new_run_dir(Path("advisor-runs") / f"{script.stem}-{stamp}")
 
 
 @click.command(
