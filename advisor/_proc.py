@@ -145,13 +145,16 @@ def signals_interrupt() -> Iterator[None]:
     """While active, SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread, as ^C does.
 
     Without it either signal ends the Python process at once: no ``finally`` runs, so the
-    script's process tree would be left running. Outside the main thread it does nothing.
+    script's process tree would be left running. Outside the main thread it does nothing, and a
+    signal the process already ignores (``nohup`` ignores SIGHUP) stays ignored.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            continue  # NOTE: ignored on purpose (``nohup advisor ...``): keep ignoring it
         with contextlib.suppress(ValueError, OSError):
             previous[sig] = signal.signal(sig, _raise_interrupted)
     try:
