@@ -22,6 +22,7 @@ from cli_helpers import invoke, one_line_error
 from engine.test_loader import write_rule
 
 from advisor.errors import EXIT_USAGE, InputError, RuleError, TraceError
+from advisor.report.model import REPORT_SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "report.json"
@@ -269,7 +270,7 @@ def test_run_spec_refuses_nan_timeout(tmp_path: Path) -> None:
 # -- reports from other versions, with wrong types, nested -------------------------------------------
 
 
-@pytest.mark.parametrize("version", [999, 3])
+@pytest.mark.parametrize("version", [999, REPORT_SCHEMA_VERSION + 1])
 def test_report_from_a_newer_schema_is_refused_naming_the_version(capsys, tmp_path: Path, version: int) -> None:
     run = save_report(tmp_path, {**golden(), "schema_version": version})
     line = one_line_error(*invoke(capsys, "report", str(run))[::2])
