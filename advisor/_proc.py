@@ -5,14 +5,20 @@ stops them in order (the capture child saves its trace first). The price is that
 stops them when advisor itself dies abruptly (SIGKILL, an OOM kill, a closed CI job): a training
 script would keep the GPU busy, a TensorBoard server would keep the port. On Linux the kernel can
 send a signal to a process when its parent dies (``prctl(PR_SET_PDEATHSIG)``); this module asks
-for it.
+for it. It also holds the sweeps that end a whole process tree (:class:`ProcessTree`,
+:func:`kill_group`, :func:`end_own_children`) and turns SIGTERM/SIGHUP into the same clean stop as
+Ctrl-C (:func:`signals_interrupt`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -41,3 +47,119 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
     if parent == 1:  # re-parented to init already: the parent we were started by is gone
         os.kill(os.getpid(), sig)
     return True
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to the process group ``pgid``; a group already gone is not an error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the live processes in process group ``pgid`` (empty where psutil is unusable)."""
+    try:
+        import psutil
+
+        pids = psutil.pids()
+    except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable: nothing to sweep
+        return []
+    members = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pgid:
+                members.append(pid)
+    return members
+
+
+def end_own_children() -> None:
+    """Kill this process's descendants and the other members of the process group it leads.
+
+    For a child that leads its own session (the capture child): whatever the script started,
+    including a subprocess whose parent already exited (it stays in our group), must not outlive
+    the capture when advisor is no longer there to sweep the group.
+    """
+    me = os.getpid()
+    try:
+        import psutil
+
+        for child in psutil.Process(me).children(recursive=True):
+            with contextlib.suppress(Exception):
+                child.kill()
+    except Exception:  # noqa: BLE001, S110 - psutil unusable: the group sweep below still runs
+        pass
+    if os.getpgrp() == me:
+        for pid in group_members(me):
+            if pid != me:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+class ProcessTree:
+    """Every process started below ``pid``, remembered while it runs, so all can be ended.
+
+    torchrun starts each rank in a session of its own, and a script may start processes that
+    leave its process group (``setsid``) or outlive their parent: ending a process group does not
+    reach those. Calling :meth:`refresh` while the job runs remembers each descendant once seen;
+    :meth:`kill_all` ends those still alive (``is_running`` guards against PID reuse).
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.seen: dict[int, Any] = {}
+        try:
+            import psutil
+
+            self._root: Any = psutil.Process(pid)
+        except Exception:  # noqa: BLE001 - already gone, or psutil unusable
+            self._root = None
+
+    def refresh(self) -> None:
+        """Remember the current descendants."""
+        if self._root is None:
+            return
+        with contextlib.suppress(Exception):
+            for child in self._root.children(recursive=True):
+                self.seen.setdefault(child.pid, child)
+
+    def kill_all(self) -> None:
+        """Kill every remembered process still running."""
+        for child in self.seen.values():
+            with contextlib.suppress(Exception):
+                if child.is_running():
+                    child.kill()
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so the same clean-up runs (children ended, data saved)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """While active, SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread, as ^C does.
+
+    Without it either signal ends the Python process at once: no ``finally`` runs, so the
+    script's process tree would be left running. Outside the main thread it does nothing, and a
+    signal the process already ignores (``nohup`` ignores SIGHUP) stays ignored.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            continue  # NOTE: ignored on purpose (``nohup advisor ...``): keep ignoring it
+        with contextlib.suppress(ValueError, OSError):
+            previous[sig] = signal.signal(sig, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)

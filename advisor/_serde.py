@@ -85,9 +85,69 @@ def _coerce(tp: Any, value: Any) -> Any:
     return value
 
 
+def check_types(cls: Any, data: Any, where: str = "") -> None:
+    """Check that ``data`` fits dataclass ``cls`` field by field, before :func:`from_dict` builds it.
+
+    :func:`from_dict` keeps a value of the wrong type as it is (a newer writer's liberty), and
+    the code that later reads the field then fails far from the cause. Loaders of files a user
+    may have edited call this first. ``None`` is accepted anywhere (non-finite floats are saved
+    as null); unknown keys are ignored, as :func:`from_dict` ignores them.
+
+    Raises:
+        TypeError: ``<field.path>: expected <type>, got <type>``.
+    """
+    _check(cls, data, where or getattr(cls, "__name__", "value"))
+
+
+def _check(tp: Any, value: Any, where: str) -> None:
+    if value is None or tp is Any:
+        return
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arg in args:
+            try:
+                _check(arg, value, where)
+                return
+            except TypeError as exc:
+                errors.append(exc)
+        raise errors[0] if errors else TypeError(f"{where}: unexpected value")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise TypeError(f"{where}: expected an object, got {_kind(value)}")
+        hints = typing.get_type_hints(tp)
+        for f in dataclasses.fields(tp):
+            if f.name in value:
+                _check(hints.get(f.name, Any), value[f.name], f"{where}.{f.name}")
+        return
+    if origin in (tuple, list) or tp in (tuple, list):
+        if not isinstance(value, list):
+            raise TypeError(f"{where}: expected a list, got {_kind(value)}")
+        inner = args[0] if args and (origin is list or (len(args) == 2 and args[1] is Ellipsis)) else Any
+        for i, item in enumerate(value):
+            _check(inner, item, f"{where}[{i}]")
+        return
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"{where}: expected an object, got {_kind(value)}")
+        if len(args) == 2:
+            for key, item in value.items():
+                _check(args[1], item, f"{where}.{key}")
+        return
+    expected = {str: (str,), Path: (str,), bool: (bool,), int: (int,), float: (int, float)}.get(tp)
+    if expected is None:
+        return  # a type this checker does not know: from_dict keeps the value
+    if not isinstance(value, expected):
+        raise TypeError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), type(value).__name__)
+
+
 def dump_json(obj: Any, path: Path) -> None:
-    """Write ``obj`` as indented JSON atomically (temp file + rename), so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Write ``obj`` as indented JSON atomically (unique temp file + rename), so a crash never leaves half a file."""
+    from advisor._files import write_text
+
+    write_text(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n", what="output folder")

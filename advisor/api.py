@@ -263,6 +263,17 @@ def _suggested_fixes(findings: Sequence[Any]) -> list[Any]:
 # --- the other commands: thin functions so the CLI reaches every stage through this module ---
 
 
+def new_run_dir(base: Path) -> Path:
+    """Create a fresh run directory at ``base`` (``base-2``, ``base-3``... when taken) and return it.
+
+    Raises:
+        InputError: It cannot be created (read-only or full file system), saying to pass --out.
+    """
+    from advisor.rundir import create_unique
+
+    return create_unique(base)
+
+
 def validate_script(script: Path) -> Path:
     """Return ``script`` resolved, or raise UsageError when it is missing or not Python."""
     from advisor.capture.run import validate_script as _validate

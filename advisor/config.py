@@ -10,9 +10,11 @@ Layers, lowest precedence first (ruff's model, https://docs.astral.sh/ruff/confi
 3. the command line.
 
 Keys: ``select``, ``extend-select``, ``ignore`` (lists of codes or prefixes), ``preview`` (bool),
-``extend`` (path). An unknown key or a badly typed value raises :class:`UsageError` naming the
-file and suggesting the closest key, because a silently ignored typo in ``ignore`` would
-change the diagnosis without anyone noticing.
+``unknown-codes`` (``"error"`` or ``"warn"``), ``extend`` (path). An unknown key or a badly typed value raises
+:class:`UsageError` naming the file and suggesting the closest key, because a silently ignored
+typo in ``ignore`` would change the diagnosis without anyone noticing. For the same reason a rule
+code that matches no rule (``select = ["DL01"]`` would turn every rule off, and a ``--fail-on``
+gate would pass) is an error, unless ``unknown-codes = "warn"`` asks for a warning only.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ CONFIG_FILES: tuple[str, ...] = ("advisor.toml", ".advisor.toml", "pyproject.tom
 
 LIST_KEYS: tuple[str, ...] = ("select", "extend-select", "ignore")
 BOOL_KEYS: tuple[str, ...] = ("preview",)
-KNOWN_KEYS: tuple[str, ...] = (*LIST_KEYS, *BOOL_KEYS, "extend")
+CHOICE_KEYS: dict[str, tuple[str, ...]] = {"unknown-codes": ("error", "warn")}
+"""Keys whose value is one of a few words."""
+KNOWN_KEYS: tuple[str, ...] = (*LIST_KEYS, *BOOL_KEYS, *CHOICE_KEYS, "extend")
 
 REMOVED_KEYS: dict[str, str] = {}
 """Keys that used to exist -> the migration message shown instead of "unknown key"."""
@@ -71,9 +75,18 @@ class ConfigFile:
 
     def preview(self) -> bool | None:
         """Return the ``preview`` setting, this file's over its base's; None when unset."""
-        if "preview" in self.settings:
-            return bool(self.settings["preview"])
-        return self.base.preview() if self.base else None
+        return self.flag("preview")
+
+    def flag(self, key: str) -> bool | None:
+        """Return a boolean setting, this file's over its base's; None when unset."""
+        value = self.closest(key)
+        return None if value is None else bool(value)
+
+    def closest(self, key: str) -> Any:
+        """Return a setting, this file's over its base's; None when unset."""
+        if key in self.settings:
+            return self.settings[key]
+        return self.base.closest(key) if self.base else None
 
 
 def find_config_file(start: Path | None = None) -> Path | None:
@@ -145,6 +158,10 @@ def validate_settings(table: dict[str, Any], where: str) -> dict[str, Any]:
             if not isinstance(value, bool):
                 raise UsageError(f"{where}: {key}: expected true or false")
             settings[key] = value
+        elif key in CHOICE_KEYS:
+            if value not in CHOICE_KEYS[key]:
+                raise UsageError(f"{where}: {key}: expected one of {', '.join(repr(c) for c in CHOICE_KEYS[key])}")
+            settings[key] = value
         else:
             if not isinstance(value, str):
                 raise UsageError(f"{where}: {key}: expected a path")
@@ -175,7 +192,28 @@ def resolve_engine_config(
     """
     path = config_file or find_config_file(start)
     loaded = load_config_file(path) if path is not None else None
-    return _engine_config(loaded, select, extend_select, ignore, preview)
+    config = _engine_config(loaded, select, extend_select, ignore, preview)
+    if not (loaded is not None and loaded.closest("unknown-codes") == "warn"):
+        check_codes(config)
+    return config
+
+
+def check_codes(config: EngineConfig) -> None:
+    """Refuse a selector (select, extend-select, ignore) that matches no rule.
+
+    Raises:
+        UsageError: ``unknown rule code 'DL01' in select (did you mean 'DL001'?)``, saying how
+            to turn it into a warning.
+    """
+    from advisor.engine.rules import default_rules
+    from advisor.engine.selection import UNKNOWN_PREFIX, select_rules
+
+    unknown = [w for w in select_rules(default_rules(), config).warnings if w.startswith(UNKNOWN_PREFIX)]
+    if unknown:
+        raise UsageError(
+            f"{unknown[0]}; fix the code (`advisor rules` lists them), or set unknown-codes = \"warn\" "
+            "in [tool.advisor] to only warn"
+        )
 
 
 def _engine_config(
@@ -207,6 +245,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a config file") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML ({exc}); fix the file or remove it") from None
 
@@ -216,6 +258,7 @@ DEFAULT_VALUES: dict[str, Any] = {
     "extend-select": (),
     "ignore": (),
     "preview": False,
+    "unknown-codes": "error",
     "extend": None,
 }
 """Each key's value when no config file sets it (``select`` None: every stable rule)."""

@@ -19,12 +19,15 @@ ADVISOR = Path(__file__).resolve().parents[1] / "advisor"
 
 ROOT = "(root)"
 """``advisor/__init__.py`` (``__version__``, ``advisor.step``): imports nothing of ours."""
-SHARED = frozenset({ROOT, "errors", "_serde", "_vocab", "_num", "_paths", "_proc"})
-"""Small leaf modules every layer may use (errors, JSON helpers, vocabularies, path display, processes)."""
+SHARED = frozenset({ROOT, "errors", "_serde", "_vocab", "_num", "_paths", "_proc", "_files", "_terminal", "rundir"})
+"""Small leaf modules every layer may use (errors, JSON helpers, vocabularies, path display, processes,
+safe file writers, terminal-safe text, the run directory's names)."""
 
 ALLOWED: dict[str, frozenset[str]] = {
     # The command line: only the api door (and the error types and version it prints).
-    "cli": frozenset({ROOT, "errors", "api"}),
+    # NOTE: and the two leaf helpers of the process's own boundary: signal handling (_proc) and
+    # terminal-safe text for the error line it prints (_terminal).
+    "cli": frozenset({ROOT, "errors", "api", "_proc", "_terminal"}),
     "__main__": frozenset({"cli"}),
     # The door: every stage, never the command line.
     "api": SHARED | {"config", "capture", "trace", "metrics", "engine", "fixes", "distributed", "report"},
@@ -40,11 +43,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Reads trace files; knows nothing of ours but the errors.
     "trace": frozenset({"errors"}),
     "errors": frozenset(),
-    "_serde": frozenset({"errors"}),
+    "_serde": frozenset({"errors", "_files"}),
     "_vocab": frozenset(),
     "_num": frozenset(),
     "_paths": frozenset({"errors"}),
     "_proc": frozenset({"errors"}),
+    "_files": frozenset({"errors"}),
+    "_terminal": frozenset(),
+    "rundir": frozenset({"errors"}),
     ROOT: frozenset(),
 }
 """Package (or top-level module) -> the other packages of ours it may import."""

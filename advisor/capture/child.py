@@ -37,7 +37,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from advisor._proc import die_with_parent  # noqa: E402
+from advisor._proc import die_with_parent, end_own_children  # noqa: E402
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
@@ -52,11 +52,8 @@ from advisor.capture.model import (  # noqa: E402
     ScriptError,
 )
 from advisor.capture.recorder import Phases, StepRecorder, StopScript  # noqa: E402
+from advisor.rundir import CHILD_FILE, EVENTS_FILE, PSTATS_FILE, TRACES_DIR, rank_dir_name  # noqa: E402
 
-CHILD_FILE = "child.json"
-EVENTS_FILE = "events.jsonl"
-TRACES_DIR = "traces"
-PSTATS_FILE = "profile.pstats"
 EVENT_INTERVAL_S = 0.1  # at most this often a progress line within a phase
 
 NO_STEPS_NOTE = (
@@ -74,7 +71,7 @@ class _Terminated(BaseException):
 def rank_dir(run_dir: Path, environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:
     """Where this process writes: the run directory, or ``rank<N>/`` in it under torchrun."""
     if int(environ.get("WORLD_SIZE", "1") or 1) > 1:
-        return run_dir / f"rank{int(environ.get('RANK', '0') or 0)}"
+        return run_dir / rank_dir_name(int(environ.get("RANK", "0") or 0))
     return run_dir
 
 
@@ -457,18 +454,8 @@ def _print_script_traceback(exc: BaseException, script: str) -> None:
 
 
 def _kill_children() -> None:
-    """End this process's children (DataLoader workers) before a hard exit."""
-    try:
-        import psutil
-
-        children = psutil.Process().children(recursive=True)
-    except Exception:  # noqa: BLE001
-        return
-    for child in children:
-        try:
-            child.kill()
-        except Exception:  # noqa: BLE001, S110 - already gone
-            pass
+    """End this process's children (DataLoader workers, the script's own subprocesses) before a hard exit."""
+    end_own_children()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,14 +13,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from advisor._serde import dump_json, from_dict
+from advisor._serde import check_types, dump_json, from_dict
 from advisor._vocab import Vocab
 from advisor.capture.peak import MatmulPeak
 from advisor.capture.usercode import UserCode
 from advisor.errors import InputError
+from advisor.rundir import CAPTURE_FILE
 
 CAPTURE_SCHEMA_VERSION = 1
-CAPTURE_FILE = "capture.json"
 
 
 
@@ -32,6 +32,7 @@ class RunStatus(Vocab):
     CRASHED = "crashed"  # the script raised or its process died
     TIMEOUT = "timeout"  # --timeout ended it
     NO_STEPS = "no_steps"  # it ended without a single step being seen
+    INTERRUPTED = "interrupted"  # advisor was interrupted (Ctrl-C, SIGTERM, SIGHUP) while it ran
 
 
 # The members under their older names, which the capture and distributed modules import.
@@ -40,6 +41,7 @@ STATUS_STOPPED = RunStatus.STOPPED
 STATUS_CRASHED = RunStatus.CRASHED
 STATUS_TIMEOUT = RunStatus.TIMEOUT
 STATUS_NO_STEPS = RunStatus.NO_STEPS
+STATUS_INTERRUPTED = RunStatus.INTERRUPTED
 
 
 class NoteState(str, Enum):
@@ -396,13 +398,22 @@ class RunCapture:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise InputError(f"{path} is not valid JSON ({exc}); re-run `advisor diagnose`") from exc
+        except RecursionError:
+            raise InputError(f"{path} is nested too deeply to be a capture; re-run `advisor diagnose`") from None
         if not isinstance(data, dict):
             raise InputError(f"{path} does not hold a capture object; re-run `advisor diagnose`")
-        if int(data.get("schema_version", 0)) > CAPTURE_SCHEMA_VERSION:
+        version = data.get("schema_version", 1)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InputError(f"{path}: schema_version {version!r} is not one advisor writes; re-run `advisor diagnose`")
+        if version > CAPTURE_SCHEMA_VERSION and isinstance(data.get("notes", []), list):
             data.setdefault("notes", []).append(
-                f"capture.json schema {data['schema_version']} is newer than this advisor "
+                f"capture.json schema {version} is newer than this advisor "
                 f"({CAPTURE_SCHEMA_VERSION}); unknown fields were ignored"
             )
+        try:
+            check_types(cls, data, "capture")
+        except TypeError as exc:
+            raise InputError(f"{path}: {exc}; re-run `advisor diagnose`") from None
         return from_dict(cls, data)
 
 

@@ -12,15 +12,22 @@ relays the child's progress events, enforces the timeout, then merges the child'
 * ``completed``: it ran to its end (``--full``, few steps, or ``sys.exit(n)``: exit_code n);
 * ``crashed``: it raised (``error`` names the exception and step) or its process died;
 * ``timeout``: ``timeout_s`` passed; the process group was ended, measurements kept;
-* ``no_steps``: it ended without a step being seen (a note says how to mark steps).
+* ``no_steps``: it ended without a step being seen (a note says how to mark steps);
+* ``interrupted``: advisor itself was interrupted (Ctrl-C, SIGTERM, SIGHUP): the child was asked
+  to save, ``capture.json`` is still written with what was measured, then the interrupt goes on.
+
+Whatever ends the capture, no process of the script's tree is left: the child leads its own
+process group (swept at the end), descendants that leave it are remembered while it runs
+(:class:`advisor._proc.ProcessTree`), and every process advisor starts gets the parent-death
+signal.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,14 +38,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from advisor import rundir
+from advisor._proc import Interrupted, ProcessTree, die_with_parent, kill_group
 from advisor._serde import dump_json, from_dict, to_jsonable
-from advisor.capture.child import CHILD_FILE, EVENTS_FILE, PSTATS_FILE, TRACES_DIR
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
-    CAPTURE_FILE,
     PHASE_DONE,
     PHASE_STARTING,
     STATUS_CRASHED,
+    STATUS_INTERRUPTED,
     STATUS_TIMEOUT,
     ProgressEvent,
     RunCapture,
@@ -47,11 +55,9 @@ from advisor.capture.model import (
 )
 from advisor.capture.recorder import Phases
 from advisor.capture.sampler import UtilSampler
-from advisor.errors import UsageError
+from advisor.errors import InputError, UsageError
+from advisor.rundir import CONFIG_FILE, EVENTS_FILE, STDERR_LOG, STDOUT_LOG
 
-CONFIG_FILE = "config.json"
-STDOUT_LOG = "stdout.log"
-STDERR_LOG = "stderr.log"
 TERM_GRACE_S = 10.0
 """After a timeout, how long the child may take to write what it measured before it is killed."""
 SAMPLE_INTERVAL_S = 0.5
@@ -59,18 +65,23 @@ _POLL_S = 0.1
 
 ProgressCallback = Callable[[ProgressEvent], None]
 
-# Files a previous capture left in a reused run directory (replaced, never mixed with new ones).
-_OWN_FILES = (CAPTURE_FILE, CHILD_FILE, EVENTS_FILE, PSTATS_FILE, CONFIG_FILE, STDOUT_LOG, STDERR_LOG)
-
 
 def validate_script(script: Path) -> Path:
     """Check that ``script`` is an existing Python file; return it resolved.
 
     Raises:
-        UsageError: It is missing, a folder, or not Python (no ``.py`` suffix and no python
-            shebang).
+        UsageError: It is missing, a folder, not Python (no ``.py`` suffix and no python
+            shebang), or its path is not UTF-8.
     """
     path = Path(script)
+    try:
+        str(path.absolute()).encode("utf-8")
+    except UnicodeEncodeError:
+        # NOTE: torch.profiler fails on the first profiled step ("error unpacking string as utf-8")
+        # when a Python frame's file name is not UTF-8: say so before anything runs.
+        raise UsageError(
+            f"{path}: the path is not valid UTF-8, which torch.profiler cannot record; rename the script or its folder"
+        ) from None
     if not path.exists():
         raise UsageError(f"script not found: {path}; pass the path of a Python file")
     if not path.is_file():
@@ -96,24 +107,15 @@ def validate_spec(spec: RunSpec) -> None:
             raise UsageError(f"{name.replace('_', '-')} must be 0 or more, got {getattr(spec, name)}")
     if spec.cprofile_steps is not None and spec.cprofile_steps < 0:
         raise UsageError(f"cprofile-steps must be 0 or more, got {spec.cprofile_steps}")
-    if spec.timeout_s is not None and spec.timeout_s <= 0:
+    if spec.timeout_s is not None and not (math.isfinite(spec.timeout_s) and spec.timeout_s > 0):
         raise UsageError(f"--timeout must be a positive number of seconds, got {spec.timeout_s}")
     if spec.cwd is not None and not Path(spec.cwd).is_dir():
         raise UsageError(f"working directory {spec.cwd} does not exist")
 
 
 def prepare_run_dir(out_dir: Path) -> Path:
-    """Create the run directory (absolute), removing files a previous capture left there."""
-    run_dir = Path(out_dir).resolve()
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UsageError(f"{run_dir} exists and is not a folder; choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for name in _OWN_FILES:
-        (run_dir / name).unlink(missing_ok=True)
-    for folder in [run_dir / TRACES_DIR, *run_dir.glob("rank[0-9]*")]:
-        if folder.is_dir():
-            shutil.rmtree(folder)
-    return run_dir
+    """Make the run directory ready (see :func:`advisor.rundir.prepare`); return it absolute."""
+    return rundir.prepare(out_dir)
 
 
 def _child_env(spec: RunSpec) -> dict[str, str]:
@@ -179,16 +181,17 @@ class EventRelay:
                     self.progress = None
 
 
-def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
-    """Send ``sig`` to a process group; a group already gone is not an error."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
 @contextlib.contextmanager
-def started(cmd: list[str], spec: RunSpec, run_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Start the child in its own session; whatever happens, leave no process of it behind."""
-    with (run_dir / STDOUT_LOG).open("wb") as out, (run_dir / STDERR_LOG).open("wb") as err:
+def started(cmd: list[str], spec: RunSpec, run_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], ProcessTree]]:
+    """Start the child in its own session; whatever happens, leave no process of it behind.
+
+    Yields the process and its :class:`ProcessTree`, which the caller refreshes while waiting.
+    """
+    try:
+        logs = (run_dir / STDOUT_LOG).open("wb"), (run_dir / STDERR_LOG).open("wb")
+    except OSError as exc:
+        raise InputError(f"cannot create the logs in {run_dir} ({exc.strerror or exc}); choose another --out") from exc
+    with logs[0] as out, logs[1] as err:
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -197,15 +200,20 @@ def started(cmd: list[str], spec: RunSpec, run_dir: Path) -> Iterator[subprocess
             cwd=str(spec.cwd) if spec.cwd is not None else None,
             env=_child_env(spec),
             start_new_session=True,  # own process group: we can end it whole; ^C is ours
+            # NOTE: if advisor dies outright (SIGKILL), the child (torchrun too) gets SIGTERM.
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
         )
+    tree = ProcessTree(proc.pid)
     try:
-        yield proc
+        yield proc, tree
     finally:
+        tree.refresh()
         if proc.poll() is None:
             kill_group(proc.pid)
             proc.wait()
         # NOTE: DataLoader workers (or anything the script started) may outlive the child.
         kill_group(proc.pid)
+        tree.kill_all()
 
 
 def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCapture:
@@ -234,21 +242,37 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
         progress(ProgressEvent(phase=PHASE_STARTING, steps_total=steps_total(spec)))
     relay = EventRelay(run_dir / EVENTS_FILE, progress)
     timed_out = False
+    interrupt: KeyboardInterrupt | None = None
     start = time.perf_counter()
-    with started(cmd, spec, run_dir) as proc:
+    with started(cmd, spec, run_dir) as (proc, tree):
         sampler = UtilSampler(proc.pid, SAMPLE_INTERVAL_S)
         sampler.start()
         relay.start()
         try:
-            timed_out = _wait(proc, spec.timeout_s, start)
+            timed_out = _wait(proc, spec.timeout_s, start, tree)
+        except KeyboardInterrupt as exc:  # ^C, or SIGTERM/SIGHUP (advisor._proc.signals_interrupt)
+            interrupt = exc
+            _ask_to_save(proc, tree)
         finally:
             wall_s = time.perf_counter() - start
             cpu, gpu = sampler.stop()
             relay.stop()
-    result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu)
+    result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu, interrupt)
     result.save(run_dir)
+    if interrupt is not None:
+        raise interrupt
     report_done(progress, relay, spec, result, wall_s)
     return result
+
+
+def interrupted_error(interrupt: KeyboardInterrupt, steps_seen: int) -> ScriptError:
+    """Build the error recorded for a capture advisor was interrupted in (also used by advisor.distributed.launch)."""
+    how = f"by {interrupt.args[0]}" if isinstance(interrupt, Interrupted) else "by Ctrl-C (SIGINT)"
+    return ScriptError(
+        type="Interrupted",
+        message=f"advisor was interrupted {how} after {steps_seen} steps; the capture holds what was measured",
+        step=steps_seen + 1,
+    )
 
 
 def report_done(
@@ -276,20 +300,30 @@ def steps_total(spec: RunSpec) -> int:
     return Phases.for_spec(spec).total
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float | None, start: float) -> bool:
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float | None, start: float, tree: ProcessTree) -> bool:
     """Wait for the child; on timeout ask it to save (SIGTERM), then kill. True if timed out."""
     deadline = None if timeout_s is None else start + timeout_s
     while True:
-        remaining = None if deadline is None else deadline - time.perf_counter()
-        if remaining is not None and remaining <= 0:
+        tree.refresh()
+        remaining = _POLL_S if deadline is None else min(_POLL_S, deadline - time.perf_counter())
+        if remaining <= 0:
             break
         try:
             proc.wait(timeout=remaining)
             return False
         except subprocess.TimeoutExpired:
             continue
-    # NOTE: SIGTERM to the child alone: its handler closes the profiler and writes child.json;
-    # the process group (DataLoader workers included) is killed afterwards.
+    _ask_to_save(proc, tree)
+    return True
+
+
+def _ask_to_save(proc: subprocess.Popen[bytes], tree: ProcessTree) -> None:
+    """SIGTERM the child alone (its handler closes the profiler and writes child.json), then kill.
+
+    The process group (DataLoader workers included) is killed afterwards by :func:`started`. A
+    second ^C while waiting skips the grace: everything is killed at once.
+    """
+    tree.refresh()
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)
     try:
@@ -297,16 +331,6 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float | None, start: float) 
     except subprocess.TimeoutExpired:
         kill_group(proc.pid)
         proc.wait()
-    return True
-
-
-def _read_child(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / CHILD_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 _TAIL_BYTES = 64 * 1024
@@ -339,15 +363,20 @@ def _merge(
     wall_s: float,
     cpu: Any,
     gpu: Any,
+    interrupt: KeyboardInterrupt | None = None,
 ) -> RunCapture:
     """Combine what the child wrote with what only the parent knows into one RunCapture."""
-    child = _read_child(run_dir) or {}
+    child = rundir.read_child(run_dir) or {}
     notes: list[str] = list(child.get("notes") or [])
     steps_seen = int(child.get("steps_seen") or 0)
     status = child.get("status")
     error = child.get("error")
     exit_code = child.get("exit_code")
-    if timed_out:
+    if interrupt is not None:
+        status = STATUS_INTERRUPTED
+        exit_code = returncode
+        error = to_jsonable(interrupted_error(interrupt, steps_seen))
+    elif timed_out:
         status = STATUS_TIMEOUT
         exit_code = returncode
         error = to_jsonable(

@@ -14,7 +14,12 @@ import click
 from advisor import api
 from advisor.api import STATUS_CRASHED, STATUS_NO_STEPS, STATUS_TIMEOUT, RunSpec
 from advisor.cli._common import emit_report, engine_config
-from advisor.cli.options import output_options, rule_selection_options, verbosity_options
+from advisor.cli.options import (
+    PositiveSeconds,
+    output_options,
+    rule_selection_options,
+    verbosity_options,
+)
 from advisor.errors import ScriptFailed, UsageError
 
 EPILOG = """\b
@@ -29,9 +34,9 @@ Examples:
 
 
 def default_run_dir(script: Path) -> Path:
-    """``advisor-runs/<script-stem>-<timestamp>``."""
+    """Create ``advisor-runs/<script-stem>-<timestamp>`` (``-2``, ``-3``... when taken) and return it."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("advisor-runs") / f"{script.stem}-{stamp}"
+    return api.new_run_dir(Path("advisor-runs") / f"{script.stem}-{stamp}")
 
 
 @click.command(
@@ -51,7 +56,7 @@ def default_run_dir(script: Path) -> Path:
               help="Steps under torch.profiler; as many again run under cProfile right after "
               "(the two cannot share Python's profile hook). 0 disables both.")
 @click.option("--full", is_flag=True, help="Let the script run to its end instead of stopping after profiling.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+@click.option("--timeout", type=PositiveSeconds(), default=None, metavar="SECONDS",
               help="Stop a hung script after SECONDS (exit 3, partial capture kept).")
 @click.option("--no-fixes", is_flag=True, help="Diagnose only; do not try fixes.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also try fixes that may change numerics or batch semantics (bf16, compile, batch fusion, larger batches...).")

@@ -7,12 +7,15 @@ only reads traces) never pays for importing torch.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from advisor import __version__
+from advisor._proc import Interrupted, signals_interrupt
+from advisor._terminal import printable
 from advisor.errors import EXIT_USAGE, AdvisorError
 
 # command name -> "module:attribute"; modules are imported only when the command runs.
@@ -89,19 +92,21 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script: run the CLI and map errors to exit codes."""
     try:
-        rv: Any = cli.main(args=argv, prog_name="advisor", standalone_mode=False)
+        with signals_interrupt():  # SIGTERM/SIGHUP stop as ^C does: children ended, data saved
+            rv: Any = cli.main(args=argv, prog_name="advisor", standalone_mode=False)
     except AdvisorError as exc:
-        click.echo(f"advisor: error: {exc.message}", err=True)
+        click.echo(f"advisor: error: {printable(exc.message)}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # Click turns ^C (and our SIGTERM) into Abort
+            _interrupted(exc.__cause__)
         click.echo("advisor: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("advisor: interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        _interrupted(exc)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:  # the one boundary: never a stack trace for the user
@@ -114,6 +119,13 @@ def main(argv: list[str] | None = None) -> None:
             raise
         sys.exit(EXIT_USAGE)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
+    """Exit as a process ended by the signal would report it: 128 + its number."""
+    signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+    click.echo(f"advisor: interrupted ({signal.Signals(signum).name})", err=True)
+    sys.exit(128 + signum)
 
 
 def _debug() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +14,26 @@ F = TypeVar("F", bound=Callable[..., Any])
 # NOTE: literal copies (checked equal by tests/cli) so that building the CLI imports no stage.
 FORMATS = ("text", "markdown", "html", "json")
 FAIL_ON = ("never", "info", "warning", "error")
+
+
+class PositiveSeconds(click.ParamType):
+    """A finite number of seconds above zero: ``nan``, ``inf``, ``0`` and negatives are refused.
+
+    ``click.FloatRange(min=0, min_open=True)`` lets ``nan`` through (every comparison with it is
+    false), and ``--timeout nan`` would then disable the timeout without a word.
+    """
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """Parse ``value``; fail with Click's usage error (exit 2) when it is not a positive finite number."""
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{value!r} is not a positive, finite number of seconds", param, ctx)
+        return seconds
 
 
 def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:

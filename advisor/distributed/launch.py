@@ -17,13 +17,15 @@ rank; no rank then starts a collective its peers would not join, and each exits 
   measured) and SIGKILL after ``--shutdown-timeout``; the merged capture names the failing rank;
 * a rank that has not stopped ``STOP_GRACE_S`` after another rank stopped (a script whose ranks
   run different step counts, stuck in a collective) is ended by the parent (``RankStalled``);
-* ``spec.timeout_s`` ends the whole job (SIGTERM to torchrun, then SIGKILL to the group).
+* ``spec.timeout_s`` ends the whole job (SIGTERM to torchrun, then SIGKILL to the group);
+* advisor interrupted (Ctrl-C, SIGTERM, SIGHUP) ends the job the same way, writes the merged
+  ``capture.json`` with status ``interrupted``, then lets the interrupt go on; advisor killed
+  outright sends torchrun SIGTERM (parent-death signal), which ends the ranks.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -33,12 +35,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from advisor import rundir
+from advisor._proc import ProcessTree
 from advisor._serde import dump_json, from_dict, to_jsonable
-from advisor.capture.child import CHILD_FILE, EVENTS_FILE
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
     PHASE_STARTING,
     STATUS_COMPLETED,
+    STATUS_INTERRUPTED,
     STATUS_NO_STEPS,
     STATUS_STOPPED,
     ProgressEvent,
@@ -46,11 +50,9 @@ from advisor.capture.model import (
     RunSpec,
 )
 from advisor.capture.run import (
-    CONFIG_FILE,
-    STDERR_LOG,
-    STDOUT_LOG,
     EventRelay,
     ProgressCallback,
+    interrupted_error,
     kill_group,
     prepare_run_dir,
     report_done,
@@ -60,10 +62,19 @@ from advisor.capture.run import (
     validate_spec,
 )
 from advisor.capture.sampler import UtilSampler
-from advisor.distributed.merge import merge_ranks, rank_dirs, read_rank
+from advisor.distributed.merge import merge_ranks, read_rank
 from advisor.errors import UsageError
+from advisor.rundir import (
+    CHILD_FILE,
+    CONFIG_FILE,
+    EVENTS_FILE,
+    STDERR_LOG,
+    STDOUT_LOG,
+    rank_dir_name,
+    rank_dirs,
+)
 
-LOGS_DIR = "torchrun-logs"
+LOGS_DIR = rundir.TORCHRUN_LOGS_DIR
 """torchrun's own per-rank log files (``--log-dir``), moved into each rank folder afterwards."""
 SHUTDOWN_TIMEOUT_S = 10.0
 """torchrun's grace for the other ranks to save their results after one failed (then SIGKILL)."""
@@ -140,21 +151,25 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
     if progress is not None:
         progress(ProgressEvent(phase=PHASE_STARTING, steps_total=steps_total(spec)))
     # NOTE: rank 0 speaks for the job's progress; all ranks run the same steps.
-    relay = EventRelay(run_dir / "rank0" / EVENTS_FILE, progress)
+    relay = EventRelay(run_dir / rank_dir_name(0) / EVENTS_FILE, progress)
     start = time.perf_counter()
-    with started(cmd, spec, run_dir) as proc:
-        tree = _Descendants(proc.pid)
+    interrupt: KeyboardInterrupt | None = None
+    timed_out, stalled = False, []
+    with started(cmd, spec, run_dir) as (proc, tree):
         sampler = UtilSampler(proc.pid, SAMPLE_INTERVAL_S)
         sampler.start()
         relay.start()
         try:
             timed_out, stalled = _supervise(proc, run_dir, spec, start, tree)
+        except KeyboardInterrupt as exc:  # ^C, or SIGTERM/SIGHUP (advisor._proc.signals_interrupt)
+            interrupt = exc
         finally:
             try:
                 wall_s = time.perf_counter() - start
                 cpu, gpu = sampler.stop()
                 relay.stop()
-                if proc.poll() is None:  # interrupted (^C): let the ranks save, then end them
+                if proc.poll() is None:  # interrupted: let the ranks save, then end them
+                    tree.refresh()
                     _end(proc)
             finally:
                 tree.kill_all()
@@ -177,6 +192,9 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
         ranks.append(rank_run)
     shutil.rmtree(logs_dir, ignore_errors=True)  # copied into the rank folders
     merged = merge_ranks(ranks, timed_out=timed_out, timeout_s=spec.timeout_s, stalled=stalled, stall_s=STOP_GRACE_S)
+    if interrupt is not None:
+        steps = int(merged.get("steps_seen") or 0)
+        merged = {**merged, "status": STATUS_INTERRUPTED, "error": to_jsonable(interrupted_error(interrupt, steps))}
     notes = list(merged.pop("notes"))
     if gpu.note:
         notes.append(gpu.note)
@@ -198,21 +216,20 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
     }
     result = from_dict(RunCapture, data)
     result.save(run_dir)
+    if interrupt is not None:
+        raise interrupt
     report_done(progress, relay, spec, result, wall_s)
     return result
 
 
 def _rank_stopped(folder: Path) -> bool:
     """Tell whether the rank saved final results after stopping or ending normally."""
-    try:
-        data = json.loads((folder / CHILD_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    data = rundir.read_child(folder) or {}
     return bool(data.get("finished")) and data.get("status") in (STATUS_STOPPED, STATUS_COMPLETED, STATUS_NO_STEPS)
 
 
 def _supervise(
-    proc: subprocess.Popen[bytes], run_dir: Path, spec: RunSpec, start: float, tree: _Descendants
+    proc: subprocess.Popen[bytes], run_dir: Path, spec: RunSpec, start: float, tree: ProcessTree
 ) -> tuple[bool, list[int]]:
     """Wait for torchrun; end the job on timeout or when ranks stall after others stopped.
 
@@ -247,38 +264,6 @@ def _supervise(
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=_POLL_S)
     return False, []
-
-
-class _Descendants:
-    """Every process torchrun started, remembered while it runs.
-
-    torchrun starts each rank in a session of its own, so ending torchrun's process group does
-    not reach the ranks (nor their DataLoader workers): whatever is left is killed from here.
-    """
-
-    def __init__(self, pid: int) -> None:
-        self.seen: dict[int, Any] = {}
-        try:
-            import psutil
-
-            self._root: Any = psutil.Process(pid)
-        except Exception:  # noqa: BLE001 - already gone, or psutil unusable
-            self._root = None
-
-    def refresh(self) -> None:
-        """Remember the current descendants."""
-        if self._root is None:
-            return
-        with contextlib.suppress(Exception):
-            for child in self._root.children(recursive=True):
-                self.seen.setdefault(child.pid, child)
-
-    def kill_all(self) -> None:
-        """Kill every remembered process still running (``is_running`` guards against pid reuse)."""
-        for child in self.seen.values():
-            with contextlib.suppress(Exception):
-                if child.is_running():
-                    child.kill()
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:

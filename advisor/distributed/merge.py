@@ -18,8 +18,6 @@ job's top-level capture:
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +34,8 @@ from advisor.capture.model import (
     ScriptError,
     TimedPhase,
 )
+from advisor.rundir import CHILD_FILE, read_json
 
-CHILD_FILE = "child.json"  # what the capture child writes (advisor.capture.child.CHILD_FILE)
-RANK_DIR_RE = re.compile(r"^rank(\d+)$")
 # Error texts of a rank whose collective failed because a peer went away (gloo, NCCL, TCPStore).
 PEER_LOST = (
     "connection closed by peer",
@@ -68,24 +65,6 @@ class RankRun:
     ended_at: float | None
 
 
-def rank_dirs(run_dir: Path) -> list[tuple[int, Path]]:
-    """List the ``rank<N>`` folders of a run directory, ordered by rank."""
-    found = []
-    for path in Path(run_dir).iterdir() if Path(run_dir).is_dir() else ():
-        m = RANK_DIR_RE.match(path.name)
-        if m and path.is_dir():
-            found.append((int(m.group(1)), path))
-    return sorted(found)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _strip(path: str | None, prefix: str) -> str | None:
     if path is None:
         return None
@@ -111,7 +90,7 @@ def read_rank(
         with a ``ProcessDied`` error.
     """
     path = folder / CHILD_FILE
-    child = _read_json(path) or {}
+    child = read_json(path) or {}
     finished = bool(child.get("finished"))
     prefix = folder.name + "/"
     data: dict[str, Any] = {

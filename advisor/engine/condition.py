@@ -9,7 +9,8 @@ Grammar (everything else is rejected when the rule loads):
 * comparisons ``<  <=  >  >=  ==  !=``, chained (``0.1 < x <= 0.5``);
 * arithmetic ``+  -  *  /`` and unary ``-``/``+`` (no ``**``, ``//``, ``%``: no huge powers);
 * calls to ``min``, ``max`` and ``abs`` only, positional arguments only;
-* numeric, boolean and string constants;
+* numeric, boolean and string constants (numbers up to 1e15 in size, strings up to 200
+  characters; strings only compare, they take no arithmetic, so ``"x" * 2500000000`` is refused);
 * names, which must be declared metrics (``advisor.metrics.registry``).
 
 Missing evidence is ``None`` and never makes a rule fire. Evaluation uses three-valued
@@ -39,6 +40,10 @@ MAX_EXPRESSION_CHARS = 2000
 """Longest expression accepted (guards the parser against pathological inputs)."""
 MAX_DEPTH = 40
 """Deepest syntax tree accepted."""
+MAX_CONSTANT = 1e15
+"""Largest number literal accepted (``1e999`` is infinity; a huge integer costs memory)."""
+MAX_STRING_CHARS = 200
+"""Longest string literal accepted."""
 
 _FUNCTIONS = ("min", "max", "abs")
 
@@ -140,6 +145,9 @@ def _check(
             raise ConditionError(
                 f"operator {type(node.op).__name__} is not allowed (only + - * /)"
             )
+        for side in (node.left, node.right):
+            if isinstance(side, ast.Constant) and isinstance(side.value, str):
+                raise ConditionError("arithmetic on a string is not allowed (strings can only be compared)")
         sub(node.left)
         sub(node.right)
     elif isinstance(node, ast.Compare):
@@ -164,6 +172,14 @@ def _check(
     elif isinstance(node, ast.Constant):
         if not isinstance(node.value, (bool, int, float, str)):
             raise ConditionError(f"constant {node.value!r} is not allowed")
+        if isinstance(node.value, str) and len(node.value) > MAX_STRING_CHARS:
+            raise ConditionError(f"string constant longer than {MAX_STRING_CHARS} characters")
+        if (
+            isinstance(node.value, (int, float))
+            and not isinstance(node.value, bool)
+            and not (math.isfinite(node.value) and abs(node.value) <= MAX_CONSTANT)
+        ):
+            raise ConditionError(f"number {str(node.value)[:20]} is out of range (at most {MAX_CONSTANT:g} in size)")
     elif isinstance(node, ast.Name):
         _check_name(node.id, names, is_declared, known)
     else:
@@ -226,8 +242,8 @@ def _eval(node: ast.expr, values: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.BinOp):
         left = _eval(node.left, values)
         right = _eval(node.right, values)
-        if left is None or right is None:
-            return None
+        if left is None or right is None or isinstance(left, str) or isinstance(right, str):
+            return None  # NOTE: no string arithmetic: "x" * n could build a string of any size
         try:
             return _ARITH[type(node.op)](left, right)
         except (ZeroDivisionError, TypeError, OverflowError):

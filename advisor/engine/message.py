@@ -43,6 +43,10 @@ SPECIAL_FIELDS = ("locations",)
 """Template fields that are not metrics."""
 
 _CUSTOM_SPECS = ("bool", "bytes", "int")
+MAX_SPEC_NUMBER = 100
+"""Largest width or precision a format spec may ask for: ``{x:>2500000000}`` would build a
+2.5 GB string, so it is refused when the rule loads."""
+_SPEC_NUMBERS = re.compile(r"\d+")
 _SAMPLE = 0.5  # value used to validate a format spec at load time
 
 
@@ -164,6 +168,7 @@ def _parse_parts(
             if not is_declared(field):
                 raise ConditionError(f"unknown metric {field!r}{did_you_mean(field, known)}")
             names.add(field)
+            _check_spec_size(field, spec)
             try:
                 if spec not in _CUSTOM_SPECS:
                     format(_SAMPLE, spec)
@@ -173,6 +178,15 @@ def _parse_parts(
             raise ConditionError(f"field {{{field}}} takes no format spec")
         parts.append((literal, field, spec))
     return tuple(parts)
+
+
+def _check_spec_size(field: str, spec: str) -> None:
+    """Refuse a width or precision above :data:`MAX_SPEC_NUMBER` before anything is formatted."""
+    for number in _SPEC_NUMBERS.findall(spec):
+        if len(number) > 3 or int(number) > MAX_SPEC_NUMBER:
+            raise ConditionError(
+                f"field {{{field}:{spec}}}: width or precision {number[:12]} is larger than {MAX_SPEC_NUMBER}"
+            )
 
 
 def format_value(value: Any, spec: str) -> str:

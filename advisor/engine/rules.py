@@ -90,6 +90,10 @@ REQUIRED_KEYS: tuple[str, ...] = (
 )
 OPTIONAL_KEYS: tuple[str, ...] = ("aliases",)
 
+MAX_RULE_FILE_BYTES = 256 * 1024
+"""Largest rule file read (a rule is a page of YAML; a bigger one is a mistake or an attack)."""
+MAX_LIST_ITEMS = 50
+"""Most entries in a rule's list keys (aliases, references, fixes...)."""
 _CODE_RE = re.compile(r"^[A-Z]{2}[0-9]{3}$")
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
@@ -319,7 +323,17 @@ def load_rule_file(file: Any, fixes: Mapping[str, str] | None = None) -> Rule:
     """
     path = display_path(str(file))
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise RuleError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_RULE_FILE_BYTES:
+        raise RuleError(f"{path}: file is {len(raw)} bytes, more than a rule may hold ({MAX_RULE_FILE_BYTES})")
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RuleError(f"{path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
+    except RecursionError:
+        raise RuleError(f"{path}: nested too deeply to be a rule") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -438,6 +452,8 @@ def parse_rule(
 def _parse_fixes(value: Any, fail: Any, vocabulary: Mapping[str, str] | None) -> tuple[FixRef, ...]:
     if not isinstance(value, list):
         raise fail("fixes", "expected a list of {id, safety} (may be empty)")
+    if len(value) > MAX_LIST_ITEMS:
+        raise fail("fixes", f"{len(value)} items, more than {MAX_LIST_ITEMS}")
     fixes: list[FixRef] = []
     for item in value:
         if not isinstance(item, dict) or set(item) != {"id", "safety"}:
@@ -482,6 +498,8 @@ def check_fix_refs(ruleset: RuleSet, vocabulary: Mapping[str, str]) -> None:
 def _string_list(value: Any, key: str, fail: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise fail(key, "expected a list of strings")
+    if len(value) > MAX_LIST_ITEMS:
+        raise fail(key, f"{len(value)} items, more than {MAX_LIST_ITEMS}")
     return tuple(v.strip() for v in value)
 
 

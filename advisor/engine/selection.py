@@ -13,7 +13,8 @@ Semantics (ruff's, as documented at https://docs.astral.sh/ruff/linter/#rule-sel
 * ``preview`` rules run only with ``preview`` on, even when selected; ``deprecated`` rules
   run only when selected by their exact code.
 * A selector that matches no rule produces a warning that starts with ``unknown rule code``
-  and suggests close matches; it never stops the run.
+  and suggests close matches; here it never stops the run (the CLI's configuration,
+  :func:`advisor.config.check_codes`, makes it an error unless asked to warn).
 """
 
 from __future__ import annotations
@@ -98,10 +99,14 @@ def _specificity(selector: str, rule: Rule, ruleset: RuleSet) -> float:
     return -1
 
 
+UNKNOWN_PREFIX = "unknown rule code"
+"""How a warning about a selector that matches no rule starts."""
+
+
 def _unknown(selector: str, key: str, origin: str, ruleset: RuleSet) -> str:
     candidates = [*ruleset.codes, *ruleset.aliases, *GROUPS, "ALL"]
     hint = did_you_mean(selector.strip().upper(), candidates)
-    return f"unknown rule code {selector!r} in {key}{origin}{hint}"
+    return f"{UNKNOWN_PREFIX} {selector!r} in {key}{origin}{hint}"
 
 
 def _origin(config: EngineConfig, index: int, count: int) -> str:

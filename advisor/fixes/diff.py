@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -547,7 +546,8 @@ def make_diff(script: Path, kept: Sequence[Trial]) -> str:
 def write_diff(script: Path, diff_or_kept: str | Sequence[Trial]) -> Path:
     """Apply a diff from :func:`make_diff` (or the kept trials) to ``script``, keeping a backup.
 
-    Only for the explicit ``--write`` flag. The original is first copied to ``<script>.bak``.
+    Only for the explicit ``--write`` flag. The original is first copied to the first free ``<script>.bak``, ``.bak.1``, ...;
+    a read-only script is refused.
 
     Args:
         script: The user's script.
@@ -569,12 +569,9 @@ def write_diff(script: Path, diff_or_kept: str | Sequence[Trial]) -> Path:
         new = apply_unified_diff(source, diff_or_kept)
     else:
         new, _ = transform(source, diff_or_kept)
-    backup = path.with_name(path.name + ".bak")
-    shutil.copy2(path, backup)
-    tmp = path.with_name(path.name + ".advisor-tmp")
-    tmp.write_text(new, encoding="utf-8")
-    tmp.replace(path)
-    return backup
+    from advisor._files import rewrite_script
+
+    return rewrite_script(path, new)
 
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")

@@ -85,13 +85,13 @@ from advisor.fixes.fix import (
 )
 from advisor.fixes.model import FixOutcome, Trial, Verdict
 from advisor.fixes.stats import MIN_EFFECT, estimate, loss_parity, paired_ratios
+from advisor.rundir import TRIALS_DIR  # noqa: E402
 
 __all__ = [
     "MIN_LADDER_PHASE_S", "Measurer", "TrialPlan", "TrialProgress", "choose", "collapse", "fusion_steps",
     "ladder_steps", "pick_kept", "plan_trials", "run_trials", "select_combination",
 ]
 
-TRIALS_DIR = "trials"
 INSTALLER = "advisor.fixes.runtime"
 """The module the capture child imports by name to install fixes (``RunSpec.fix_installers``)."""
 DEFAULT_LOSS_STEPS = 5

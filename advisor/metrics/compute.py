@@ -33,7 +33,7 @@ import pandas as pd
 
 from advisor._num import finite
 from advisor._serde import to_jsonable
-from advisor.capture.model import CAPTURE_FILE, RunCapture
+from advisor.capture.model import RunCapture
 from advisor.errors import InputError, TraceError
 from advisor.metrics.balance import rank_balance
 from advisor.metrics.contention import contention_metrics
@@ -43,7 +43,8 @@ from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
 from advisor.metrics.sources import find_locations, user_predicate
 from advisor.metrics.steps import TraceAnalysis, analyze_trace
-from advisor.trace.load import Trace, find_trace_files, load_traces
+from advisor.rundir import CAPTURE_FILE, PSTATS_FILE, TRACES_DIR
+from advisor.trace.load import REPAIRED_KEY, Trace, find_trace_files, load_traces
 
 _RANK_COLUMNS = (
     "step_time_ms",
@@ -223,6 +224,9 @@ def compute_metrics(
     steps = pd.concat([steps, views.steps.drop(columns=[c for c in views.steps.columns if c in steps.columns])], axis=1)
     has_gpu = any(a.cls.has_gpu for a in analyses)
     notes: list[str] = [n for a in analyses for n in a.notes]
+    repaired = sum(int(t.metadata.get(REPAIRED_KEY) or 0) for t in traces)
+    if repaired:
+        notes.append(f"{repaired} trace event name(s) written unescaped by torch were re-escaped to read the trace")
 
     summary: dict[str, float | None] = dict.fromkeys(METRICS)
     summary.update(_step_summary(steps))
@@ -332,11 +336,11 @@ def load_input(path: str | Path) -> tuple[tuple[Trace, ...], RunCapture | None, 
         if not any(f.is_file() for f in listed):
             raise InputError(f"{path}: the traces listed in {CAPTURE_FILE} are missing; re-run `advisor diagnose`")
         traces = load_run_traces(path, capture)
-    elif (path / "traces").is_dir():
-        traces = load_traces(path / "traces")
+    elif (path / TRACES_DIR).is_dir():
+        traces = load_traces(path / TRACES_DIR)
     else:
         traces = ()  # captured without the profiler: the capture alone is analysed
-    candidate = path / (capture.pstats_file or "profile.pstats")
+    candidate = path / (capture.pstats_file or PSTATS_FILE)
     return traces, capture, (candidate if candidate.is_file() else None)
 
 

@@ -52,8 +52,8 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    grid.add_row("Before", Text.assemble(_t(cmp.before), f"  ({cmp.before_device})"))
-    grid.add_row("After", Text.assemble(_t(cmp.after), f"  ({cmp.after_device})"))
+    grid.add_row("Before", Text.assemble(_t(cmp.before), _t(f"  ({cmp.before_device})")))
+    grid.add_row("After", Text.assemble(_t(cmp.after), _t(f"  ({cmp.after_device})")))
     style = {"faster": "bold green", "slower": "bold red", "not comparable": "bold yellow"}.get(cmp.verdict, "bold")
     grid.add_row("Speedup", _t(headline(cmp), style))
     if cmp.step_time_before_ms is not None or cmp.step_time_after_ms is not None:

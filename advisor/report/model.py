@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor import __version__
-from advisor._serde import dump_json, from_dict, to_jsonable
+from advisor._serde import check_types, dump_json, from_dict, to_jsonable
 from advisor.capture.model import RunCapture
 from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
 from advisor.errors import InputError
@@ -42,7 +42,7 @@ new field. History:
   and ``peak_memory_bytes`` / ``baseline_peak_memory_bytes`` / ``memory_kind``. :meth:`Report.load`
   fills ``fixes`` and ``reference`` of an older file from those strings.
 """
-REPORT_FILE = "report.json"
+from advisor.rundir import REPORT_FILE  # noqa: E402
 
 _V1_WARNING_PREFIXES = ("unknown rule code",)
 """Note prefixes that were warnings in version-1 reports (see :data:`REPORT_SCHEMA_VERSION`)."""
@@ -187,9 +187,26 @@ class Report:
             data = json.loads(file.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise InputError(f"{file} is not valid JSON ({exc}); re-create it with advisor") from exc
+        except RecursionError:
+            raise InputError(f"{file} is nested too deeply to be an advisor report") from None
+        except OSError as exc:
+            raise InputError(f"cannot read {file} ({exc.strerror or exc})") from exc
         if not isinstance(data, dict) or "schema_version" not in data:
             raise InputError(f"{file} is not an advisor report (no schema_version)")
-        return from_dict(cls, _upgrade(data))
+        version = data["schema_version"]
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InputError(f"{file}: schema_version {version!r} is not one advisor writes; re-create the report")
+        if version > REPORT_SCHEMA_VERSION:
+            raise InputError(
+                f"{file} has report schema {version}, newer than this advisor reads ({REPORT_SCHEMA_VERSION}); "
+                "upgrade advisor (pip install -U advisor) to read it"
+            )
+        data = _upgrade(data)
+        try:
+            check_types(cls, data, "report")
+        except TypeError as exc:
+            raise InputError(f"{file}: {exc}; re-create it with advisor") from None
+        return from_dict(cls, data)
 
 
 def _upgrade(data: dict[str, Any]) -> dict[str, Any]:

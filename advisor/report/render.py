@@ -12,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from advisor.errors import InputError, UsageError
+from advisor._files import write_text
+from advisor.errors import UsageError
 from advisor.report.gate import gate
 from advisor.report.model import Report
+from advisor.rundir import refuse_managed_output
 
 __all__ = ["FORMATS", "RENDERERS", "gate", "guess_format", "render", "resolve_format", "use_color", "write_output"]
 
@@ -146,11 +148,6 @@ def write_output(text: str, fmt: str, out: Path | None, stream: TextIO | None = 
         stream.flush()
         return None
     out = Path(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)
-    except OSError as exc:
-        raise InputError(f"cannot write {out} ({exc.strerror or exc}); choose another -o path") from exc
+    refuse_managed_output(out)
+    write_text(out, text)
     return out

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from advisor.capture.model import CAPTURE_FILE, RunCapture
+from advisor.capture.model import RunCapture
 from advisor.errors import AdvisorError, InputError
 from advisor.report import style as s
-from advisor.report.model import REPORT_FILE, Report
+from advisor.report.model import Report
+from advisor.rundir import CAPTURE_FILE, REPORT_FILE
 
 STATUS_UNREADABLE = "unreadable"
 """Status of a run whose ``capture.json`` or ``report.json`` could not be read."""

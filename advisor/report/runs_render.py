@@ -17,7 +17,7 @@ from advisor._paths import display_path
 from advisor.capture.model import RunStatus
 from advisor.report import style as s
 from advisor.report.runs import STATUS_UNREADABLE, RunSummary
-from advisor.report.text import make_console
+from advisor.report.text import _t, make_console
 
 
 def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = False, width: int = 160) -> str:
@@ -34,7 +34,7 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
     """
     console, buf = make_console(color, width=width)
     table = Table(
-        title=Text(f"Runs in {directory}", style="bold"),
+        title=_t(f"Runs in {directory}", "bold"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         header_style="bold",
@@ -54,9 +54,9 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
         status_style = {STATUS_UNREADABLE: "red", RunStatus.CRASHED: "red", RunStatus.TIMEOUT: "yellow"}.get(r.status, "")
         status = r.status if r.ranks <= 1 else f"{r.status} ({r.ranks} ranks)"
         table.add_row(
-            Text(r.name),
+            _t(r.name),
             Text(_short_time(r.when)),
-            Text(display_path(r.script) if r.script else "—"),
+            _t(display_path(r.script) if r.script else "—"),
             Text(status, style=status_style),
             Text(primary),
             Text(", ".join(r.kept_fixes) or "—"),
@@ -67,9 +67,9 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
     for r in rows:
         if r.reason:
             line = Text("  ")
-            line.append(r.name, style="bold")
+            line.append(_t(r.name, "bold"))
             line.append(": ")
-            line.append(r.reason, style="red" if r.status == STATUS_UNREADABLE else "dim")
+            line.append(_t(r.reason, "red" if r.status == STATUS_UNREADABLE else "dim"))
             console.print(line, overflow="fold")
     # rich pads every table line to the table's width; trailing blanks only get in the way of grep.
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())

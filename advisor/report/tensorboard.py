@@ -27,13 +27,14 @@ from pathlib import Path
 
 from advisor._proc import die_with_parent
 from advisor.errors import InputError, UsageError
+from advisor.rundir import CAPTURE_FILE, REPORT_FILE, TENSORBOARD_DIR, TRACES_DIR
 
-TB_DIR = "tensorboard"
+TB_DIR = TENSORBOARD_DIR
 """Folder inside a run directory that holds the prepared copy of the traces."""
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 PLUGIN_RUNS_PATH = "/data/plugin/pytorch_profiler/runs"
 PERFETTO_URL = "https://ui.perfetto.dev"
-_RUN_MARKERS = ("capture.json", "report.json")
+_RUN_MARKERS = (CAPTURE_FILE, REPORT_FILE)
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def find_traces(path: Path) -> list[Path]:
         if not is_trace_file(path):
             raise InputError(f"{path} is not a trace (.json or .json.gz)")
         return [path]
-    capture = path / "capture.json"
+    capture = path / CAPTURE_FILE
     listed: list[Path] = []
     if capture.is_file():
         try:
@@ -90,7 +91,7 @@ def find_traces(path: Path) -> list[Path]:
     found = [
         p
         for p in path.rglob("*")
-        if is_trace_file(p) and tb not in p.resolve().parents and (p.name.endswith(TRACE_SUFFIXES) or p.parent.name == "traces")
+        if is_trace_file(p) and tb not in p.resolve().parents and (p.name.endswith(TRACE_SUFFIXES) or p.parent.name == TRACES_DIR)
     ]
     if not found:
         found = [p for p in path.rglob("*") if is_trace_file(p) and tb not in p.resolve().parents]

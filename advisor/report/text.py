@@ -3,7 +3,8 @@
 The output is a string. Without colour (files, pipes, golden tests) it is rendered at a fixed
 width with no control codes, so it is byte-for-byte deterministic. Every string that came from
 a trace, a script or its output is wrapped in :class:`rich.text.Text`, never parsed as rich
-markup (a kernel named ``[bold]x`` prints as itself).
+markup (a kernel named ``[bold]x`` prints as itself), with its control characters escaped
+(:func:`advisor._terminal.printable`: an ESC in a kernel name never reaches the terminal).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from advisor._terminal import printable
 from advisor.engine.model import Finding, severity_rank
 from advisor.fixes.model import Trial
 from advisor.metrics.registry import BREAKDOWN_PARTS
@@ -56,8 +58,8 @@ def make_console(color: bool, width: int = WIDTH) -> tuple[Console, StringIO]:
 
 
 def _t(value: Any, style: str = "") -> Text:
-    """Untrusted text as a rich Text (never interpreted as markup)."""
-    return Text("" if value is None else str(value), style=style)
+    """Untrusted text as a rich Text (never interpreted as markup, control characters escaped)."""
+    return Text("" if value is None else printable(str(value)), style=style)
 
 
 def part_shares(report: Report) -> dict[str, float]:

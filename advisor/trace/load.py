@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import gc
 import itertools
+import json
 import mmap
 import operator
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -279,16 +281,57 @@ def _read_bytes(path: Path) -> Any:
             raw = fh.read()
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from exc
-    import gzip  # noqa: PLC0415 - only gzip inputs pay for it
-    import zlib  # noqa: PLC0415
-
-    try:
-        raw = gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error) as exc:
-        raise TraceError(f"trace {path} is a truncated or corrupt gzip file ({exc}); re-copy or re-record it") from exc
+    raw = _gunzip(path, raw)
     if not raw or raw.isspace():
         raise TraceError(f"trace {path} is empty; re-record it with torch.profiler")
     return raw
+
+
+MAX_GZIP_RATIO = 100
+"""A gzip trace may expand to at most this many times its size (JSON traces compress 5-20x)."""
+MIN_GZIP_CAP = 256 << 20
+"""...but always to this many bytes, so small compressed files of repetitive JSON still load."""
+_GUNZIP_CHUNK = 16 << 20
+
+
+def _gunzip(path: Path, data: bytes) -> bytearray:
+    """Decompress a gzip file's bytes in chunks, stopping at a cap on the expanded size.
+
+    A few MB of gzip can expand to many GB (a "zip bomb", or a file that is not a trace):
+    decompressing it whole would exhaust memory before anything could be said. The cap is
+    :data:`MAX_GZIP_RATIO` times the compressed size (at least :data:`MIN_GZIP_CAP`); a real trace
+    larger than that can still be loaded after ``gunzip`` (plain files are memory-mapped).
+
+    Raises:
+        TraceError: Corrupt or truncated gzip data, or the cap was passed (says what to do).
+    """
+    import zlib  # noqa: PLC0415 - only gzip inputs pay for it
+
+    cap = max(MIN_GZIP_CAP, MAX_GZIP_RATIO * len(data))
+    out = bytearray()
+    rest = data
+    try:
+        while rest:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            chunk = inflater.decompress(rest, min(_GUNZIP_CHUNK, cap + 1 - len(out)))
+            while True:
+                out += chunk
+                if len(out) > cap:
+                    raise TraceError(
+                        f"trace {path} expands to more than {cap >> 20} MiB ({MAX_GZIP_RATIO}x its compressed size); "
+                        f"if it is a real trace, decompress it first (gunzip -k {path.name}) and pass the .json"
+                    )
+                if inflater.eof:
+                    break
+                if not inflater.unconsumed_tail and not chunk:
+                    raise EOFError("compressed data ended before the end-of-stream marker")
+                chunk = inflater.decompress(inflater.unconsumed_tail, min(_GUNZIP_CHUNK, cap + 1 - len(out)))
+            rest = inflater.unused_data
+            if not rest.strip(b"\x00"):
+                break  # trailing padding after the last member, as gzip tolerates
+    except (EOFError, zlib.error) as exc:
+        raise TraceError(f"trace {path} is a truncated or corrupt gzip file ({exc}); re-copy or re-record it") from exc
+    return out
 
 
 def _first_line(text: str) -> str:
@@ -306,7 +349,7 @@ def _decode_head(path: Path, raw: Any) -> tuple[_Head, int, int]:
     except msgspec.ValidationError as exc:
         raise TraceError(f"{path} is not a torch.profiler trace ({_first_line(str(exc))})") from exc
     except msgspec.DecodeError as exc:
-        raise TraceError(f"{path} is not valid JSON ({_first_line(str(exc))}); the file may be truncated") from exc
+        raise _InvalidJSON(f"{path} is not valid JSON ({_first_line(str(exc))}); the file may be truncated") from exc
     events = head.traceEvents
     if events is None or not bytes(memoryview(events)[:1]) == b"[":
         raise TraceError(f"{path} is JSON but not a Chrome trace (no traceEvents); pass a torch.profiler trace")
@@ -931,6 +974,69 @@ def _read_trace(path: Path, raw: Any) -> tuple[_Head, pd.DataFrame]:
     return head, frame
 
 
+class _InvalidJSON(TraceError):
+    """The file does not parse as JSON (maybe only because of a badly written event name)."""
+
+
+def _decode_guarded(path: Path, raw: Any) -> tuple[_Head, pd.DataFrame]:
+    """:func:`_read_trace`, with the decoder's non-JSON failures turned into trace errors."""
+    try:
+        return _read_trace(path, raw)
+    except UnicodeDecodeError as exc:  # msgspec's answer to bytes that are not UTF-8
+        raise _InvalidJSON(f"{path} is not valid JSON (bytes that are not UTF-8); the file may be damaged") from exc
+    except RecursionError:
+        raise TraceError(f"{path} is nested too deeply to be a torch.profiler trace") from None
+
+
+_NAME_LINE = re.compile(rb'^(?P<lead>[ \t]*"name": ")(?P<value>.*)(?P<end>"[ \t]*,?[ \t\r]*)$')
+_NAME_START = re.compile(rb'^[ \t]*"name": "')
+_MAX_NAME_LINES = 20
+
+
+def _repair_names(raw: Any) -> tuple[bytes, int]:
+    """Re-escape event names that torch wrote unescaped; return the repaired bytes and how many.
+
+    torch writes a ``python_function`` event's name (a file name and function) into the trace
+    without escaping it: a ``"`` in a script's file name, a control character, or torch's own
+    ``torch/profiler/_cupti_monitor.py(0): ""`` breaks the whole file's JSON. Kineto writes each
+    ``"name": "..."`` on a line of its own, so such a line is recognised and its value (from the
+    first quote to the last one on the line, joined with following lines when the name held a
+    line break) is re-encoded as a JSON string. A value that already parses is left as it is.
+    """
+    lines = bytes(raw).split(b"\n")
+    out: list[bytes] = []
+    repaired = 0
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not _NAME_START.match(line):
+            out.append(line)
+            continue
+        joined, m = line, _NAME_LINE.match(line)
+        extra = 0
+        while m is None and extra < _MAX_NAME_LINES and i + extra < len(lines):
+            joined += b"\n" + lines[i + extra]
+            extra += 1
+            m = _NAME_LINE.match(joined.replace(b"\n", b"\x00"))
+        if m is None:
+            out.append(line)
+            continue
+        value = joined[m.start("value") : m.end("value")]
+        try:
+            json.loads(b'"' + value + b'"')
+            fixed = None
+        except ValueError:
+            fixed = json.dumps(value.decode("utf-8", "replace"), ensure_ascii=False).encode("utf-8")[1:-1]
+        if fixed is None:
+            out.append(line)
+            continue
+        i += extra
+        repaired += 1
+        out.append(joined[: m.start("value")] + fixed + joined[m.end("value") :].replace(b"\n", b""))
+    return b"\n".join(out), repaired
+
+
 def load_trace(path: Path, index: int = 0) -> Trace:
     """Load one trace file.
 
@@ -945,10 +1051,24 @@ def load_trace(path: Path, index: int = 0) -> Trace:
     if not path.is_file():
         raise TraceError(f"trace file {path} does not exist; pass a .json/.json.gz trace")
     raw = _read_bytes(path)
+    repaired = 0
     with _gc_paused():
-        head, frame = _read_trace(path, raw)
+        try:
+            head, frame = _decode_guarded(path, raw)
+        except _InvalidJSON as exc:
+            fixed, repaired = _repair_names(raw)
+            if not repaired:
+                raise TraceError(str(exc)) from exc
+            del raw
+            raw = fixed
+            try:
+                head, frame = _decode_guarded(path, raw)
+            except _InvalidJSON as again:
+                raise TraceError(f"{again} (after re-escaping {repaired} event names)") from again
     del raw
     metadata: dict[str, Any] = {}
+    if repaired:
+        metadata[REPAIRED_KEY] = repaired
     for key in (
         "deviceProperties",
         "distributedInfo",
@@ -968,6 +1088,10 @@ def load_trace(path: Path, index: int = 0) -> Trace:
     if isinstance(info.get("rank"), int):
         rank = int(info["rank"])
     return Trace(path=path, rank=rank, events=frame, metadata=metadata)
+
+
+REPAIRED_KEY = "advisor_repaired_names"
+"""``Trace.metadata`` key: how many event names were re-escaped because torch wrote them unescaped."""
 
 
 def load_traces(path: str | Path) -> tuple[Trace, ...]:

@@ -17,7 +17,8 @@ from advisor.capture.model import (
     TimedPhase,
 )
 from advisor.distributed.balance import rank_balance
-from advisor.distributed.merge import merge_ranks, merge_timed, rank_dirs, read_rank
+from advisor.distributed.merge import merge_ranks, merge_timed, read_rank
+from advisor.rundir import rank_dirs
 
 
 def _child(folder: Path, mtime: float | None = None, **fields) -> None:

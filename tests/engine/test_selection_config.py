@@ -155,7 +155,8 @@ def test_extend_cycle(tmp_path):
 
 
 def test_unknown_code_in_config_warns_with_its_source(tmp_path):
-    write(tmp_path / "pyproject.toml", '[tool.advisor]\nignore = ["DL0001"]\n')
+    # NOTE: an unknown code is an error by default (tests/faults); unknown-codes = "warn" asks for a warning.
+    write(tmp_path / "pyproject.toml", '[tool.advisor]\nignore = ["DL0001"]\nunknown-codes = "warn"\n')
     sel = select_rules(ALL, resolve_engine_config(start=tmp_path))
     assert len(sel.warnings) == 1
     assert sel.warnings[0].startswith("unknown rule code 'DL0001' in ignore (")

@@ -1,0 +1,27 @@
+r"""Text that is safe to print on a terminal: control characters made visible, never obeyed.
+
+Names from traces (kernels, ops, Python functions), script paths, file names and the script's
+own error messages reach the terminal in reports and messages. An escape sequence among them
+could clear the screen, set the window title, or hide text; :func:`printable` turns every
+control character into a visible ``\xNN`` (``\uNNNN`` for Unicode bidirectional controls)
+instead. Line breaks and tabs are kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls but tab and line feed, DEL, C1 controls, the Unicode bidirectional controls (which
+# can make text display in another order than it is read: "Trojan Source"), and lone surrogates
+# (a non-UTF-8 file name as Python decodes it: printing one raises UnicodeEncodeError).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """Return ``text`` with control characters (ESC, BEL, CR, bidi overrides...) escaped."""
+    return _CONTROL.sub(_escape, text)

@@ -1,0 +1,126 @@
+"""No process advisor started outlives it, whatever signal ends advisor, in either launch mode.
+
+The script (scripts/spawns.py) starts a subprocess in its group, one that leaves its group
+(``setsid``) and a forked multiprocessing child, then trains forever. advisor gets SIGINT,
+SIGTERM, SIGHUP or SIGKILL while the script is in its timed phase; afterwards nothing of the
+tree may be running. For the catchable signals advisor must also keep what it measured: a
+``capture.json`` with status ``interrupted`` that ``advisor runs`` lists, and the exit code
+``128 + signal``.
+
+Single-process runs are in ``make test`` (one capture each, about the cost of importing torch);
+the torchrun runs are slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from proc_helpers import gone_within, pids_with_args
+
+SPAWNS = Path(__file__).resolve().parent / "scripts" / "spawns.py"
+CATCHABLE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and prctl are Linux-only")
+
+
+def _start(tmp_path: Path, nproc: int) -> tuple[subprocess.Popen[bytes], Path, str]:
+    run_dir = tmp_path / "advisor-runs" / "spawns"
+    marker = f"advisor-fault-{uuid.uuid4().hex}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--warmup", "1", "--steps", "100000",
+         "--nproc-per-node", str(nproc), "--out", str(run_dir), str(SPAWNS), marker],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
+    )
+    return proc, run_dir, marker
+
+
+def _wait_for_steps(proc: subprocess.Popen[bytes], run_dir: Path, marker: str) -> None:
+    """Wait until the script trains and every process it starts is running."""
+    log = run_dir / "stdout.log"  # under torchrun every rank's output is tee'd into it, prefixed
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"advisor ended early: {proc.stderr.read().decode() if proc.stderr else ''}"
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            text = ""
+        if "step 20\n" in text and pids_with_args(f"{marker}-sub") and pids_with_args(f"{marker}-setsid"):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the script never reached step 20 with its subprocesses running")
+
+
+def _left_behind(run_dir: Path, marker: str) -> list[int]:
+    config = str(run_dir / "config.json")  # the capture child, torchrun and ranks name it
+    return gone_within(config) + gone_within(f"{marker}-sub") + gone_within(f"{marker}-setsid")
+
+
+def _signal_advisor(tmp_path: Path, sig: int, nproc: int) -> tuple[int, str, Path, list[int]]:
+    proc, run_dir, marker = _start(tmp_path, nproc)
+    try:
+        _wait_for_steps(proc, run_dir, marker)
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err.decode(errors="replace"), run_dir, _left_behind(run_dir, marker)
+
+
+def _check_interrupted_capture(tmp_path: Path, run_dir: Path, sig: int, code: int, err: str) -> None:
+    assert code == 128 + sig, err
+    assert "internal error" not in err and "Traceback" not in err, err
+    data = json.loads((run_dir / "capture.json").read_text())
+    assert data["status"] == "interrupted"
+    assert data["steps_seen"] >= 20
+    assert data["error"]["type"] == "Interrupted"
+    listed = subprocess.run(
+        [sys.executable, "-m", "advisor", "runs", "--format", "json", str(run_dir.parent)],
+        capture_output=True, text=True, cwd=tmp_path, check=True,
+    )
+    rows = json.loads(listed.stdout)
+    assert [(r["name"], r["status"]) for r in rows] == [("spawns", "interrupted")]
+
+
+@pytest.mark.parametrize("sig", CATCHABLE, ids=lambda s: signal.Signals(s).name)
+def test_signal_ends_the_whole_tree_and_keeps_the_capture(tmp_path: Path, sig: int) -> None:
+    code, err, run_dir, left = _signal_advisor(tmp_path, sig, nproc=1)
+    assert left == []
+    _check_interrupted_capture(tmp_path, run_dir, sig, code, err)
+
+
+def test_sigkill_ends_the_whole_tree(tmp_path: Path) -> None:
+    code, _, run_dir, left = _signal_advisor(tmp_path, signal.SIGKILL, nproc=1)
+    assert code == -signal.SIGKILL
+    assert left == []
+
+
+def test_processes_the_script_leaves_behind_are_ended_when_it_exits(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    marker = f"advisor-fault-{uuid.uuid4().hex}"
+    done = subprocess.run(
+        [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--warmup", "1", "--steps", "3",
+         "--profile-steps", "0", "--full", "--out", str(run_dir), str(SPAWNS), marker, "10"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert json.loads((run_dir / "capture.json").read_text())["status"] == "completed"
+    assert _left_behind(run_dir, marker) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", (*CATCHABLE, signal.SIGKILL), ids=lambda s: signal.Signals(s).name)
+def test_torchrun_job_leaves_nothing_behind(tmp_path: Path, sig: int) -> None:
+    code, err, run_dir, left = _signal_advisor(tmp_path, sig, nproc=2)
+    assert left == []
+    if sig != signal.SIGKILL:
+        _check_interrupted_capture(tmp_path, run_dir, sig, code, err)
