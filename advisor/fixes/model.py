@@ -48,6 +48,8 @@ class Trial:
             GPU, peak RSS of the script's process on CPU).
         baseline_peak_memory_bytes: The same for the runs it was measured against.
         memory_kind: ``cuda`` or ``rss``: what the peak memory counts.
+        unfinished: Still being measured when the report was written (the loop was running or
+            was interrupted): its figures are from the pairs measured so far.
     """
 
     fix: str
@@ -69,6 +71,7 @@ class Trial:
     peak_memory_bytes: int | None = None
     baseline_peak_memory_bytes: int | None = None
     memory_kind: str | None = None
+    unfinished: bool = False
 
     def __post_init__(self) -> None:
         # NOTE: producers may pass the plain words ("improved", "safe"); hold the members.

@@ -220,6 +220,7 @@ def run_trials(
     loss_steps: int = DEFAULT_LOSS_STEPS,
     make_diff_text: bool = True,
     max_repeats: int | None = None,
+    checkpoint: Callable[[FixOutcome], None] | None = None,
 ) -> FixOutcome:
     """Try each suggested fix at run time, measure it against the baseline, keep what helps.
 
@@ -236,6 +237,9 @@ def run_trials(
         loss_steps: First steps whose loss is compared with the baseline.
         make_diff_text: Also compute the source diff for the kept fixes.
         max_repeats: Rounds an undecided trial may grow to (default ``2 * repeats``).
+        checkpoint: Called after every run with what is known so far (finished trials, and
+            trials still being measured marked unfinished), so the caller can save it: an
+            interrupted loop then loses nothing it measured.
 
     Returns:
         A :class:`~advisor.fixes.model.FixOutcome`: every trial with its verdict, the combined
@@ -250,6 +254,9 @@ def run_trials(
     loop = Measurer(spec, runner, progress, repeats, min_effect, loss_steps)
     loop.max_repeats = max(repeats, max_repeats if max_repeats is not None else 2 * repeats)
     wanted, hidden, notes = choose(suggested, only, unsafe)
+    results: dict[str, Trial] = {}
+    if checkpoint is not None:
+        loop.on_run = lambda: checkpoint(loop.snapshot(wanted, results, notes, hidden, started))
     if not wanted:
         return FixOutcome(notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
 
@@ -268,7 +275,7 @@ def run_trials(
 
     plan = plan_trials(wanted, ctx, spec, loop.base_step_ms)
     loop.measure(plan.variants, reference=(), ref_label="baseline", first_baseline=base0)
-    results: dict[str, Trial] = {**plan.skipped, **plan.advice}
+    results.update({**plan.skipped, **plan.advice})
     results.update(collapse([loop.trial(v) for v in plan.variants]))
     if plan.on_top:
         results.update(_measure_on_top(plan.on_top, results, ctx, spec, loop))
@@ -475,6 +482,8 @@ class Measurer:
         self.base_timeout: float | None = spec.timeout_s
         self.max_repeats = repeats
         self.base_step_ms: float | None = None
+        self.on_run: Callable[[], None] | None = None
+        self.current: list[_Variant] = []
 
     def trial_spec(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any]) -> RunSpec:
         """Return the spec of one trial run: timed steps only, seeded, losses recorded."""
@@ -528,9 +537,36 @@ class Measurer:
         return float(value) if value and value > 0 else None
 
     def emit(self, event: TrialProgress) -> None:
-        """Pass a progress event to the caller, if it listens."""
+        """Pass a progress event to the caller, if it listens; then let it save what is known."""
         if self.progress is not None:
             self.progress(event)
+        if self.on_run is not None:
+            self.on_run()
+
+    def snapshot(
+        self, wanted: Sequence[str], results: dict[str, Trial], notes: Sequence[str],
+        hidden: tuple[str, ...], started: float,
+    ) -> FixOutcome:
+        """Return what the loop knows now: finished trials, and the ones being measured marked unfinished.
+
+        Nothing is kept and no diff is made: selection needs every trial finished.
+        """
+        pending = collapse([self.unfinished(v) for v in self.current if v.rates or not v.active])
+        known = {**pending, **results}
+        return FixOutcome(
+            trials=tuple(known[f] for f in wanted if f in known), notes=tuple(notes),
+            hidden_unsafe=hidden, wall_s=_since(started),
+        )
+
+    def unfinished(self, v: _Variant) -> Trial:
+        """Return a variant still being measured as a trial from the pairs so far (its reason says so)."""
+        if not v.active:  # failed or skipped: its verdict is final already
+            return self.trial(v)
+        # NOTE: the variant's last run may still wait for its closing reference run: pairing it
+        # with the reference before it alone is what paired_ratios does with a missing neighbour.
+        t = self.trial(replace(v, ref_rates=[*v.ref_rates, None]))
+        what = f"unfinished: {t.repeats} of {self.repeats} planned pairs measured so far"
+        return replace(t, reason=f"{what}; {t.reason}" if t.reason else what, unfinished=True)
 
     def measure(
         self,
@@ -561,6 +597,7 @@ class Measurer:
             v.ref_rates, v.ref_ttfs, v.ref_peaks = ref_rates, ref_ttfs, ref_peaks
         planned = self.repeats
         running = list(variants)
+        self.current = list(variants)
         r = 0
         while True:
             cap = first_baseline if (r == 0 and first_baseline is not None) else self.run_baseline(
@@ -582,6 +619,7 @@ class Measurer:
             if r == planned:
                 running = [v for v in running if v.active and self._undecided(v)]
                 if not running or planned >= self.max_repeats:
+                    self.current = []
                     break
                 planned += 1
             order = running if r % 2 == 0 else list(reversed(running))

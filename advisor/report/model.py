@@ -12,6 +12,7 @@ import datetime as _dt
 import json
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,24 @@ new field. History:
   fills ``fixes`` and ``reference`` of an older file from those strings.
 """
 REPORT_FILE = "report.json"
+
+
+class ReportStatus(str, Enum):
+    """How far the diagnose that wrote a report got (``status`` in the JSON report).
+
+    ``report.json`` is first written right after the diagnosis, then after every trial run, so a
+    stopped diagnose still leaves everything it measured on disk.
+    """
+
+    COMPLETE = "complete"
+    """Everything ran (or was skipped on purpose): the final report."""
+    RUNNING = "running"
+    """The fix trials are still running (``pid`` is the advisor process writing it)."""
+    INTERRUPTED = "interrupted"
+    """Ctrl-C or SIGTERM stopped the trials: the trials finished by then, and the unfinished ones as such."""
+
+    def __str__(self) -> str:
+        return self.value
 
 _V1_WARNING_PREFIXES = ("unknown rule code",)
 """Note prefixes that were warnings in version-1 reports (see :data:`REPORT_SCHEMA_VERSION`)."""
@@ -113,6 +132,10 @@ class Report:
         tables: The GPU-time tables of :mod:`advisor.metrics.gpuview` (``idle_functions``,
             ``roofline``, ``modules``, ``collectives``, ``misaligned_ops``): lists of row dicts,
             present when the trace allows them. A new field: older reports load with none.
+        status: A :class:`ReportStatus` word: ``complete``, or ``running`` / ``interrupted``
+            for a report written while the fix trials ran / when they were stopped.
+        pid: The advisor process writing a ``running`` report (None otherwise): ``advisor runs``
+            tells a run still going from one that was killed by whether it is alive.
     """
 
     schema_version: int = REPORT_SCHEMA_VERSION
@@ -137,6 +160,8 @@ class Report:
     warnings: tuple[str, ...] = ()
     device: tuple[str, ...] = ()
     tables: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    status: str = ReportStatus.COMPLETE
+    pid: int | None = None
 
     @property
     def kept_trial(self) -> Trial | None:
@@ -281,7 +306,7 @@ def build_report(
     categories: dict[str, float] = {}
     for f in diagnosis.findings:
         categories[f.category] = max(categories.get(f.category, 0.0), f.impact_frac)
-    return Report(
+    report = Report(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         source=metrics.source,
         run=run,
@@ -293,13 +318,26 @@ def build_report(
         steps=steps,
         ranks=ranks,
         locations=metrics.locations,
-        trials=fixes.trials if fixes else (),
-        combined=fixes.combined if fixes else None,
-        kept_fixes=fixes.kept if fixes else (),
-        diff=fixes.diff if fixes else "",
         timeline=timeline,
-        notes=(*metrics.notes, *diagnosis.notes, *(fixes.notes if fixes else ())),
+        notes=(*metrics.notes, *diagnosis.notes),
         warnings=warnings,
         device=tuple(metrics.device),
         tables={k: tuple(metrics.extra[k]) for k in TABLE_KEYS if metrics.extra.get(k)},
+    )
+    return with_fixes(report, fixes) if fixes else report
+
+
+def with_fixes(
+    report: Report, fixes: FixOutcome, status: str = ReportStatus.COMPLETE, pid: int | None = None,
+) -> Report:
+    """Return ``report`` (built without fixes) with the fix loop's outcome, final or so far."""
+    return dataclasses.replace(
+        report,
+        trials=fixes.trials,
+        combined=fixes.combined,
+        kept_fixes=fixes.kept,
+        diff=fixes.diff,
+        notes=(*report.notes, *fixes.notes),
+        status=status,
+        pid=pid,
     )

@@ -51,7 +51,8 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
         primary = "—"
         if r.primary_category:
             primary = f"{r.primary_category} {s.pct(r.primary_share, 0)}"
-        status_style = {STATUS_UNREADABLE: "red", RunStatus.CRASHED: "red", RunStatus.TIMEOUT: "yellow"}.get(r.status, "")
+        status_style = {STATUS_UNREADABLE: "red", RunStatus.CRASHED: "red", RunStatus.TIMEOUT: "yellow", "killed": "red",
+                        "interrupted": "yellow", "running": "cyan"}.get(r.status, "")
         status = r.status if r.ranks <= 1 else f"{r.status} ({r.ranks} ranks)"
         table.add_row(
             Text(r.name),

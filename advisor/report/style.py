@@ -260,3 +260,22 @@ def trial_memory(trial: Any) -> str:
 def has_memory(trials: Any) -> bool:
     """Tell whether any trial recorded its peak memory (older reports did not)."""
     return any(getattr(t, "peak_memory_bytes", None) for t in trials if t is not None)
+
+
+def status_line(status: str, trials: Any) -> str | None:
+    """One line saying a report is not final (``running``/``interrupted``), or None when it is.
+
+    Args:
+        status: The report's ``status`` word.
+        trials: Its trials; the unfinished ones are counted apart.
+    """
+    if status in ("", "complete"):
+        return None
+    open_ = sum(1 for t in trials if getattr(t, "unfinished", False))
+    done = len(trials) - open_
+    counts = f"{done} trial(s) finished" + (f", {open_} unfinished (figures so far)" if open_ else "")
+    if status == "interrupted":
+        return f"Interrupted during the fix trials: {counts}; nothing was kept and no diff was made."
+    if status == "running":
+        return f"The fix trials were still running when this was written: {counts}."
+    return f"Status {status}: {counts}."

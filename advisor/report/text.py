@@ -381,6 +381,11 @@ def _gpu_tables(report: Report) -> RenderableType | None:
     return Group(*items) if items else None
 
 
+def _status(report: Report) -> RenderableType | None:
+    line = s.status_line(report.status, report.trials)
+    return None if line is None else Text(line, style="bold yellow")
+
+
 def _warnings(report: Report) -> RenderableType | None:
     if not report.warnings:
         return None
@@ -420,6 +425,7 @@ def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> s
     console, buf = make_console(color, width)
     console.print(_summary_panel(report))
     sections = [
+        _status(report),
         _warnings(report),
         _breakdown(report, color),
         _findings(report),
