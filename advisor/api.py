@@ -168,8 +168,12 @@ def diagnose_script(
     Script failures do not raise here: the capture records them (``capture.status``) and the
     report is still written, so the caller decides the exit code with everything on disk.
     """
-    from advisor.metrics.compute import compute_metrics, load_run_traces
+    import time
 
+    from advisor.metrics.compute import compute_metrics, load_run_traces
+    from advisor.report.model import timing_of
+
+    started = time.perf_counter()
     capture = _runner(spec)(spec, progress)
     run_dir = Path(capture.run_dir or spec.out_dir)
     # NOTE: only the traces the capture lists (a crashed run may have none): loaded once, for
@@ -179,8 +183,9 @@ def diagnose_script(
     metrics = compute_metrics(traces, capture=capture, pstats_path=pstats if pstats and pstats.is_file() else None)
     diagnosis = evaluate(metrics, engine_config, (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
     report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces))
+    report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
     if fix_options.enabled and capture.ok:
-        report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir)
+        report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started)
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
 
@@ -214,7 +219,7 @@ def check_fix_ids(fix_ids: Sequence[str]) -> None:
 
 def _fix_loop_saved(
     report: Report, spec: RunSpec, diagnosis: Diagnosis, fix_options: FixOptions,
-    trial_progress: Callable[[Any], None] | None, run_dir: Path,
+    trial_progress: Callable[[Any], None] | None, run_dir: Path, started: float,
 ) -> Report:
     """Run the fix loop with ``report.json`` saved before it and after every trial run.
 
@@ -223,16 +228,22 @@ def _fix_loop_saved(
     measured, and raises :class:`~advisor.errors.Interrupted` (exit 130).
     """
     import os
+    import time
 
     from advisor.errors import Interrupted
-    from advisor.report.model import ReportStatus, with_fixes
+    from advisor.report.model import ReportStatus, timing_of, with_fixes
 
     pid = os.getpid()
     last = [FixOutcome()]
+    capture = RunCapture(wall_s=report.timing.get("capture_s"), phases_s=report.timing.get("phases_s") or {})
+
+    def saved(outcome: FixOutcome, status: str, pid: int | None = None) -> Report:
+        timing = timing_of(time.perf_counter() - started, capture, outcome)
+        return replace(with_fixes(report, outcome, status, pid), timing=timing)
 
     def checkpoint(outcome: FixOutcome) -> None:
         last[0] = outcome
-        with_fixes(report, outcome, ReportStatus.RUNNING, pid).save(run_dir)
+        saved(outcome, ReportStatus.RUNNING, pid).save(run_dir)
 
     checkpoint(FixOutcome())  # the diagnosis is on disk before the first trial run starts
     try:
@@ -240,14 +251,14 @@ def _fix_loop_saved(
             outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint)
     except KeyboardInterrupt:
         with _signals_ignored():  # a second ^C must not cut the final write short
-            done = with_fixes(report, last[0], ReportStatus.INTERRUPTED)
+            done = saved(last[0], ReportStatus.INTERRUPTED)
             done.save(run_dir)
         n = sum(1 for t in done.trials if not t.unfinished)
         raise Interrupted(
             f"interrupted during the fix trials; the diagnosis and {n} finished trial(s) are saved in "
             f"{run_dir} (advisor report {run_dir})"
         ) from None
-    return with_fixes(report, outcome)
+    return saved(outcome, ReportStatus.COMPLETE)
 
 
 @contextmanager

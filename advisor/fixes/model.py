@@ -105,6 +105,8 @@ class FixOutcome:
         hidden_unsafe: Unsafe fix ids that were suggested but not tried (no ``--unsafe-fixes``).
         kept_trials: The trials behind ``kept`` (their params feed the diff).
         wall_s: Wall time of the whole loop.
+        runs: Trial runs made (baselines included).
+        phases_s: Those runs' ``RunCapture.phases_s`` summed: where the loop's time went.
     """
 
     trials: tuple[Trial, ...] = ()
@@ -115,3 +117,5 @@ class FixOutcome:
     hidden_unsafe: tuple[str, ...] = ()
     kept_trials: tuple[Trial, ...] = ()
     wall_s: float | None = None
+    runs: int = 0
+    phases_s: dict[str, float] = field(default_factory=dict)

@@ -269,7 +269,8 @@ def run_trials(
             Trial(fix=f, safety=catalog.get(f).safety, verdict=SKIPPED, reason=f"baseline run failed: {reason}")
             for f in wanted
         )
-        return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
+        return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started),
+                          runs=loop.runs, phases_s=dict(loop.phases_s))
     ctx = context_from_capture(base0)
     loop.base_step_ms = median(base0.timed.step_times_ms)
 
@@ -322,6 +323,8 @@ def run_trials(
         hidden_unsafe=hidden,
         kept_trials=tuple(kept),
         wall_s=_since(started),
+        runs=loop.runs,
+        phases_s=dict(loop.phases_s),
     )
 
 
@@ -483,6 +486,8 @@ class Measurer:
         self.max_repeats = repeats
         self.base_step_ms: float | None = None
         self.on_run: Callable[[], None] | None = None
+        self.runs = 0
+        self.phases_s: dict[str, float] = {}
         self.current: list[_Variant] = []
 
     def trial_spec(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any]) -> RunSpec:
@@ -508,14 +513,18 @@ class Measurer:
         """Run one capture with ``fixes``; a capture-stage error becomes a crashed capture."""
         spec = self.trial_spec(name, fixes, overrides or {})
         try:
-            return self.runner(spec)
+            cap = self.runner(spec)
         except AdvisorError as exc:  # the capture stage may raise for a script that failed
             from advisor.capture.model import STATUS_CRASHED, ScriptError
 
-            return RunCapture(
+            cap = RunCapture(
                 run_dir=str(spec.out_dir), status=STATUS_CRASHED,
                 error=ScriptError(type=type(exc).__name__, message=str(exc)),
             )
+        self.runs += 1
+        for phase, seconds in (cap.phases_s or {}).items():
+            self.phases_s[phase] = round(self.phases_s.get(phase, 0.0) + float(seconds), 4)
+        return cap
 
     def run_baseline(self, name: str, k: int, fixes: tuple[FixRequest, ...] = ()) -> RunCapture:
         """Run a reference run (the plain baseline, or the fixes others are measured on top of)."""
@@ -555,7 +564,7 @@ class Measurer:
         known = {**pending, **results}
         return FixOutcome(
             trials=tuple(known[f] for f in wanted if f in known), notes=tuple(notes),
-            hidden_unsafe=hidden, wall_s=_since(started),
+            hidden_unsafe=hidden, wall_s=_since(started), runs=self.runs, phases_s=dict(self.phases_s),
         )
 
     def unfinished(self, v: _Variant) -> Trial:

@@ -348,7 +348,9 @@ def _run(report: Report) -> str:
 
 def _status(report: Report) -> str:
     line = s.status_line(report.status, report.trials)
-    return "" if line is None else f'<p class="warnings"><strong>{esc(line)}</strong></p>'
+    took = s.timing_line(report.timing)
+    return ((f'<p class="warnings"><strong>{esc(line)}</strong></p>' if line else "")
+            + (f"<p><small>{esc(took)}</small></p>" if took else ""))
 
 
 def _warnings(report: Report) -> str:

@@ -198,7 +198,8 @@ def _diff(report: Report) -> list[str]:
 
 def _status(report: Report) -> list[str]:
     line = s.status_line(report.status, report.trials)
-    return [] if line is None else [f"> **{md_text(line)}**"]
+    took = s.timing_line(report.timing)
+    return [*([f"> **{md_text(line)}**"] if line else []), *([f"<sub>{md_text(took)}</sub>"] if took else [])]
 
 
 def _warnings(report: Report) -> list[str]:

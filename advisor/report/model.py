@@ -136,6 +136,7 @@ class Report:
             for a report written while the fix trials ran / when they were stopped.
         pid: The advisor process writing a ``running`` report (None otherwise): ``advisor runs``
             tells a run still going from one that was killed by whether it is alive.
+        timing: Where the diagnose's time went (:func:`timing_of`); empty for ``analyze``.
     """
 
     schema_version: int = REPORT_SCHEMA_VERSION
@@ -162,6 +163,7 @@ class Report:
     tables: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     status: str = ReportStatus.COMPLETE
     pid: int | None = None
+    timing: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kept_trial(self) -> Trial | None:
@@ -325,6 +327,34 @@ def build_report(
         tables={k: tuple(metrics.extra[k]) for k in TABLE_KEYS if metrics.extra.get(k)},
     )
     return with_fixes(report, fixes) if fixes else report
+
+
+MEASURED_PHASES: tuple[str, ...] = ("timed", "profiled", "cprofile")
+"""Run phases whose steps are the measurement itself; every other second is overhead."""
+
+
+def timing_of(total_s: float, capture: RunCapture | None, fixes: FixOutcome | None) -> dict[str, Any]:
+    """Where a diagnose's time went: the whole, the capture, the trial runs, and the overhead.
+
+    ``measured_s`` is the time spent in measured steps (:data:`MEASURED_PHASES`) of the capture
+    and every trial run; ``overhead_s`` is the rest of ``total_s`` (processes starting,
+    imports, the script's set-up, warm-up, exports, advisor's own analysis). ``phases_s`` sums
+    each phase over every run.
+    """
+    phases: dict[str, float] = {}
+    for part in ((capture.phases_s if capture else None) or {}, (fixes.phases_s if fixes else None) or {}):
+        for name, seconds in part.items():
+            phases[name] = round(phases.get(name, 0.0) + float(seconds), 4)
+    measured = round(sum(phases.get(p, 0.0) for p in MEASURED_PHASES), 4)
+    return {
+        "total_s": round(total_s, 3),
+        "capture_s": capture.wall_s if capture else None,
+        "trials_s": fixes.wall_s if fixes else None,
+        "trial_runs": fixes.runs if fixes else 0,
+        "measured_s": measured,
+        "overhead_s": round(max(total_s - measured, 0.0), 3),
+        "phases_s": phases,
+    }
 
 
 def with_fixes(

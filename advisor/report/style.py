@@ -279,3 +279,25 @@ def status_line(status: str, trials: Any) -> str | None:
     if status == "running":
         return f"The fix trials were still running when this was written: {counts}."
     return f"Status {status}: {counts}."
+
+
+def timing_line(timing: Any) -> str | None:
+    """One line saying how long the diagnose took and how much of it was overhead, or None.
+
+    Args:
+        timing: A report's ``timing`` (``advisor.report.model.timing_of``).
+    """
+    if not isinstance(timing, dict) or not isinstance(timing.get("total_s"), (int, float)):
+        return None
+    total = float(timing["total_s"])
+    parts = []
+    if isinstance(timing.get("capture_s"), (int, float)):
+        parts.append(f"capture {timing['capture_s']:.1f} s")
+    if timing.get("trial_runs"):
+        parts.append(f"{timing['trial_runs']} trial runs {float(timing.get('trials_s') or 0.0):.1f} s")
+    line = f"Diagnose took {total:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
+    overhead = timing.get("overhead_s")
+    if isinstance(overhead, (int, float)) and total > 0:
+        line += (f"; overhead {overhead:.1f} s ({overhead / total:.0%}): everything but the measured steps "
+                 "(process start, imports, set-up, warm-up, exports, analysis)")
+    return line + "."

@@ -383,7 +383,10 @@ def _gpu_tables(report: Report) -> RenderableType | None:
 
 def _status(report: Report) -> RenderableType | None:
     line = s.status_line(report.status, report.trials)
-    return None if line is None else Text(line, style="bold yellow")
+    took = s.timing_line(report.timing)
+    if line is None and took is None:
+        return None
+    return Group(*([Text(line, style="bold yellow")] if line else []), *([_t(took, "dim")] if took else []))
 
 
 def _warnings(report: Report) -> RenderableType | None:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,9 @@ def _base() -> Report:
 
 def _loop(tmp_path: Path) -> Report:
     spec = RunSpec(script=tmp_path / "train.py", out_dir=tmp_path)
-    return api._fix_loop_saved(_base(), spec, Diagnosis((), None, {}), api.FixOptions(), None, tmp_path)
+    base = dataclasses.replace(_base(), timing={"capture_s": 4.0, "phases_s": {"imports": 2.0, "timed": 1.0}})
+    return api._fix_loop_saved(base, spec, Diagnosis((), None, {}), api.FixOptions(), None, tmp_path,
+                               time.perf_counter() - 10.0)
 
 
 def test_the_report_is_saved_before_the_trials_and_interrupted_with_what_finished(tmp_path, monkeypatch):
@@ -68,11 +71,20 @@ def test_the_report_is_saved_before_the_trials_and_interrupted_with_what_finishe
 def test_a_finished_loop_saves_a_complete_report(tmp_path, monkeypatch):
     def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None):  # type: ignore[no-untyped-def]
         checkpoint(FixOutcome(trials=(OPEN,)))
-        return FixOutcome(trials=(DONE,), kept=("pin_memory",), combined=DONE)
+        return FixOutcome(trials=(DONE,), kept=("pin_memory",), combined=DONE, runs=3, wall_s=5.0,
+                          phases_s={"process": 0.5, "imports": 1.5, "timed": 2.0})
 
     monkeypatch.setattr(api, "try_fixes", fake_try_fixes)
     report = _loop(tmp_path)
     assert report.status == ReportStatus.COMPLETE and report.pid is None and report.kept_fixes == ("pin_memory",)
+    timing = report.timing  # the capture's phases and the trial runs' add up
+    assert timing["trial_runs"] == 3 and timing["trials_s"] == 5.0 and timing["capture_s"] == 4.0
+    assert timing["phases_s"] == {"imports": 3.5, "timed": 3.0, "process": 0.5}
+    assert timing["measured_s"] == 3.0
+    assert timing["total_s"] >= 10.0 and timing["overhead_s"] == pytest.approx(timing["total_s"] - 3.0, abs=1e-3)
+    report.save(tmp_path)  # as diagnose_script does
+    shown = CliRunner().invoke(cli, ["report", str(tmp_path)], terminal_width=300)
+    assert f"Diagnose took {timing['total_s']:.1f} s (capture 4.0 s, 3 trial runs 5.0 s); overhead" in shown.output
 
 
 def _saved(root: Path, name: str, **changes: object) -> None:
