@@ -125,6 +125,10 @@ class TrialProgress:
         samples_per_s: The throughput this run measured (None if it failed).
         stage: ``trials``, ``on-top`` (fixes measured on top of another) or ``combined``.
         message: A short remark (a verdict reached early, a failure), or "".
+        run: Trial runs finished so far in the whole loop (never goes backwards).
+        runs_left: Runs still planned in this stage (later stages, such as fixes on top of
+            another or the combination, are planned only once this one has its verdicts).
+        eta_s: ``runs_left`` times the median wall time of the runs so far.
     """
 
     fix: str
@@ -134,10 +138,20 @@ class TrialProgress:
     samples_per_s: float | None = None
     stage: str = "trials"
     message: str = ""
+    run: int = 0
+    runs_left: int | None = None
+    eta_s: float | None = None
 
     def line(self) -> str:
         """One human line for a live progress display, e.g. ``pin_memory  2/3  1.84x so far``."""
         parts = [f"{self.fix}", f"{self.repeat}/{self.repeats}"]
+        if self.run:
+            plan = f"run {self.run}"
+            if self.runs_left is not None:
+                plan += f", {self.runs_left} more in this stage"
+                if self.eta_s is not None and self.runs_left:
+                    plan += f" (~{_clock(self.eta_s)})"
+            parts.insert(0, f"[{plan}]")
         if self.samples_per_s is not None:
             parts.append(f"{self.samples_per_s:.1f} samples/s")
         if self.estimate is not None:
@@ -488,6 +502,8 @@ class Measurer:
         self.on_run: Callable[[], None] | None = None
         self.runs = 0
         self.phases_s: dict[str, float] = {}
+        self.walls: list[float] = []
+        self.left: int | None = None
         self.current: list[_Variant] = []
 
     def trial_spec(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any]) -> RunSpec:
@@ -522,6 +538,8 @@ class Measurer:
                 error=ScriptError(type=type(exc).__name__, message=str(exc)),
             )
         self.runs += 1
+        if cap.wall_s:
+            self.walls.append(float(cap.wall_s))
         for phase, seconds in (cap.phases_s or {}).items():
             self.phases_s[phase] = round(self.phases_s.get(phase, 0.0) + float(seconds), 4)
         return cap
@@ -548,7 +566,8 @@ class Measurer:
     def emit(self, event: TrialProgress) -> None:
         """Pass a progress event to the caller, if it listens; then let it save what is known."""
         if self.progress is not None:
-            self.progress(event)
+            eta = None if self.left is None or not self.walls else self.left * statistics.median(self.walls)
+            self.progress(replace(event, run=self.runs, runs_left=self.left, eta_s=eta))
         if self.on_run is not None:
             self.on_run()
 
@@ -620,6 +639,7 @@ class Measurer:
             if cap.ok and cap.peak_memory_bytes:
                 ref_peaks.append(int(cap.peak_memory_bytes))
             ref_losses.append(tuple(cap.losses) if cap.ok else ())
+            self.left = _runs_left(r, planned, sum(v.active for v in running), 0)
             self.emit(TrialProgress(
                 fix="baseline" if not reference else ref_label, repeat=min(r + 1, planned),
                 repeats=planned, samples_per_s=ref_rates[-1], stage=stage,
@@ -632,8 +652,10 @@ class Measurer:
                     break
                 planned += 1
             order = running if r % 2 == 0 else list(reversed(running))
-            for v in order:
+            queue = [v for v in order if v.active]
+            for i, v in enumerate(queue):
                 if v.active:
+                    self.left = _runs_left(r, planned, len(queue), i + 1)
                     self._run_variant(
                         v, r, planned, ref_rates, ref_losses[-1] or self.baseline_losses, stage,
                         ref_loaders, ref_source,
@@ -730,6 +752,17 @@ class Measurer:
             speedup=est.speedup, ci_low=est.ci_low, ci_high=est.ci_high,
             verdict=est.verdict, reason=reason, repeats=est.pairs,
         )
+
+
+def _runs_left(r: int, planned: int, active: int, done_in_round: int) -> int:
+    """Return the runs still planned in a measurement after ``done_in_round`` variant runs of round ``r``.
+
+    Rounds ``r < planned`` run a reference then the active variants; round ``planned`` is the
+    closing reference alone. Extra rounds for undecided trials are added only when decided on.
+    """
+    if r >= planned:
+        return 0
+    return max(active - done_in_round, 0) + (planned - r - 1) * (active + 1) + 1
 
 
 # -- select ------------------------------------------------------------------------------------
@@ -910,6 +943,12 @@ def _fmt(x: float | None) -> str:
 
 def _safe_name(label: str) -> str:
     return label.replace("@x", "-x").replace("@", "-w").replace("+", "_").replace("/", "_")
+
+
+def _clock(seconds: float) -> str:
+    """``42s`` or ``3m05s``: a duration for a progress line."""
+    seconds = max(int(round(seconds)), 0)
+    return f"{seconds}s" if seconds < 60 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def _since(t0: float) -> float:

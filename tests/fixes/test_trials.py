@@ -292,3 +292,14 @@ def test_an_interrupt_leaves_the_last_checkpoint_and_stops_the_loop(spec):
     assert len(seen) == 3
     (t,) = seen[-1].trials
     assert t.fix == "fused_optimizer" and t.unfinished and t.repeats == 1
+
+
+def test_progress_carries_a_plan_whose_counts_never_go_backwards(spec):
+    runner = FakeRunner(effects={"dataloader_workers": lambda p: {1: 1.5, 2: 1.9}[p["num_workers"]]})
+    events: list[TrialProgress] = []
+    run_trials(spec, refs("dataloader_workers"), runner=runner, progress=events.append, make_diff_text=False)
+    assert [e.run for e in events] == list(range(1, len(runner.calls) + 1))
+    # A V1 V2 A V2 V1 A V1 V2 A: after the first baseline 9 runs are planned, then one fewer each run
+    assert [e.runs_left for e in events] == list(range(9, -1, -1))
+    assert events[0].line().startswith("[run 1, 9 more in this stage")
+    assert "more in this stage" in events[-1].line() and "~" not in events[-1].line()
