@@ -566,7 +566,8 @@ class Measurer:
     def emit(self, event: TrialProgress) -> None:
         """Pass a progress event to the caller, if it listens; then let it save what is known."""
         if self.progress is not None:
-            eta = None if self.left is None or not self.walls else self.left * statistics.median(self.walls)
+            typical = median(self.walls)
+            eta = None if self.left is None or typical is None else self.left * typical
             self.progress(replace(event, run=self.runs, runs_left=self.left, eta_s=eta))
         if self.on_run is not None:
             self.on_run()

@@ -12,12 +12,12 @@ import datetime as _dt
 import json
 import math
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from advisor import __version__
 from advisor._serde import dump_json, from_dict, to_jsonable
+from advisor._vocab import Vocab
 from advisor.capture.model import RunCapture
 from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
 from advisor.errors import InputError
@@ -46,7 +46,7 @@ new field. History:
 REPORT_FILE = "report.json"
 
 
-class ReportStatus(str, Enum):
+class ReportStatus(Vocab):
     """How far the diagnose that wrote a report got (``status`` in the JSON report).
 
     ``report.json`` is first written right after the diagnosis, then after every trial run, so a
@@ -59,9 +59,6 @@ class ReportStatus(str, Enum):
     """The fix trials are still running (``pid`` is the advisor process writing it)."""
     INTERRUPTED = "interrupted"
     """Ctrl-C or SIGTERM stopped the trials: the trials finished by then, and the unfinished ones as such."""
-
-    def __str__(self) -> str:
-        return self.value
 
 _V1_WARNING_PREFIXES = ("unknown rule code",)
 """Note prefixes that were warnings in version-1 reports (see :data:`REPORT_SCHEMA_VERSION`)."""

@@ -12,6 +12,7 @@ from typing import Any
 from advisor._num import finite
 from advisor._paths import display_path
 from advisor.metrics.registry import BREAKDOWN_PARTS
+from advisor.report.model import ReportStatus
 
 PART_LABELS: dict[str, str] = {
     "data_loading": "Data loading",
@@ -269,14 +270,14 @@ def status_line(status: str, trials: Any) -> str | None:
         status: The report's ``status`` word.
         trials: Its trials; the unfinished ones are counted apart.
     """
-    if status in ("", "complete"):
+    if status in ("", ReportStatus.COMPLETE):
         return None
     open_ = sum(1 for t in trials if getattr(t, "unfinished", False))
     done = len(trials) - open_
     counts = f"{done} trial(s) finished" + (f", {open_} unfinished (figures so far)" if open_ else "")
-    if status == "interrupted":
+    if status == ReportStatus.INTERRUPTED:
         return f"Interrupted during the fix trials: {counts}; nothing was kept and no diff was made."
-    if status == "running":
+    if status == ReportStatus.RUNNING:
         return f"The fix trials were still running when this was written: {counts}."
     return f"Status {status}: {counts}."
 
