@@ -11,7 +11,8 @@ Stage modules are imported inside the functions so that reading traces never imp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,8 +168,12 @@ def diagnose_script(
     Script failures do not raise here: the capture records them (``capture.status``) and the
     report is still written, so the caller decides the exit code with everything on disk.
     """
-    from advisor.metrics.compute import compute_metrics, load_run_traces
+    import time
 
+    from advisor.metrics.compute import compute_metrics, load_run_traces
+    from advisor.report.model import timing_of
+
+    started = time.perf_counter()
     capture = _runner(spec)(spec, progress)
     run_dir = Path(capture.run_dir or spec.out_dir)
     # NOTE: only the traces the capture lists (a crashed run may have none): loaded once, for
@@ -177,10 +182,10 @@ def diagnose_script(
     pstats = run_dir / capture.pstats_file if capture.pstats_file else None
     metrics = compute_metrics(traces, capture=capture, pstats_path=pstats if pstats and pstats.is_file() else None)
     diagnosis = evaluate(metrics, engine_config, (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
-    outcome: FixOutcome | None = None
+    report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces))
+    report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
     if fix_options.enabled and capture.ok:
-        outcome = try_fixes(spec, diagnosis, fix_options, trial_progress)
-    report = build_report(metrics, diagnosis, capture=capture, fixes=outcome, timeline=_timeline(traces))
+        report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started)
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
 
@@ -212,6 +217,87 @@ def check_fix_ids(fix_ids: Sequence[str]) -> None:
             raise UsageError(f"unknown fix id {fix_id!r} for --fix; {tip}")
 
 
+def _fix_loop_saved(
+    report: Report, spec: RunSpec, diagnosis: Diagnosis, fix_options: FixOptions,
+    trial_progress: Callable[[Any], None] | None, run_dir: Path, started: float,
+) -> Report:
+    """Run the fix loop with ``report.json`` saved before it and after every trial run.
+
+    Ctrl-C or SIGTERM during the loop stops the trial's children (the capture stage ends its
+    process group on any exception), saves the report with status ``interrupted`` and what was
+    measured, and raises :class:`~advisor.errors.Interrupted` (exit 130).
+    """
+    import os
+    import time
+
+    from advisor.errors import Interrupted
+    from advisor.report.model import ReportStatus, timing_of, with_fixes
+
+    pid = os.getpid()
+    last = [FixOutcome()]
+    capture = RunCapture(wall_s=report.timing.get("capture_s"), phases_s=report.timing.get("phases_s") or {})
+
+    def saved(outcome: FixOutcome, status: str, pid: int | None = None) -> Report:
+        timing = timing_of(time.perf_counter() - started, capture, outcome)
+        return replace(with_fixes(report, outcome, status, pid), timing=timing)
+
+    def checkpoint(outcome: FixOutcome) -> None:
+        last[0] = outcome
+        saved(outcome, ReportStatus.RUNNING, pid).save(run_dir)
+
+    checkpoint(FixOutcome())  # the diagnosis is on disk before the first trial run starts
+    try:
+        with _sigterm_interrupts():
+            outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint)
+    except KeyboardInterrupt:
+        with _signals_ignored():  # a second ^C must not cut the final write short
+            done = saved(last[0], ReportStatus.INTERRUPTED)
+            done.save(run_dir)
+        n = sum(1 for t in done.trials if not t.unfinished)
+        raise Interrupted(
+            f"interrupted during the fix trials; the diagnosis and {n} finished trial(s) are saved in "
+            f"{run_dir} (advisor report {run_dir})"
+        ) from None
+    return saved(outcome, ReportStatus.COMPLETE)
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Make SIGTERM act like Ctrl-C (KeyboardInterrupt) inside the block, in the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM inside the block (main thread only), restoring them after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def _runner(spec: RunSpec) -> Callable[..., RunCapture]:
     """Pick the capture function for ``spec``: torchrun for multi-process jobs, a plain child otherwise."""
     if spec.nproc_per_node > 1 or spec.nnodes > 1:
@@ -228,6 +314,7 @@ def try_fixes(
     diagnosis: Diagnosis,
     options: FixOptions,
     progress: Callable[[Any], None] | None = None,
+    checkpoint: Callable[[FixOutcome], None] | None = None,
 ) -> FixOutcome:
     """Measure the fixes the findings suggest (or ``options.only``); the loop also builds the diff.
 
@@ -244,6 +331,7 @@ def try_fixes(
         repeats=options.repeats,
         runner=_runner(spec),
         progress=progress,
+        checkpoint=checkpoint,
     )
     if outcome.diff and options.write:
         backup = write_diff(Path(spec.script), outcome.diff)

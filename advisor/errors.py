@@ -50,3 +50,13 @@ class ScriptFailed(AdvisorError):
     """The user's script raised, crashed or timed out; what was measured is kept on disk."""
 
     exit_code = EXIT_SCRIPT_FAILED
+
+
+EXIT_INTERRUPTED = 130
+"""Ctrl-C or SIGTERM (128 + SIGINT, as shells report it); what was measured is saved first."""
+
+
+class Interrupted(AdvisorError):
+    """The user stopped a run (Ctrl-C, SIGTERM); the message says where what was measured is saved."""
+
+    exit_code = EXIT_INTERRUPTED

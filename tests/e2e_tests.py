@@ -13,6 +13,7 @@ E2E: tuple[str, ...] = (
     "capture/test_capture_timeout.py",
     "capture/test_step_sources_e2e.py",
     "cli/test_diagnose_e2e.py",
+    "cli/test_diagnose_interrupt_e2e.py",
     "cli/test_right_answers_e2e.py",
     "cli/test_entrypoints.py",
     "cli/test_script_own_failures.py",

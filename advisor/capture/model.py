@@ -330,6 +330,10 @@ class RunCapture:
         user_code: What counts as the user's code in this run (the interpreter's library roots
             and the user's files), decided once by the child and read by the metrics stage;
             None for old captures.
+        phases_s: Where the run's wall time went, in seconds: ``process`` (interpreter start
+            and exit, outside the child's clock), ``imports``, ``setup`` (to the end of the first
+            step), ``warmup``, ``timed``, ``profiled``, ``cprofile``, ``finishing`` (see
+            :meth:`advisor.capture.recorder.StepRecorder.phase_seconds`).
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -365,6 +369,7 @@ class RunCapture:
     cprofiled_steps: int = 0
     events_file: str | None = None
     user_code: UserCode | None = None
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

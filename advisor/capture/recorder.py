@@ -180,6 +180,7 @@ class StepRecorder:
     open_window: str | None = None  # PHASE_PROFILED / PHASE_CPROFILE while a profiler records
     stop_requested: bool = False
 
+    phase_started: dict[str, float] = field(default_factory=dict)  # clock at each phase's start
     _step_start: float | None = None
     _cur_samples: int | None = None
     _cur_batches: int = 0
@@ -366,6 +367,7 @@ class StepRecorder:
                 *([self._cur_loss] if self._cur_loss is not None and self.wants_loss() else []),
             ],
             "notes": list(self.notes),
+            "phases_s": self.phase_seconds(),
         }
 
     def source_reason(self) -> str | None:
@@ -400,6 +402,39 @@ class StepRecorder:
             "no optimizer step, backward() call or model call was seen; a step is one DataLoader "
             "batch"
         )
+
+
+    def phase_seconds(self, now: float | None = None) -> dict[str, float]:
+        """Return where the child's time went so far, in seconds, in the order it was spent.
+
+        ``imports`` runs from the child's start (``start_time``) to the script's first line
+        (advisor, torch, the fixes); ``setup`` from there to the end of the first step (the
+        script's data and model set-up, any compile); then each measurement phase from its
+        start to the next one's (``warmup`` less the set-up, ``timed``, ``profiled``,
+        ``cprofile``), and ``finishing`` after the last measured step (exports, the script's
+        own end).
+        """
+        now = self.clock() if now is None else now
+        marks = list(self.phase_started.items())
+        if not marks:
+            return {"imports": round(now - self.start_time, 4)}
+        out = {"imports": marks[0][1] - self.start_time}
+        spans = [(name, t, marks[i + 1][1] if i + 1 < len(marks) else now) for i, (name, t) in enumerate(marks)]
+        first = self.first_step_end
+        if first is not None:
+            out["setup"] = first - marks[0][1]
+        for name, t0, t1 in spans:
+            if t1 == t0 and name != self.phase:
+                continue  # asked with 0 steps: passed at once
+            length = t1 - t0
+            if first is not None and t0 <= first <= t1:
+                # NOTE: the first step carries the script's set-up: it is counted as set-up,
+                # not as the measurement phase it ended in.
+                length = t1 - first
+            elif first is not None and t1 < first:
+                length = 0.0  # phases passed at once (0 steps asked) before the first step ended
+            out[name] = length
+        return {k: round(max(v, 0.0), 4) for k, v in out.items()}
 
     def phase_progress(self) -> tuple[int, int]:
         """Return (steps done, steps asked) in the current phase."""
@@ -565,6 +600,7 @@ class StepRecorder:
 
     def _set_phase(self, phase: str) -> None:
         self.phase = phase
+        self.phase_started.setdefault(phase, self.clock())
         if self.on_phase is not None:
             self.on_phase(self)
 

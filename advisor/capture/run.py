@@ -431,6 +431,10 @@ def _merge(
         "wall_s": round(wall_s, 4),
         "notes": list(dict.fromkeys(notes)),
     }
+    if isinstance(child.get("phases_s"), dict) and isinstance(child.get("wall_s"), (int, float)):
+        # NOTE: the child's clock starts at its first line: the rest of the parent's wall time
+        # is the interpreter starting and exiting (and the process group ending).
+        merged["phases_s"] = {"process": round(max(wall_s - child["wall_s"], 0.0), 4), **child["phases_s"]}
     if "peak_memory_bytes" not in child and cpu.peak_memory_bytes is not None:
         merged["peak_memory_bytes"] = cpu.peak_memory_bytes
         merged["memory_kind"] = "rss"

@@ -48,6 +48,8 @@ class Trial:
             GPU, peak RSS of the script's process on CPU).
         baseline_peak_memory_bytes: The same for the runs it was measured against.
         memory_kind: ``cuda`` or ``rss``: what the peak memory counts.
+        unfinished: Still being measured when the report was written (the loop was running or
+            was interrupted): its figures are from the pairs measured so far.
     """
 
     fix: str
@@ -69,6 +71,7 @@ class Trial:
     peak_memory_bytes: int | None = None
     baseline_peak_memory_bytes: int | None = None
     memory_kind: str | None = None
+    unfinished: bool = False
 
     def __post_init__(self) -> None:
         # NOTE: producers may pass the plain words ("improved", "safe"); hold the members.
@@ -102,6 +105,8 @@ class FixOutcome:
         hidden_unsafe: Unsafe fix ids that were suggested but not tried (no ``--unsafe-fixes``).
         kept_trials: The trials behind ``kept`` (their params feed the diff).
         wall_s: Wall time of the whole loop.
+        runs: Trial runs made (baselines included).
+        phases_s: Those runs' ``RunCapture.phases_s`` summed: where the loop's time went.
     """
 
     trials: tuple[Trial, ...] = ()
@@ -112,3 +117,5 @@ class FixOutcome:
     hidden_unsafe: tuple[str, ...] = ()
     kept_trials: tuple[Trial, ...] = ()
     wall_s: float | None = None
+    runs: int = 0
+    phases_s: dict[str, float] = field(default_factory=dict)

@@ -125,6 +125,10 @@ class TrialProgress:
         samples_per_s: The throughput this run measured (None if it failed).
         stage: ``trials``, ``on-top`` (fixes measured on top of another) or ``combined``.
         message: A short remark (a verdict reached early, a failure), or "".
+        run: Trial runs finished so far in the whole loop (never goes backwards).
+        runs_left: Runs still planned in this stage (later stages, such as fixes on top of
+            another or the combination, are planned only once this one has its verdicts).
+        eta_s: ``runs_left`` times the median wall time of the runs so far.
     """
 
     fix: str
@@ -134,10 +138,20 @@ class TrialProgress:
     samples_per_s: float | None = None
     stage: str = "trials"
     message: str = ""
+    run: int = 0
+    runs_left: int | None = None
+    eta_s: float | None = None
 
     def line(self) -> str:
         """One human line for a live progress display, e.g. ``pin_memory  2/3  1.84x so far``."""
         parts = [f"{self.fix}", f"{self.repeat}/{self.repeats}"]
+        if self.run:
+            plan = f"run {self.run}"
+            if self.runs_left is not None:
+                plan += f", {self.runs_left} more in this stage"
+                if self.eta_s is not None and self.runs_left:
+                    plan += f" (~{_clock(self.eta_s)})"
+            parts.insert(0, f"[{plan}]")
         if self.samples_per_s is not None:
             parts.append(f"{self.samples_per_s:.1f} samples/s")
         if self.estimate is not None:
@@ -220,6 +234,7 @@ def run_trials(
     loss_steps: int = DEFAULT_LOSS_STEPS,
     make_diff_text: bool = True,
     max_repeats: int | None = None,
+    checkpoint: Callable[[FixOutcome], None] | None = None,
 ) -> FixOutcome:
     """Try each suggested fix at run time, measure it against the baseline, keep what helps.
 
@@ -236,6 +251,9 @@ def run_trials(
         loss_steps: First steps whose loss is compared with the baseline.
         make_diff_text: Also compute the source diff for the kept fixes.
         max_repeats: Rounds an undecided trial may grow to (default ``2 * repeats``).
+        checkpoint: Called after every run with what is known so far (finished trials, and
+            trials still being measured marked unfinished), so the caller can save it: an
+            interrupted loop then loses nothing it measured.
 
     Returns:
         A :class:`~advisor.fixes.model.FixOutcome`: every trial with its verdict, the combined
@@ -250,6 +268,9 @@ def run_trials(
     loop = Measurer(spec, runner, progress, repeats, min_effect, loss_steps)
     loop.max_repeats = max(repeats, max_repeats if max_repeats is not None else 2 * repeats)
     wanted, hidden, notes = choose(suggested, only, unsafe)
+    results: dict[str, Trial] = {}
+    if checkpoint is not None:
+        loop.on_run = lambda: checkpoint(loop.snapshot(wanted, results, notes, hidden, started))
     if not wanted:
         return FixOutcome(notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
 
@@ -262,13 +283,14 @@ def run_trials(
             Trial(fix=f, safety=catalog.get(f).safety, verdict=SKIPPED, reason=f"baseline run failed: {reason}")
             for f in wanted
         )
-        return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
+        return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started),
+                          runs=loop.runs, phases_s=dict(loop.phases_s))
     ctx = context_from_capture(base0)
     loop.base_step_ms = median(base0.timed.step_times_ms)
 
     plan = plan_trials(wanted, ctx, spec, loop.base_step_ms)
     loop.measure(plan.variants, reference=(), ref_label="baseline", first_baseline=base0)
-    results: dict[str, Trial] = {**plan.skipped, **plan.advice}
+    results.update({**plan.skipped, **plan.advice})
     results.update(collapse([loop.trial(v) for v in plan.variants]))
     if plan.on_top:
         results.update(_measure_on_top(plan.on_top, results, ctx, spec, loop))
@@ -315,6 +337,8 @@ def run_trials(
         hidden_unsafe=hidden,
         kept_trials=tuple(kept),
         wall_s=_since(started),
+        runs=loop.runs,
+        phases_s=dict(loop.phases_s),
     )
 
 
@@ -475,6 +499,12 @@ class Measurer:
         self.base_timeout: float | None = spec.timeout_s
         self.max_repeats = repeats
         self.base_step_ms: float | None = None
+        self.on_run: Callable[[], None] | None = None
+        self.runs = 0
+        self.phases_s: dict[str, float] = {}
+        self.walls: list[float] = []
+        self.left: int | None = None
+        self.current: list[_Variant] = []
 
     def trial_spec(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any]) -> RunSpec:
         """Return the spec of one trial run: timed steps only, seeded, losses recorded."""
@@ -499,14 +529,20 @@ class Measurer:
         """Run one capture with ``fixes``; a capture-stage error becomes a crashed capture."""
         spec = self.trial_spec(name, fixes, overrides or {})
         try:
-            return self.runner(spec)
+            cap = self.runner(spec)
         except AdvisorError as exc:  # the capture stage may raise for a script that failed
             from advisor.capture.model import STATUS_CRASHED, ScriptError
 
-            return RunCapture(
+            cap = RunCapture(
                 run_dir=str(spec.out_dir), status=STATUS_CRASHED,
                 error=ScriptError(type=type(exc).__name__, message=str(exc)),
             )
+        self.runs += 1
+        if cap.wall_s:
+            self.walls.append(float(cap.wall_s))
+        for phase, seconds in (cap.phases_s or {}).items():
+            self.phases_s[phase] = round(self.phases_s.get(phase, 0.0) + float(seconds), 4)
+        return cap
 
     def run_baseline(self, name: str, k: int, fixes: tuple[FixRequest, ...] = ()) -> RunCapture:
         """Run a reference run (the plain baseline, or the fixes others are measured on top of)."""
@@ -528,9 +564,38 @@ class Measurer:
         return float(value) if value and value > 0 else None
 
     def emit(self, event: TrialProgress) -> None:
-        """Pass a progress event to the caller, if it listens."""
+        """Pass a progress event to the caller, if it listens; then let it save what is known."""
         if self.progress is not None:
-            self.progress(event)
+            typical = median(self.walls)
+            eta = None if self.left is None or typical is None else self.left * typical
+            self.progress(replace(event, run=self.runs, runs_left=self.left, eta_s=eta))
+        if self.on_run is not None:
+            self.on_run()
+
+    def snapshot(
+        self, wanted: Sequence[str], results: dict[str, Trial], notes: Sequence[str],
+        hidden: tuple[str, ...], started: float,
+    ) -> FixOutcome:
+        """Return what the loop knows now: finished trials, and the ones being measured marked unfinished.
+
+        Nothing is kept and no diff is made: selection needs every trial finished.
+        """
+        pending = collapse([self.unfinished(v) for v in self.current if v.rates or not v.active])
+        known = {**pending, **results}
+        return FixOutcome(
+            trials=tuple(known[f] for f in wanted if f in known), notes=tuple(notes),
+            hidden_unsafe=hidden, wall_s=_since(started), runs=self.runs, phases_s=dict(self.phases_s),
+        )
+
+    def unfinished(self, v: _Variant) -> Trial:
+        """Return a variant still being measured as a trial from the pairs so far (its reason says so)."""
+        if not v.active:  # failed or skipped: its verdict is final already
+            return self.trial(v)
+        # NOTE: the variant's last run may still wait for its closing reference run: pairing it
+        # with the reference before it alone is what paired_ratios does with a missing neighbour.
+        t = self.trial(replace(v, ref_rates=[*v.ref_rates, None]))
+        what = f"unfinished: {t.repeats} of {self.repeats} planned pairs measured so far"
+        return replace(t, reason=f"{what}; {t.reason}" if t.reason else what, unfinished=True)
 
     def measure(
         self,
@@ -561,6 +626,7 @@ class Measurer:
             v.ref_rates, v.ref_ttfs, v.ref_peaks = ref_rates, ref_ttfs, ref_peaks
         planned = self.repeats
         running = list(variants)
+        self.current = list(variants)
         r = 0
         while True:
             cap = first_baseline if (r == 0 and first_baseline is not None) else self.run_baseline(
@@ -574,6 +640,7 @@ class Measurer:
             if cap.ok and cap.peak_memory_bytes:
                 ref_peaks.append(int(cap.peak_memory_bytes))
             ref_losses.append(tuple(cap.losses) if cap.ok else ())
+            self.left = _runs_left(r, planned, sum(v.active for v in running), 0)
             self.emit(TrialProgress(
                 fix="baseline" if not reference else ref_label, repeat=min(r + 1, planned),
                 repeats=planned, samples_per_s=ref_rates[-1], stage=stage,
@@ -582,11 +649,14 @@ class Measurer:
             if r == planned:
                 running = [v for v in running if v.active and self._undecided(v)]
                 if not running or planned >= self.max_repeats:
+                    self.current = []
                     break
                 planned += 1
             order = running if r % 2 == 0 else list(reversed(running))
-            for v in order:
+            queue = [v for v in order if v.active]
+            for i, v in enumerate(queue):
                 if v.active:
+                    self.left = _runs_left(r, planned, len(queue), i + 1)
                     self._run_variant(
                         v, r, planned, ref_rates, ref_losses[-1] or self.baseline_losses, stage,
                         ref_loaders, ref_source,
@@ -683,6 +753,17 @@ class Measurer:
             speedup=est.speedup, ci_low=est.ci_low, ci_high=est.ci_high,
             verdict=est.verdict, reason=reason, repeats=est.pairs,
         )
+
+
+def _runs_left(r: int, planned: int, active: int, done_in_round: int) -> int:
+    """Return the runs still planned in a measurement after ``done_in_round`` variant runs of round ``r``.
+
+    Rounds ``r < planned`` run a reference then the active variants; round ``planned`` is the
+    closing reference alone. Extra rounds for undecided trials are added only when decided on.
+    """
+    if r >= planned:
+        return 0
+    return max(active - done_in_round, 0) + (planned - r - 1) * (active + 1) + 1
 
 
 # -- select ------------------------------------------------------------------------------------
@@ -863,6 +944,12 @@ def _fmt(x: float | None) -> str:
 
 def _safe_name(label: str) -> str:
     return label.replace("@x", "-x").replace("@", "-w").replace("+", "_").replace("/", "_")
+
+
+def _clock(seconds: float) -> str:
+    """``42s`` or ``3m05s``: a duration for a progress line."""
+    seconds = max(int(round(seconds)), 0)
+    return f"{seconds}s" if seconds < 60 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def _since(t0: float) -> float:

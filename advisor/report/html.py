@@ -346,6 +346,13 @@ def _run(report: Report) -> str:
     return f"<h2>Run</h2><table>{body}</table>"
 
 
+def _status(report: Report) -> str:
+    line = s.status_line(report.status, report.trials)
+    took = s.timing_line(report.timing)
+    return ((f'<p class="warnings"><strong>{esc(line)}</strong></p>' if line else "")
+            + (f"<p><small>{esc(took)}</small></p>" if took else ""))
+
+
 def _warnings(report: Report) -> str:
     if not report.warnings:
         return ""
@@ -372,6 +379,7 @@ def render_html(report: Report) -> str:
     body = "".join(
         [
             _cards(report),
+            _status(report),
             _warnings(report),
             _breakdown(report),
             _findings(report),

@@ -196,6 +196,12 @@ def _diff(report: Report) -> list[str]:
     ]
 
 
+def _status(report: Report) -> list[str]:
+    line = s.status_line(report.status, report.trials)
+    took = s.timing_line(report.timing)
+    return [*([f"> **{md_text(line)}**"] if line else []), *([f"<sub>{md_text(took)}</sub>"] if took else [])]
+
+
 def _warnings(report: Report) -> list[str]:
     if not report.warnings:
         return []
@@ -234,6 +240,7 @@ def render_markdown(report: Report) -> str:
     blocks: list[list[str]] = [
         [f"## advisor: {md_code(title)}"],
         _summary(report),
+        _status(report),
         _warnings(report),
         _breakdown(report),
         _findings(report),

@@ -17,6 +17,7 @@ from typing import Any
 
 from advisor import __version__
 from advisor._serde import check_types, dump_json, from_dict, to_jsonable
+from advisor._vocab import Vocab
 from advisor.capture.model import RunCapture
 from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
 from advisor.errors import InputError
@@ -43,6 +44,21 @@ new field. History:
   fills ``fixes`` and ``reference`` of an older file from those strings.
 """
 from advisor.rundir import REPORT_FILE  # noqa: E402
+
+
+class ReportStatus(Vocab):
+    """How far the diagnose that wrote a report got (``status`` in the JSON report).
+
+    ``report.json`` is first written right after the diagnosis, then after every trial run, so a
+    stopped diagnose still leaves everything it measured on disk.
+    """
+
+    COMPLETE = "complete"
+    """Everything ran (or was skipped on purpose): the final report."""
+    RUNNING = "running"
+    """The fix trials are still running (``pid`` is the advisor process writing it)."""
+    INTERRUPTED = "interrupted"
+    """Ctrl-C or SIGTERM stopped the trials: the trials finished by then, and the unfinished ones as such."""
 
 _V1_WARNING_PREFIXES = ("unknown rule code",)
 """Note prefixes that were warnings in version-1 reports (see :data:`REPORT_SCHEMA_VERSION`)."""
@@ -113,6 +129,11 @@ class Report:
         tables: The GPU-time tables of :mod:`advisor.metrics.gpuview` (``idle_functions``,
             ``roofline``, ``modules``, ``collectives``, ``misaligned_ops``): lists of row dicts,
             present when the trace allows them. A new field: older reports load with none.
+        status: A :class:`ReportStatus` word: ``complete``, or ``running`` / ``interrupted``
+            for a report written while the fix trials ran / when they were stopped.
+        pid: The advisor process writing a ``running`` report (None otherwise): ``advisor runs``
+            tells a run still going from one that was killed by whether it is alive.
+        timing: Where the diagnose's time went (:func:`timing_of`); empty for ``analyze``.
     """
 
     schema_version: int = REPORT_SCHEMA_VERSION
@@ -137,6 +158,9 @@ class Report:
     warnings: tuple[str, ...] = ()
     device: tuple[str, ...] = ()
     tables: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    status: str = ReportStatus.COMPLETE
+    pid: int | None = None
+    timing: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kept_trial(self) -> Trial | None:
@@ -298,7 +322,7 @@ def build_report(
     categories: dict[str, float] = {}
     for f in diagnosis.findings:
         categories[f.category] = max(categories.get(f.category, 0.0), f.impact_frac)
-    return Report(
+    report = Report(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         source=metrics.source,
         run=run,
@@ -310,13 +334,54 @@ def build_report(
         steps=steps,
         ranks=ranks,
         locations=metrics.locations,
-        trials=fixes.trials if fixes else (),
-        combined=fixes.combined if fixes else None,
-        kept_fixes=fixes.kept if fixes else (),
-        diff=fixes.diff if fixes else "",
         timeline=timeline,
-        notes=(*metrics.notes, *diagnosis.notes, *(fixes.notes if fixes else ())),
+        notes=(*metrics.notes, *diagnosis.notes),
         warnings=warnings,
         device=tuple(metrics.device),
         tables={k: tuple(metrics.extra[k]) for k in TABLE_KEYS if metrics.extra.get(k)},
+    )
+    return with_fixes(report, fixes) if fixes else report
+
+
+MEASURED_PHASES: tuple[str, ...] = ("timed", "profiled", "cprofile")
+"""Run phases whose steps are the measurement itself; every other second is overhead."""
+
+
+def timing_of(total_s: float, capture: RunCapture | None, fixes: FixOutcome | None) -> dict[str, Any]:
+    """Where a diagnose's time went: the whole, the capture, the trial runs, and the overhead.
+
+    ``measured_s`` is the time spent in measured steps (:data:`MEASURED_PHASES`) of the capture
+    and every trial run; ``overhead_s`` is the rest of ``total_s`` (processes starting,
+    imports, the script's set-up, warm-up, exports, advisor's own analysis). ``phases_s`` sums
+    each phase over every run.
+    """
+    phases: dict[str, float] = {}
+    for part in ((capture.phases_s if capture else None) or {}, (fixes.phases_s if fixes else None) or {}):
+        for name, seconds in part.items():
+            phases[name] = round(phases.get(name, 0.0) + float(seconds), 4)
+    measured = round(sum(phases.get(p, 0.0) for p in MEASURED_PHASES), 4)
+    return {
+        "total_s": round(total_s, 3),
+        "capture_s": capture.wall_s if capture else None,
+        "trials_s": fixes.wall_s if fixes else None,
+        "trial_runs": fixes.runs if fixes else 0,
+        "measured_s": measured,
+        "overhead_s": round(max(total_s - measured, 0.0), 3),
+        "phases_s": phases,
+    }
+
+
+def with_fixes(
+    report: Report, fixes: FixOutcome, status: str = ReportStatus.COMPLETE, pid: int | None = None,
+) -> Report:
+    """Return ``report`` (built without fixes) with the fix loop's outcome, final or so far."""
+    return dataclasses.replace(
+        report,
+        trials=fixes.trials,
+        combined=fixes.combined,
+        kept_fixes=fixes.kept,
+        diff=fixes.diff,
+        notes=(*report.notes, *fixes.notes),
+        status=status,
+        pid=pid,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,14 @@ from typing import Any
 from advisor.capture.model import RunCapture
 from advisor.errors import AdvisorError, InputError
 from advisor.report import style as s
-from advisor.report.model import Report
+from advisor.report.model import Report, ReportStatus
 from advisor.rundir import CAPTURE_FILE, REPORT_FILE
 
 STATUS_UNREADABLE = "unreadable"
 """Status of a run whose ``capture.json`` or ``report.json`` could not be read."""
+STATUS_KILLED = "killed"
+"""Status of a run whose report says its trials were running but whose advisor process is gone
+(killed with SIGKILL, the machine went down): it never wrote an ``interrupted`` report."""
 
 # NOTE: from_dict is deliberately lenient (wrong types pass through), and a hand-edited or
 # truncated file can fail in several ways; every one of them must become a row, not a traceback.
@@ -40,7 +44,9 @@ class RunSummary:
             the modification time of ``capture.json``, else of the folder.
         script: The script that ran (as recorded), or the analysed source for ``advisor analyze``.
         status: The capture status (``completed``, ``stopped``, ``crashed``, ``timeout``,
-            ``no_steps``), ``analyzed`` for a report made from traces, or ``unreadable``.
+            ``no_steps``), ``analyzed`` for a report made from traces, or ``unreadable``; for a
+            diagnose whose fix trials did not finish: ``running`` (its advisor process is alive),
+            ``interrupted`` (Ctrl-C/SIGTERM, report saved) or ``killed`` (its process is gone).
         primary_category: The primary bottleneck category, when the run was analysed.
         primary_share: That category's share of step time (0-1).
         kept_fixes: Fix ids advisor kept.
@@ -165,7 +171,7 @@ def _from_report(report: Report) -> dict[str, Any]:
     kept = tuple(str(k) for k in (report.kept_fixes or ()))
     out: dict[str, Any] = {
         "has_report": True,
-        "status": _str_or_none(getattr(run, "status", None)) or "unknown",
+        "status": _loop_status(report) or _str_or_none(getattr(run, "status", None)) or "unknown",
         "script": _str_or_none(getattr(run, "script", None)) or _str_or_none(report.source),
         "primary_category": _str_or_none(getattr(primary, "category", None)),
         "primary_share": s.finite(getattr(primary, "share", None)),
@@ -179,6 +185,31 @@ def _from_report(report: Report) -> dict[str, Any]:
     if when is not None:
         out["when"] = _iso(when)
     return out
+
+
+def _loop_status(report: Report) -> str | None:
+    """Return ``running``, ``killed`` or ``interrupted`` for a report the fix loop did not finish, else None."""
+    status = _str_or_none(report.status)
+    if status == ReportStatus.INTERRUPTED:
+        return ReportStatus.INTERRUPTED.value
+    if status == ReportStatus.RUNNING:
+        return ReportStatus.RUNNING.value if _alive(report.pid) else STATUS_KILLED
+    return None
+
+
+def _alive(pid: Any) -> bool:
+    """Whether a process with this id exists (one of another user counts: it exists)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def kept_speedup(report: Report) -> float | None:

@@ -16,7 +16,8 @@ from rich.text import Text
 from advisor._paths import display_path
 from advisor.capture.model import RunStatus
 from advisor.report import style as s
-from advisor.report.runs import STATUS_UNREADABLE, RunSummary
+from advisor.report.model import ReportStatus
+from advisor.report.runs import STATUS_KILLED, STATUS_UNREADABLE, RunSummary
 from advisor.report.text import _t, make_console
 
 
@@ -51,7 +52,10 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
         primary = "—"
         if r.primary_category:
             primary = f"{r.primary_category} {s.pct(r.primary_share, 0)}"
-        status_style = {STATUS_UNREADABLE: "red", RunStatus.CRASHED: "red", RunStatus.TIMEOUT: "yellow"}.get(r.status, "")
+        status_style = {
+            STATUS_UNREADABLE: "red", RunStatus.CRASHED: "red", RunStatus.TIMEOUT: "yellow", STATUS_KILLED: "red",
+            ReportStatus.INTERRUPTED: "yellow", ReportStatus.RUNNING: "cyan",
+        }.get(r.status, "")
         status = r.status if r.ranks <= 1 else f"{r.status} ({r.ranks} ranks)"
         table.add_row(
             _t(r.name),

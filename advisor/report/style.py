@@ -12,6 +12,7 @@ from typing import Any
 from advisor._num import finite
 from advisor._paths import display_path
 from advisor.metrics.registry import BREAKDOWN_PARTS
+from advisor.report.model import ReportStatus
 
 PART_LABELS: dict[str, str] = {
     "data_loading": "Data loading",
@@ -260,3 +261,44 @@ def trial_memory(trial: Any) -> str:
 def has_memory(trials: Any) -> bool:
     """Tell whether any trial recorded its peak memory (older reports did not)."""
     return any(getattr(t, "peak_memory_bytes", None) for t in trials if t is not None)
+
+
+def status_line(status: str, trials: Any) -> str | None:
+    """One line saying a report is not final (``running``/``interrupted``), or None when it is.
+
+    Args:
+        status: The report's ``status`` word.
+        trials: Its trials; the unfinished ones are counted apart.
+    """
+    if status in ("", ReportStatus.COMPLETE):
+        return None
+    open_ = sum(1 for t in trials if getattr(t, "unfinished", False))
+    done = len(trials) - open_
+    counts = f"{done} trial(s) finished" + (f", {open_} unfinished (figures so far)" if open_ else "")
+    if status == ReportStatus.INTERRUPTED:
+        return f"Interrupted during the fix trials: {counts}; nothing was kept and no diff was made."
+    if status == ReportStatus.RUNNING:
+        return f"The fix trials were still running when this was written: {counts}."
+    return f"Status {status}: {counts}."
+
+
+def timing_line(timing: Any) -> str | None:
+    """One line saying how long the diagnose took and how much of it was overhead, or None.
+
+    Args:
+        timing: A report's ``timing`` (``advisor.report.model.timing_of``).
+    """
+    if not isinstance(timing, dict) or not isinstance(timing.get("total_s"), (int, float)):
+        return None
+    total = float(timing["total_s"])
+    parts = []
+    if isinstance(timing.get("capture_s"), (int, float)):
+        parts.append(f"capture {timing['capture_s']:.1f} s")
+    if timing.get("trial_runs"):
+        parts.append(f"{timing['trial_runs']} trial runs {float(timing.get('trials_s') or 0.0):.1f} s")
+    line = f"Diagnose took {total:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
+    overhead = timing.get("overhead_s")
+    if isinstance(overhead, (int, float)) and total > 0:
+        line += (f"; overhead {overhead:.1f} s ({overhead / total:.0%}): everything but the measured steps "
+                 "(process start, imports, set-up, warm-up, exports, analysis)")
+    return line + "."

@@ -383,6 +383,14 @@ def _gpu_tables(report: Report) -> RenderableType | None:
     return Group(*items) if items else None
 
 
+def _status(report: Report) -> RenderableType | None:
+    line = s.status_line(report.status, report.trials)
+    took = s.timing_line(report.timing)
+    if line is None and took is None:
+        return None
+    return Group(*([Text(line, style="bold yellow")] if line else []), *([_t(took, "dim")] if took else []))
+
+
 def _warnings(report: Report) -> RenderableType | None:
     if not report.warnings:
         return None
@@ -422,6 +430,7 @@ def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> s
     console, buf = make_console(color, width)
     console.print(_summary_panel(report))
     sections = [
+        _status(report),
         _warnings(report),
         _breakdown(report, color),
         _findings(report),

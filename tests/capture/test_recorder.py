@@ -223,3 +223,28 @@ def test_no_minimum_means_exactly_the_asked_steps():
         for _ in range(40):
             opt_step(rec, clock, seconds=0.001)
     assert len(rec.timed_phase().step_times_ms) == 3
+
+
+def test_phase_seconds_say_where_the_time_went():
+    # issue #16: imports before the script, its set-up to the first step, warm-up, timed, finishing
+    rec, clock, *_ = make(warmup=2, timed=3, profiled=0, cprofile=0, full=True)
+    clock.advance(5.0)  # the script builds its data and model
+    opt_step(rec, clock, seconds=0.25, loader=False)  # first (warm-up) step: carries the set-up
+    opt_step(rec, clock, seconds=1.0, loader=False)
+    for _ in range(3):
+        opt_step(rec, clock, seconds=0.5, loader=False)
+    clock.advance(2.0)  # the script runs on / exports
+    got = rec.phase_seconds()
+    assert list(got) == ["imports", "setup", "warmup", "timed", "finishing"]
+    assert got == pytest.approx({"imports": 10.0, "setup": 5.25, "warmup": 1.0, "timed": 1.5, "finishing": 2.0})
+    assert rec.snapshot()["phases_s"] == got
+
+
+def test_phase_seconds_without_warmup_count_the_first_step_as_setup():
+    rec, clock, *_ = make(warmup=0, timed=2, profiled=0, cprofile=0, full=True)
+    clock.advance(3.0)
+    opt_step(rec, clock, seconds=0.5, loader=False)
+    opt_step(rec, clock, seconds=0.5, loader=False)
+    got = rec.phase_seconds()
+    assert got["setup"] == pytest.approx(3.5) and got["timed"] == pytest.approx(0.5)
+    assert "warmup" not in got  # asked with 0 steps

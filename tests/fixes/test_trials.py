@@ -10,6 +10,7 @@ from fixes_fakes import FakeRunner
 from advisor.capture.model import RunSpec
 from advisor.engine.model import FixRef
 from advisor.errors import UsageError
+from advisor.fixes.model import FixOutcome
 from advisor.fixes.trials import TrialProgress, run_trials
 
 
@@ -249,3 +250,56 @@ def test_a_fix_measured_on_top_is_never_kept_alone(spec):
     out = run_trials(spec, refs("dataloader_workers", "cpu_threads"), runner=runner, make_diff_text=False)
     assert out.kept == ("dataloader_workers", "cpu_threads")
     assert out.combined.speedup == pytest.approx(2.5, rel=0.03)
+
+
+# -- issue #16: the loop hands what it knows after every run, so nothing is lost --
+
+
+def test_a_checkpoint_follows_every_run_and_marks_trials_in_progress(spec):
+    runner = FakeRunner(effects={"fused_optimizer": 1.5}, crash={"channels_last"})
+    seen: list[FixOutcome] = []
+    out = run_trials(
+        spec, refs("fused_optimizer", "channels_last"), unsafe=True, runner=runner, make_diff_text=False,
+        checkpoint=seen.append,
+    )
+    assert len(seen) == len(runner.calls)  # one snapshot per run, baselines included
+    assert seen[0].trials == ()  # after the first baseline nothing is measured yet
+    first = {t.fix: t for t in seen[1].trials}
+    assert first["fused_optimizer"].unfinished and first["fused_optimizer"].repeats == 1
+    assert first["fused_optimizer"].reason.startswith("unfinished: 1 of 3 planned pairs")
+    crashed = {t.fix: t for t in seen[2].trials}["channels_last"]
+    assert crashed.verdict == "failed" and not crashed.unfinished  # a failure is final at once
+    pairs = [next(t.repeats for t in s.trials if t.fix == "fused_optimizer") for s in seen[1:]]
+    assert pairs == sorted(pairs)  # counts never go backwards
+    assert all(s.kept == () and s.diff == "" for s in seen)  # nothing is kept before the end
+    final = {t.fix: t for t in out.trials}
+    assert not final["fused_optimizer"].unfinished and final["fused_optimizer"].verdict == "improved"
+    assert final["fused_optimizer"].repeats == 3
+
+
+def test_an_interrupt_leaves_the_last_checkpoint_and_stops_the_loop(spec):
+    runner = FakeRunner(effects={"fused_optimizer": 1.5})
+    seen: list[FixOutcome] = []
+
+    def stop_at_fourth(s: RunSpec):
+        if len(runner.calls) == 3:
+            raise KeyboardInterrupt
+        return runner(s)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_trials(spec, refs("fused_optimizer"), unsafe=True, runner=stop_at_fourth, make_diff_text=False,
+                   checkpoint=seen.append)
+    assert len(seen) == 3
+    (t,) = seen[-1].trials
+    assert t.fix == "fused_optimizer" and t.unfinished and t.repeats == 1
+
+
+def test_progress_carries_a_plan_whose_counts_never_go_backwards(spec):
+    runner = FakeRunner(effects={"dataloader_workers": lambda p: {1: 1.5, 2: 1.9}[p["num_workers"]]})
+    events: list[TrialProgress] = []
+    run_trials(spec, refs("dataloader_workers"), runner=runner, progress=events.append, make_diff_text=False)
+    assert [e.run for e in events] == list(range(1, len(runner.calls) + 1))
+    # A V1 V2 A V2 V1 A V1 V2 A: after the first baseline 9 runs are planned, then one fewer each run
+    assert [e.runs_left for e in events] == list(range(9, -1, -1))
+    assert events[0].line().startswith("[run 1, 9 more in this stage")
+    assert "more in this stage" in events[-1].line() and "~" not in events[-1].line()

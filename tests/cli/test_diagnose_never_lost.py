@@ -1,0 +1,119 @@
+"""Issue #16: the diagnosis and every finished trial survive a stopped diagnose.
+
+In-process: the fix loop saved around (``advisor.api``), ``advisor runs`` telling running,
+interrupted and killed runs apart, and ``advisor report`` rendering an interrupted report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from advisor import api
+from advisor.capture.model import RunSpec
+from advisor.cli.main import cli
+from advisor.engine.model import Diagnosis
+from advisor.errors import EXIT_INTERRUPTED, Interrupted
+from advisor.fixes.model import FixOutcome, Trial
+from advisor.report.model import Report, ReportStatus
+from advisor.report.runs import list_runs
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "report.json"
+
+DONE = Trial(fix="pin_memory", safety="safe", verdict="improved", speedup=1.3, repeats=3)
+OPEN = Trial(fix="dataloader_workers", safety="safe", verdict="no_effect", speedup=1.1, repeats=1,
+             reason="unfinished: 1 of 3 planned pairs measured so far", unfinished=True)
+
+
+def _base() -> Report:
+    return dataclasses.replace(Report.load(GOLDEN), trials=(), combined=None, kept_fixes=(), diff="")
+
+
+def _loop(tmp_path: Path) -> Report:
+    spec = RunSpec(script=tmp_path / "train.py", out_dir=tmp_path)
+    base = dataclasses.replace(_base(), timing={"capture_s": 4.0, "phases_s": {"imports": 2.0, "timed": 1.0}})
+    return api._fix_loop_saved(base, spec, Diagnosis((), None, {}), api.FixOptions(), None, tmp_path,
+                               time.perf_counter() - 10.0)
+
+
+def test_the_report_is_saved_before_the_trials_and_interrupted_with_what_finished(tmp_path, monkeypatch):
+    on_disk: list[Report] = []
+
+    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None):  # type: ignore[no-untyped-def]
+        on_disk.append(Report.load(tmp_path))  # written before the first trial run
+        checkpoint(FixOutcome(trials=(DONE, OPEN)))
+        on_disk.append(Report.load(tmp_path))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "try_fixes", fake_try_fixes)
+    with pytest.raises(Interrupted) as err:
+        _loop(tmp_path)
+    assert err.value.exit_code == EXIT_INTERRUPTED == 130
+    assert "1 finished trial(s)" in err.value.message and str(tmp_path) in err.value.message
+    before, during = on_disk
+    assert before.status == ReportStatus.RUNNING and before.pid == os.getpid() and before.trials == ()
+    assert before.findings == _base().findings  # the diagnosis is there from the start
+    assert during.status == ReportStatus.RUNNING and [t.fix for t in during.trials] == ["pin_memory", "dataloader_workers"]
+    final = Report.load(tmp_path)
+    assert final.status == ReportStatus.INTERRUPTED and final.pid is None
+    assert final.trials == (DONE, OPEN) and final.kept_fixes == ()
+    assert not list(tmp_path.glob("*.tmp"))  # every write was atomic
+
+
+def test_a_finished_loop_saves_a_complete_report(tmp_path, monkeypatch):
+    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None):  # type: ignore[no-untyped-def]
+        checkpoint(FixOutcome(trials=(OPEN,)))
+        return FixOutcome(trials=(DONE,), kept=("pin_memory",), combined=DONE, runs=3, wall_s=5.0,
+                          phases_s={"process": 0.5, "imports": 1.5, "timed": 2.0})
+
+    monkeypatch.setattr(api, "try_fixes", fake_try_fixes)
+    report = _loop(tmp_path)
+    assert report.status == ReportStatus.COMPLETE and report.pid is None and report.kept_fixes == ("pin_memory",)
+    timing = report.timing  # the capture's phases and the trial runs' add up
+    assert timing["trial_runs"] == 3 and timing["trials_s"] == 5.0 and timing["capture_s"] == 4.0
+    assert timing["phases_s"] == {"imports": 3.5, "timed": 3.0, "process": 0.5}
+    assert timing["measured_s"] == 3.0
+    assert timing["total_s"] >= 10.0 and timing["overhead_s"] == pytest.approx(timing["total_s"] - 3.0, abs=1e-3)
+    report.save(tmp_path)  # as diagnose_script does
+    shown = CliRunner().invoke(cli, ["report", str(tmp_path)], terminal_width=300)
+    assert f"Diagnose took {timing['total_s']:.1f} s (capture 4.0 s, 3 trial runs 5.0 s); overhead" in shown.output
+
+
+def _saved(root: Path, name: str, **changes: object) -> None:
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    dataclasses.replace(_base(), trials=(DONE, OPEN), **changes).save(run_dir)
+
+
+def test_runs_tells_running_interrupted_and_killed_apart(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that existed and is gone now
+    _saved(tmp_path, "a-running", status=ReportStatus.RUNNING, pid=os.getpid())
+    _saved(tmp_path, "b-killed", status=ReportStatus.RUNNING, pid=dead.pid)
+    _saved(tmp_path, "c-interrupted", status=ReportStatus.INTERRUPTED)
+    _saved(tmp_path, "d-complete")
+    status = {r.name: r.status for r in list_runs(tmp_path)}
+    assert status == {
+        "a-running": "running", "b-killed": "killed", "c-interrupted": "interrupted",
+        "d-complete": _base().run.status,
+    }
+    out = CliRunner().invoke(cli, ["runs", str(tmp_path), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert {r["name"]: r["status"] for r in json.loads(out.output)} == status
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_report_renders_an_interrupted_run_saying_so(tmp_path, fmt):
+    _saved(tmp_path, "run", status=ReportStatus.INTERRUPTED)
+    out = CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--format", fmt])
+    assert out.exit_code == 0, out.output
+    assert "Interrupted during the fix trials: 1 trial(s) finished, 1 unfinished" in out.output
+    assert "dataloader_workers" in out.output
