@@ -28,19 +28,21 @@ def test_timeout_ends_a_hung_script_and_keeps_the_capture(run_script, monkeypatc
     hung = threading.Event()
     real_wait = capture_run._wait
 
-    def wait_once_hung(proc, timeout_s, start):  # type: ignore[no-untyped-def]
+    def wait_once_hung(proc, timeout_s, start, *rest):  # type: ignore[no-untyped-def]
         # Wait for the condition (or for the script to end some other way), then time out from there.
         while not hung.wait(0.1):
             if proc.poll() is not None or time.perf_counter() - start > REACH_LIMIT_S:
                 pytest.fail(f"the script never reached step {HANG_AT} (exit code {proc.poll()})")
-        return real_wait(proc, timeout_s, time.perf_counter())
+        return real_wait(proc, timeout_s, time.perf_counter(), *rest)
 
     monkeypatch.setattr(capture_run, "_wait", wait_once_hung)
 
     hung_at: list[float] = []
 
     def on_event(event) -> None:  # type: ignore[no-untyped-def]
-        if event.step >= HANG_AT and not hung.is_set():
+        # NOTE: the relay reports phase changes, not every step: the profiled phase begins at
+        # step HANG_AT - 1 and the script hangs one step later, so from here the hang is near.
+        if (event.step >= HANG_AT or (event.phase == "profiled" and event.step >= HANG_AT - 1)) and not hung.is_set():
             hung_at.append(time.perf_counter())
             hung.set()
 
