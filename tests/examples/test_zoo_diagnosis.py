@@ -20,12 +20,7 @@ MANIFEST = load_manifest()
 # Known gaps in the advisor (not in the examples), kept visible: strict xfail turns into a failure
 # the day they are fixed, so the entry gets removed. (Empty now: 3-D UNets are sized since
 # transposed convolutions are counted.)
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    # Two changes landed together: inference loops now step on model calls (issue #15), so the
-    # DataLoader fetch between calls is data loading, and DL001 outranks the new CO004. Which
-    # verdict is right for this example is open (see the session note); strict, so a fix shows.
-    ("inference_autograd", "cpu"): "steps from model calls make DL001 the primary, not CO004",
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 def _device() -> str:
@@ -54,7 +49,10 @@ def _diagnose(name: str, tmp_path: Path) -> dict:
 # quick examples run in `make test`; the four whose diagnose takes 35-70 s each on 2 cores (MONAI,
 # the transformer, the accumulating loop) run in `make test-all`, so `make test` stays near its
 # 5-minute budget (issue #13) while keeping real diagnoses of several categories.
-HEAVY = frozenset({"monai_segmentation", "monai_scaling", "transformer_lm", "grad_accumulation"})
+# inference_autograd runs there too: since inference loops step on model calls (issue #15) its
+# primary was compute (CO004) on a quiet clone and data_loading (DL001) at load 2-3, and `make
+# test` may not depend on how busy the machine is (see the session note).
+HEAVY = frozenset({"monai_segmentation", "monai_scaling", "transformer_lm", "grad_accumulation", "inference_autograd"})
 
 
 @pytest.mark.parametrize(
