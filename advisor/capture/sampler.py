@@ -19,6 +19,10 @@ from typing import Any
 from advisor.capture.model import UtilSummary
 
 
+# Between CPU samples the process tree is counted this often (seconds).
+_TREE_POLL_S = 0.1
+
+
 class UtilSampler:
     """Samples CPU (process tree) and GPU (device) utilisation of a running child."""
 
@@ -126,8 +130,32 @@ class UtilSampler:
                 self._load.append(os.getloadavg()[0])
             self._rss_peak = max(self._rss_peak, rss)
             self._sample_gpu()
-            if self._stop.wait(self.interval_s):
+            if self._watch_tree(root, now + self.interval_s):
                 break
+
+    def _watch_tree(self, root: Any, until: float) -> bool:
+        """Count the tree's processes often between samples; True once asked to stop.
+
+        DataLoader workers of a short run can live for less than one CPU sampling interval;
+        counting them and their threads is cheap, so the count is polled every ``_TREE_POLL_S``.
+        """
+        import psutil
+
+        while True:
+            left = until - time.perf_counter()
+            if left <= 0:
+                return self._stop.is_set()
+            if self._stop.wait(min(_TREE_POLL_S, left)):
+                return True
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return False
+            threads = 0
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):
+                    threads += proc.num_threads()
+            self._procs, self._threads = max(self._procs, len(tree)), max(self._threads, threads)
 
     def _sample_gpu(self) -> None:
         if not self._handles:
