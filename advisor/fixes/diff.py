@@ -512,12 +512,40 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
     return code, manual
 
 
-def make_diff(script: Path, kept: Sequence[Trial]) -> str:
+def diff_root(script: Path) -> Path:
+    """Return the folder a diff's paths are relative to, so ``git apply`` works where the user runs it.
+
+    That is the top of the git work tree holding the script; without one (no git, or the script
+    is not in a repository) it is the working directory, where ``advisor diagnose`` was run. A
+    script outside the working directory falls back to its own folder (``patch -p1`` there).
+    """
+    import os
+    import subprocess
+
+    folder = Path(script).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--show-toplevel"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )
+        top = out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        top = ""
+    if top:
+        return Path(top).resolve()
+    cwd = Path(os.getcwd()).resolve()
+    return cwd if folder.is_relative_to(cwd) else folder
+
+
+def make_diff(script: Path, kept: Sequence[Trial], *, root: Path | None = None) -> str:
     """Return a unified diff of ``script`` that makes the kept fixes permanent.
 
     Args:
         script: The user's script (read, never written).
         kept: The kept trials (``FixOutcome.kept_trials`` or a combined trial).
+        root: The folder the diff's ``a/``/``b/`` paths are relative to; by default
+            :func:`diff_root` (the git work tree's top, else the working directory), so
+            ``git apply`` works from there.
 
     Returns:
         The diff, led by ``# advisor:`` comment lines for what could not be made mechanical;
@@ -536,9 +564,14 @@ def make_diff(script: Path, kept: Sequence[Trial]) -> str:
     except cst.ParserSyntaxError as exc:
         raise InputError(f"cannot parse {path} for the diff: {exc.message} (line {exc.raw_line})") from exc
     lines = [f"# advisor: not made mechanical: {m}\n" for m in manual]
+    if new == source:
+        return "".join(lines)
+    base = (root or diff_root(path)).resolve()
+    # NOTE: as_posix: git apply and patch read "/" on every platform.
+    name = path.resolve().relative_to(base).as_posix() if path.resolve().is_relative_to(base) else path.name
     body = difflib.unified_diff(
         source.splitlines(keepends=True), new.splitlines(keepends=True),
-        fromfile=f"a/{path.name}", tofile=f"b/{path.name}",
+        fromfile=f"a/{name}", tofile=f"b/{name}",
     )
     return "".join(lines) + "".join(body)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,8 @@ KEPT = [
 
 
 def test_golden_diff_on_the_sample_script():
-    diff = make_diff(SAMPLE, KEPT)
+    # root=DATA: the golden's paths do not depend on where the checkout lies.
+    diff = make_diff(SAMPLE, KEPT, root=DATA)
     golden = DATA / "sample_train.diff"
     if os.environ.get("ADVISOR_UPDATE_GOLDENS"):
         golden.write_text(diff, encoding="utf-8")
@@ -36,7 +38,7 @@ def test_golden_diff_on_the_sample_script():
 
 
 def test_the_diff_says_what_is_not_mechanical_and_the_result_compiles():
-    diff = make_diff(SAMPLE, KEPT)
+    diff = make_diff(SAMPLE, KEPT, root=DATA)
     assert diff.startswith("# advisor: not made mechanical: batch_fusion")
     new, manual = transform(SAMPLE.read_text(), KEPT)
     compile(new, "sample_train.py", "exec")
@@ -91,3 +93,44 @@ def test_cpu_threads_follows_the_kept_worker_count():
     new, manual = transform(SAMPLE.read_text(), kept)
     assert "torch.set_num_threads(max(1, torch.get_num_threads() - 1))" in new
     assert manual == []
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30, check=False)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_diff_applies_from_the_repository_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    repo = tmp_path / "repo"
+    script = repo / "src" / "train" / "train.py"
+    script.parent.mkdir(parents=True)
+    shutil.copy(SAMPLE, script)
+    assert _git(repo, "init", "-q").returncode == 0
+    # The user ran advisor from the script's folder; the diff still names the file from the top.
+    monkeypatch.chdir(script.parent)
+    diff = make_diff(script, KEPT[:3])
+    assert "--- a/src/train/train.py" in diff and "+++ b/src/train/train.py" in diff
+    patch = tmp_path / "fix.diff"
+    patch.write_text(diff, encoding="utf-8")
+    check = _git(repo, "apply", "--check", str(patch))
+    assert check.returncode == 0, check.stderr
+    assert _git(repo, "apply", str(patch)).returncode == 0
+    assert script.read_text() == transform(SAMPLE.read_text(), KEPT[:3])[0]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_without_a_repository_the_diff_is_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # NOTE: GIT_CEILING_DIRECTORIES keeps git from finding a repository above tmp_path.
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    script = tmp_path / "work" / "models" / "train.py"
+    script.parent.mkdir(parents=True)
+    shutil.copy(SAMPLE, script)
+    monkeypatch.chdir(tmp_path / "work")
+    diff = make_diff(script, KEPT[:1])
+    assert "--- a/models/train.py" in diff
+    patch = tmp_path / "fix.diff"
+    patch.write_text(diff, encoding="utf-8")
+    check = _git(tmp_path / "work", "apply", "--check", str(patch))
+    assert check.returncode == 0, check.stderr
