@@ -11,7 +11,7 @@ Stage modules are imported inside the functions so that reading traces never imp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +55,7 @@ __all__ = [
     "Setting",
     "analyze_report",
     "compare_paths",
+    "config_options",
     "config_view",
     "describe_source",
     "diagnose_script",
@@ -375,6 +376,7 @@ def engine_config(
     ignore: Sequence[str] = (),
     preview: bool = False,
     start: Path | None = None,
+    option_keys: Collection[str] = (),
 ) -> EngineConfig:
     """Layer ``[tool.advisor]`` from the closest config file under the command line's selection.
 
@@ -384,6 +386,7 @@ def engine_config(
         ignore: ``--ignore`` codes.
         preview: ``--preview``; False keeps the config file's setting.
         start: Where the config search starts (default: the current directory).
+        option_keys: The command options the file may also set (see :mod:`advisor.config`).
     """
     from advisor.config import resolve_engine_config
 
@@ -393,7 +396,19 @@ def engine_config(
         ignore=tuple(ignore),
         preview=preview or None,
         start=start or Path.cwd(),
+        option_keys=option_keys,
     )
+
+
+def config_options(start: Path | None, option_keys: Collection[str]) -> dict[str, tuple[Any, Path]]:
+    """Return the command options ``[tool.advisor]`` sets for ``start``: key -> (value as written, file).
+
+    Raises:
+        UsageError: the config file is invalid or holds an unknown key.
+    """
+    from advisor.config import options_for
+
+    return options_for(start or Path.cwd(), option_keys)
 
 
 def load_report(run_dir: str | Path) -> Report:
@@ -498,12 +513,12 @@ def rule_set() -> RuleSet:
     return rules
 
 
-def config_view(start: Path) -> tuple[ResolvedConfig, Selection]:
+def config_view(start: Path, option_keys: Collection[str] = ()) -> tuple[ResolvedConfig, Selection]:
     """Return the configuration the closest config file above ``start`` gives, and the rules it selects."""
     from advisor.config import resolve_config
     from advisor.engine.selection import select_rules
 
-    resolved = resolve_config(start=start)
+    resolved = resolve_config(start=start, option_keys=option_keys)
     return resolved, select_rules(rule_set(), resolved.engine)
 
 

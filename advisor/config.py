@@ -10,7 +10,11 @@ Layers, lowest precedence first (ruff's model, https://docs.astral.sh/ruff/confi
 3. the command line.
 
 Keys: ``select``, ``extend-select``, ``ignore`` (lists of codes or prefixes), ``preview`` (bool),
-``unknown-codes`` (``"error"`` or ``"warn"``), ``extend`` (path). An unknown key or a badly typed value raises
+``unknown-codes`` (``"error"`` or ``"warn"``), ``extend`` (path), plus the command options the
+caller names (``option_keys``): the command line passes every ``advisor diagnose`` option that a
+project may fix once (``steps = 30``, ``warmup``, ``repeats``, ``unsafe-fixes = true``...), named
+as the long option without its dashes. Their values are kept as written here and checked by the
+command that takes them (its Click types), which also lets the command line win. An unknown key or a badly typed value raises
 :class:`UsageError` naming the file and suggesting the closest key, because a silently ignored
 typo in ``ignore`` would change the diagnosis without anyone noticing. For the same reason a rule
 code that matches no rule (``select = ["DL01"]`` would turn every rule off, and a ``--fail-on``
@@ -20,6 +24,7 @@ gate would pass) is an error, unless ``unknown-codes = "warn"`` asks for a warni
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,10 @@ BOOL_KEYS: tuple[str, ...] = ("preview",)
 CHOICE_KEYS: dict[str, tuple[str, ...]] = {"unknown-codes": ("error", "warn")}
 """Keys whose value is one of a few words."""
 KNOWN_KEYS: tuple[str, ...] = (*LIST_KEYS, *BOOL_KEYS, *CHOICE_KEYS, "extend")
+
+ANY_OPTION: frozenset[str] = frozenset({"*"})
+"""``option_keys`` value that accepts every key beyond the selection keys, unchecked (the Python
+API, whose options are keyword arguments checked by Python)."""
 
 REMOVED_KEYS: dict[str, str] = {}
 """Keys that used to exist -> the migration message shown instead of "unknown key"."""
@@ -105,8 +114,15 @@ def find_config_file(start: Path | None = None) -> Path | None:
     return None
 
 
-def load_config_file(path: Path, _seen: tuple[Path, ...] = ()) -> ConfigFile:
+def load_config_file(
+    path: Path, _seen: tuple[Path, ...] = (), option_keys: Collection[str] = ()
+) -> ConfigFile:
     """Read and validate one config file (and the files it ``extend``s).
+
+    Args:
+        path: The file.
+        option_keys: Command option keys allowed beside the selection keys (see the module's
+            docstring); :data:`ANY_OPTION` allows any.
 
     Raises:
         UsageError: unreadable TOML, an unknown key, a bad value, or an ``extend`` cycle.
@@ -123,18 +139,22 @@ def load_config_file(path: Path, _seen: tuple[Path, ...] = ()) -> ConfigFile:
         where = str(path)
     if not isinstance(table, dict):
         raise UsageError(f"{where}: expected a table of settings")
-    settings = validate_settings(table, where)
+    settings = validate_settings(table, where, option_keys)
     base = None
     if "extend" in settings:
         target = (path.parent / Path(settings["extend"]).expanduser()).resolve()
         if not target.is_file():
             raise UsageError(f"{where}: extend: {target} does not exist")
-        base = load_config_file(target, (*_seen, path))
+        base = load_config_file(target, (*_seen, path), option_keys)
     return ConfigFile(path=path, settings=settings, base=base)
 
 
-def validate_settings(table: dict[str, Any], where: str) -> dict[str, Any]:
+def validate_settings(
+    table: dict[str, Any], where: str, option_keys: Collection[str] = ()
+) -> dict[str, Any]:
     """Check keys and value types; return the settings with list values as tuples of str.
+
+    A key of ``option_keys`` is kept as written (its command checks the value).
 
     Raises:
         UsageError: ``<where>: unknown key 'ignor' (did you mean 'ignore'?)`` and the like.
@@ -144,9 +164,12 @@ def validate_settings(table: dict[str, Any], where: str) -> dict[str, Any]:
         if key in REMOVED_KEYS:
             raise UsageError(f"{where}: {key}: {REMOVED_KEYS[key]}")
         if key not in KNOWN_KEYS:
+            if option_keys is ANY_OPTION or key in option_keys:
+                settings[key] = value
+                continue
+            known = (*KNOWN_KEYS, *sorted(option_keys))
             raise UsageError(
-                f"{where}: unknown key {key!r}{did_you_mean(key, KNOWN_KEYS)}; "
-                f"known keys: {', '.join(KNOWN_KEYS)}"
+                f"{where}: unknown key {key!r}{did_you_mean(key, known)}; known keys: {', '.join(known)}"
             )
         if key in LIST_KEYS:
             if isinstance(value, str):
@@ -176,6 +199,7 @@ def resolve_engine_config(
     preview: bool | None = None,
     start: Path | None = None,
     config_file: Path | None = None,
+    option_keys: Collection[str] = (),
 ) -> EngineConfig:
     """Build the engine configuration: the closest config file's layers under the CLI's flags.
 
@@ -186,12 +210,13 @@ def resolve_engine_config(
         preview: ``--preview`` (None when not given: the config's value, default off).
         start: Where to search for the config file (the script's folder, or the cwd).
         config_file: Use this file instead of searching.
+        option_keys: Command option keys the file may also hold (:func:`load_config_file`).
 
     Raises:
         UsageError: the config file is invalid.
     """
     path = config_file or find_config_file(start)
-    loaded = load_config_file(path) if path is not None else None
+    loaded = load_config_file(path, option_keys=option_keys) if path is not None else None
     config = _engine_config(loaded, select, extend_select, ignore, preview)
     if not (loaded is not None and loaded.closest("unknown-codes") == "warn"):
         check_codes(config)
@@ -307,18 +332,21 @@ class ResolvedConfig:
     notes: tuple[str, ...] = ()
 
 
-def resolve_config(start: Path | None = None, config_file: Path | None = None) -> ResolvedConfig:
+def resolve_config(
+    start: Path | None = None, config_file: Path | None = None, option_keys: Collection[str] = ()
+) -> ResolvedConfig:
     """Resolve the configuration for ``start`` (a script or folder; default: the working directory).
 
     Uses the same search (:func:`find_config_file`), loader and validation
-    (:func:`load_config_file`) as every command, so what this shows is what runs.
+    (:func:`load_config_file`) as every command, so what this shows is what runs. The command
+    options a file sets (``option_keys``) follow the selection keys, closest file first.
 
     Raises:
         UsageError: the config file is invalid (the same one-line message as elsewhere).
     """
     path = config_file or find_config_file(start)
     chain: list[ConfigFile] = []
-    loaded = load_config_file(path) if path is not None else None
+    loaded = load_config_file(path, option_keys=option_keys) if path is not None else None
     node = loaded
     while node is not None:
         chain.append(node)
@@ -346,6 +374,8 @@ def resolve_config(start: Path | None = None, config_file: Path | None = None) -
             settings.append(Setting(key, value, tuple(c.path for c in ordered)))
         else:
             settings.append(Setting(key, setters[0].settings[key], (setters[0].path,)))
+    for key, (value, source) in command_options(loaded).items():
+        settings.append(Setting(key, value, (source,)))
     # NOTE: from the file already loaded above; loading it again would re-read the extend chain.
     engine = _engine_config(loaded) if loaded is not None else EngineConfig()
     return ResolvedConfig(
@@ -355,6 +385,32 @@ def resolve_config(start: Path | None = None, config_file: Path | None = None) -
         engine=engine,
         notes=notes,
     )
+
+
+def command_options(loaded: ConfigFile | None) -> dict[str, tuple[Any, Path]]:
+    """Return the command options a loaded file (and its ``extend`` chain) sets: key -> (value, file).
+
+    The closest file wins, as for ``select``; the values are as written (the command checks them).
+    """
+    found: dict[str, tuple[Any, Path]] = {}
+    node = loaded
+    while node is not None:
+        for key, value in node.settings.items():
+            if key not in KNOWN_KEYS and key not in found:
+                found[key] = (value, node.path)
+        node = node.base
+    return found
+
+
+def options_for(start: Path | None, option_keys: Collection[str]) -> dict[str, tuple[Any, Path]]:
+    """Load the closest config file above ``start`` and return the command options it sets.
+
+    Raises:
+        UsageError: the config file is invalid, or holds a key that is neither a selection key
+            nor one of ``option_keys``.
+    """
+    path = find_config_file(start)
+    return command_options(load_config_file(path, option_keys=option_keys) if path is not None else None)
 
 
 def describe_source(path: Path | None, relative_to: Path | None = None) -> str:

@@ -19,7 +19,18 @@ def engine_config(
     start: Path | None = None,
 ) -> EngineConfig:
     """Layer ``[tool.advisor]`` from the closest pyproject.toml under the CLI's selection flags."""
-    return api.engine_config(split_codes(select), split_codes(extend_select), split_codes(ignore), preview, start)
+    return api.engine_config(
+        split_codes(select), split_codes(extend_select), split_codes(ignore), preview, start,
+        option_keys=diagnose_option_keys(),
+    )
+
+
+def diagnose_option_keys() -> frozenset[str]:
+    """Return the ``advisor diagnose`` options a config file may set (every command accepts them)."""
+    from advisor.cli.cmd_diagnose import diagnose
+    from advisor.cli.configured import option_keys
+
+    return frozenset(option_keys(diagnose))
 
 
 def emit_report(report: Report, fmt: str | None, output: Path | None, fail_on: str) -> int:

@@ -14,6 +14,7 @@ import click
 
 from advisor import api
 from advisor.api import ResolvedConfig, Setting, describe_source
+from advisor.cli._common import diagnose_option_keys
 
 EPILOG = """\b
 Examples:
@@ -35,7 +36,7 @@ Examples:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def config(target: Path | None, fmt: str) -> int:
     """Show each setting, its value, and where it came from (default or a config file)."""
-    resolved, selection = api.config_view(target or Path.cwd())
+    resolved, selection = api.config_view(target or Path.cwd(), option_keys=diagnose_option_keys())
     selected = [r.code for r in selection.selected]
     deselected = [r.code for r in selection.deselected]
     if fmt == "json":

@@ -14,6 +14,7 @@ import click
 from advisor import api
 from advisor.api import STATUS_CRASHED, STATUS_NO_STEPS, STATUS_TIMEOUT, RunSpec
 from advisor.cli._common import emit_report, engine_config
+from advisor.cli.configured import ConfiguredCommand
 from advisor.cli.options import (
     PositiveSeconds,
     output_options,
@@ -40,6 +41,7 @@ def default_run_dir(script: Path) -> Path:
 
 
 @click.command(
+    cls=ConfiguredCommand,
     epilog=EPILOG,
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False},
 )
