@@ -47,14 +47,17 @@ bench-trace: $(STAMP)
 bench-zoo: $(STAMP)
 	$(PY) benchmarks/zoo.py
 
-# docs/rules.md is generated from rules/**/*.yaml and docs/fixes.md from advisor/fixes/catalog/;
-# tests/cli/test_docs.py and tests/fixes/test_catalog_meta.py fail when they are stale.
+# docs/rules.md is generated from rules/**/*.yaml, docs/fixes.md from advisor/fixes/catalog/ and
+# docs/report.schema.json from the Report model; tests/cli/test_docs.py,
+# tests/fixes/test_catalog_meta.py and tests/report/test_schema.py fail when they are stale.
 docs: $(STAMP)
 	mkdir -p docs
 	$(VENV)/bin/advisor rules --format markdown > docs/rules.md.tmp || { rm -f docs/rules.md.tmp; exit 1; }
 	mv docs/rules.md.tmp docs/rules.md
 	$(VENV)/bin/advisor fixes --format markdown > docs/fixes.md.tmp || { rm -f docs/fixes.md.tmp; exit 1; }
 	mv docs/fixes.md.tmp docs/fixes.md
+	$(PY) -m advisor.report.schema > docs/report.schema.json.tmp || { rm -f docs/report.schema.json.tmp; exit 1; }
+	mv docs/report.schema.json.tmp docs/report.schema.json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info advisor-runs

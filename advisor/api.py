@@ -24,7 +24,7 @@ from advisor.capture.model import (
     RunCapture,
     RunSpec,
 )
-from advisor.config import ResolvedConfig, Setting, describe_source
+from advisor.config import ANY_OPTION, ResolvedConfig, Setting, describe_source
 from advisor.engine.model import Diagnosis, EngineConfig
 from advisor.engine.rules import Rule, RuleSet
 from advisor.engine.selection import Selection
@@ -53,11 +53,13 @@ __all__ = [
     "RunCapture",
     "RunSpec",
     "Setting",
+    "analyze",
     "analyze_report",
     "compare_paths",
     "config_options",
     "config_view",
     "describe_source",
+    "diagnose",
     "diagnose_script",
     "engine_config",
     "exit_code_for",
@@ -67,10 +69,12 @@ __all__ = [
     "list_fixes",
     "list_runs",
     "live_progress",
+    "load",
     "load_report",
     "load_side",
     "prepare_tensorboard",
     "render_runs",
+    "report_schema",
     "rule_set",
     "serve_tensorboard",
     "tensorboard_check",
@@ -604,3 +608,140 @@ def explain_fixes(fix_id: str | None, as_json: bool = False) -> list[Any]:
         raise UsageError(f"unknown fix id {fix_id!r}{hint}")
     chosen = list(fixes.values()) if fix_id is None else [fixes[fix_id]]
     return [doc(f) if as_json else explain(f) for f in chosen]
+
+
+# -- the Python API: advisor.diagnose / advisor.analyze / advisor.load ------------------------------
+# NOTE: thin wrappers over the same functions the commands call, with the command line's option
+# names as keyword arguments, so what a notebook gets is what `advisor diagnose` reports.
+
+
+def diagnose(
+    script: str | Path,
+    args: Sequence[str] = (),
+    *,
+    out: str | Path | None = None,
+    module: bool = False,
+    warmup: int | None = None,
+    steps: int | None = None,
+    profile_steps: int | None = None,
+    full: bool = False,
+    timeout: float | None = None,
+    fixes: bool = True,
+    unsafe_fixes: bool = False,
+    fix: Sequence[str] = (),
+    repeats: int | None = None,
+    seed: int = 0,
+    write: bool = False,
+    nproc_per_node: int = 1,
+    select: Sequence[str] | None = None,
+    extend_select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    preview: bool = False,
+    inline_ignores: bool = True,
+    progress: bool = False,
+) -> Report:
+    """Run a training script under the profiler, diagnose it, try the fixes; return the report.
+
+    The Python form of ``advisor diagnose``: the keyword arguments are its options (``steps`` is
+    ``--steps``, ``fix=["pin_memory"]`` is ``--fix pin_memory``, ``fixes=False`` is
+    ``--no-fixes``); an option left out takes the command's default. Rule selection comes from
+    ``[tool.advisor]`` as for the command, under ``select``/``ignore``; the file's diagnose
+    options are defaults of the command line only, so a call says what it measures.
+
+    Args:
+        script: The training script (or a module name with ``module=True``).
+        args: Arguments for the script, unchanged.
+        out: The run directory (default: ``advisor-runs/<script>-<timestamp>``).
+        module: Run ``script`` as a module, as ``python -m`` does.
+        warmup: Warm-up steps, not measured (default 5).
+        steps: Timed steps without the profiler (default 20).
+        profile_steps: Steps under torch.profiler, as many again under cProfile (default 10).
+        full: Let the script run to its end.
+        timeout: Stop a hung script after this many seconds.
+        fixes: Try the suggested fixes (False: diagnose only).
+        unsafe_fixes: Also try fixes that may change numerics or batch semantics.
+        fix: Try only these fix ids.
+        repeats: Interleaved baseline/variant repeats per fix (default 3).
+        seed: Seed for the loss-parity checks of the fix trials.
+        write: Apply the kept fixes' diff to the script, keeping a ``.bak`` copy.
+        nproc_per_node: Launch through torchrun with this many processes.
+        select: Only these rules (codes or prefixes).
+        extend_select: Add these rules to the selection.
+        ignore: Skip these rules.
+        preview: Also run preview rules.
+        inline_ignores: Honour ``# advisor: ignore[CODE]`` comments.
+        progress: Show live progress on stderr.
+
+    Returns:
+        The report, also saved as ``report.json`` in ``report.run.run_dir``. A script that
+        failed does not raise: ``report.run.status`` says ``crashed``/``timeout``/``no_steps``
+        and ``report.run.error`` what happened, with whatever was measured.
+
+    Raises:
+        UsageError: a missing script, an unknown fix id or rule code, or a bad config file.
+    """
+    import datetime as _dt
+
+    if write and not fixes:
+        raise UsageError("write=True applies the fixes' diff; it needs fixes=True")
+    check_fix_ids(tuple(fix))
+    module_name = None
+    path = Path(script)
+    if module:
+        module_name = str(script)
+        path = find_module_file(module_name, [Path.cwd()])
+    path = validate_script(path)
+    config = engine_config(select, extend_select, ignore, preview, start=path.parent, option_keys=ANY_OPTION)
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_dir = new_run_dir(Path("advisor-runs") / f"{path.stem}-{stamp}")
+    else:
+        run_dir = Path(out)
+    given = {"warmup_steps": warmup, "timed_steps": steps, "profiled_steps": profile_steps}
+    spec = RunSpec(
+        script=path, args=tuple(args), out_dir=run_dir.resolve(), full=full, timeout_s=timeout, seed=seed,
+        quiet=not progress, cwd=Path.cwd(), nproc_per_node=nproc_per_node, module=module_name,
+        **{k: v for k, v in given.items() if v is not None},
+    )
+    options = FixOptions(enabled=fixes, unsafe=unsafe_fixes, only=tuple(fix), write=write,
+                         **({"repeats": repeats} if repeats is not None else {}))
+    on_capture, on_trial, stop = live_progress(path.name) if progress else (None, None, lambda: None)
+    try:
+        result = diagnose_script(spec, engine_config=config, fix_options=options, progress=on_capture,
+                                 trial_progress=on_trial, inline_ignores=inline_ignores)
+    finally:
+        stop()
+    return result.report
+
+
+def analyze(
+    path: str | Path,
+    *,
+    select: Sequence[str] | None = None,
+    extend_select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    preview: bool = False,
+    inline_ignores: bool = True,
+) -> Report:
+    """Diagnose traces you already have: a trace file (``.json``/``.json.gz``), a folder of them, or a run directory.
+
+    The Python form of ``advisor analyze``; no script runs and nothing is written.
+
+    Raises:
+        InputError: the path is missing or holds no readable trace.
+        UsageError: an unknown rule code or a bad config file.
+    """
+    config = engine_config(select, extend_select, ignore, preview, option_keys=ANY_OPTION)
+    return analyze_report(path, config, inline_ignores=inline_ignores)
+
+
+def load(run_dir: str | Path) -> Report:
+    """Return the report a diagnose saved (a run directory or its ``report.json``), without re-running anything."""
+    return load_report(run_dir)
+
+
+def report_schema() -> dict[str, Any]:
+    """Return the JSON Schema of ``report.json``, generated from the report model (draft 2020-12)."""
+    from advisor.report.schema import report_schema as schema
+
+    return schema()

@@ -20,6 +20,8 @@ E2E: tuple[str, ...] = (
     "distributed/test_torchrun_e2e.py",
     "engine/test_packaging.py::test_wheel_contains_every_rule_file",
     "engine/test_packaging.py::test_rules_load_from_the_unpacked_wheel",
+    "examples/test_api_example.py::test_the_api_example_runs_without_fixes",
+    "examples/test_api_example.py::test_the_api_example_runs_with_its_fix_trial",
     "examples/test_examples_run.py::test_example_runs",
     "examples/test_real_scripts.py",
     "examples/test_zoo_diagnosis.py",
