@@ -188,11 +188,23 @@ def diagnose_script(
     metrics = compute_metrics(traces, capture=capture, pstats_path=pstats if pstats and pstats.is_file() else None)
     diagnosis = evaluate(metrics, engine_config, (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
     report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces))
-    report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
+    report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None),
+                     notes=(*report.notes, *_timeline_note(run_dir)))
     if fix_options.enabled and capture.ok:
         report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started)
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
+
+
+def _timeline_note(run_dir: Path) -> tuple[str, ...]:
+    """Say which one file opens the run's whole timeline in Perfetto (merged when there are several traces)."""
+    from advisor.report.perfetto import PERFETTO_HOWTO, timeline_file
+
+    try:
+        path = timeline_file(run_dir)
+    except (InputError, OSError):
+        return ()  # NOTE: the timeline file is a convenience; the analysis already read the traces
+    return (f"timeline: {PERFETTO_HOWTO.format(path=path)}",) if path is not None else ()
 
 
 def find_module_file(name: str, search: Sequence[str | Path]) -> Path:
@@ -562,7 +574,7 @@ def tensorboard_check() -> None:
 
 
 def prepare_tensorboard(run_dir: Path) -> PreparedLogdir:
-    """Copy a run's traces into ``<run>/tensorboard/`` in the layout the plugin reads."""
+    """Copy a run's (or a folder of runs') traces into a temporary log folder the plugin reads."""
     from advisor.report.tensorboard import prepare_logdir
 
     return prepare_logdir(run_dir)

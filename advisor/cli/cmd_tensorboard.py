@@ -9,10 +9,13 @@ import click
 from advisor import api
 
 TENSORBOARD_EPILOG = """\b
-Serves a prepared copy of the traces (RUN_DIR/tensorboard/) so the deprecated plugin shows
-DataLoader time; the original traces are never modified. Ctrl-C stops it.
+Serves a temporary, prepared copy of the traces so the deprecated plugin shows DataLoader
+time; the original traces are never modified. Runs are named <script>-<time>-<variant>, so
+the plugin's Diff view compares them. The plugin's page needs internet (Google Charts).
+Ctrl-C stops it.
 Examples:
   advisor tensorboard advisor-runs/demo
+  advisor tensorboard advisor-runs               every saved run, one TensorBoard run each
   advisor tensorboard advisor-runs/demo --port 6007
 """
 
@@ -27,7 +30,7 @@ Examples:
     help="Interface to bind; anything but 127.0.0.1 exposes the traces to the network.",
 )
 def tensorboard(run_dir: Path, port: int, host: str) -> int:
-    """Start TensorBoard on RUN_DIR's traces; prints the URL and a Perfetto hint."""
+    """Start TensorBoard on RUN_DIR's traces (or every run in a folder of runs); prints the URL."""
     api.tensorboard_check()  # fail fast, before copying traces
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"advisor: warning: binding {host}: anyone who can reach this machine can read the traces", err=True)

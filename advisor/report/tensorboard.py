@@ -2,8 +2,11 @@
 
 The plugin is deprecated upstream and drops every ``user_annotation`` event except
 ``ProfilerStep#*`` from torch 2.x traces, so DataLoader time shows as 0 (FACTS.md). We therefore
-serve a prepared *copy* of the traces (``<run>/tensorboard/<run name>/``) in which those events'
-category is rewritten to ``cpu_op``; the originals are never touched. TensorBoard runs in a
+serve a prepared *copy* of the traces, made in a temporary folder while TensorBoard runs (so a
+run directory stores each trace once), in which those events' category is rewritten to
+``cpu_op``; the originals are never touched. Runs are named ``<script>-<time>-<variant>`` and
+workers ``rank<N>`` so the plugin's Diff view can compare them; its page loads Google Charts
+from the internet, which we say every time (:data:`OFFLINE_NOTE`). TensorBoard runs in a
 child process bound to 127.0.0.1 by default, and Ctrl-C stops it cleanly.
 """
 
@@ -27,10 +30,17 @@ from pathlib import Path
 
 from advisor._proc import die_with_parent
 from advisor.errors import InputError, UsageError
-from advisor.rundir import CAPTURE_FILE, REPORT_FILE, TENSORBOARD_DIR, TRACES_DIR
+from advisor.rundir import (
+    CAPTURE_FILE,
+    RANK_DIR_RE,
+    REPORT_FILE,
+    TENSORBOARD_DIR,
+    TRACES_DIR,
+    TRIALS_DIR,
+)
 
 TB_DIR = TENSORBOARD_DIR
-"""Folder inside a run directory that holds the prepared copy of the traces."""
+"""Folder inside a run directory where older advisors kept the prepared copy; never read as traces."""
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 PLUGIN_RUNS_PATH = "/data/plugin/pytorch_profiler/runs"
 PERFETTO_URL = "https://ui.perfetto.dev"
@@ -43,11 +53,12 @@ class PreparedLogdir:
 
     Attributes:
         logdir: The ``--logdir`` to pass to TensorBoard.
-        run: The run name the plugin will list.
+        run: The first run name the plugin will list.
         traces: The prepared trace copies.
         originals: The trace files they were made from (open these in Perfetto).
         rewritten: ``user_annotation`` events re-labelled ``cpu_op`` across all copies.
-        temporary: True when ``logdir`` is a temp folder (the input was not a run directory).
+        temporary: True when ``logdir`` is a temp folder, removed when TensorBoard stops.
+        runs: Every run name the plugin will list (script, time and variant for run directories).
     """
 
     logdir: Path
@@ -56,6 +67,7 @@ class PreparedLogdir:
     originals: tuple[Path, ...]
     rewritten: int
     temporary: bool
+    runs: tuple[str, ...] = ()
 
 
 def is_trace_file(path: Path) -> bool:
@@ -100,7 +112,12 @@ def find_traces(path: Path) -> list[Path]:
     return sorted(found)
 
 
-def _load(path: Path) -> dict:
+def read_trace_json(path: Path) -> dict:
+    """Read a Chrome-trace JSON file (plain or gzip) as a dict with ``traceEvents`` (never unpickles).
+
+    Raises:
+        InputError: The file is not a readable Chrome trace.
+    """
     opener = gzip.open if path.name.endswith(".gz") else open
     # NOTE: the garbage collector, not the parser, dominates loading big traces (FACTS.md).
     enabled = gc.isenabled()
@@ -148,43 +165,129 @@ def _target_name(src: Path) -> str:
     return f"{stem.replace('.', '_')}.pt.trace.json" + (".gz" if gz else "")
 
 
+BASELINE = "baseline"
+"""Variant name of a run's own capture (trial runs are named by their trial folder)."""
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One trace to serve: the TensorBoard run and worker it goes under."""
+
+    trace: Path
+    run: str
+    worker: str | None  # None: keep the file's own worker name
+
+
+def _is_run_dir(path: Path) -> bool:
+    return path.is_dir() and any((path / m).is_file() for m in _RUN_MARKERS)
+
+
+def run_label(run_dir: Path, variant: str = BASELINE) -> str:
+    """Name a run for TensorBoard: ``<script>-<YYYYmmdd-HHMMSS>-<variant>``.
+
+    Script and time tell runs of one project apart, the variant tells a baseline from a fix's
+    run, so TensorBoard's run list and its Diff view (which compares two runs) read as what they
+    are. The time is when the capture was saved; the script is the run directory's name when the
+    capture does not name one (traces recorded elsewhere).
+    """
+    capture = run_dir / CAPTURE_FILE
+    script = ""
+    stamp_of = capture if capture.is_file() else run_dir / REPORT_FILE
+    try:
+        script = str(json.loads(capture.read_text(encoding="utf-8")).get("script") or "")
+    except (OSError, ValueError, AttributeError):
+        script = ""
+    stem = Path(script).stem if script else run_dir.name
+    try:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(stamp_of.stat().st_mtime))
+    except OSError:
+        stamp = "undated"
+    return f"{stem}-{stamp}-{variant}"
+
+
+def _worker_of(trace: Path, run_dir: Path) -> str:
+    """``rank<N>`` from a torchrun rank folder, else ``rank0`` (one process)."""
+    for parent in trace.relative_to(run_dir).parents:
+        if RANK_DIR_RE.match(parent.name):
+            return parent.name
+    return "rank0"
+
+
+def _run_sources(run_dir: Path) -> list[_Source]:
+    """Return the traces of one run directory: its capture (``baseline``), then any profiled trial run."""
+    sources = [_Source(t, run_label(run_dir), _worker_of(t, run_dir)) for t in find_traces(run_dir)]
+    trials = run_dir / TRIALS_DIR
+    for trial in sorted(p for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else ():
+        try:
+            found = find_traces(trial)
+        except InputError:
+            continue  # trial runs are timed without the profiler: most have no trace
+        sources += [_Source(t, run_label(run_dir, trial.name), _worker_of(t, trial)) for t in found]
+    return sources
+
+
+def _sources(path: Path) -> list[_Source]:
+    """Every trace under ``path`` with its TensorBoard run and worker.
+
+    A run directory gives one run per variant; a folder of run directories (``advisor-runs``)
+    gives each of them its own runs; other folders and lone files keep the old layout (one run
+    named after the folder or file, workers named as the files are).
+    """
+    if _is_run_dir(path):
+        return _run_sources(path)
+    if path.is_dir():
+        runs = sorted(p for p in path.iterdir() if _is_run_dir(p))
+        if runs:
+            out: list[_Source] = []
+            for run in runs:
+                try:
+                    out += _run_sources(run)
+                except InputError:
+                    continue  # a run that failed before its profiled steps has no trace
+            if out:
+                return out
+    run = (path.name if path.is_dir() else path.name.split(".")[0]) or "run"
+    return [_Source(t, run, None) for t in find_traces(path)]
+
+
 def prepare_logdir(path: Path, logdir: Path | None = None) -> PreparedLogdir:
-    """Copy a run's traces into a TensorBoard log directory, fixing what the plugin drops.
+    """Copy traces into a TensorBoard log directory, fixing what the plugin drops.
+
+    The copy is made in a temporary folder (deleted when TensorBoard stops) unless ``logdir``
+    is given, so a run directory keeps each trace once. Runs are named by :func:`run_label`
+    and workers ``rank<N>``, so TensorBoard's Diff view can put a baseline and a fix's run, or
+    two diagnoses of one script, side by side.
 
     Args:
-        path: A run directory, a folder of traces, or one trace file.
-        logdir: Where to write; default ``<run>/tensorboard`` for a run directory, else a new
-            temporary folder (never next to a user's own trace files).
+        path: A run directory, a folder of run directories, a folder of traces, or one trace.
+        logdir: Where to write; default a new temporary folder (never next to the traces).
 
     Returns:
         The prepared log directory.
     """
     path = Path(path).resolve()
-    traces = find_traces(path)
-    is_run = path.is_dir() and any((path / m).is_file() for m in _RUN_MARKERS)
-    temporary = False
-    if logdir is None:
-        if is_run:
-            logdir = path / TB_DIR
-        else:
-            logdir = Path(tempfile.mkdtemp(prefix="advisor-tb-"))
-            temporary = True
-    run = (path.name if path.is_dir() else path.name.split(".")[0]) or "run"
-    run_dir = Path(logdir) / run
-    run_dir.mkdir(parents=True, exist_ok=True)
+    sources = _sources(path)
+    temporary = logdir is None
+    logdir = Path(tempfile.mkdtemp(prefix="advisor-tb-")) if logdir is None else Path(logdir)
     out: list[Path] = []
     rewritten = 0
-    used: set[str] = set()
-    for src in traces:
-        name = _target_name(src)
-        if name in used:  # same file name in two rank folders
-            name = f"{src.parent.name}_{name}"
-        used.add(name)
-        dst = run_dir / name
-        if dst.is_file() and dst.stat().st_mtime >= src.stat().st_mtime:
+    used: set[Path] = set()
+    for src in sources:
+        name = _target_name(src.trace)
+        if src.worker is not None:
+            # NOTE: the plugin reads "<worker>[.<span>].pt.trace.json[.gz]"; the digits after the
+            # worker (torch's time stamp) become the span, so runs of one script line up.
+            span = name.split(".")[1] if name.count(".") > 3 and name.split(".")[1].isdigit() else ""
+            name = f"{src.worker}{'.' + span if span else ''}.pt.trace.json" + (".gz" if name.endswith(".gz") else "")
+        dst = logdir / src.run / name
+        if dst in used:  # same file name in two rank folders
+            dst = dst.with_name(f"{src.trace.parent.name}_{name}")
+        used.add(dst)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.is_file() and dst.stat().st_mtime >= src.trace.stat().st_mtime:
             out.append(dst)  # already prepared from this version of the trace
             continue
-        data = _load(src)
+        data = read_trace_json(src.trace)
         rewritten += rewrite_annotations(data)
         tmp = dst.with_name(dst.name + ".tmp")
         opener = gzip.open if dst.name.endswith(".gz") else open
@@ -192,7 +295,8 @@ def prepare_logdir(path: Path, logdir: Path | None = None) -> PreparedLogdir:
             json.dump(data, fh)
         tmp.replace(dst)
         out.append(dst)
-    return PreparedLogdir(Path(logdir), run, tuple(out), tuple(traces), rewritten, temporary)
+    runs = tuple(dict.fromkeys(s.run for s in sources))
+    return PreparedLogdir(logdir, runs[0], tuple(out), tuple(s.trace for s in sources), rewritten, temporary, runs)
 
 
 def check_plugin() -> None:
@@ -326,9 +430,8 @@ def serve(
         # NOTE: the URL is the command's data; flush it now so a pipe gets it while we serve
         # (block-buffered stdout could otherwise lose it if shutdown is interrupted).
         sys.stdout.flush()
-        say(f"advisor: TensorBoard serves run {prepared.run!r} from {prepared.logdir} (a prepared copy; originals untouched)")
-        for trace in prepared.originals:
-            say(f"advisor: Perfetto: open {PERFETTO_URL} and drop in {trace}")
+        for line in serve_notes(prepared):
+            say(line)
         say("advisor: press Ctrl-C to stop")
         while proc.poll() is None:
             time.sleep(0.5)
@@ -345,6 +448,28 @@ def serve(
             signal.signal(signal.SIGTERM, previous)
         if prepared.temporary:
             shutil.rmtree(prepared.logdir, ignore_errors=True)
+
+
+OFFLINE_NOTE = (
+    "advisor: note: TensorBoard's profiler page loads Google Charts from the internet; without "
+    "internet access it shows a spinner forever. Offline, read the self-contained HTML report "
+    "(advisor report RUN_DIR -o report.html) or open the trace in chrome://tracing"
+)
+"""Said every time: the plugin's page cannot load offline, and nothing on our side can tell."""
+
+
+def serve_notes(prepared: PreparedLogdir) -> list[str]:
+    """Return what ``advisor tensorboard`` says on stderr once the server is up (runs, offline, Perfetto)."""
+    runs = prepared.runs or (prepared.run,)
+    what = "a temporary copy, removed on exit" if prepared.temporary else f"a copy in {prepared.logdir}"
+    lines = [
+        f"advisor: TensorBoard serves {len(runs)} run(s) ({what}; the traces are untouched): {', '.join(runs)}",
+    ]
+    if len(runs) > 1:
+        lines.append("advisor: compare two of them in the plugin's Views menu: Diff (run, worker, span on each side)")
+    lines.append(OFFLINE_NOTE)
+    lines += [f"advisor: Perfetto: open {PERFETTO_URL}, 'Open trace file', pick {t}" for t in prepared.originals]
+    return lines
 
 
 def _stop_on_sigterm() -> signal.Handlers | None:

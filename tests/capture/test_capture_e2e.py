@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import pstats
 import re
@@ -15,11 +16,12 @@ from advisor.capture.model import RunCapture
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
-TRACE_NAME = re.compile(r"^traces/[^/]+_\d+\.\d+\.pt\.trace\.json$")
+# NOTE: issue #20: stored once, gzip-compressed, in TensorBoard's layout
+TRACE_NAME = re.compile(r"^traces/[^/]+_\d+\.\d+\.pt\.trace\.json\.gz$")
 
 
 def _trace_events(run_dir: Path, rel: str) -> list[dict]:
-    return json.loads((run_dir / rel).read_text())["traceEvents"]
+    return json.loads(gzip.decompress((run_dir / rel).read_bytes()))["traceEvents"]
 
 
 def _line_of(script: str, text: str) -> int:
@@ -59,6 +61,7 @@ def test_training_loop(run_script):
     # traces: TensorBoard layout, valid JSON, one ProfilerStep per profiled step
     (trace,) = cap.trace_files
     assert TRACE_NAME.match(trace)
+    assert [p.name for p in (run_dir / "traces").iterdir()] == [Path(trace).name]  # no plain copy
     names = [e.get("name", "") for e in _trace_events(run_dir, trace)]
     assert sum(n.startswith("ProfilerStep#") for n in names) == 2
     assert sum(n == "Optimizer.step#SGD.step" for n in names) == 2

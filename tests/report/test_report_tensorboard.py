@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import queue
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +30,7 @@ from advisor.report.tensorboard import (
     port_free,
     prepare_logdir,
     rewrite_annotations,
+    run_label,
 )
 
 
@@ -53,9 +56,12 @@ def test_prepare_rewrites_a_copy_and_never_the_original(captured_run: Path, tmp_
     before = _sha(original)
     prepared = prepare_logdir(captured_run, logdir=tmp_path / "logdir")
     assert _sha(original) == before
-    assert prepared.run == "demo_run" and prepared.rewritten > 0
+    # issue #20: runs are named by script (here the folder: the capture names none), time and variant
+    assert prepared.run == run_label(captured_run) and prepared.rewritten > 0
+    assert re.fullmatch(r"demo_run-\d{8}-\d{6}-baseline", prepared.run)
     (copy,) = prepared.traces
-    assert copy.parent == tmp_path / "logdir" / "demo_run"
+    assert copy.parent == tmp_path / "logdir" / prepared.run
+    assert re.fullmatch(r"rank0\.\d+\.pt\.trace\.json(\.gz)?", copy.name)  # worker rank0, span kept
     annotations = {e["name"] for e in _events(original) if e.get("cat") == "user_annotation"}
     assert any(n.startswith("enumerate(DataLoader)") for n in annotations)
     left = [e["name"] for e in _events(copy) if e.get("cat") == "user_annotation"]
@@ -157,15 +163,15 @@ def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
         runs = None
         while time.monotonic() < deadline and proc.poll() is None:
             runs = _get_json(f"http://127.0.0.1:{port}{PLUGIN_RUNS_PATH}")
-            if isinstance(runs, dict) and "demo_run" in runs.get("runs", []):
+            if isinstance(runs, dict) and run_label(captured_run) in runs.get("runs", []):
                 break
             time.sleep(0.5)
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert isinstance(runs, dict) and runs["runs"] == ["demo_run"], runs
+        assert isinstance(runs, dict) and runs["runs"] == [run_label(captured_run)], runs
         # DataLoader time is visible only because the copy re-labels user_annotation events.
         overview = None
         while time.monotonic() < deadline:
-            overview = _get_json(f"{base}/overview?run=demo_run&worker=testhost_1&span=1")
+            overview = _get_json(f"{base}/overview?run={run_label(captured_run)}&worker=rank0&span=1")
             if isinstance(overview, dict) and "steps" in overview:
                 break
             time.sleep(0.5)
@@ -205,3 +211,68 @@ def test_killing_advisor_never_leaves_tensorboard_running(captured_run: Path) ->
         proc.kill()
         proc.communicate()
     assert gone_within("tensorboard.main", str(port)) == []
+
+
+# -- issue #20: runs named by script, time and variant; a folder of runs; stored once ----------------
+
+
+def _fake_run(run: Path, script: str, *, trial: str | None = None, ranks: int = 0) -> None:
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10, "pid": 1, "tid": 1}]
+
+    def write(folder: Path) -> str:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "host_42.1700000000123.pt.trace.json.gz"
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            json.dump({"traceEvents": events}, fh)
+        return path.as_posix()
+
+    if ranks:
+        files = [write(run / f"rank{r}" / "traces") for r in range(ranks)]
+    else:
+        files = [write(run / "traces")]
+    (run / "capture.json").write_text(json.dumps({
+        "schema_version": 1, "script": f"/work/{script}", "trace_files": [str(Path(f).relative_to(run)) for f in files],
+    }))
+    if trial:
+        t = run / "trials" / trial
+        tf = write(t / "traces")
+        (t / "capture.json").write_text(json.dumps({"schema_version": 1, "trace_files": [str(Path(tf).relative_to(t))]}))
+        (run / "trials" / "baseline-1").mkdir()  # an unprofiled trial run: no trace, skipped
+
+
+def test_a_folder_of_runs_gives_each_run_and_variant_its_own_name(tmp_path: Path) -> None:
+    runs = tmp_path / "advisor-runs"
+    _fake_run(runs / "train-a", "train.py", trial="kept")
+    _fake_run(runs / "eval-b", "eval.py", ranks=2)
+    (runs / "not-a-run").mkdir()
+    before = sorted(p for p in runs.rglob("*"))
+    prepared = prepare_logdir(runs)
+    try:
+        assert prepared.temporary and runs not in prepared.logdir.parents
+        stamp = r"\d{8}-\d{6}"
+        assert [re.sub(stamp, "T", r) for r in prepared.runs] == ["eval-T-baseline", "train-T-baseline", "train-T-kept"]
+        layout = sorted(p.relative_to(prepared.logdir).as_posix() for p in prepared.traces)
+        assert [re.sub(stamp, "T", p) for p in layout] == [
+            "eval-T-baseline/rank0.1700000000123.pt.trace.json.gz",
+            "eval-T-baseline/rank1.1700000000123.pt.trace.json.gz",
+            "train-T-baseline/rank0.1700000000123.pt.trace.json.gz",
+            "train-T-kept/rank0.1700000000123.pt.trace.json.gz",
+        ]
+        assert sorted(p for p in runs.rglob("*")) == before  # nothing written into the runs
+    finally:
+        shutil.rmtree(prepared.logdir)
+
+
+def test_what_advisor_tensorboard_says(tmp_path: Path) -> None:
+    from advisor.report.tensorboard import serve_notes
+
+    _fake_run(tmp_path / "r", "train.py", trial="kept")
+    prepared = prepare_logdir(tmp_path / "r")
+    try:
+        notes = serve_notes(prepared)
+    finally:
+        shutil.rmtree(prepared.logdir)
+    text = "\n".join(notes)
+    assert "serves 2 run(s)" in text and "Diff" in text
+    assert "Google Charts" in text and "spinner" in text and "report.html" in text  # the offline truth
+    assert text.count("ui.perfetto.dev") == 2 and all(line.startswith("advisor: ") for line in notes)
