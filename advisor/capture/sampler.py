@@ -18,7 +18,6 @@ from typing import Any
 
 from advisor.capture.model import UtilSummary
 
-
 # Between CPU samples the process tree is counted this often (seconds).
 _TREE_POLL_S = 0.1
 
