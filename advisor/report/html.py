@@ -10,19 +10,16 @@ escapes, so no name can close the ``<script>`` element.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from advisor.report import headline, svg
 from advisor.report import style as s
+from advisor.report import svg
 from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
 from advisor.report.svg import esc
-from advisor.report.text import (
-    device_text,
-    part_shares,
-    severity_counts,
-    title_of,
-)
+
+if TYPE_CHECKING:
+    from advisor.report.view import ReportView
 
 CSS = """
 :root{--bg:#f7f7f8;--card:#fff;--fg:#1d1d1f;--muted:#6b6b73;--line:#e3e3e8;--accent:#4e79a7;
@@ -31,7 +28,7 @@ CSS = """
 --line:#33333a;--accent:#8ab4f8;--code:#2a2a30;--add:#1e3a26;--del:#3d1f1f}}
 *{box-sizing:border-box}
 body{margin:0;background:var(--bg);color:var(--fg);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
-main{max-width:960px;margin:0 auto;padding:28px 20px 60px}
+main{max-width:1280px;margin:0 auto;padding:28px 20px 60px}
 header h1{font-size:22px;margin:0 0 2px}
 header .sub{color:var(--muted);font-size:13px;word-break:break-all}
 h2{font-size:17px;margin:34px 0 10px}
@@ -59,6 +56,10 @@ td:last-child{overflow-wrap:anywhere;min-width:6em}
 th{font-size:12px;color:var(--muted);text-transform:uppercase;letter-spacing:.03em}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.nw{white-space:nowrap}td.nw code{word-break:normal}
+td.fixname{min-width:9em;max-width:24em}td.fixname code{word-break:normal;overflow-wrap:anywhere}
+table.trials tr.noted td{border-bottom:0;padding-bottom:2px}
+table.trials tr.note td{color:var(--muted);font-size:13px;padding-top:0;overflow-wrap:anywhere}
+td.n.wrap,table.trials th.n{white-space:normal}td.n.wrap span{white-space:nowrap}
 tr.combined td{font-weight:650}
 .verdict{font-weight:600}
 ul.notes{padding-left:20px}
@@ -159,44 +160,43 @@ def diff_block(diff: str) -> str:
     return "<pre>" + "".join(lines) + "</pre>"
 
 
-def _cards(report: Report) -> str:
+def _cards(report: Report, view: ReportView) -> str:
+    h = view.headline
     out = []
-    p = report.primary
-    if p is not None:
-        out.append(card("Primary bottleneck", s.category_label(p.category), f"{s.pct(p.share)} of step time", "primary"))
-        out.append(card("Estimated speedup", s.times(p.estimated_speedup), "upper bound if that time went away (Amdahl)"))
+    b = h.bottleneck
+    if b is not None:
+        out.append(card("Primary bottleneck", b.label, b.measured_text, "primary"))
+        out.append(
+            card("Recoverable (estimate)", f"up to {s.pct(b.recoverable_frac)}", b.estimate_text.split(" → ", 1)[1])
+        )
     else:
         out.append(card("Primary bottleneck", "none found", "no rule fired above its threshold"))
-    tput, unit = headline.rate(report)
-    c = report.kept_trial
-    if c is not None and s.finite(c.speedup) is not None:
+    if h.rate is not None:
+        out.append(card("Throughput", s.rate(h.rate), f"{h.rate_unit} · {h.rate_caption}"))
+    if h.speedup is not None:
+        sp = h.speedup
         out.append(
             card(
                 "Measured speedup",
-                s.times(c.speedup),
-                f"{s.ci(c.ci_low, c.ci_high)} 95% CI · {s.rate(c.baseline_samples_per_s)} → {s.rate(c.samples_per_s)} {unit}",
+                s.times(sp.speedup),
+                " · ".join(x for x in (sp.ci_text, f"with {', '.join(sp.fixes)}: {sp.basis_text}") if x),
             )
         )
-    elif tput is not None:
-        out.append(card("Throughput", f"{s.rate(tput)}", unit))
-    step = headline.step_time(report)
-    out.append(card("Step time", s.ms(step.ms), f"{step.caption()} · {device_text(report)}"))
-    out.append(card("Findings", str(len(report.findings)), severity_counts(report.findings)))
+    out.append(card("Step time", h.step_text, f"{h.step_caption} · {h.device}"))
+    out.append(card("Findings", str(len(report.findings)), h.findings))
     return '<div class="cards">' + "".join(out) + "</div>"
 
 
-def _breakdown(report: Report) -> str:
-    shares = part_shares(report)
-    if not shares and not report.steps:
+def _breakdown(report: Report, view: ReportView) -> str:
+    if not view.breakdown and not report.steps:
         return ""
-    parts = s.ordered_parts(shares) or list(s.PART_LABELS)
-    part_ms = headline.part_ms(report)
+    shares = {r.part: r.share for r in view.breakdown}
+    parts = [r.part for r in view.breakdown] or list(s.PART_LABELS)
     rows = "".join(
         f"<tr><td><svg width='11' height='11' style='vertical-align:-1px'><rect width='11' height='11' rx='2' "
-        f"fill='{s.PART_COLORS.get(p, '#888')}'/></svg> {esc(s.part_label(p))}</td>"
-        f'<td class="n">{esc(s.pct(shares.get(p)))}</td><td class="n">{esc(s.ms(part_ms.get(p)))}</td></tr>'
-        for p in parts
-        if (shares.get(p) or 0) > 0
+        f"fill='{esc(r.color)}'/></svg> {esc(r.label)}</td>"
+        f'<td class="n">{esc(s.pct(r.share))}</td><td class="n">{esc(s.ms(r.ms))}</td></tr>'
+        for r in view.breakdown
     )
     per_step = svg.stacked_steps(report.steps, parts)
     return (
@@ -205,7 +205,7 @@ def _breakdown(report: Report) -> str:
         + (f'<div style="margin-top:14px">{per_step}</div>' if per_step else "")
         + "</div>"
         + (f'<table style="margin-top:10px"><tr><th>Part</th><th class="n">Share</th><th class="n">Per step</th></tr>{rows}</table>'
-           f'<p class="muted">{esc(headline.breakdown_caption(report).capitalize())}.</p>' if rows else "")
+           f'<p class="muted">{esc(view.breakdown_caption.capitalize())}.</p>' if rows else "")
     )
 
 
@@ -231,26 +231,31 @@ def _findings(report: Report) -> str:
     return f"<h2>Findings ({len(report.findings)})</h2>" + "".join(items)
 
 
-def _trials(report: Report) -> str:
-    trials = list(report.trials)
-    if not trials and report.combined is None:
+def _trials(report: Report, view: ReportView) -> str:
+    if not view.trials:
         return ""
     rows = []
-    memory = s.has_memory([*trials, report.combined])
-    all_trials = [(t, False) for t in trials] + ([(report.combined, True)] if report.combined else [])
-    for t, is_combined in all_trials:
-        colour = s.VERDICT_COLORS.get(t.verdict, "inherit")
+    cols = 8 if view.has_memory else 7
+    for r in view.trials:
+        colour = s.VERDICT_COLORS.get(r.trial.verdict, "inherit")
+        speed, _, ci = r.speedup.partition(" ")
+        cls = " ".join(c for c in ("combined" if r.combined else "", "noted" if r.note else "") if c)
+        # NOTE: the fix name wraps at " + " (and inside an id if it must), and the note gets a
+        # full-width row of its own: a no-wrap "combined: a+b" cell beside a Note column once
+        # squeezed the note to one character per line and pushed columns off the page.
         rows.append(
-            f'<tr class="{"combined" if is_combined else ""}"><td class="nw">{"combined: " if is_combined else ""}<code>{esc(t.fix)}</code></td>'
-            f"<td>{esc(t.safety)}</td>"
-            f'<td class="n">{esc(s.rate(t.baseline_samples_per_s))}</td><td class="n">{esc(s.rate(t.samples_per_s))}</td>'
-            f'<td class="n">{esc(s.times(t.speedup))} <span class="muted">{esc(s.ci(t.ci_low, t.ci_high))}</span></td>'
-            f'<td class="verdict" style="color:{colour}">{esc(s.VERDICT_LABELS.get(t.verdict, t.verdict))}</td>'
-            f'<td class="n">{esc(s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—")}</td>'
-            + (f'<td class="n">{esc(s.trial_memory(t))}</td>' if memory else "")
-            + f"<td>{esc(t.reason)}</td></tr>"
+            f'<tr class="{cls}"><td class="fixname">{"combined: " if r.combined else ""}'
+            f"<code>{esc(r.name)}</code></td>"
+            f"<td>{esc(r.safety)}</td>"
+            f'<td class="n">{esc(r.before)}</td><td class="n">{esc(r.after)}</td>'
+            f'<td class="n wrap"><span>{esc(speed)}</span> <span class="muted">{esc(ci)}</span></td>'
+            f'<td class="verdict" style="color:{colour}">{esc(r.verdict)}</td>'
+            f'<td class="n">{esc(r.loss)}</td>'
+            + (f'<td class="n wrap">{_memory_cell(r.memory)}</td>' if view.has_memory else "")
+            + "</tr>"
+            + (f'<tr class="note"><td colspan="{cols}">{esc(r.note)}</td></tr>' if r.note else "")
         )
-    refs = list(dict.fromkeys(r for t in trials if (r := s.trial_reference(t)) is not None))
+    refs = list(dict.fromkeys(r.reference for r in view.trials if r.reference is not None and not r.combined))
     on_top = (
         " Fixes measured on top of another fix were compared with that fix's run ("
         + ", ".join(f"<code>{esc(r)}</code>" for r in refs)
@@ -259,22 +264,28 @@ def _trials(report: Report) -> str:
         if refs
         else ""
     )
-    kept = (
-        '<p>Kept: ' + ", ".join(f"<code>{esc(k)}</code>" for k in report.kept_fixes) + "</p>" if report.kept_fixes else ""
-    )
+    kept = '<p>Kept: ' + ", ".join(f"<code>{esc(k)}</code>" for k in view.kept) + "</p>" if view.kept else ""
     return (
         "<h2>Before and after each fix</h2>"
         '<p class="muted">Interleaved repeats against the baseline; a change within noise is <em>no measurable effect</em>, never a win.'
-        f"{on_top}</p>"
+        " In the chart each fix is drawn against its own baseline run (the dashed mark and the thin grey bar): "
+        f"repeats run at different times, so baselines differ between fixes.{on_top}</p>"
         f'<div class="panel">{svg.trials_plot(report.trials, report.combined)}</div>'
-        '<div class="tw"><table><tr><th>Fix</th><th>Safety</th><th class="n">Before</th><th class="n">After</th>'
+        '<div class="tw"><table class="trials">'
+        '<tr><th>Fix</th><th>Safety</th><th class="n">Before</th><th class="n">After</th>'
         '<th class="n">Speedup [95% CI]</th><th>Verdict</th><th class="n">Loss Δ</th>'
-        + ('<th class="n">Peak memory</th>' if memory else "")
-        + "<th>Note</th></tr>"
+        + ('<th class="n">Peak memory</th>' if view.has_memory else "")
+        + "</tr>"
         + "".join(rows)
         + "</table></div>"
         + kept
     )
+
+
+def _memory_cell(text: str) -> str:
+    """``412.0 MiB (+3%)`` as two unbreakable pieces, so a narrow column wraps before the change."""
+    size, sep, change = text.partition(" (")
+    return f"<span>{esc(size)}</span>" + (f" <span>({esc(change)}</span>" if sep else "")
 
 
 def _timeline(report: Report) -> str:
@@ -289,19 +300,19 @@ def _timeline(report: Report) -> str:
     )
 
 
-def _locations(report: Report) -> str:
-    if not report.locations:
+def _locations(view: ReportView) -> str:
+    if not view.locations:
         return ""
     rows = "".join(
-        f"<tr><td>{esc(loc.kind)}</td><td><code>{esc(s.location_text(loc.file, loc.line, loc.function))}</code></td>"
-        f'<td class="n">{esc(s.number(round(loc.count, 2)))}</td><td class="n">{esc(s.ms(loc.time_ms) if loc.time_ms else "—")}</td>'
+        f"<tr><td>{esc(loc.kind)}</td><td><code>{esc(loc.where)}</code></td>"
+        f'<td class="n">{esc(loc.count)}</td><td class="n">{esc(loc.time)}</td>'
         f"<td>{esc(loc.source)}</td></tr>"
-        for loc in report.locations[:30]
+        for loc in view.locations
     )
     return (
         "<h2>Where in the code</h2>"
-        '<table><tr><th>Kind</th><th>Where</th><th class="n">Count/step</th><th class="n">Time/step</th><th>From</th></tr>'
-        f"{rows}</table>"
+        '<div class="tw"><table><tr><th>Kind</th><th>Where</th><th class="n">Count/step</th><th class="n">Time/step</th><th>From</th></tr>'
+        f"{rows}</table></div>"
     )
 
 
@@ -376,14 +387,17 @@ def render_html(report: Report) -> str:
     Returns:
         The HTML document.
     """
+    from advisor.report.view import build_view
+
+    view = build_view(report)
     body = "".join(
         [
-            _cards(report),
+            _cards(report, view),
             _status(report),
             _warnings(report),
-            _breakdown(report),
+            _breakdown(report, view),
             _findings(report),
-            _trials(report),
+            _trials(report, view),
             (
                 "<h2>Source diff</h2><details open><summary>Makes the kept fixes permanent</summary>"
                 f"{diff_block(report.diff)}</details>"
@@ -391,13 +405,13 @@ def render_html(report: Report) -> str:
                 else ""
             ),
             _timeline(report),
-            _locations(report),
+            _locations(view),
             _gpu_tables(report),
             _run(report),
             _notes(report),
         ]
     )
-    title = f"advisor · {title_of(report)}"
+    title = f"advisor · {view.headline.title}"
     subtitle = report.source
     footer = f"advisor {report.advisor_version} · {report.created}"
     return page(title, subtitle, body, report.to_dict(), footer)

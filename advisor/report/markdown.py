@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from advisor.report import headline
 from advisor.report import style as s
 from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
-from advisor.report.text import (
-    device_text,
-    part_shares,
-    severity_counts,
-    title_of,
-)
+
+if TYPE_CHECKING:
+    from advisor.report.view import ReportView, TrialRow
 
 # NOTE: only characters that are markup anywhere in a line; "-", "+", "#" and "1." matter only
 # at the start of a line and are handled there, which keeps the Markdown source readable.
@@ -75,43 +71,33 @@ def bar(frac: Any, width: int = BAR_WIDTH) -> str:
     return "█" * (cells // 2) + ("▌" if cells % 2 else "")
 
 
-def _summary(report: Report) -> list[str]:
+def _summary(report: Report, view: ReportView) -> list[str]:
+    h = view.headline
     rows: list[list[str]] = []
-    p = report.primary
-    if p is not None:
-        rows.append(["**Primary bottleneck**", f"**{md_text(s.category_label(p.category))}**: {s.pct(p.share)} of step time"])
-        rows.append(["**Estimated speedup**", f"up to **{s.times(p.estimated_speedup)}** if that time went away (Amdahl bound)"])
+    b = h.bottleneck
+    if b is not None:
+        rows.append(["**Primary bottleneck**", f"**{md_text(b.label)}**: {md_text(b.measured_text)}"])
+        rows.append(["**Recoverable**", md_text(b.estimate_text)])
     else:
         rows.append(["**Primary bottleneck**", "none found"])
-    tput, unit = headline.rate(report)
-    if tput is not None:
-        cell = f"{s.rate(tput)} {unit}"
-        c = report.kept_trial
-        if c is not None and s.finite(c.speedup) is not None:
-            kept = ", ".join(md_code(k) for k in report.kept_fixes) or md_code(c.fix)
-            cell += f" → **{s.rate(c.samples_per_s)} {unit}** with {kept} ({s.times(c.speedup)} {s.ci(c.ci_low, c.ci_high)})".rstrip()
-            cell = cell.rstrip() if cell.endswith(")") else cell
-        rows.append(["**Throughput**", cell])
-    step = headline.step_time(report)
-    rows.append(["**Step time**", f"{s.ms(step.ms)} {step.caption()} · {md_text(device_text(report))}"])
-    rows.append(["**Findings**", md_text(severity_counts(report.findings))])
+    if h.rate is not None:
+        rows.append(["**Throughput**", f"{md_text(h.rate_text)} ({md_text(h.rate_caption)})"])
+    if h.speedup is not None:
+        fixes = ", ".join(md_code(k) for k in h.speedup.fixes)
+        rows.append(["**Measured speedup**", f"**{h.speedup.ratio_text}** with {fixes}: {md_text(h.speedup.basis_text)}"])
+    rows.append(["**Step time**", f"{md_text(h.step_text)} {md_text(h.step_caption)} · {md_text(h.device)}"])
+    rows.append(["**Findings**", md_text(h.findings)])
     if report.run.error:
         rows.append(["**Script error**", md_code(report.run.error)])
     return [md_table(["", ""], rows)]
 
 
-def _breakdown(report: Report) -> list[str]:
-    shares = part_shares(report)
-    parts = [p for p in s.ordered_parts(shares) if shares[p] > 0]
-    if not parts:
+def _breakdown(view: ReportView) -> list[str]:
+    if not view.breakdown:
         return []
-    part_ms = headline.part_ms(report)
-    rows = [
-        [md_text(s.part_label(p)), f"`{bar(shares[p]) or ' '}`", s.pct(shares[p]), s.ms(part_ms.get(p))]
-        for p in parts
-    ]
+    rows = [[md_text(r.label), f"`{bar(r.share) or ' '}`", s.pct(r.share), s.ms(r.ms)] for r in view.breakdown]
     table = md_table(["Part", "Share", "%", "Per step"], rows, "llrr")
-    return ["### Step-time breakdown", "", md_text(headline.breakdown_caption(report)).capitalize() + ".", "", table]
+    return ["### Step-time breakdown", "", md_text(view.breakdown_caption).capitalize() + ".", "", table]
 
 
 def _findings(report: Report) -> list[str]:
@@ -135,16 +121,10 @@ def _findings(report: Report) -> list[str]:
     return [*out, md_table(["Severity", "Rule", "Category", "Finding", "Where", "Fix"], rows)]
 
 
-def _trials(report: Report) -> list[str]:
-    trials = list(report.trials)
-    if not trials and report.combined is None:
+def _trials(view: ReportView) -> list[str]:
+    if not view.trials:
         return []
-    memory = s.has_memory([*trials, report.combined])
-    rows = []
-    for t in trials:
-        rows.append(_trial_row(t, md_code(t.fix), memory=memory))
-    if report.combined is not None:
-        rows.append(_trial_row(report.combined, f"**combined**: {md_code(report.combined.fix)}", bold=True, memory=memory))
+    rows = [_trial_row(r, view.has_memory) for r in view.trials]
     out = [
         "### Fix trials",
         "",
@@ -153,34 +133,34 @@ def _trials(report: Report) -> list[str]:
         + (
             " A fix noted *on top of X* was measured against X's run instead: its Before and "
             "speedup are relative to X."
-            if any(s.trial_reference(t) is not None for t in trials)
+            if view.has_reference
             else ""
         ),
         "",
         md_table(
             ["Fix", "Safety", "Before (samples/s)", "After (samples/s)", "Speedup [95% CI]", "Verdict", "Loss Δ",
-             *(["Peak memory"] if memory else []), "Note"],
+             *(["Peak memory"] if view.has_memory else []), "Note"],
             rows,
-            "llrrrlr" + ("r" if memory else "") + "l",
+            "llrrrlr" + ("r" if view.has_memory else "") + "l",
         ),
     ]
-    if report.kept_fixes:
-        out += ["", "**Kept:** " + ", ".join(md_code(k) for k in report.kept_fixes)]
+    if view.kept:
+        out += ["", "**Kept:** " + ", ".join(md_code(k) for k in view.kept)]
     return out
 
 
-def _trial_row(t: Any, name: str, bold: bool = False, memory: bool = False) -> list[str]:
-    speed = f"{s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)}".strip()
+def _trial_row(r: TrialRow, memory: bool) -> list[str]:
+    name = f"**combined**: {md_code(r.name)}" if r.combined else md_code(r.name)
     return [
         name,
-        md_text(t.safety),
-        s.rate(t.baseline_samples_per_s),
-        s.rate(t.samples_per_s),
-        f"**{speed}**" if bold and speed != "—" else speed,
-        md_text(s.VERDICT_LABELS.get(t.verdict, t.verdict)),
-        s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—",
-        *([md_text(s.trial_memory(t))] if memory else []),
-        md_text(t.reason) or "—",
+        md_text(r.safety),
+        r.before,
+        r.after,
+        f"**{r.speedup}**" if r.combined and r.speedup != "—" else r.speedup,
+        md_text(r.verdict),
+        r.loss,
+        *([md_text(r.memory)] if memory else []),
+        md_text(r.note) or "—",
     ]
 
 
@@ -236,15 +216,17 @@ def render_markdown(report: Report) -> str:
     Returns:
         The Markdown document, ending with a newline.
     """
-    title = title_of(report)
+    from advisor.report.view import build_view
+
+    view = build_view(report)
     blocks: list[list[str]] = [
-        [f"## advisor: {md_code(title)}"],
-        _summary(report),
+        [f"## advisor: {md_code(view.headline.title)}"],
+        _summary(report, view),
         _status(report),
         _warnings(report),
-        _breakdown(report),
+        _breakdown(view),
         _findings(report),
-        _trials(report),
+        _trials(view),
         _diff(report),
         _gpu_tables(report),
         _notes(report),

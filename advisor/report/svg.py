@@ -169,8 +169,11 @@ def share_bar(breakdown: dict[str, float]) -> str:
 def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label: str = "baseline") -> str:
     """Before/after samples/s: the baseline, then each measured trial with its confidence interval.
 
-    The interval is the trial's CI on the speedup applied to its own baseline, so the whisker is
-    in samples/s. Trials without a measurement (skipped, failed) are listed, greyed, with no bar.
+    Each trial is drawn against its own baseline run: a thin grey bar under its bar and a dashed
+    mark (class ``baseline``) at the throughput of the runs it was paired with, so a ratio reads
+    against the bar it was measured against; the ``baseline`` row is the median of those runs,
+    for scale. The interval is the trial's CI on the speedup applied to its own baseline, so the
+    whisker is in samples/s. Trials without a measurement (skipped, failed) are listed, greyed, with no bar.
 
     A trial measured on top of another fix (``reason`` ``on top of X``, see
     :func:`advisor.report.style.trial_reference`) was compared with X's run, not the baseline:
@@ -284,6 +287,16 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
             f"<title>{esc(tip)}</title></rect>"
         )
         b = s.finite(t.baseline_samples_per_s)
+        if b is not None:
+            # NOTE: each fix against its own baseline run (a thin grey bar and a dashed mark on
+            # its row): the repeats ran at different times, and one pooled line put bars of a
+            # 1.04x fix left of "the" baseline.
+            bx = xpos(b)
+            out.append(
+                f'<rect x="{left}" y="{y + 25}" width="{max(1.0, bx - left):.1f}" height="4" rx="1" fill="#8a8a8a">'
+                f"<title>{esc(against)} in the same repeats: {esc(s.rate(b))} samples/s</title></rect>"
+                f'<line x1="{bx:.1f}" x2="{bx:.1f}" y1="{y + 3}" y2="{y + 29}" class="baseline"/>'
+            )
         lo, hi = s.finite(t.ci_low), s.finite(t.ci_high)
         if b is not None and lo is not None and hi is not None:
             x1, x2 = xpos(b * lo), xpos(b * hi)
@@ -294,9 +307,6 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
             )
         text = f"{s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)} · {s.VERDICT_SHORT.get(t.verdict, t.verdict)}"
         out.append(f'<text x="{W - right + 8}" y="{y + 19}" font-size="12" class="fg">{esc(text)}</text>')
-    if baseline is not None:
-        x = xpos(baseline)
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{H - 26}" class="baseline"/>')
     for value, first, last in ref_lines:
         x = xpos(value)
         out.append(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from io import StringIO
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -23,16 +23,19 @@ from rich.text import Text
 
 from advisor._terminal import printable
 from advisor.engine.model import Finding, severity_rank
-from advisor.fixes.model import Trial
 from advisor.metrics.registry import BREAKDOWN_PARTS
-from advisor.report import headline
 from advisor.report import style as s
 from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
 
+if TYPE_CHECKING:
+    from advisor.report.view import ReportView, TrialRow
+
 WIDTH = 100
 """Fixed render width for deterministic output."""
 BAR_WIDTH = 40
+TEXT_LOCATIONS = 8
+"""Source locations the terminal lists (the rest are counted)."""
 
 
 def make_console(color: bool, width: int = WIDTH) -> tuple[Console, StringIO]:
@@ -155,77 +158,60 @@ def title_of(report: Report) -> str:
     return "report"
 
 
-def _summary_panel(report: Report) -> Panel:
+def _summary_panel(report: Report, view: ReportView) -> Panel:
+    h = view.headline
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    p = report.primary
-    if p is not None:
+    b = h.bottleneck
+    if b is not None:
         grid.add_row(
             "Primary bottleneck",
-            Text.assemble(
-                _t(s.category_label(p.category), "bold red"),
-                f" — {s.pct(p.share)} of step time",
-            ),
+            Text.assemble(_t(b.label, "bold red"), " — ", _t(b.measured_text)),
         )
-        grid.add_row(
-            "Estimated speedup",
-            Text.assemble("up to ", _t(s.times(p.estimated_speedup), "bold green"), " if that time went away (Amdahl bound)"),
-        )
+        grid.add_row("Recoverable", _t(b.estimate_text))
     else:
         grid.add_row("Primary bottleneck", Text("none found", style="green"))
-    tput, unit = headline.rate(report)
-    kept = report.kept_trial
-    if tput is not None:
-        line = Text(f"{s.rate(tput)} {unit}")
-        if kept is not None and s.finite(kept.speedup) is not None:
-            line = Text(f"{s.rate(tput)} → {s.rate(kept.samples_per_s)} {unit} with ")
-            line.append(_t(", ".join(report.kept_fixes) or kept.fix, "bold"))
-            line.append(f" ({_speedup_text(kept)})")
-        grid.add_row("Throughput", line)
-    step = headline.step_time(report)
-    grid.add_row("Step time", _t(f"{s.ms(step.ms)} {step.caption()} · {device_text(report)}"))
+    if h.rate is not None:
+        grid.add_row("Throughput", _t(f"{h.rate_text} ({h.rate_caption})"))
+    if h.speedup is not None:
+        line = Text()
+        line.append(_t(h.speedup.ratio_text, "bold green"))
+        line.append(" with ")
+        line.append(_t(", ".join(h.speedup.fixes), "bold"))
+        line.append(_t(f": {h.speedup.basis_text}"))
+        grid.add_row("Measured speedup", line)
+    grid.add_row("Step time", _t(f"{h.step_text} {h.step_caption} · {h.device}"))
     if report.run.step_source and report.run.step_source_reason:
         grid.add_row("Steps from", _t(f"{report.run.step_source}: {report.run.step_source_reason}"))
-    grid.add_row("Findings", _t(severity_counts(report.findings)))
+    grid.add_row("Findings", _t(h.findings))
     if report.run.status not in ("analyzed", "stopped", "completed"):
         grid.add_row("Run status", _t(report.run.status, "bold red"))
     if report.run.error:
         grid.add_row("Script error", _t(report.run.error, "red"))
     title = Text("advisor · ")
-    title.append(_t(title_of(report), "bold"))
+    title.append(_t(h.title, "bold"))
     return Panel(grid, title=title, title_align="left", box=box.ROUNDED, padding=(0, 1))
 
 
-def _speedup_text(trial: Trial) -> str:
-    ci = s.ci(trial.ci_low, trial.ci_high)
-    return f"{s.times(trial.speedup)} {ci}".strip()
-
-
-def _breakdown(report: Report, color: bool) -> RenderableType | None:
-    shares = part_shares(report)
-    if not shares:
+def _breakdown(view: ReportView, color: bool) -> RenderableType | None:
+    if not view.breakdown:
         return None
-    part_ms = headline.part_ms(report)
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
     table.add_column("part", no_wrap=True, min_width=20)
     table.add_column("bar", no_wrap=True, width=BAR_WIDTH)
     table.add_column("share", justify="right", no_wrap=True)
     table.add_column("ms", justify="right", no_wrap=True)
-    for part in s.ordered_parts(shares):
-        frac = shares[part]
-        if frac <= 0:
-            continue  # NOTE: a CPU run has no GPU parts; rows of 0% are noise, not information
-        cells = round(max(0.0, min(1.0, frac)) * BAR_WIDTH * 2)  # half-cell resolution
+    for row in view.breakdown:
+        cells = round(max(0.0, min(1.0, row.share)) * BAR_WIDTH * 2)  # half-cell resolution
         bar = "█" * (cells // 2) + ("▌" if cells % 2 else "")
-        colour = s.PART_COLORS.get(part, "#888888") if color else ""
         table.add_row(
-            _t(s.part_label(part)),
-            Text(bar.ljust(BAR_WIDTH, "·" if not color else " "), style=colour),
-            _t(s.pct(frac)),
-            _t(s.ms(part_ms.get(part))),
+            _t(row.label),
+            Text(bar.ljust(BAR_WIDTH, "·" if not color else " "), style=row.color if color else ""),
+            _t(s.pct(row.share)),
+            _t(s.ms(row.ms)),
         )
-    return Group(Text(f"Step-time breakdown ({headline.breakdown_caption(report)})", style="bold"), table)
+    return Group(Text(f"Step-time breakdown ({view.breakdown_caption})", style="bold"), table)
 
 
 def _findings(report: Report) -> RenderableType:
@@ -262,9 +248,9 @@ def _findings(report: Report) -> RenderableType:
     return Group(Text(f"Findings ({len(report.findings)})", style="bold"), table)
 
 
-def _trials(report: Report) -> RenderableType | None:
-    trials = list(report.trials) + ([report.combined] if report.combined else [])
-    if not trials:
+def _trials(view: ReportView) -> RenderableType | None:
+    rows = view.trials
+    if not rows:
         return None
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     table.add_column("Fix", min_width=18, max_width=24, overflow="fold")
@@ -273,40 +259,38 @@ def _trials(report: Report) -> RenderableType | None:
     table.add_column("Speedup [95% CI]", justify="right", no_wrap=True)
     table.add_column("Verdict", no_wrap=True)
     table.add_column("Loss Δ", justify="right", no_wrap=True)
-    memory = s.has_memory(trials)
-    if memory:
+    if view.has_memory:
         table.add_column("Peak mem", justify="right", no_wrap=True)
-    combined_at = len(trials) - 1 if report.combined is not None else -1
-    for i, t in enumerate(trials):
-        verdict_style = {"improved": "green", "slower": "red", "failed": "bold red"}.get(t.verdict, "")
+    combined_at = len(rows) - 1 if rows[-1].combined else -1
+    for i, r in enumerate(rows):
+        verdict_style = {"improved": "green", "slower": "red", "failed": "bold red"}.get(r.trial.verdict, "")
         name = Text()
-        # NOTE: "a+b" is one word to the table layout; spaces let a combined name wrap.
-        name.append(_t(" + ".join(t.fixes), "bold" if i == combined_at else ""))
-        name.append(_t(f"\n{'combined · ' if i == combined_at else ''}{t.safety}", "dim"))
+        name.append(_t(r.name, "bold" if r.combined else ""))
+        name.append(_t(f"\n{'combined · ' if r.combined else ''}{r.safety}", "dim"))
         table.add_row(
             name,
-            _t(s.rate(t.baseline_samples_per_s)),
-            _t(s.rate(t.samples_per_s)),
-            _t(_speedup_text(t)),
-            _t(s.VERDICT_LABELS.get(t.verdict, t.verdict), verdict_style),
-            _t(s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—"),
-            *([_t(s.trial_memory(t).replace(" (", "\n("))] if memory else []),
+            _t(r.before),
+            _t(r.after),
+            _t(r.speedup),
+            _t(r.verdict, verdict_style),
+            _t(r.loss),
+            *([_t(r.memory.replace(" (", "\n("))] if view.has_memory else []),
             end_section=i == combined_at - 1,
         )
     title = Text("Fix trials (samples/s; interleaved repeats against the baseline)", style="bold")
-    if any(s.trial_reference(t) is not None for t in trials):
+    if view.has_reference:
         # NOTE: an "on top of X" trial's Before and speedup are X's run, not the baseline.
         title.append("\nRows noted 'on top of X' were measured against X's run, not the baseline.", style="dim")
     parts: list[RenderableType] = [title, table]
-    notes = _trial_notes(trials, combined_at)
+    notes = _trial_notes(rows)
     if notes is not None:
         parts.append(notes)
-    if report.kept_fixes:
-        parts.append(Text.assemble("Kept: ", _t(", ".join(report.kept_fixes), "bold green")))
+    if view.kept:
+        parts.append(Text.assemble("Kept: ", _t(", ".join(view.kept), "bold green")))
     return Group(*parts)
 
 
-def _trial_notes(trials: list[Trial], combined_at: int) -> RenderableType | None:
+def _trial_notes(rows: tuple[TrialRow, ...]) -> RenderableType | None:
     """Say what each trial did, below the table at full width.
 
     A Note column squeezed beside six others folded every reason mid-word on a 100-column
@@ -315,15 +299,15 @@ def _trial_notes(trials: list[Trial], combined_at: int) -> RenderableType | None
     grid = Table.grid(padding=(0, 2), expand=True)
     grid.add_column(no_wrap=True, style="dim")
     grid.add_column(ratio=1)
-    rows = 0
+    count = 0
     seen: set[str] = set()
-    for i, t in enumerate(trials):
-        if not t.reason or (i == combined_at and t.reason in seen):
+    for r in rows:
+        if not r.note or (r.combined and r.note in seen):
             continue  # a combined trial of one fix repeats that fix's note
-        seen.add(t.reason)
-        grid.add_row(_t("combined" if i == combined_at else t.fix), _t(t.reason))
-        rows += 1
-    return grid if rows else None
+        seen.add(r.note)
+        grid.add_row(_t("combined" if r.combined else r.trial.fix), _t(r.note))
+        count += 1
+    return grid if count else None
 
 
 def _diff(report: Report, color: bool) -> RenderableType | None:
@@ -338,22 +322,17 @@ def _diff(report: Report, color: bool) -> RenderableType | None:
     return Group(Text("Source diff that makes the kept fixes permanent", style="bold"), body)
 
 
-def _locations(report: Report) -> RenderableType | None:
-    if not report.locations:
+def _locations(view: ReportView) -> RenderableType | None:
+    if not view.locations:
         return None
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     table.add_column("Kind", no_wrap=True)
     table.add_column("Where", overflow="fold")
     table.add_column("Count/step", justify="right", no_wrap=True)
     table.add_column("Time/step", justify="right", no_wrap=True)
-    for loc in report.locations[:8]:
-        table.add_row(
-            _t(loc.kind),
-            _t(s.location_text(loc.file, loc.line, loc.function)),
-            _t(s.number(round(loc.count, 2))),
-            _t(s.ms(loc.time_ms) if loc.time_ms else "—"),
-        )
-    more = len(report.locations) - 8
+    for loc in view.locations[:TEXT_LOCATIONS]:
+        table.add_row(_t(loc.kind), _t(loc.where), _t(loc.count), _t(loc.time))
+    more = view.locations_total - TEXT_LOCATIONS
     items: list[RenderableType] = [Text("Where in the code", style="bold"), table]
     if more > 0:
         items.append(Text(f"… and {more} more (see --format json)"))
@@ -427,16 +406,19 @@ def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> s
     Returns:
         The rendered text, ending with a newline.
     """
+    from advisor.report.view import build_view  # NOTE: view.py imports this module's helpers
+
+    view = build_view(report)
     console, buf = make_console(color, width)
-    console.print(_summary_panel(report))
+    console.print(_summary_panel(report, view))
     sections = [
         _status(report),
         _warnings(report),
-        _breakdown(report, color),
+        _breakdown(view, color),
         _findings(report),
-        _trials(report),
+        _trials(view),
         _diff(report, color),
-        _locations(report),
+        _locations(view),
         _gpu_tables(report),
         _notes(report),
     ]

@@ -155,9 +155,13 @@ def test_trials_chart_draws_the_reference_of_on_top_trials() -> None:
     # The baseline is the plain runs' median (100, 102, 98 -> 100), not pulled up by the 310 reference.
     assert "<title>baseline: 100 samples/s</title>" in plot
     assert "310 samples/s, measured in the same interleaved repeats" in html_unescape(plot)
-    (base_x,) = _vline_x(plot, "baseline")
+    # Each measured trial has its own baseline mark (no pooled line): 100, 102, 310 (on top), 98 (combined).
+    base_xs = _vline_x(plot, "baseline")
+    assert len(base_xs) == 4
     (ref_x,) = _vline_x(plot, "refline")
-    assert (ref_x - 210) / (base_x - 210) == pytest.approx(310 / 100, rel=0.01)
+    assert (ref_x - 210) / (base_xs[0] - 210) == pytest.approx(310 / 100, rel=0.01)
+    assert base_xs[2] == pytest.approx(ref_x)  # the on-top trial's own baseline is its reference
+    assert [(x - 210) / (base_xs[0] - 210) for x in base_xs] == pytest.approx([1.0, 1.02, 3.1, 0.98], rel=0.01)
     # The on-top trial's whisker is drawn around its own reference (310 x [1.06, 1.14]), in samples/s.
     assert "vs dataloader_workers@4" in html_unescape(plot)
     assert "reference for the fix below" in plot
@@ -180,3 +184,25 @@ def test_report_page_explains_on_top_trials() -> None:
     assert "+ persistent_workers" in page
     assert "compared with that fix's run (<code>dataloader_workers@2</code>)" in page
     assert '<ul class="warnings"><li>unknown rule code &#x27;DL01&#x27; in ignore' in page
+
+
+def test_trials_chart_draws_each_trial_against_its_own_baseline() -> None:
+    from advisor.fixes.model import Trial
+    from advisor.report.svg import trials_plot
+
+    # Baselines measured at different times differ: a 1.04x fix whose own baseline was 90 sits
+    # left of the other trials' 100; its mark must be at 90, not at a pooled 100.
+    trials = [
+        Trial("pin_memory", "safe", 90.0, 93.6, 1.04, 1.01, 1.07, "improved"),
+        Trial("cpu_threads", "safe", 100.0, 101.0, 1.01, 0.98, 1.03, "no_effect"),
+        Trial("channels_last", "unsafe", 110.0, 111.0, 1.01, 0.99, 1.02, "no_effect"),
+    ]
+    plot = trials_plot(trials, None)
+    marks = _vline_x(plot, "baseline")
+    assert len(marks) == 3  # one per trial, none spanning the chart
+    assert (marks[0] - 210) / (marks[1] - 210) == pytest.approx(0.9, rel=0.01)
+    assert (marks[2] - 210) / (marks[1] - 210) == pytest.approx(1.1, rel=0.01)
+    bar_ends = [210 + float(w) for w in re.findall(r'<rect x="210" y="[\d.]+" width="([\d.]+)" height="18" rx="2" fill="#', plot)]
+    # pin_memory's bar (93.6) ends right of its own mark (90) even though it is left of 100.
+    assert bar_ends[1] > marks[0] and bar_ends[1] < marks[1]
+    assert "pin_memory in the same repeats" not in plot and "baseline in the same repeats: 90.0 samples/s" in plot

@@ -1,0 +1,293 @@
+"""The view model: every figure a report shows, computed once from a :class:`Report`.
+
+The text, Markdown and HTML renderers only format a :class:`ReportView`; none of them derives a
+number itself, so the same figure reads the same in every format (issue #20: text and Markdown
+once printed the capture's rate next to a trial's speedup while HTML printed the trial's own
+baseline).
+
+Two rules shape the headline:
+
+* **One measurement per line.** The throughput line is the capture's rate (timed steps, no
+  profiler). The measured speedup is a separate line whose before, after and ratio all come from
+  the kept trial's interleaved repeats: a trial's ratio is never printed next to the capture's
+  rate, which was measured at another time (and often under another load).
+* **Measured apart from modelled.** The primary bottleneck says how much of the step its
+  category takes (measured: the breakdown's shares) and, separately, how much a fix could
+  recover (modelled: the rules' ``impact`` estimate and its Amdahl bound, labelled an estimate).
+  A compute-bound CPU run spends ~98% of its step in CPU ops, of which a precision or compile
+  fix might recover ~30%: printing the 30% as "of step time" read as the measured share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.engine.evaluate import BREAKDOWN_TO_CATEGORY
+from advisor.fixes.model import Trial
+from advisor.metrics.model import SourceLocation
+from advisor.report import headline as _headline
+from advisor.report import style as s
+from advisor.report.model import Report
+from advisor.report.text import device_text, part_shares, severity_counts, title_of
+
+MAX_LOCATIONS = 30
+"""Source locations the view keeps (the terminal shows fewer; JSON has them all)."""
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """The primary bottleneck, measured share and modelled recovery kept apart.
+
+    Attributes:
+        category: Category word (``compute``, ``data_loading``, ...).
+        label: Its display name.
+        step_frac: Measured share of the step the category's breakdown parts take (None when
+            the category has no breakdown part, e.g. ``small_kernels``).
+        recoverable_frac: Modelled share of the step a fix could recover (the rules' estimate).
+        estimated_speedup: Amdahl bound if ``recoverable_frac`` of the step went away.
+    """
+
+    category: str
+    label: str
+    step_frac: float | None
+    recoverable_frac: float
+    estimated_speedup: float
+
+    @property
+    def measured_text(self) -> str:
+        """``97.7% of step time (measured)``, or why there is no measured share."""
+        if self.step_frac is None:
+            return "share of step time not measured for this category"
+        return f"{s.pct(self.step_frac)} of step time (measured)"
+
+    @property
+    def estimate_text(self) -> str:
+        """``up to 29.3% of step time → up to 1.41× (estimate, Amdahl bound)``."""
+        return (
+            f"up to {s.pct(self.recoverable_frac)} of step time → up to "
+            f"{s.times(self.estimated_speedup)} (estimate, Amdahl bound)"
+        )
+
+
+@dataclass(frozen=True)
+class MeasuredSpeedup:
+    """The kept fixes' trial: before, after and ratio from the same interleaved repeats."""
+
+    fixes: tuple[str, ...]
+    before: float | None
+    after: float | None
+    unit: str
+    speedup: float
+    ci_low: float | None
+    ci_high: float | None
+
+    @property
+    def ci_text(self) -> str:
+        """``[1.51–1.66] 95% CI``, or "" when the trial has no interval."""
+        ci = s.ci(self.ci_low, self.ci_high)
+        return f"{ci} 95% CI" if ci else ""
+
+    @property
+    def ratio_text(self) -> str:
+        """``1.59× [1.51–1.66] 95% CI``."""
+        return f"{s.times(self.speedup)} {self.ci_text}".strip()
+
+    @property
+    def basis_text(self) -> str:
+        """``812 → 1,291 samples/s in the trial's interleaved repeats``."""
+        return f"{s.rate(self.before)} → {s.rate(self.after)} {self.unit} in the trial's interleaved repeats"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The summary block every format opens with."""
+
+    title: str
+    bottleneck: Bottleneck | None
+    rate: float | None
+    rate_unit: str
+    rate_caption: str
+    speedup: MeasuredSpeedup | None
+    step_ms: float | None
+    step_caption: str
+    device: str
+    findings: str
+
+    @property
+    def rate_text(self) -> str:
+        """``812 samples/s``, or ``—`` when the run has no rate."""
+        return f"{s.rate(self.rate)} {self.rate_unit}" if self.rate is not None else "—"
+
+    @property
+    def step_text(self) -> str:
+        """``39.4 ms``."""
+        return s.ms(self.step_ms)
+
+
+@dataclass(frozen=True)
+class BreakdownRow:
+    """One breakdown part: its share of the step and its milliseconds of the headline step."""
+
+    part: str
+    label: str
+    share: float
+    ms: float | None
+    color: str
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One fix trial, formatted once.
+
+    ``name`` joins a combined trial's fixes with `` + `` (spaces, so every format can wrap it).
+    """
+
+    trial: Trial
+    name: str
+    combined: bool
+    safety: str
+    before: str
+    after: str
+    speedup: str
+    verdict: str
+    loss: str
+    memory: str
+    note: str
+    reference: str | None
+
+
+@dataclass(frozen=True)
+class LocationRow:
+    """One source location of the analysis."""
+
+    kind: str
+    where: str
+    count: str
+    time: str
+    source: str
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """Everything the text, Markdown and HTML renderers show, computed once (module doc)."""
+
+    headline: Headline
+    breakdown: tuple[BreakdownRow, ...]
+    breakdown_caption: str
+    trials: tuple[TrialRow, ...]
+    has_memory: bool
+    has_reference: bool
+    kept: tuple[str, ...]
+    locations: tuple[LocationRow, ...]
+    locations_total: int
+
+
+def category_step_frac(report: Report, category: str) -> float | None:
+    """Measured share of the step in ``category``: its breakdown parts' shares, summed."""
+    shares = part_shares(report)
+    parts = [p for p in shares if BREAKDOWN_TO_CATEGORY.get(p) == category]
+    if parts:
+        return sum(shares[p] for p in parts)
+    return s.finite(report.breakdown.get(category))
+
+
+def _bottleneck(report: Report) -> Bottleneck | None:
+    p = report.primary
+    if p is None:
+        return None
+    return Bottleneck(
+        category=p.category,
+        label=s.category_label(p.category),
+        step_frac=category_step_frac(report, p.category),
+        recoverable_frac=p.share,
+        estimated_speedup=p.estimated_speedup,
+    )
+
+
+def _speedup(report: Report, unit: str) -> MeasuredSpeedup | None:
+    kept = report.kept_trial
+    if kept is None or s.finite(kept.speedup) is None:
+        return None
+    return MeasuredSpeedup(
+        fixes=tuple(report.kept_fixes) or tuple(kept.fixes) or (kept.fix,),
+        before=s.finite(kept.baseline_samples_per_s),
+        after=s.finite(kept.samples_per_s),
+        # NOTE: trials always measure samples/s (or steps/s when no samples are counted), the
+        # same unit as the capture's rate.
+        unit=unit,
+        speedup=float(kept.speedup),
+        ci_low=s.finite(kept.ci_low),
+        ci_high=s.finite(kept.ci_high),
+    )
+
+
+def build_headline(report: Report) -> Headline:
+    """Return the report's headline (see the module doc for what it quotes)."""
+    rate, unit = _headline.rate(report)
+    step = _headline.step_time(report)
+    timed = step.basis == "timed"
+    return Headline(
+        title=title_of(report),
+        bottleneck=_bottleneck(report),
+        rate=rate,
+        rate_unit=unit,
+        rate_caption=(f"capture: {step.steps} timed step{'s' if step.steps != 1 else ''}, no profiler"
+                      if timed else "from the trace"),
+        speedup=_speedup(report, unit),
+        step_ms=step.ms,
+        step_caption=step.caption(),
+        device=device_text(report),
+        findings=severity_counts(report.findings),
+    )
+
+
+def _trial_row(t: Trial, combined: bool) -> TrialRow:
+    return TrialRow(
+        trial=t,
+        name=" + ".join(t.fixes) if t.fixes else t.fix,
+        combined=combined,
+        safety=t.safety,
+        before=s.rate(t.baseline_samples_per_s),
+        after=s.rate(t.samples_per_s),
+        speedup=f"{s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)}".strip(),
+        verdict=s.VERDICT_LABELS.get(t.verdict, t.verdict),
+        loss=s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—",
+        memory=s.trial_memory(t),
+        note=t.reason or "",
+        reference=s.trial_reference(t),
+    )
+
+
+def build_view(report: Report) -> ReportView:
+    """Build the view model of ``report``; the renderers format nothing but this."""
+    shares = part_shares(report)
+    part_ms = _headline.part_ms(report)
+    breakdown = tuple(
+        BreakdownRow(p, s.part_label(p), shares[p], part_ms.get(p), s.PART_COLORS.get(p, "#888888"))
+        for p in s.ordered_parts(shares)
+        if shares[p] > 0  # NOTE: a CPU run has no GPU parts; rows of 0% are noise
+    )
+    trials = tuple(_trial_row(t, False) for t in report.trials)
+    if report.combined is not None:
+        trials += (_trial_row(report.combined, True),)
+    locs: tuple[SourceLocation, ...] = report.locations[:MAX_LOCATIONS]
+    return ReportView(
+        headline=build_headline(report),
+        breakdown=breakdown,
+        breakdown_caption=_headline.breakdown_caption(report),
+        trials=trials,
+        has_memory=s.has_memory([r.trial for r in trials]),
+        has_reference=any(r.reference is not None for r in trials),
+        kept=tuple(report.kept_fixes),
+        locations=tuple(
+            LocationRow(
+                kind=loc.kind,
+                where=s.location_text(loc.file, loc.line, loc.function),
+                count=s.number(round(loc.count, 2)),
+                time=s.ms(loc.time_ms) if loc.time_ms else "—",
+                source=loc.source,
+            )
+            for loc in locs
+        ),
+        locations_total=len(report.locations),
+    )

@@ -1,0 +1,100 @@
+"""One view model: text, Markdown and HTML print the same headline numbers for the same report.
+
+The report here is shaped like the runs of issue #20: the capture's rate (5.20 samples/s) is far
+from the kept trial's own baseline (17.9 samples/s), and the compute bottleneck takes 97.7% of the
+step while the rules estimate that 29.3% could be recovered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+
+import pytest
+from report_fixtures import make_report
+
+from advisor.engine.model import Primary
+from advisor.fixes.model import Trial
+from advisor.report.render import render
+from advisor.report.view import build_view
+
+FORMATS = ("text", "markdown", "html")
+
+
+def issue_report():
+    """A compute-bound run whose capture rate differs from the kept trial's baseline."""
+    report = make_report()
+    steps = tuple(
+        {"rank": 0, "step": 10 + i, "step_time_ms": 100.0, "cpu_ops_ms": 97.7, "data_loading_ms": 1.3, "other_ms": 1.0}
+        for i in range(5)
+    )
+    combined = Trial(
+        "dataloader_workers+cpu_threads", "safe", 17.9, 208.0, 11.63, 11.1, 12.2, "improved",
+        loss_max_rel_diff=0.0, fixes=("dataloader_workers", "cpu_threads"),
+    )
+    run = dataclasses.replace(report.run, samples_per_s=5.2, timed_step_times_ms=(6150.0,) * 20, timed_samples=(32,) * 20)
+    return dataclasses.replace(
+        report,
+        run=run,
+        steps=steps,
+        primary=Primary("compute", 0.293, 1.414),
+        breakdown={"compute": 0.977, "data_loading": 0.013, "other": 0.01},
+        combined=combined,
+        kept_fixes=("dataloader_workers", "cpu_threads"),
+    )
+
+
+def plain(text: str, fmt: str) -> str:
+    """The rendered document as a reader sees it: no tags, no Markdown markup, one space between words."""
+    if fmt == "html":
+        text = html.unescape(re.sub(r"<[^>]+>", " ", text))
+    if fmt == "markdown":
+        text = text.replace("**", "").replace("\\", "").replace("`", "")
+    return " ".join(text.replace("│", " ").split())
+
+
+def test_the_view_keeps_measured_and_modelled_apart() -> None:
+    h = build_view(issue_report()).headline
+    assert h.bottleneck is not None
+    assert h.bottleneck.step_frac == pytest.approx(0.977)  # measured: the breakdown's CPU ops
+    assert h.bottleneck.recoverable_frac == pytest.approx(0.293)  # modelled: the rules' estimate
+    assert h.rate == pytest.approx(5.2)  # the capture
+    assert h.speedup is not None
+    # before, after and ratio all from the one trial, never the capture's rate
+    assert (h.speedup.before, h.speedup.after, h.speedup.speedup) == (17.9, 208.0, 11.63)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_prints_the_same_headline(fmt: str) -> None:
+    out = plain(render(issue_report(), fmt), fmt)
+    expected = [
+        "Primary bottleneck",
+        "97.7% of step time (measured)",
+        "up to 29.3%",
+        "1.41× (estimate, Amdahl bound)",
+        "5.20",  # the capture's rate
+        "capture: 20 timed steps, no profiler",
+        "11.63×",
+        "[11.10–12.20]",
+        "17.9 → 208 samples/s in the trial's interleaved repeats",
+        "6,150 ms median of 20 timed steps (no profiler)",
+    ]
+    missing = [e for e in expected if e not in out]
+    assert missing == [], f"{fmt} lacks {missing}"
+    # Never the capture's rate next to the trial's figures, never the estimate as the step's share.
+    assert "5.20 →" not in out
+    assert "29.3% of step time" not in out.replace("up to 29.3% of step time", "")
+
+
+def test_the_formats_agree_number_for_number() -> None:
+    """The headline block's numbers, in order, are the same list in every format."""
+    report = issue_report()
+    numbers = {}
+    for fmt in FORMATS:
+        out = plain(render(report, fmt), fmt)
+        start = out.index("Primary bottleneck")
+        end = out.index("Findings", start)
+        block = out[start:end]
+        numbers[fmt] = sorted(re.findall(r"\d[\d,]*(?:\.\d+)?", block))
+    assert numbers["text"] == numbers["markdown"] == numbers["html"], numbers
