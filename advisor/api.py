@@ -64,6 +64,7 @@ __all__ = [
     "engine_config",
     "exit_code_for",
     "explain_fixes",
+    "failing_lines",
     "fix_vocabulary",
     "fixes_reference",
     "list_fixes",
@@ -73,6 +74,7 @@ __all__ = [
     "load_report",
     "load_side",
     "prepare_tensorboard",
+    "regression",
     "render_runs",
     "report_schema",
     "rule_set",
@@ -456,6 +458,13 @@ def exit_code_for(report: Report, fail_on: str) -> int:
     return gate(report, fail_on)
 
 
+def failing_lines(report: Report, fail_on: str) -> tuple[str, ...]:
+    """Return one line per finding that makes ``--fail-on`` fail (code, severity, message, where)."""
+    from advisor.report.gate import failing_lines as _failing_lines
+
+    return _failing_lines(report, fail_on)
+
+
 def load_side(path: str | Path) -> Report:
     """Return a Report for one side of ``advisor compare``.
 
@@ -476,11 +485,39 @@ def load_side(path: str | Path) -> Report:
     return analyze_report(p)
 
 
-def compare_paths(before: str | Path, after: str | Path) -> Comparison:
-    """Compare two runs, reports or traces (``before`` -> ``after``)."""
-    from advisor.report.compare import compare_reports
+def compare_paths(before: str | Path, after: str | Path, *, allow_mismatch: bool = False) -> Comparison:
+    """Compare two runs, reports or traces (``before`` -> ``after``).
 
-    return compare_reports(load_side(before), load_side(after))
+    Args:
+        before: The run, report or trace before the change.
+        after: The one after it.
+        allow_mismatch: Compare runs of different scripts anyway (the comparison then gives no
+            speedup and says why).
+
+    Raises:
+        UsageError: The two sides ran different scripts and ``allow_mismatch`` is not set.
+    """
+    from advisor.report.compare import compare_reports, script_mismatch
+
+    a, b = load_side(before), load_side(after)
+    mismatch = script_mismatch(a, b)
+    if mismatch is not None and not allow_mismatch:
+        raise UsageError(
+            f"not comparing {before} with {after}: {mismatch}; compare two runs of the same script, "
+            "or pass --allow-mismatch to see the comparison without a speedup"
+        )
+    return compare_reports(a, b)
+
+
+def regression(comparison: Comparison, max_pct: float) -> str | None:
+    """Return why ``comparison`` fails ``--fail-on-regression max_pct`` (None when it passes).
+
+    Raises:
+        UsageError: The comparison has no speedup to check.
+    """
+    from advisor.report.gate import regression as _regression
+
+    return _regression(comparison, max_pct)
 
 
 def write_comparison(comparison: Comparison, fmt: str | None, output: Path | None) -> Path | None:

@@ -9,6 +9,7 @@ import click
 from advisor import api
 from advisor.api import EngineConfig, Report
 from advisor.cli.options import split_codes
+from advisor.errors import EXIT_FINDINGS
 
 
 def engine_config(
@@ -40,5 +41,12 @@ def emit_report(report: Report, fmt: str | None, output: Path | None, fail_on: s
         click.echo(f"advisor: wrote {written}", err=True)
     for warning in report.warnings:
         click.echo(f"advisor: warning: {warning}", err=True)
-    return api.exit_code_for(report, fail_on)
+    code = api.exit_code_for(report, fail_on)
+    failing = api.failing_lines(report, fail_on) if code == EXIT_FINDINGS else ()
+    if failing:
+        # NOTE: a bare exit 1 leaves a CI user guessing; say which findings failed the gate.
+        click.echo(f"advisor: --fail-on {fail_on}: {len(failing)} finding(s) at or above {fail_on}:", err=True)
+        for line in failing:
+            click.echo(f"  {line}", err=True)
+    return code
 

@@ -12,7 +12,8 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 # NOTE: literal copies (checked equal by tests/cli) so that building the CLI imports no stage.
-FORMATS = ("text", "markdown", "html", "json")
+FORMATS = ("text", "markdown", "html", "json", "sarif", "github")
+COMPARE_FORMATS = ("text", "markdown", "html", "json")
 FAIL_ON = ("never", "info", "warning", "error")
 
 
@@ -50,6 +51,13 @@ format_option = click.option(
     "fmt",
     type=click.Choice(FORMATS),
     default=None,
+    help="Output format (default: from -o's extension, else text); sarif and github list the findings for CI.",
+)
+compare_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(COMPARE_FORMATS),
+    default=None,
     help="Output format (default: from -o's extension, else text).",
 )
 output_option = click.option(
@@ -57,14 +65,14 @@ output_option = click.option(
     "--output",
     type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
     default=None,
-    help="Write to FILE instead of stdout (.txt, .md, .html, .json).",
+    help="Write to FILE instead of stdout (.txt, .md, .html, .json, .sarif).",
 )
 fail_on_option = click.option(
     "--fail-on",
     type=click.Choice(FAIL_ON),
     default="never",
     show_default=True,
-    help="Exit 1 when findings at or above this severity remain (for CI gates).",
+    help="Exit 1 when findings at or above this severity remain (for CI gates); they are listed on stderr.",
 )
 output_options = _stack(format_option, output_option, fail_on_option)
 

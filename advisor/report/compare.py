@@ -154,6 +154,23 @@ def device_name(report: Report) -> str:
     return {"gpu": "GPU", "cpu": "CPU"}.get(kind or "", "unknown device")
 
 
+def script_mismatch(before: Report, after: Report) -> str | None:
+    """Say how the two sides ran different scripts, or None when they ran the same one (or one is unknown).
+
+    Scripts are told apart by file name: a fixed copy in another folder
+    (``examples/fixed/train.py`` against ``examples/train.py``) is the same script, edited;
+    ``train.py`` against ``eval.py`` is not, and a speedup between them measures nothing.
+    Traces carry no script, so two traces are never refused on this ground.
+    """
+    a, b = before.run.script, after.run.script
+    if not a or not b:
+        return None
+    name_a, name_b = Path(a).name, Path(b).name
+    if name_a == name_b:
+        return None
+    return f"scripts differ ({s.display_path(a)} vs {s.display_path(b)})"
+
+
 def _step_times(report: Report) -> list[float]:
     return [v for v in (s.finite(r.get("step_time_ms")) for r in report.steps) if v is not None and v > 0]
 
@@ -246,6 +263,12 @@ def compare_reports(before: Report, after: Report) -> Comparison:
             f"GPU models differ ({name_a} vs {name_b}): the ratio mixes the hardware change with any code change"
         )
 
+    scripts_differ = script_mismatch(before, after)
+    if scripts_differ is not None:
+        not_comparable.append(
+            f"{scripts_differ}: a speedup between different scripts measures nothing, so none is given"
+        )
+
     tput_a, tput_b = throughput(before), throughput(after)
     step_a, step_b = median_step_ms(before), median_step_ms(after)
     times_a, times_b = _step_times(before), _step_times(after)
@@ -299,11 +322,12 @@ def compare_reports(before: Report, after: Report) -> Comparison:
         if 0 < len(times) < 3:
             notes.append(f"only {len(times)} step(s) {side}: no confidence interval")
 
-    if devices_differ:
+    refused = devices_differ or scripts_differ is not None
+    if refused:
         # NOTE: how a ratio would have been computed is irrelevant when none is given.
         speedup, ci = None, None
         notes = [n for n in notes if not n.startswith(("speedup =", "samples/s is known", "samples per step unknown"))]
-    verdict = "not comparable" if devices_differ or (speedup is None and metric is not None) else _verdict(speedup, ci)
+    verdict = "not comparable" if refused or (speedup is None and metric is not None) else _verdict(speedup, ci)
     if speedup is not None and ci is not None and not ci[0] <= speedup <= ci[1]:
         notes.append("the overall samples/s ratio lies outside the per-step interval: step times were uneven")
     if speedup is not None and ci is None and metric == "samples_per_s":
@@ -331,5 +355,5 @@ def compare_reports(before: Report, after: Report) -> Comparison:
         persisting=tuple(f for c, f in codes_b.items() if c in codes_a),
         not_comparable=tuple(not_comparable),
         notes=tuple(notes),
-        extra={"step_time_speedup": None if devices_differ else step_speedup},
+        extra={"step_time_speedup": None if refused else step_speedup},
     )

@@ -1,15 +1,19 @@
-"""CI gating: the exit code for ``--fail-on never|info|warning|error``.
+"""CI gating: the exit code for ``--fail-on never|info|warning|error`` and ``compare --fail-on-regression``.
 
 One small function shared by ``advisor report``, ``advisor diagnose`` and ``advisor analyze`` so
-the three commands agree on what "findings remain" means.
+the three commands agree on what "findings remain" means, and the lines that say which findings
+made a job fail (a bare exit 1 tells a CI user nothing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from advisor._terminal import printable
 from advisor.engine.model import SEVERITIES, Finding, severity_rank
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
+from advisor.report import style as s
+from advisor.report.compare import Comparison
 from advisor.report.model import Report
 
 FAIL_ON_NEVER = "never"
@@ -54,3 +58,41 @@ def gate(report: Report, fail_on: str) -> int:
         ``EXIT_OK`` (0) or ``EXIT_FINDINGS`` (1).
     """
     return EXIT_FINDINGS if failing_findings(report.findings, fail_on) else EXIT_OK
+
+
+def failing_lines(report: Report, fail_on: str) -> tuple[str, ...]:
+    """One line per finding that makes ``--fail-on`` fail: ``CODE severity name: message (at file:line)``.
+
+    Control characters from the trace or script are escaped (the lines go to a terminal).
+    """
+    out = []
+    for f in failing_findings(report.findings, fail_on):
+        where = ", ".join(s.location_text(loc.file, loc.line, loc.function) for loc in f.locations)
+        line = f"{f.code} {f.severity} {f.name}: {f.message}" + (f" (at {where})" if where else "")
+        out.append(printable(" ".join(line.splitlines())))
+    return tuple(out)
+
+
+def regression(cmp: Comparison, max_pct: float) -> str | None:
+    """Why ``cmp`` fails ``--fail-on-regression max_pct``, or None when it passes.
+
+    It fails when AFTER is measurably slower (the comparison's verdict is ``slower``: the
+    confidence interval lies below 1, or without one the change is beyond the noise band) and
+    the slowdown, ``1 - speedup``, is more than ``max_pct`` percent. A slowdown within noise
+    passes: a CI job must not fail on a machine's jitter.
+
+    Raises:
+        UsageError: The comparison has no speedup (not comparable, or no timings), so the gate
+            cannot be checked; passing silently would hide a regression.
+    """
+    if cmp.speedup is None:
+        why = "; ".join(cmp.not_comparable) or "neither samples/s nor step times are known on both sides"
+        raise UsageError(f"cannot check --fail-on-regression: no speedup between these runs ({why})")
+    slowdown = (1.0 - cmp.speedup) * 100.0
+    if cmp.verdict != "slower" or slowdown <= max_pct:
+        return None
+    ci = s.ci(cmp.ci_low, cmp.ci_high)
+    return (
+        f"AFTER is {slowdown:.1f}% slower than BEFORE ({s.times(cmp.speedup)} {ci}".rstrip()
+        + f"), more than the {max_pct:g}% that --fail-on-regression allows"
+    )

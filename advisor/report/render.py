@@ -20,8 +20,8 @@ from advisor.rundir import refuse_managed_output
 
 __all__ = ["FORMATS", "RENDERERS", "gate", "guess_format", "render", "resolve_format", "use_color", "write_output"]
 
-FORMATS: tuple[str, ...] = ("text", "markdown", "html", "json")
-"""Output formats, in ``--format`` order."""
+FORMATS: tuple[str, ...] = ("text", "markdown", "html", "json", "sarif", "github")
+"""Output formats, in ``--format`` order (``sarif`` and ``github`` hold the findings only, for CI)."""
 
 EXTENSIONS: dict[str, str] = {
     ".txt": "text",
@@ -32,6 +32,7 @@ EXTENSIONS: dict[str, str] = {
     ".html": "html",
     ".htm": "html",
     ".json": "json",
+    ".sarif": "sarif",
 }
 """``-o`` file extension -> format."""
 
@@ -58,12 +59,26 @@ def _render_json(report: Report, *, color: bool = False) -> str:
     return report.to_json()  # findings sorted by Report.to_dict
 
 
+def _render_sarif(report: Report, *, color: bool = False) -> str:
+    from advisor.report.sarif import render_sarif
+
+    return render_sarif(report)
+
+
+def _render_github(report: Report, *, color: bool = False) -> str:
+    from advisor.report.github import render_github
+
+    return render_github(report)
+
+
 Renderer = Callable[..., str]
 RENDERERS: dict[str, Renderer] = {
     "text": _render_text,
     "markdown": _render_markdown,
     "html": _render_html,
     "json": _render_json,
+    "sarif": _render_sarif,
+    "github": _render_github,
 }
 """Format name -> ``renderer(report, *, color=False) -> str``."""
 
@@ -102,7 +117,7 @@ def guess_format(path: Path | str | None, default: str = "text") -> str:
     if fmt is None:
         raise UsageError(
             f"cannot tell the format from {str(path)!r}; pass --format "
-            f"({', '.join(FORMATS)}) or use .txt, .md, .html or .json"
+            f"({', '.join(FORMATS)}) or use .txt, .md, .html, .json or .sarif"
         )
     return fmt
 
