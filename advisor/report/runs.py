@@ -20,6 +20,7 @@ from advisor.capture.model import RunCapture
 from advisor.errors import AdvisorError, InputError
 from advisor.report import style as s
 from advisor.report.model import Report, ReportStatus
+from advisor.report.view import category_step_frac
 from advisor.rundir import CAPTURE_FILE, REPORT_FILE
 
 STATUS_UNREADABLE = "unreadable"
@@ -48,7 +49,9 @@ class RunSummary:
             diagnose whose fix trials did not finish: ``running`` (its advisor process is alive),
             ``interrupted`` (Ctrl-C/SIGTERM, report saved) or ``killed`` (its process is gone).
         primary_category: The primary bottleneck category, when the run was analysed.
-        primary_share: That category's share of step time (0-1).
+        primary_share: That category's measured share of step time (0-1), from the breakdown.
+        primary_recoverable: The share of step time a fix could recover (0-1): the rules'
+            estimate, modelled, not measured.
         kept_fixes: Fix ids advisor kept.
         speedup: Measured speedup of the kept fixes: the combined trial when it measured exactly
             the kept set, else the one kept fix's own trial; None when nothing was kept or measured.
@@ -65,6 +68,7 @@ class RunSummary:
     status: str = STATUS_UNREADABLE
     primary_category: str | None = None
     primary_share: float | None = None
+    primary_recoverable: float | None = None
     kept_fixes: tuple[str, ...] = ()
     speedup: float | None = None
     steps_measured: int | None = None
@@ -164,6 +168,11 @@ def _from_capture(capture: RunCapture) -> dict[str, Any]:
     }
 
 
+def _share(value: float | None) -> float | None:
+    """Round a share to 4 digits, as the engine rounds the primary's (a listing, not a measurement)."""
+    return None if value is None else round(value, 4)
+
+
 def _from_report(report: Report) -> dict[str, Any]:
     """Return what ``report.json`` tells; it wins over the capture where both say something."""
     run = report.run
@@ -174,7 +183,10 @@ def _from_report(report: Report) -> dict[str, Any]:
         "status": _loop_status(report) or _str_or_none(getattr(run, "status", None)) or "unknown",
         "script": _str_or_none(getattr(run, "script", None)) or _str_or_none(report.source),
         "primary_category": _str_or_none(getattr(primary, "category", None)),
-        "primary_share": s.finite(getattr(primary, "share", None)),
+        # NOTE: the measured share, as the report's headline shows it; the rules' modelled
+        # recoverable share once stood here and read as "of step time" (issue #20).
+        "primary_share": _share(category_step_frac(report, primary.category)) if primary is not None else None,
+        "primary_recoverable": s.finite(getattr(primary, "share", None)),
         "kept_fixes": kept,
         "speedup": kept_speedup(report),
         "steps_measured": _int_or_none(getattr(run, "steps_measured", None)),

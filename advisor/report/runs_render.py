@@ -52,6 +52,8 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
         primary = "—"
         if r.primary_category:
             primary = f"{r.primary_category} {s.pct(r.primary_share, 0)}"
+            if r.primary_recoverable is not None:
+                primary += f" (est. {s.pct(r.primary_recoverable, 0)} recoverable)"
         status_style = {
             STATUS_UNREADABLE: "red", RunStatus.CRASHED: "red", RunStatus.TIMEOUT: "yellow", STATUS_KILLED: "red",
             ReportStatus.INTERRUPTED: "yellow", ReportStatus.RUNNING: "cyan",

@@ -20,7 +20,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "report.json"
 
 KEYS = [
     "name", "path", "when", "script", "status", "primary_category", "primary_share",
-    "kept_fixes", "speedup", "steps_measured", "ranks", "has_report", "reason",
+    "primary_recoverable", "kept_fixes", "speedup", "steps_measured", "ranks", "has_report", "reason",
 ]
 
 

@@ -98,3 +98,14 @@ def test_the_formats_agree_number_for_number() -> None:
         block = out[start:end]
         numbers[fmt] = sorted(re.findall(r"\d[\d,]*(?:\.\d+)?", block))
     assert numbers["text"] == numbers["markdown"] == numbers["html"], numbers
+
+
+def test_runs_listing_shows_the_measured_share_and_the_estimate_apart(tmp_path) -> None:
+    from advisor.report.runs import list_runs
+    from advisor.report.runs_render import render_runs_text
+
+    issue_report().save(tmp_path / "run")
+    (row,) = list_runs(tmp_path)
+    assert row.primary_category == "compute"
+    assert row.primary_share == pytest.approx(0.977) and row.primary_recoverable == pytest.approx(0.293)
+    assert "compute 98% (est. 29% recoverable)" in " ".join(render_runs_text([row], tmp_path).split())
