@@ -118,3 +118,13 @@ def test_the_probe_catches_an_overflowing_table(chromium, tmp_path: Path) -> Non
     )
     problems = overflow_problems(chromium, html, tmp_path, 900)
     assert any("wider than its box" in p or "overflows its box" in p for p in problems), problems
+
+
+def test_comparison_page_fits_at_900_px(chromium, tmp_path: Path) -> None:
+    from report_fixtures import make_after_report
+
+    from advisor.report.compare import compare_reports
+    from advisor.report.compare_render import render_comparison
+
+    html = render_comparison(compare_reports(make_report(hostile=True), make_after_report()), "html")
+    assert overflow_problems(chromium, html, tmp_path, 900) == []
