@@ -167,7 +167,7 @@ def _cards(report: Report, view: ReportView) -> str:
     if b is not None:
         out.append(card("Primary bottleneck", b.label, b.measured_text, "primary"))
         out.append(
-            card("Recoverable (estimate)", f"up to {s.pct(b.recoverable_frac)}", b.estimate_text.split(" → ", 1)[1])
+            card("Recoverable (estimate)", f"up to {s.pct(b.recoverable_frac)}", f"of step time → {b.speedup_text}")
         )
     else:
         out.append(card("Primary bottleneck", "none found", "no rule fired above its threshold"))

@@ -167,12 +167,13 @@ def share_bar(breakdown: dict[str, float]) -> str:
 
 
 def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label: str = "baseline") -> str:
-    """Before/after samples/s: the baseline, then each measured trial with its confidence interval.
+    """Before/after samples/s: each measured trial against its own baseline, with its confidence interval.
 
     Each trial is drawn against its own baseline run: a thin grey bar under its bar and a dashed
     mark (class ``baseline``) at the throughput of the runs it was paired with, so a ratio reads
-    against the bar it was measured against; the ``baseline`` row is the median of those runs,
-    for scale. The interval is the trial's CI on the speedup applied to its own baseline, so the
+    against the bar it was measured against. A ``baseline`` row (named ``baseline_label``) comes
+    first only when all those runs measured the same throughput (one trial, or compare's
+    before/after); otherwise there is no pooled baseline to draw. The interval is the trial's CI on the speedup applied to its own baseline, so the
     whisker is in samples/s. Trials without a measurement (skipped, failed) are listed, greyed, with no bar.
 
     A trial measured on top of another fix (``reason`` ``on top of X``, see
@@ -193,11 +194,15 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
     def baselines(ts: Sequence[Trial]) -> list[float]:
         return [b for t in ts if (b := s.finite(t.baseline_samples_per_s)) is not None]
 
-    # NOTE: the baseline is the median over trials measured against the baseline only: a
-    # reference run (loader workers on) is much faster and would drag it up.
-    baseline = median(baselines([*plain, *([combined] if combined is not None else [])]))
+    # NOTE: a baseline row only when every trial measured against the baseline saw the same
+    # baseline throughput (one trial, or compare's before/after). Repeats run at different
+    # times give different baselines; their median was one pooled bar and line that put a
+    # 1.04x fix's bar left of "the" baseline (issue #20), so each trial carries its own instead.
+    distinct = set(baselines([*plain, *([combined] if combined is not None else [])]))
     # (kind, label, trial, reference value); kind: baseline, reference, trial, on_top, combined
-    rows: list[tuple[str, str, Trial | None, float | None]] = [("baseline", baseline_label, None, baseline)]
+    rows: list[tuple[str, str, Trial | None, float | None]] = []
+    if len(distinct) == 1:
+        rows.append(("baseline", baseline_label, None, next(iter(distinct))))
     rows += [("trial", t.fix, t, None) for t in plain]
     for ref, ts in groups.items():
         rows.append(("reference", ref, None, median(baselines(ts))))
@@ -209,7 +214,7 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
         if t is None:
             continue
         b = s.finite(t.baseline_samples_per_s)
-        for v in (t.samples_per_s, (b or 0) * (s.finite(t.ci_high) or 0)):
+        for v in (t.samples_per_s, b, (b or 0) * (s.finite(t.ci_high) or 0)):
             fv = s.finite(v)
             if fv is not None:
                 values.append(fv)

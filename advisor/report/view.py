@@ -61,12 +61,14 @@ class Bottleneck:
         return f"{s.pct(self.step_frac)} of step time (measured)"
 
     @property
+    def speedup_text(self) -> str:
+        """``up to 1.41× (estimate, Amdahl bound)``."""
+        return f"up to {s.times(self.estimated_speedup)} (estimate, Amdahl bound)"
+
+    @property
     def estimate_text(self) -> str:
         """``up to 29.3% of step time → up to 1.41× (estimate, Amdahl bound)``."""
-        return (
-            f"up to {s.pct(self.recoverable_frac)} of step time → up to "
-            f"{s.times(self.estimated_speedup)} (estimate, Amdahl bound)"
-        )
+        return f"up to {s.pct(self.recoverable_frac)} of step time → {self.speedup_text}"
 
 
 @dataclass(frozen=True)

@@ -148,12 +148,13 @@ def test_trials_chart_draws_the_reference_of_on_top_trials() -> None:
     plot = trials_plot(trials, combined)
     labels = _row_labels(plot)
     # Plain trials against the baseline, then the reference row with the trials measured on top of it.
-    assert labels[:4] == ["baseline", "dataloader_workers", "pin_memory", "bf16_autocast"]
-    assert labels[4].startswith("dataloader_workers@4")  # the reference row (name truncated to fit)
-    assert labels[5] == "+ persistent_workers"
-    assert labels[6].startswith("combined: ") and len(labels) == 7
-    # The baseline is the plain runs' median (100, 102, 98 -> 100), not pulled up by the 310 reference.
-    assert "<title>baseline: 100 samples/s</title>" in plot
+    # Their baselines differ (100, 102, 98): no pooled "baseline" row, each trial has its own mark.
+    assert labels[:3] == ["dataloader_workers", "pin_memory", "bf16_autocast"]
+    assert labels[3].startswith("dataloader_workers@4")  # the reference row (name truncated to fit)
+    assert labels[4] == "+ persistent_workers"
+    assert labels[5].startswith("combined: ") and len(labels) == 6
+    assert "<title>baseline: " not in plot
+    assert "baseline in the same repeats: 100 samples/s" in plot and "baseline in the same repeats: 98.0 samples/s" in plot
     assert "310 samples/s, measured in the same interleaved repeats" in html_unescape(plot)
     # Each measured trial has its own baseline mark (no pooled line): 100, 102, 310 (on top), 98 (combined).
     base_xs = _vline_x(plot, "baseline")
@@ -203,6 +204,8 @@ def test_trials_chart_draws_each_trial_against_its_own_baseline() -> None:
     assert (marks[0] - 210) / (marks[1] - 210) == pytest.approx(0.9, rel=0.01)
     assert (marks[2] - 210) / (marks[1] - 210) == pytest.approx(1.1, rel=0.01)
     bar_ends = [210 + float(w) for w in re.findall(r'<rect x="210" y="[\d.]+" width="([\d.]+)" height="18" rx="2" fill="#', plot)]
-    # pin_memory's bar (93.6) ends right of its own mark (90) even though it is left of 100.
-    assert bar_ends[1] > marks[0] and bar_ends[1] < marks[1]
+    # No pooled baseline row: the first bar is pin_memory's (93.6), which ends right of its own
+    # mark (90) even though it is left of the next trial's baseline (100).
+    assert _row_labels(plot) == ["pin_memory", "cpu_threads", "channels_last"]
+    assert bar_ends[0] > marks[0] and bar_ends[0] < marks[1]
     assert "pin_memory in the same repeats" not in plot and "baseline in the same repeats: 90.0 samples/s" in plot
