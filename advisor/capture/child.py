@@ -141,6 +141,15 @@ class TorchProfilerControl:
         path = gzip_trace(path, self.notes)
         self.files.append(path.relative_to(self.run_dir).as_posix())
 
+    def discard(self) -> None:
+        """Delete the traces exported so far (their steps were not the run's steps after all)."""
+        for rel in self.files:
+            try:
+                (self.run_dir / rel).unlink()
+            except OSError:
+                self.notes.append(f"could not remove the superseded trace {rel}")
+        self.files.clear()
+
 
 def gzip_trace(path: Path, notes: list[str]) -> Path:
     """Compress an exported trace to ``<name>.gz`` beside it and drop the plain file; return the kept file.

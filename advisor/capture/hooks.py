@@ -16,6 +16,8 @@ runs, and removable again with :meth:`TorchHooks.uninstall`:
 * ``_BaseDataLoaderIter.__next__`` wrapped: batch requests, yielded batches (sample counts) and
   epoch ends, for every DataLoader iterator (single- and multi-process);
 * ``DataLoader.__init__`` wrapped: each loader's effective settings and the user's file:line;
+* ``torch.optim.Optimizer.__init__`` wrapped: an optimizer exists, so its steps are awaited
+  before backward calls count as steps (gradient accumulation, see the recorder);
 * ``advisor._step_callback``: the ``advisor.step()`` marker;
 * while torch.profiler records (:class:`CallSites`), the tensor methods that read back, copy or
   wait are wrapped in a ``record_function`` range named after the user's line that called them,
@@ -167,6 +169,14 @@ class TorchHooks:
 
         self._undo.append(register_optimizer_step_pre_hook(pre_step).remove)
         self._undo.append(register_optimizer_step_post_hook(post_step).remove)
+
+        original_optimizer_init = torch.optim.Optimizer.__init__
+
+        def optimizer_init(opt: Any, *args: Any, **kwargs: Any) -> None:
+            original_optimizer_init(opt, *args, **kwargs)
+            rec.optimizer_created()  # NOTE: subclasses reach it through super().__init__
+
+        self._patch(torch.optim.Optimizer, "__init__", optimizer_init)
 
         original_backward = torch.autograd.backward
 

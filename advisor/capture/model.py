@@ -200,6 +200,9 @@ class TimedPhase:
         backwards: ``backward()`` calls in each timed step, outside optimizer steps (more than
             1 per optimizer step means gradient accumulation in the loop itself, with or
             without a DataLoader; an LBFGS closure's calls are not counted).
+        optimizers_per_step: Distinct optimizers that step in one iteration when steps are
+            optimizer steps (2 in a GAN), else 0: the backward calls of one optimizer step are
+            ``backwards / optimizers_per_step``.
     """
 
     step_times_ms: tuple[float, ...] = ()
@@ -209,6 +212,7 @@ class TimedPhase:
     time_to_first_step_s: float | None = None
     batches: tuple[int, ...] = ()
     backwards: tuple[int, ...] = ()
+    optimizers_per_step: int = 0
 
     @property
     def backwards_per_step(self) -> float | None:
@@ -224,6 +228,21 @@ class TimedPhase:
             s / b for s, b in zip(self.samples, self.backwards, strict=False) if s is not None and b > 0
         ]
         return float(statistics.median(pairs)) if pairs else None
+
+    @property
+    def accumulation(self) -> int | None:
+        """Micro-batches per optimizer step seen in the loop itself, or None when it does not accumulate.
+
+        Gradient accumulation is several ``backward()`` calls per ``optimizer.step()``: with
+        optimizer steps as the step source, the median backward calls per step divided by the
+        optimizers stepping in it. A GAN (3 backward calls, 2 optimizers) does not divide
+        evenly and is not accumulation; neither is one backward call per optimizer step.
+        """
+        per_step = self.backwards_per_step
+        if per_step is None or self.optimizers_per_step < 1 or per_step != int(per_step):
+            return None
+        k, rest = divmod(int(per_step), self.optimizers_per_step)
+        return k if rest == 0 and k >= 2 else None
 
 
 @dataclass(frozen=True)

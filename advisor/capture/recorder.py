@@ -29,6 +29,11 @@ loop is seen without a change to the script:
   used the wrong boundaries (gradient accumulation over more micro-batches than warm-up steps,
   or an inference pass over a DataLoader before training starts): measurement restarts from
   warm-up, any open profiler is discarded, and a note says so when measured steps were dropped.
+* Once a ``torch.optim`` optimizer exists and a ``backward()`` call was seen, the optimizer is
+  awaited: until it first steps (or :data:`ACCUMULATION_GRACE` backward calls pass without it),
+  backward calls, model calls and DataLoader batches end no step. A loop accumulating 40
+  micro-batches per optimizer step (nanoGPT) would otherwise fill every phase with micro-batch
+  "steps" and be stopped before its first real step.
 """
 
 from __future__ import annotations
@@ -54,6 +59,13 @@ SOURCE_MODULE = "module"
 SOURCE_BACKWARD = "backward"
 SOURCE_OPTIMIZER = "optimizer"
 SOURCE_MARKER = "marker"
+
+ACCUMULATION_GRACE = 256
+"""Backward calls awaited for a created optimizer's first step before backward calls end steps.
+
+Gradient accumulation counts in public recipes stay well below it (nanoGPT 40, typical
+fine-tuning recipes 1-64); a script that creates an optimizer but updates by hand loses this
+many backward calls to warm-up."""
 _PRECEDENCE = {
     SOURCE_DATALOADER: 0,
     SOURCE_MODULE: 1,
@@ -193,6 +205,8 @@ class StepRecorder:
     _optimizers: _Cycle = field(default_factory=_Cycle)
     _modules: _Cycle = field(default_factory=_Cycle)
     _epoch_ended: bool = False
+    _optimizer_created: bool = False
+    _backwards_awaiting: int = 0  # backward calls seen while awaiting the first optimizer step
     _timed_ms: float = 0.0  # sum of step_times_ms (kept as we go: no O(n) sum per step)
     _asked_timed: int | None = None  # phases.timed before a min_timed_s extension
 
@@ -225,10 +239,26 @@ class StepRecorder:
         if ends:
             self._boundary(SOURCE_OPTIMIZER, now)
 
+    def optimizer_created(self) -> None:
+        """Note that the script built a ``torch.optim`` optimizer (its steps will be the steps)."""
+        self._optimizer_created = True
+
+    def _awaiting_optimizer(self) -> bool:
+        """Return True while a created optimizer has not stepped yet and backward calls happen (within the grace)."""
+        return (
+            self._optimizer_created
+            and not self._optimizers.order
+            and 0 < self._backwards_awaiting <= ACCUMULATION_GRACE
+        )
+
     def backward(self) -> None:
         """Count a finished ``backward()`` call (outside optimizer steps); it may end the step."""
         now = self.clock()
         self._cur_backwards += 1
+        if self._optimizer_created and not self._optimizers.order:
+            self._backwards_awaiting += 1
+            if self._awaiting_optimizer():
+                return
         if self.source == SOURCE_BACKWARD:
             self._boundary(SOURCE_BACKWARD, now)
         elif self.source in (None, SOURCE_DATALOADER, SOURCE_MODULE):
@@ -266,7 +296,7 @@ class StepRecorder:
             return
         if key == self._lead_module and samples is not None:
             self._cur_model_samples = (self._cur_model_samples or 0) + samples
-        if self.source not in (None, SOURCE_DATALOADER, SOURCE_MODULE):
+        if self.source not in (None, SOURCE_DATALOADER, SOURCE_MODULE) or self._awaiting_optimizer():
             return
         ends, learned = self._modules.ends_step(key)
         if learned:
@@ -284,6 +314,8 @@ class StepRecorder:
         now = self.clock()
         if self.source not in (None, SOURCE_DATALOADER):
             return
+        if self.source is not None and self._awaiting_optimizer():
+            return  # a micro-batch of an accumulated step, not a step
         if self.source is None or self._epoch_ended:
             # NOTE: the first request starts step 1 and the first request of a new epoch starts
             # a step too: neither ends one (the set-up or the between-epoch gap is not a step).
@@ -349,6 +381,7 @@ class StepRecorder:
             ),
             batches=tuple(self.step_batches),
             backwards=tuple(self.step_backwards),
+            optimizers_per_step=self._optimizers.members if self.source == SOURCE_OPTIMIZER else 0,
         )
 
     def snapshot(self) -> dict[str, Any]:
@@ -587,6 +620,13 @@ class StepRecorder:
             self.notes.append(f"{why}: measurement restarted from warm-up there")
         if self.open_window is not None:
             self._close_window(export=False)
+        if self.counts.get(PHASE_PROFILED) and self.profiler is not None:
+            # NOTE: the profiled window already closed and exported a trace of wrong-source
+            # steps (an accumulation loop whose micro-batches outnumber the steps asked for,
+            # before its first optimizer step): a second trace would read as a second rank.
+            discard = getattr(self.profiler, "discard", None)
+            if discard is not None:
+                discard()
         self.steps = 0
         self.counts = {}
         self.step_times_ms.clear()

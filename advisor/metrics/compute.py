@@ -131,6 +131,13 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     out["batches_per_step"] = finite(np.median(batches)) if batches else None
     sizes = [s / b for s, b in zip(timed.samples, raw_batches, strict=False) if s and b]
     out["micro_batch_size"] = finite(np.median(sizes)) if sizes else None
+    accum = getattr(timed, "accumulation", None)
+    if accum is not None and (out["batches_per_step"] or 1) <= 1:
+        # NOTE: no DataLoader accumulation seen (none, or one loader batch sliced in the loop):
+        # the loop's own backward() calls per optimizer step are the micro-batches, and the
+        # samples the model consumed per backward call their size (nanoGPT-style loops).
+        out["batches_per_step"] = float(accum)
+        out["micro_batch_size"] = finite(timed.micro_batch_samples) or out["micro_batch_size"]
     loader = capture.dataloaders[0] if capture.dataloaders else None
     if out.get("micro_batch_size") is None and loader is not None:
         out["micro_batch_size"] = finite(loader.batch_size)

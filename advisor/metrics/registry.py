@@ -116,8 +116,15 @@ _SPECS: tuple[MetricSpec, ...] = (
     # --- capture-side (from capture.json; None for a bare trace) ------------------------------------
     MetricSpec("samples_per_s", "samples/s", "run", "Steady throughput over the timed steps"),
     MetricSpec("samples_per_step", "count", "run", "Median samples per optimizer step (from DataLoader batches)"),
-    MetricSpec("batches_per_step", "count", "run", "Median DataLoader batches per optimizer step (>1 = gradient accumulation)"),
-    MetricSpec("micro_batch_size", "count", "run", "Median DataLoader batch size"),
+    MetricSpec(
+        "batches_per_step", "count", "run",
+        "Median micro-batches per optimizer step (>1 = gradient accumulation): DataLoader batches, "
+        "else the loop's backward() calls per optimizer step",
+    ),
+    MetricSpec(
+        "micro_batch_size", "count", "run",
+        "Median micro-batch size: samples per DataLoader batch, else per backward() call",
+    ),
     MetricSpec("gpu_util_frac", "frac", "run", "Mean GPU utilisation sampled by NVML"),
     MetricSpec("cpu_util_frac", "frac", "run", "Mean CPU utilisation of the machine sampled by psutil (all cores)"),
     MetricSpec("cpu_count", "count", "run", "Logical CPU cores on the machine"),

@@ -106,6 +106,7 @@ def test_accumulation_from_the_loop_itself():
     timed = rec.timed_phase()
     assert timed.backwards == (4, 4) and timed.samples == (8, 8)
     assert timed.backwards_per_step == 4.0 and timed.micro_batch_samples == 2.0
+    assert timed.optimizers_per_step == 1 and timed.accumulation == 4
 
 
 def test_lower_sources_are_ignored_once_a_better_one_rules():
@@ -115,3 +116,88 @@ def test_lower_sources_are_ignored_once_a_better_one_rules():
     rec.backward()
     rec.batch_requested()
     assert rec.source == "optimizer" and rec.steps_seen == 1
+
+
+def test_gan_backward_calls_are_not_accumulation():
+    rec, clock, *_ = make(warmup=3, timed=3, profiled=0, cprofile=0, full=True)
+    for _ in range(8):
+        rec.module_call(1, 16)
+        rec.backward()  # D on real
+        rec.backward()  # D on fake
+        rec.optimizer_step(101)
+        rec.backward()  # G
+        rec.optimizer_step(202)
+        clock.advance(0.01)
+    timed = rec.timed_phase()
+    assert timed.backwards_per_step == 3.0 and timed.optimizers_per_step == 2
+    assert timed.accumulation is None  # 3 backward calls over 2 optimizers: not micro-batches
+
+
+def test_one_backward_per_step_is_not_accumulation():
+    rec, clock, *_ = make(warmup=1, timed=3, profiled=0, cprofile=0, full=True)
+    for _ in range(6):
+        rec.module_call(1, 8)
+        rec.backward()
+        rec.optimizer_step(1)
+        clock.advance(0.01)
+    assert rec.timed_phase().accumulation is None
+    # steps counted from backward calls (no optimizer): nothing to divide by
+    rec2, clock2, *_ = make(warmup=1, timed=3, profiled=0, cprofile=0, full=True)
+    for _ in range(6):
+        rec2.module_call(1, 8)
+        rec2.backward()
+        clock2.advance(0.01)
+    assert rec2.timed_phase().optimizers_per_step == 0 and rec2.timed_phase().accumulation is None
+
+
+def test_accumulation_longer_than_the_phases_discards_the_wrong_source_trace():
+    """Micro-batches outnumber the steps asked for: backward calls filled the phases before the first optimizer step."""
+    from test_recorder import FakeClock, FakeProfiler
+
+    from advisor.capture.recorder import Phases, StepRecorder, StopScript
+
+    class Exporting(FakeProfiler):
+        def discard(self) -> None:
+            self.calls.append("drop-exported")
+
+    clock, prof = FakeClock(), Exporting()
+    rec = StepRecorder(Phases(1, 1, 1, 4, False), profiler=prof, cprofiler=FakeProfiler(), clock=clock)
+    rec.script_started()
+    with pytest.raises(StopScript):
+        for _ in range(20):
+            for _ in range(6):  # 6 backward boundaries outrun warm-up, timed and profiled
+                rec.module_call(1, 2)
+                rec.backward()
+                clock.advance(0.001)
+            rec.optimizer_step(9)
+    # the backward-source window was exported, then dropped when the optimizer took over
+    assert prof.calls[:4] == ["start", "export", "drop-exported", "start"]
+    assert rec.source == "optimizer" and rec.timed_phase().accumulation == 6
+
+
+def test_a_created_optimizer_is_awaited_through_long_accumulation():
+    rec, clock, prof, _ = make(warmup=1, timed=3, profiled=2, cprofile=2, full=True)
+    rec.optimizer_created()
+    for _ in range(7):
+        for _ in range(40):  # 40 micro-batches, more than the 8 steps asked for
+            rec.module_call(1, 8)
+            rec.backward()
+            clock.advance(0.001)
+        rec.optimizer_step(9)
+    assert rec.source == "optimizer" and rec.steps_seen == 7
+    assert rec.timed_phase().backwards == (40, 40, 40) and rec.timed_phase().samples == (320, 320, 320)
+    assert rec.step_times_ms == pytest.approx([40.0, 40.0, 40.0])
+    assert prof.calls[0] == "start" and "discard" not in prof.calls  # no window was wasted
+    assert not any("restarted" in n for n in rec.notes)
+
+
+def test_an_optimizer_that_never_steps_gives_way_to_backward_calls():
+    from advisor.capture.recorder import ACCUMULATION_GRACE
+
+    rec, clock, *_ = make(warmup=1, timed=2, profiled=0, cprofile=0, full=True)
+    rec.optimizer_created()  # built, but the script updates parameters by hand
+    for _ in range(ACCUMULATION_GRACE + 4):
+        rec.module_call(1, 8)
+        rec.backward()
+        clock.advance(0.001)
+    assert rec.source == "backward" and rec.steps_seen == 3

@@ -6,6 +6,8 @@
 * ``tests/scripts/train_loop.py --workers 4 --pin-memory``: a loop written for a GPU server, run
   on a small CPU machine: a DataLoader with 4 workers and ``pin_memory=True``, more runnable
   threads than cores, and useless pinning.
+* ``tests/scripts/tiny_gpt.py --batch-size 8 --accum 40``: nanoGPT's gradient accumulation with
+  no DataLoader (batches sampled from a tensor): the accumulation is seen in the loop itself.
 """
 
 from __future__ import annotations
@@ -69,3 +71,17 @@ def test_oversubscribed_loader_and_useless_pin_memory_are_flagged(tmp_path: Path
     # a run measured under contention says so, whichever way the machine was
     warned = any("competed for the cores" in w for w in report["warnings"])
     assert warned == (s["contention_flag"] == 1.0)
+
+
+def test_accumulation_without_a_dataloader_is_named(tmp_path: Path) -> None:
+    report, capture = diagnose(tmp_path, SCRIPTS / "tiny_gpt.py", "--batch-size", "8", "--accum", "40", "--steps", "50")
+    by_code = {f["code"]: f for f in report["findings"]}
+    assert capture["dataloaders"] == [] and capture["step_source"] == "optimizer"
+    assert capture["timed"]["backwards"] == [40] * len(capture["timed"]["step_times_ms"])
+    assert "SK004" in by_code, sorted(by_code)
+    assert "40 micro-batches of 8 samples" in by_code["SK004"]["message"]
+    assert "One batch of 320 samples" in by_code["SK004"]["message"]
+    assert report["primary"]["category"] != "compute" and "CO001" not in by_code
+    # 40 backward calls outrun the 8 steps asked for before the first optimizer step: the
+    # trace of those backward-call "steps" is dropped, not read as a second rank
+    assert len(capture["trace_files"]) == 1 and "CM002" not in by_code

@@ -205,3 +205,28 @@ def test_ranks_loaded_one_by_one_keep_distinct_ranks():
     m = compute_metrics(traces)
     assert list(m.ranks["rank"]) == [0, 1]
     assert m.summary["rank_count"] == 2 and m.summary["straggler_ratio"] == 1.0
+
+
+
+def _summary(tmp_path, timed: TimedPhase, **fields) -> dict:
+    run = tmp_path / "run"
+    RunCapture(run_dir=str(run), step_source="optimizer", timed=timed, environment=Environment(cpu_count=4), **fields).save(run)
+    return analyze_path(run).summary
+
+
+def test_accumulation_without_a_dataloader_comes_from_backward_calls(tmp_path):
+    # 40 backward calls per optimizer step, 320 samples the model consumed: 40 x 8
+    s = _summary(tmp_path, TimedPhase(
+        step_times_ms=(10.0, 12.0, 11.0), samples=(320, 320, 320), batches=(0, 0, 0),
+        backwards=(40, 40, 40), optimizers_per_step=1,
+    ))
+    assert s["batches_per_step"] == 40 and s["micro_batch_size"] == 8 and s["samples_per_step"] == 320
+
+
+def test_gan_backward_calls_are_no_micro_batches(tmp_path):
+    s = _summary(
+        tmp_path,
+        TimedPhase(step_times_ms=(10.0, 12.0), samples=(16, 16), batches=(1, 1), backwards=(3, 3), optimizers_per_step=2),
+        dataloaders=(DataLoaderInfo(batch_size=16),),
+    )
+    assert s["batches_per_step"] == 1 and s["micro_batch_size"] == 16

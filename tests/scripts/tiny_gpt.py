@@ -3,6 +3,11 @@
 Made to be overhead-bound, as small transformer trainers are on a CPU: a few hundred operators
 per step (embeddings, layer norms, attention, GELU, AdamW), each with a little arithmetic, so
 the step runs its matmuls at a small share of what the CPU can do. ``--steps N`` optimizer steps.
+
+``--accum K`` accumulates K micro-batches of ``--batch-size`` sequences per optimizer step, the
+loss divided by K, as nanoGPT's ``gradient_accumulation_steps`` loop does (no DataLoader: each
+micro-batch is sampled from the token tensor). ``--batch-size 8 --accum 40`` and
+``--batch-size 320 --accum 1`` see the same tokens per optimizer step.
 """
 
 import argparse
@@ -12,7 +17,8 @@ from torch import nn
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=100_000)
-parser.add_argument("--batch-size", type=int, default=4)
+parser.add_argument("--batch-size", type=int, default=4, help="sequences per (micro-)batch")
+parser.add_argument("--accum", type=int, default=1, help="gradient accumulation steps")
 parser.add_argument("--context", type=int, default=16)
 parser.add_argument("--d-model", type=int, default=32)
 parser.add_argument("--layers", type=int, default=2)
@@ -58,10 +64,11 @@ class TinyGPT(nn.Module):
 model = TinyGPT(args.d_model, args.layers, args.context)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 for _ in range(args.steps):
-    starts = torch.randint(0, len(tokens) - args.context - 1, (args.batch_size,))
-    x = torch.stack([tokens[s : s + args.context] for s in starts])
-    y = torch.stack([tokens[s + 1 : s + 1 + args.context] for s in starts])
-    loss = nn.functional.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
-    opt.zero_grad()
-    loss.backward()
+    for _micro in range(args.accum):
+        starts = torch.randint(0, len(tokens) - args.context - 1, (args.batch_size,))
+        x = torch.stack([tokens[s : s + args.context] for s in starts])
+        y = torch.stack([tokens[s + 1 : s + 1 + args.context] for s in starts])
+        loss = nn.functional.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+        (loss / args.accum).backward()
     opt.step()
+    opt.zero_grad()
