@@ -12,15 +12,23 @@ For each example with a hand-fixed twin (``examples/<name>.py`` and ``examples/f
 3. print a table: advisor's reported speedup (with its interval) vs the plainly measured speedup
    of the same fix vs the twin's.
 
+``--script-args`` does the same for a fix made through the script's own arguments: advisor's
+``script_args`` trial on ``tests/scripts/tiny_gpt.py --batch-size 8 --accum 40`` (nanoGPT-style
+accumulation, no DataLoader) beside the same script run by hand, interleaved, with the command
+line advisor hands over (one batch of 320, no accumulation). The load average is printed before
+and after: on a shared machine the ratio is only meaningful next to it.
+
 Usage:
     .venv/bin/python benchmarks/fix_speedups.py [--examples data_loading grad_accumulation]
         [--repeats 3] [--plain-repeats 3] [--json out.json]
+    .venv/bin/python benchmarks/fix_speedups.py --script-args [--repeats 3] [--plain-repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -147,6 +155,56 @@ def bench(name: str, repeats: int, plain_repeats: int, from_diagnose: bool, work
     return result
 
 
+ACCUM_SCRIPT = REPO / "tests" / "scripts" / "tiny_gpt.py"
+ACCUM_ARGS = ("--batch-size", "8", "--accum", "40")
+
+
+def load() -> str:
+    """The 1-, 5- and 15-minute load averages and the core count, for the record."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def bench_script_args(repeats: int, plain_repeats: int, work: Path, plain_steps: int = 20) -> dict:
+    """advisor's ``script_args`` trial vs the same new command line timed by hand, side by side."""
+    print(f"== script_args on {ACCUM_SCRIPT.name} {' '.join(ACCUM_ARGS)} ({load()})", flush=True)
+    spec = RunSpec(script=ACCUM_SCRIPT, args=(*ACCUM_ARGS, "--steps", "100000"), out_dir=work / "script_args" / "run",
+                   seed=0, quiet=True)
+    t0 = time.perf_counter()
+    outcome = run_trials(spec, [FixRef("script_args", "unsafe")], unsafe=True, repeats=repeats)
+    loop_s = time.perf_counter() - t0
+    trial = next((t for t in outcome.trials if t.fix == "script_args"), None)
+    result: dict = {"example": "tiny_gpt --accum 40", "loop_s": round(loop_s, 1), "load_before": load()}
+    if trial is None or not trial.params.get("args"):
+        print(f"   script_args was not tried: {trial.reason if trial else 'no trial'}")
+        return result
+    new_args = [a for a in trial.params["args"] if a]
+    # NOTE: the trial's args end with advisor's own --steps 100000 (the capture stops the
+    # script); by hand each run does a fixed number of optimizer steps instead.
+    new_args = [*new_args[: new_args.index("--steps")], *new_args[new_args.index("--steps") + 2 :]]
+    print(f"   advisor: {trial.verdict} {fmt(trial.speedup)} [{trial.ci_low or 0:.2f}, {trial.ci_high or 0:.2f}], "
+          f"loss diff {trial.loss_max_rel_diff}; hands over: {trial.params.get('command')}", flush=True)
+    steps = ["--steps", str(plain_steps)]
+    runs = {"original": [*ACCUM_ARGS, *steps], "new arguments": [*new_args, *steps]}
+    rates: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(plain_repeats):  # interleaved: original, new arguments, original, ...
+        for key, args in runs.items():
+            r, _wall = plain_rate(ACCUM_SCRIPT, args)
+            if r is not None:
+                rates[key].append(r)
+    med = {k: (statistics.median(v) if v else None) for k, v in rates.items()}
+    result.update(
+        advisor_speedup=trial.speedup, advisor_ci=[trial.ci_low, trial.ci_high], advisor_verdict=trial.verdict,
+        command=trial.params.get("command"), plain_samples_per_s=med, plain_runs=rates,
+        plain_speedup=(med["new arguments"] / med["original"]) if med["original"] and med["new arguments"] else None,
+        load_after=load(),
+    )
+    print(f"   by hand ({plain_repeats} interleaved runs of {plain_steps} steps each): original "
+          f"{rates['original']} samples/s, new arguments {rates['new arguments']} samples/s")
+    print(f"   advisor {fmt(trial.speedup)} vs by hand {fmt(result['plain_speedup'])}  ({load()})")
+    return result
+
+
 def fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
@@ -159,8 +217,14 @@ def main() -> None:
     p.add_argument("--from-diagnose", action="store_true")
     p.add_argument("--json", type=Path)
     p.add_argument("--work", type=Path)
+    p.add_argument("--script-args", action="store_true", help="the argument trial on an accumulating loop, vs by hand")
     args = p.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="advisor-fixbench-"))
+    if args.script_args:
+        result = bench_script_args(args.repeats, args.plain_repeats, work)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
+        return
     results = []
     for name in args.examples:
         if not (REPO / "examples" / f"{name}.py").is_file() or not (REPO / "examples" / "fixed" / f"{name}.py").is_file():

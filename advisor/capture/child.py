@@ -44,6 +44,7 @@ from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
     PHASE_DONE,
     PHASE_FINISHING,
+    PHASE_WARMUP,
     STATUS_COMPLETED,
     STATUS_CRASHED,
     STATUS_NO_STEPS,
@@ -53,6 +54,7 @@ from advisor.capture.model import (  # noqa: E402
     ScriptError,
 )
 from advisor.capture.recorder import Phases, StepRecorder, StopScript  # noqa: E402
+from advisor.capture.scriptconfig import ConfigRecorder  # noqa: E402
 from advisor.rundir import CHILD_FILE, EVENTS_FILE, PSTATS_FILE, TRACES_DIR, rank_dir_name  # noqa: E402
 
 EVENT_INTERVAL_S = 0.1  # at most this often a progress line within a phase
@@ -247,6 +249,7 @@ class ChildSession:
             record_loss_steps=max(0, spec.record_loss_steps),
         )
         self.hooks: Any = None
+        self.script_config = ConfigRecorder(self.script, list(spec.args))
         self._last_event: tuple[str, int, int] | None = None
         self._last_event_t = 0.0
         self._events = os.open(
@@ -285,6 +288,12 @@ class ChildSession:
         self._event(rec.phase, force=False)
 
     def _on_phase(self, rec: StepRecorder) -> None:
+        if rec.phase != PHASE_WARMUP:
+            # NOTE: the script's globals exist only while it runs (runpy's temporary __main__);
+            # by the first step after warm-up a configurator has long applied its overrides.
+            main = sys.modules.get("__main__")
+            if main is not None and getattr(main, "__file__", None) == self.script:
+                self.script_config.read_globals(vars(main))
         self.write(finished=False)
         self._event(rec.phase)
 
@@ -300,6 +309,7 @@ class ChildSession:
             "trace_files": list(self.trace_files),
             "pstats_file": self.results["pstats_file"],
             "dataloaders": list(self.hooks.dataloaders) if self.hooks is not None else [],
+            "script_config": self.script_config.config(),
             "notes": [*self.notes, *rec.notes],
             "phase": rec.phase,
             "finished": finished,
@@ -325,6 +335,7 @@ class ChildSession:
             seed_everything(self.spec.seed)
         from advisor.capture.hooks import TorchHooks
 
+        self.script_config.install()
         self.hooks = TorchHooks(self.recorder)
         self.hooks.install()
         profiler = self.recorder.profiler
@@ -423,6 +434,7 @@ class ChildSession:
             self.notes.append(f"closing the profiler failed: {e}")
         if self.hooks is not None:
             self.hooks.uninstall()
+        self.script_config.uninstall()
         self.exit_code = code
         self.status = {
             "stopped": STATUS_STOPPED,

@@ -292,6 +292,55 @@ class Environment:
     matmul_peaks: tuple[MatmulPeak, ...] = ()
 
 
+class ConfigStyle(Vocab):
+    """How a script takes its configuration on the command line."""
+
+    ARGPARSE = "argparse"  # argparse (HfArgumentParser too): ``--batch-size 8``
+    CONFIGURATOR = "configurator"  # nanoGPT's configurator: ``--batch_size=8`` overrides a global
+
+
+@dataclass(frozen=True)
+class ScriptOption:
+    """One setting of the script's own configuration, as the script parsed it.
+
+    Attributes:
+        name: The setting's name: argparse's ``dest``, or the global's name.
+        value: The value the script ran with (a JSON scalar: int, float, bool, str or None).
+        style: Where it comes from (:class:`ConfigStyle`).
+        flag: The option string to set it with: ``--batch-size`` (argparse's first long
+            option), ``--batch_size`` (configurator); None when it has no option string.
+        action: ``store`` (takes a value), ``store_true`` or ``store_false`` (a switch).
+        default: The default it had before the command line (argparse only).
+    """
+
+    name: str
+    value: Any = None
+    style: ConfigStyle = ConfigStyle.ARGPARSE
+    flag: str | None = None
+    action: str = "store"
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class ScriptConfig:
+    """The script's configuration surface: what can be changed through its own arguments.
+
+    Recorded in the child (:mod:`advisor.capture.scriptconfig`) so that a fix can be tried, and
+    handed to the user, as a new command line rather than a run-time patch.
+
+    Attributes:
+        options: Every recognisable setting (scalar values only), in the order declared.
+        notes: What could not be recorded, one line each.
+    """
+
+    options: tuple[ScriptOption, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def get(self, name: str) -> ScriptOption | None:
+        """Return the option named ``name`` (None when the script has none)."""
+        return next((o for o in self.options if o.name == name), None)
+
+
 @dataclass(frozen=True)
 class ScriptError:
     """What went wrong in the script, when something did.
@@ -349,6 +398,8 @@ class RunCapture:
         user_code: What counts as the user's code in this run (the interpreter's library roots
             and the user's files), decided once by the child and read by the metrics stage;
             None for old captures.
+        script_config: The script's own configuration surface (argparse options, configurator
+            globals), for fixes made through its arguments.
         phases_s: Where the run's wall time went, in seconds: ``process`` (interpreter start
             and exit, outside the child's clock), ``imports``, ``setup`` (to the end of the first
             step), ``warmup``, ``timed``, ``profiled``, ``cprofile``, ``finishing`` (see
@@ -389,6 +440,7 @@ class RunCapture:
     events_file: str | None = None
     user_code: UserCode | None = None
     phases_s: dict[str, float] = field(default_factory=dict)
+    script_config: ScriptConfig = field(default_factory=ScriptConfig)
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

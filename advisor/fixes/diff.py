@@ -537,6 +537,13 @@ def diff_root(script: Path) -> Path:
     return cwd if folder.is_relative_to(cwd) else folder
 
 
+def notes_header(kept: Sequence[Trial], manual: Sequence[str]) -> str:
+    """Return the ``# advisor:`` lines that lead a diff: new command lines, then what is left to do by hand."""
+    commands = dict.fromkeys(_plan(kept).commands)
+    lines = [f"# advisor: run with the script's own arguments: {c}\n" for c in commands]
+    return "".join(lines + [f"# advisor: not made mechanical: {m}\n" for m in manual])
+
+
 def make_diff(script: Path, kept: Sequence[Trial], *, root: Path | None = None) -> str:
     """Return a unified diff of ``script`` that makes the kept fixes permanent.
 
@@ -548,7 +555,8 @@ def make_diff(script: Path, kept: Sequence[Trial], *, root: Path | None = None) 
             ``git apply`` works from there.
 
     Returns:
-        The diff, led by ``# advisor:`` comment lines for what could not be made mechanical;
+        The diff, led by ``# advisor:`` comment lines for the new command line of a fix made
+        through the script's arguments and for what could not be made mechanical;
         empty when nothing changes and nothing is left to say.
 
     Raises:
@@ -563,9 +571,9 @@ def make_diff(script: Path, kept: Sequence[Trial], *, root: Path | None = None) 
         new, manual = transform(source, kept)
     except cst.ParserSyntaxError as exc:
         raise InputError(f"cannot parse {path} for the diff: {exc.message} (line {exc.raw_line})") from exc
-    lines = [f"# advisor: not made mechanical: {m}\n" for m in manual]
+    header = notes_header(kept, manual)
     if new == source:
-        return "".join(lines)
+        return header
     base = (root or diff_root(path)).resolve()
     # NOTE: as_posix: git apply and patch read "/" on every platform.
     name = path.resolve().relative_to(base).as_posix() if path.resolve().is_relative_to(base) else path.name
@@ -573,7 +581,7 @@ def make_diff(script: Path, kept: Sequence[Trial], *, root: Path | None = None) 
         source.splitlines(keepends=True), new.splitlines(keepends=True),
         fromfile=f"a/{name}", tofile=f"b/{name}",
     )
-    return "".join(lines) + "".join(body)
+    return header + "".join(body)
 
 
 def write_diff(script: Path, diff_or_kept: str | Sequence[Trial]) -> Path:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from advisor.capture.model import DataLoaderInfo, RunSpec
+from advisor.capture.model import DataLoaderInfo, RunSpec, ScriptConfig, ScriptOption
 from advisor.fixes import catalog
 from advisor.fixes.fix import Fix, FixContext
 from advisor.fixes.model import Trial
@@ -36,8 +36,13 @@ for x, y in loader:
 
 SAMPLE_CONTEXT = FixContext(
     cuda=True, cpu_count=4, dataloaders=(DataLoaderInfo(batch_size=8),), batches_per_step=4,
+    script_config=ScriptConfig(options=(
+        ScriptOption("batch_size", 8, flag="--batch-size", default=8),
+        ScriptOption("grad_accum_steps", 4, flag="--grad-accum-steps", default=4),
+    )),
 )
-"""The baseline the sample parameters are planned for (a CUDA run, 4 cores, 4 micro-batches)."""
+"""The baseline the sample parameters are planned for (a CUDA run, 4 cores, 4 micro-batches,
+``--batch-size`` and ``--grad-accum-steps`` arguments)."""
 
 DOCS_HEADER = """\
 <!-- Generated from advisor/fixes/catalog/*.py by `advisor fixes --format markdown`.
@@ -61,10 +66,11 @@ def sample_params(fix: Fix) -> dict[str, Any]:
 
 def sample_diff(fix: Fix) -> str:
     """Return the diff the fix makes on :data:`SAMPLE_SCRIPT`, led by its ``# advisor:`` notes."""
-    from advisor.fixes.diff import transform
+    from advisor.fixes.diff import notes_header, transform
 
-    new, manual = transform(SAMPLE_SCRIPT, [Trial(fix=fix.id, safety=fix.safety, params=sample_params(fix))])
-    notes = "".join(f"# advisor: not made mechanical: {m}\n" for m in manual)
+    kept = [Trial(fix=fix.id, safety=fix.safety, params=sample_params(fix))]
+    new, manual = transform(SAMPLE_SCRIPT, kept)
+    notes = notes_header(kept, manual)
     body = difflib.unified_diff(
         SAMPLE_SCRIPT.splitlines(keepends=True), new.splitlines(keepends=True),
         fromfile="a/train.py", tofile="b/train.py",
@@ -110,7 +116,7 @@ def explain(fix: Fix) -> str:
     safety = "keeps numerics" if fix.safety.value == "safe" else "may change numerics, memory or batch semantics"
     rules = suggested_by(fix.id)
     diff = sample_diff(fix)
-    changed = "\n--- a/" in "\n" + diff
+    changed = "\n--- a/" in "\n" + diff or "# advisor: run with" in diff
     return "\n".join([
         f"# {fix.id}",
         "",

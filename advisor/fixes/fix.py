@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from advisor.capture.model import DataLoaderInfo, RunCapture, RunSpec
+from advisor.capture.model import DataLoaderInfo, RunCapture, RunSpec, ScriptConfig
 from advisor.engine.model import Safety
 
 SAFE = Safety.SAFE
@@ -61,6 +61,12 @@ class FixContext:
         batches_per_step: Median DataLoader batches per optimizer step (None if not recorded).
         step_source: What the baseline's steps were counted from (``optimizer`` steps, or
             DataLoader batches for a loop with no optimizer); None when unknown.
+        loop_accumulation: ``backward()`` calls per optimizer step seen in the loop itself
+            (>= 2), with or without a DataLoader; None when the loop does not accumulate.
+        micro_batch_samples: Median samples per ``backward()`` call (None when unknown).
+        script_config: The script's own configuration surface (its argparse options or
+            configurator globals), for fixes made through the script's arguments.
+        intra_op_threads: torch's intra-op thread count in the baseline (None when unknown).
     """
 
     cuda: bool = False
@@ -69,6 +75,10 @@ class FixContext:
     samples_per_step: float | None = None
     batches_per_step: float | None = None
     step_source: str | None = None
+    loop_accumulation: int | None = None
+    micro_batch_samples: float | None = None
+    script_config: ScriptConfig = field(default_factory=ScriptConfig)
+    intra_op_threads: int | None = None
 
     @property
     def max_workers(self) -> int:
@@ -104,6 +114,10 @@ def context_from_capture(capture: RunCapture) -> FixContext:
         samples_per_step=per_step,
         batches_per_step=float(batches[len(batches) // 2]) if batches else None,
         step_source=capture.step_source,
+        loop_accumulation=capture.timed.accumulation,
+        micro_batch_samples=capture.timed.micro_batch_samples,
+        script_config=capture.script_config,
+        intra_op_threads=env.intra_op_threads,
     )
 
 
@@ -154,6 +168,8 @@ class DiffPlan:
             (``torch.inference_mode()``).
         read_every: Move the loop's per-step host reads (``.item()``, ``float(t)``, ``.cpu()``,
             ``print``) under ``if step % N == 0`` (0: leave them).
+        commands: New command lines that make a fix permanent through the script's own
+            arguments (no source change).
         manual: What cannot be made mechanical, one line each.
     """
 
@@ -170,6 +186,7 @@ class DiffPlan:
     header_statements: list[str] = field(default_factory=list)
     wrap_data_loop: list[str] = field(default_factory=list)
     read_every: int = 0
+    commands: list[str] = field(default_factory=list)
     manual: list[str] = field(default_factory=list)
 
 

@@ -85,3 +85,33 @@ def test_accumulation_without_a_dataloader_is_named(tmp_path: Path) -> None:
     # 40 backward calls outrun the 8 steps asked for before the first optimizer step: the
     # trace of those backward-call "steps" is dropped, not read as a second rank
     assert len(capture["trace_files"]) == 1 and "CM002" not in by_code
+
+
+@pytest.mark.slow
+def test_accumulation_is_fixed_through_the_scripts_own_arguments(tmp_path: Path) -> None:
+    """The argument trial re-runs the script with one batch of micro x accum, loss-checked; its diff is the command."""
+    run_dir = tmp_path / "run"
+    script = SCRIPTS / "tiny_gpt.py"
+    out = subprocess.run(
+        [*ADVISOR, "diagnose", "-q", "--fix", "script_args", "--repeats", "2", "--out", str(run_dir), "--warmup", "1",
+         "--steps", "3", "--profile-steps", "1", "--format", "json", "-o", str(tmp_path / "report.json"),
+         str(script), "--batch-size", "4", "--accum", "8", "--steps", "100"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=900,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
+    assert out.returncode in (0, 1), out.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    capture = json.loads((run_dir / "capture.json").read_text())
+    options = {o["name"]: o for o in capture["script_config"]["options"]}
+    assert options["batch_size"]["value"] == 4 and options["accum"]["flag"] == "--accum"
+    (trial,) = [t for t in report["trials"] if t["fix"] == "script_args"]
+    assert trial["params"]["changes"] == {"batch_size": 32, "accum": 1}
+    assert trial["verdict"] != "failed" and trial["speedup"] is not None, trial
+    # same data in the same order (one randint of 32 draws what eight of 4 draw): the losses agree
+    assert trial["loss_max_rel_diff"] is not None and trial["loss_max_rel_diff"] < 1e-3
+    variant = json.loads((run_dir / "trials" / "script_args-1" / "capture.json").read_text())
+    assert variant["args"][:4] == ["--batch-size", "32", "--accum", "1"]
+    assert variant["timed"]["backwards"] == [1] * len(variant["timed"]["step_times_ms"])
+    command = f"python {script} --batch-size 32 --accum 1 --steps 100"
+    if trial["verdict"] == "improved":
+        assert report["diff"].startswith(f"# advisor: run with the script's own arguments: {command}\n")

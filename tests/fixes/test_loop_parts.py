@@ -97,3 +97,14 @@ def test_the_compile_mode_ladder_reports_its_best_rung_on_cuda(tmp_path: Path):
     assert t.params == {"mode": "reduce-overhead"} and t.speedup == pytest.approx(1.6, rel=0.05)
     assert re.search(r"ladder default: 1\.[12]\dx \(improved\), reduce-overhead: 1\.[56]\dx .*max-autotune: 1\.[34]\dx", t.reason)
     assert t.time_to_first_step_s == 3.0 and t.baseline_time_to_first_step_s == 1.0  # compile apart
+
+
+def test_cpu_threads_is_standalone_without_a_dataloader():
+    no_loader = FixContext(cpu_count=2, intra_op_threads=2)
+    plan = plan_trials(["dataloader_workers", "cpu_threads"], no_loader, SPEC)
+    assert plan.on_top == [] and "no torch DataLoader" in plan.skipped["dataloader_workers"].reason
+    assert [(v.label, v.params) for v in plan.variants] == [("cpu_threads@1", {"threads": 1, "standalone": True})]
+    eight = plan_trials(["cpu_threads"], FixContext(cpu_count=8, intra_op_threads=8), SPEC)
+    assert [v.params["threads"] for v in eight.variants] == [1, 4]
+    one = plan_trials(["cpu_threads"], FixContext(cpu_count=2, intra_op_threads=1), SPEC)
+    assert "already runs one intra-op thread" in one.skipped["cpu_threads"].reason

@@ -285,3 +285,14 @@ def test_copy_targets_are_recognised_without_a_gpu():
     assert runtime._targets_cuda((), {"device": torch.device("cuda", 0)})
     assert not runtime._targets_cuda((torch.float16,), {})
     assert not runtime._targets_cuda(("cpu",), {})
+
+
+def test_cpu_threads_standalone_sets_the_threads_before_the_script():
+    if runtime._cores() < 2:
+        pytest.skip("needs 2 cores")
+    torch.set_num_threads(2)
+    notes = install(FixRequest("cpu_threads", {"threads": 1, "standalone": True}))
+    assert torch.get_num_threads() == 1  # no DataLoader needed
+    assert runtime.is_applied(notes["cpu_threads"]) and "set_num_threads(1) (was 2)" in notes["cpu_threads"]
+    again = install(FixRequest("cpu_threads", {"threads": 1, "standalone": True}))
+    assert runtime.is_not_applied(again["cpu_threads"])  # already one thread: says so

@@ -7,10 +7,12 @@ the step runs its matmuls at a small share of what the CPU can do. ``--steps N``
 ``--accum K`` accumulates K micro-batches of ``--batch-size`` sequences per optimizer step, the
 loss divided by K, as nanoGPT's ``gradient_accumulation_steps`` loop does (no DataLoader: each
 micro-batch is sampled from the token tensor). ``--batch-size 8 --accum 40`` and
-``--batch-size 320 --accum 1`` see the same tokens per optimizer step.
+``--batch-size 320 --accum 1`` see the same tokens per optimizer step. At the end it prints its
+steady throughput (``done: N steps, R samples/s``, after the first step), for timing by hand.
 """
 
 import argparse
+import time
 
 import torch
 from torch import nn
@@ -63,7 +65,10 @@ class TinyGPT(nn.Module):
 
 model = TinyGPT(args.d_model, args.layers, args.context)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for _ in range(args.steps):
+started = None
+for step in range(args.steps):
+    if step == 1:
+        started = time.perf_counter()  # NOTE: the first step pays one-off set-up; not steady
     for _micro in range(args.accum):
         starts = torch.randint(0, len(tokens) - args.context - 1, (args.batch_size,))
         x = torch.stack([tokens[s : s + args.context] for s in starts])
@@ -72,3 +77,6 @@ for _ in range(args.steps):
         (loss / args.accum).backward()
     opt.step()
     opt.zero_grad()
+if started is not None and args.steps > 1:
+    rate = (args.steps - 1) * args.batch_size * args.accum / (time.perf_counter() - started)
+    print(f"done: {args.steps} steps, {rate:.1f} samples/s")

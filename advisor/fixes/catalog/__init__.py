@@ -24,6 +24,7 @@ MODULES: tuple[str, ...] = (
     "cpu_threads",
     "bf16_autocast",
     "fp16_amp",
+    "script_args",
     "batch_fusion",
     "channels_last",
     "torch_compile",

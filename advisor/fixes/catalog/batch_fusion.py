@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.capture.model import RunSpec
+from advisor.fixes.catalog import script_args
 from advisor.fixes.fix import (
     LOSS_RTOL_BATCH,
     UNSAFE,
@@ -18,9 +19,15 @@ from advisor.fixes.fix import (
 
 
 def check(ctx: FixContext) -> str | None:
-    """Needs a DataLoader and more than one loader batch per optimizer step."""
+    """Needs a DataLoader and more than one loader batch per optimizer step, and no argument for it.
+
+    Where the script's own arguments set the batch size and the accumulation, ``script_args``
+    tries the same fusion as a new command line: what the user will change, not a patch.
+    """
     if (reason := needs_loader(ctx)) is not None:
         return reason
+    if script_args.check(ctx) is None:
+        return "the script's own arguments do this fusion: script_args tries it as a new command line"
     accum = ctx.accumulation
     if accum is None:
         return "no samples per step were counted, so gradient accumulation cannot be seen"

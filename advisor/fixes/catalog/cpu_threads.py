@@ -1,21 +1,58 @@
-"""``cpu_threads``: leave a core per loader worker (``torch.set_num_threads(cores - workers)``)."""
+"""``cpu_threads``: fewer intra-op threads: a core per loader worker, or fewer threads on their own.
+
+Two cases, decided from the baseline:
+
+* with a DataLoader, threads are lowered to ``cores - workers`` when the loader is built
+  (measured on top of the best ``dataloader_workers`` rung when the script has no workers);
+* without a DataLoader, the trial is standalone: ``torch.set_num_threads(n)`` before the script
+  runs, for ``n`` below the baseline's thread count. On a shared or small machine torch's
+  intra-op threads compete with each other and with every other process: on this project's
+  2-core machine at load 11 a tiny GPT step took 855-1060 ms with 2 threads and 48 ms with 1.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, needs_loader
+from advisor.capture.model import RunSpec
+from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, VariantPlan
+
+
+def thread_ladder(current: int) -> tuple[int, ...]:
+    """Return the thread counts a standalone trial tries below ``current``: 1, and half when that differs."""
+    return tuple(sorted({n for n in (1, current // 2) if 1 <= n < current}))
 
 
 def check(ctx: FixContext) -> str | None:
-    """Needs more than one core and a DataLoader."""
+    """Needs more than one core, and more than one intra-op thread to take away without a DataLoader."""
     if ctx.cpu_count <= 1:
         return "one core: there is no thread count to trade"
-    return needs_loader(ctx)
+    if not ctx.dataloaders and ctx.intra_op_threads is not None and ctx.intra_op_threads <= 1:
+        return "torch already runs one intra-op thread and the script has no DataLoader workers to make room for"
+    return None
+
+
+def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
+    """Without a DataLoader: a rung per thread count; with one: cores - workers (one run)."""
+    if ctx.dataloaders:
+        return [VariantPlan("cpu_threads", {})]
+    current = ctx.intra_op_threads or ctx.cpu_count
+    return [VariantPlan(f"cpu_threads@{n}", {"threads": n, "standalone": True}) for n in thread_ladder(current)]
 
 
 def install(state: Any, params: dict[str, Any]) -> None:
-    """Child side: act when a DataLoader with workers is built."""
+    """Child side: set the threads now (standalone), or when a DataLoader with workers is built."""
+    if params.get("standalone"):
+        import torch
+
+        before = torch.get_num_threads()
+        target = int(params.get("threads") or 1)
+        if before <= target:
+            state.skipped("cpu_threads", f"already {before} intra-op threads (target {target})")
+        else:
+            torch.set_num_threads(target)
+            state.applied("cpu_threads", f"torch.set_num_threads({target}) (was {before}) before the script ran")
+        return
     state.want_loader("cpu_threads", params, "waiting for a DataLoader with workers")
 
 
@@ -50,11 +87,19 @@ def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
 FIX = Fix(
     id="cpu_threads",
     safety=SAFE,
-    description="leave a core per loader worker: torch.set_num_threads(cores - workers)",
-    applies_when="loader workers and torch's intra-op threads fight for a few cores",
-    measured="one run; on top of the best dataloader_workers rung when the script has no workers",
+    description="fewer intra-op threads: a core per loader worker (cores - workers), or fewer threads on their own",
+    applies_when=(
+        "loader workers and torch's intra-op threads fight for a few cores, or, without a DataLoader, "
+        "intra-op threads contend with each other and with other work on a small or shared machine"
+    ),
+    measured=(
+        "one run; on top of the best dataloader_workers rung when the script has a DataLoader without "
+        "workers; without a DataLoader a ladder of thread counts (1, and half the threads) on its own"
+    ),
     check=check,
     requires="dataloader_workers",
+    variants=variants,
+    rung=lambda p: f"{p['threads']} threads" if p.get("threads") else "cores - workers",
     install=install,
     adjust_loader=adjust_loader,
     plan_diff=plan_diff,

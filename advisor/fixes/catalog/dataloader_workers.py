@@ -89,7 +89,9 @@ FIX = Fix(
     check=check,
     variants=variants,
     rung=lambda p: f"{p.get('num_workers')} workers",
-    present=lambda ctx: ctx.max_workers > 0,
+    # NOTE: without a DataLoader there are no workers to add, so the fixes that build on them
+    # (cpu_threads) are measured against the plain baseline, on their own.
+    present=lambda ctx: ctx.max_workers > 0 or not ctx.dataloaders,
     changes_loader=True,
     install=install,
     adjust_loader=adjust_loader,
