@@ -165,11 +165,12 @@ def load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
 
 
-def bench_script_args(repeats: int, plain_repeats: int, work: Path, plain_steps: int = 20) -> dict:
+def bench_script_args(repeats: int, plain_repeats: int, work: Path, plain_steps: int = 8) -> dict:
     """advisor's ``script_args`` trial vs the same new command line timed by hand, side by side."""
     print(f"== script_args on {ACCUM_SCRIPT.name} {' '.join(ACCUM_ARGS)} ({load()})", flush=True)
+    # NOTE: a step is 40 micro-batches (seconds each on a loaded 2-core machine): few steps.
     spec = RunSpec(script=ACCUM_SCRIPT, args=(*ACCUM_ARGS, "--steps", "100000"), out_dir=work / "script_args" / "run",
-                   seed=0, quiet=True)
+                   seed=0, quiet=True, warmup_steps=2, timed_steps=6, profiled_steps=0)
     t0 = time.perf_counter()
     outcome = run_trials(spec, [FixRef("script_args", "unsafe")], unsafe=True, repeats=repeats)
     loop_s = time.perf_counter() - t0

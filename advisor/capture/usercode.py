@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
+_STDLIB_PACKAGES = frozenset(getattr(sys, "stdlib_module_names", ()))
 _MAX_USER_FILES = 5000  # a bound on what a run records (a project rarely imports more)
 
 CALL_PREFIX = "advisor.call@"
@@ -89,7 +90,10 @@ class UserCode:
             ).startswith(self._roots)
         if norm in self._files:
             return True
-        return norm.split("/", 1)[0] in self._packages
+        top = norm.split("/", 1)[0]
+        # NOTE: a standard-library package (multiprocessing/queues.py in a loader's frames) is
+        # never the user's by its folder alone; a user file of that name is in _files above.
+        return top in self._packages and top not in _STDLIB_PACKAGES
 
 
 def library_roots() -> tuple[str, ...]:

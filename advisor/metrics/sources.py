@@ -79,8 +79,8 @@ def looks_like_user_file(path: str) -> bool:
     if not parts:
         return False
     top = parts[0] if not norm.startswith("/") else ""
-    if top in LIBRARY_TOPS:
-        return False
+    if top in LIBRARY_TOPS or top in _STDLIB:
+        return False  # NOTE: "multiprocessing/queues.py" is a stdlib package's file, not the user's
     if len(parts) == 1:
         stem = parts[0].rsplit(".", 1)[0]
         return stem not in _STDLIB

@@ -42,3 +42,13 @@ def test_policy_built_in_this_interpreter_knows_stdlib_torch_and_advisor():
 def test_call_site_names_round_trip():
     assert parse_call_site("advisor.call@22@f@/a/b@c/main.py") == ("/a/b@c/main.py", 22, "f")
     assert parse_call_site("aten::item") is None and parse_call_site("advisor.call@x@f@m.py") is None
+
+
+def test_standard_library_packages_are_never_the_users_by_folder():
+    # a user file that lives in a folder named like a stdlib package must not pull the stdlib in
+    policy = UserCode(library_roots=("/usr/lib/python3.11/",), user_files=("multiprocessing/mine.py",))
+    assert policy.is_user_file("multiprocessing/mine.py")  # recorded as the user's: still theirs
+    assert not policy.is_user_file("multiprocessing/queues.py")
+    assert not looks_like_user_file("multiprocessing/queues.py")
+    assert not looks_like_user_file("concurrent/futures/thread.py")
+    assert looks_like_user_file("mypkg/data.py")
