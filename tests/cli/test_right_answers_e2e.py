@@ -8,6 +8,8 @@
   threads than cores, and useless pinning.
 * ``tests/scripts/tiny_gpt.py --batch-size 8 --accum 40``: nanoGPT's gradient accumulation with
   no DataLoader (batches sampled from a tensor): the accumulation is seen in the loop itself.
+* ``tests/scripts/configurator_mlp.py --batch_size=4``: nanoGPT's ``--key=value`` configurator
+  over module globals: its globals are the script's configuration surface.
 """
 
 from __future__ import annotations
@@ -115,3 +117,22 @@ def test_accumulation_is_fixed_through_the_scripts_own_arguments(tmp_path: Path)
     command = f"python {script} --batch-size 32 --accum 1 --steps 100"
     if trial["verdict"] == "improved":
         assert report["diff"].startswith(f"# advisor: run with the script's own arguments: {command}\n")
+
+
+def test_configurator_globals_are_the_surface_of_the_argument_trial(tmp_path: Path) -> None:
+    from advisor._serde import from_dict
+    from advisor.capture.model import RunCapture, RunSpec
+    from advisor.fixes import catalog
+    from advisor.fixes.fix import context_from_capture
+
+    script = SCRIPTS / "configurator_mlp.py"
+    report, capture = diagnose(tmp_path, script, "--batch_size=4")
+    options = {o["name"]: o for o in capture["script_config"]["options"]}
+    assert options["gradient_accumulation_steps"]["value"] == 8 and options["batch_size"]["value"] == 4
+    assert options["batch_size"]["style"] == "configurator" and options["batch_size"]["flag"] == "--batch_size"
+    assert "max_iters" in options and "os" not in options and "model" not in options
+    assert "SK004" in {f["code"] for f in report["findings"]}
+    # the argument trial that would run: nanoGPT's syntax, the given flag replaced, the other added
+    ctx = context_from_capture(from_dict(RunCapture, capture))
+    (variant,) = catalog.get("script_args").plan_variants(ctx, RunSpec(script=script, args=("--batch_size=4",)))
+    assert variant.params["args"] == ["--batch_size=32", "--gradient_accumulation_steps=1"]
