@@ -108,3 +108,12 @@ def test_cpu_threads_is_standalone_without_a_dataloader():
     assert [v.params["threads"] for v in eight.variants] == [1, 4]
     one = plan_trials(["cpu_threads"], FixContext(cpu_count=2, intra_op_threads=1), SPEC)
     assert "already runs one intra-op thread" in one.skipped["cpu_threads"].reason
+
+
+def test_workers_past_the_cores_get_a_fewer_workers_ladder():
+    ctx = FixContext(cpu_count=2, dataloaders=(DataLoaderInfo(batch_size=4, num_workers=4),))
+    plan = plan_trials(["dataloader_workers"], ctx, SPEC)
+    assert [(v.label, v.params) for v in plan.variants] == [
+        ("dataloader_workers@2", {"num_workers": 2, "fewer": True}),
+        ("dataloader_workers@1", {"num_workers": 1, "fewer": True}),
+    ]

@@ -296,3 +296,9 @@ def test_cpu_threads_standalone_sets_the_threads_before_the_script():
     assert runtime.is_applied(notes["cpu_threads"]) and "set_num_threads(1) (was 2)" in notes["cpu_threads"]
     again = install(FixRequest("cpu_threads", {"threads": 1, "standalone": True}))
     assert runtime.is_not_applied(again["cpu_threads"])  # already one thread: says so
+
+
+def test_fewer_workers_lowers_num_workers():
+    notes = install(FixRequest("dataloader_workers", {"num_workers": 1, "fewer": True}))
+    loader = DataLoader(_ds(), batch_size=4, num_workers=3)
+    assert loader.num_workers == 1 and "num_workers 3->1" in notes["dataloader_workers"]

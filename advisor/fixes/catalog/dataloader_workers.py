@@ -1,4 +1,8 @@
-"""``dataloader_workers``: load batches in parallel worker processes (a ladder sized to the cores)."""
+"""``dataloader_workers``: load batches in parallel worker processes (a ladder sized to the cores).
+
+More workers than cores cannot run at once: there the ladder goes down instead (the cores, and
+half of them), to measure whether fewer workers contend less (DL005).
+"""
 
 from __future__ import annotations
 
@@ -28,21 +32,32 @@ def worker_ladder(cores: int, current: int = 0) -> tuple[int, ...]:
     return tuple(sorted(r for r in rungs if r > current))
 
 
+def fewer_ladder(cores: int, current: int) -> tuple[int, ...]:
+    """Return the smaller ``num_workers`` to try when ``current`` passes the cores: the cores, and half."""
+    cores = max(1, cores)
+    return tuple(sorted({n for n in (cores, cores // 2) if 1 <= n < current}, reverse=True))
+
+
 def check(ctx: FixContext) -> str | None:
-    """Refuse without a DataLoader, or when the loaders already use every core."""
+    """Refuse without a DataLoader, or when the loaders use exactly every core."""
     if (reason := needs_loader(ctx)) is not None:
         return reason
     if all(d.iterable_dataset for d in ctx.dataloaders):
         # NOTE: the runtime re-checks for worker sharding (get_worker_info) and applies workers
         # where the dataset shards itself; the parent cannot see the source, so it lets it run.
         return None
-    if ctx.max_workers >= ctx.cpu_count:
+    if ctx.max_workers == ctx.cpu_count:
         return f"the DataLoader already uses {ctx.max_workers} workers on {ctx.cpu_count} cores"
     return None
 
 
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
-    """One rung per worker count of :func:`worker_ladder`."""
+    """One rung per worker count of :func:`worker_ladder` (of :func:`fewer_ladder` past the cores)."""
+    if ctx.max_workers > ctx.cpu_count:
+        return [
+            VariantPlan(f"dataloader_workers@{n}", {"num_workers": n, "fewer": True})
+            for n in fewer_ladder(ctx.cpu_count, ctx.max_workers)
+        ]
     return [
         VariantPlan(f"dataloader_workers@{n}", {"num_workers": n})
         for n in worker_ladder(ctx.cpu_count, ctx.max_workers)
@@ -68,6 +83,9 @@ def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None
             "the IterableDataset does not shard by worker (no get_worker_info): "
             "each worker would yield every sample",
         )
+    elif params.get("fewer") and have > want:
+        a["num_workers"] = want
+        state.loader_ok("dataloader_workers", f"num_workers {have}->{want} (fewer workers than before)")
     elif have >= want:
         state.loader_skip("dataloader_workers", f"the DataLoader already has num_workers={have}")
     else:
@@ -85,7 +103,10 @@ FIX = Fix(
     safety=SAFE,
     description="load batches in parallel worker processes (DataLoader num_workers, a ladder sized to the cores)",
     applies_when="the script builds a DataLoader with fewer workers than cores (the step waits for data)",
-    measured="a ladder of worker counts sized to the cores (1 and 2 on 2 cores); the best rung is reported",
+    measured=(
+        "a ladder of worker counts sized to the cores (1 and 2 on 2 cores); past the cores, fewer "
+        "workers (the cores, and half); the best rung is reported"
+    ),
     check=check,
     variants=variants,
     rung=lambda p: f"{p.get('num_workers')} workers",
