@@ -167,7 +167,8 @@ def load() -> str:
 
 def bench_script_args(repeats: int, plain_repeats: int, work: Path, plain_steps: int = 8) -> dict:
     """advisor's ``script_args`` trial vs the same new command line timed by hand, side by side."""
-    print(f"== script_args on {ACCUM_SCRIPT.name} {' '.join(ACCUM_ARGS)} ({load()})", flush=True)
+    before = load()
+    print(f"== script_args on {ACCUM_SCRIPT.name} {' '.join(ACCUM_ARGS)} ({before})", flush=True)
     # NOTE: a step is 40 micro-batches (seconds each on a loaded 2-core machine): few steps.
     spec = RunSpec(script=ACCUM_SCRIPT, args=(*ACCUM_ARGS, "--steps", "100000"), out_dir=work / "script_args" / "run",
                    seed=0, quiet=True, warmup_steps=2, timed_steps=6, profiled_steps=0)
@@ -175,7 +176,7 @@ def bench_script_args(repeats: int, plain_repeats: int, work: Path, plain_steps:
     outcome = run_trials(spec, [FixRef("script_args", "unsafe")], unsafe=True, repeats=repeats)
     loop_s = time.perf_counter() - t0
     trial = next((t for t in outcome.trials if t.fix == "script_args"), None)
-    result: dict = {"example": "tiny_gpt --accum 40", "loop_s": round(loop_s, 1), "load_before": load()}
+    result: dict = {"example": "tiny_gpt --accum 40", "loop_s": round(loop_s, 1), "load_before": before, "load_after_trials": load()}
     if trial is None or not trial.params.get("args"):
         print(f"   script_args was not tried: {trial.reason if trial else 'no trial'}")
         return result
