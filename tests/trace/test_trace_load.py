@@ -175,11 +175,11 @@ def test_small_batches_give_the_same_table(monkeypatch, shared_traces):
     """The batched decoder (slices of the file buffer) must not depend on the batch size."""
     import pandas as pd
 
-    import advisor.trace.load as load
+    import advisor.trace.decode as decode
 
     path = shared_traces / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
     reference = load_trace(path).events
-    monkeypatch.setattr(load, "BATCH_EVENTS", 97)
+    monkeypatch.setattr(decode, "BATCH_EVENTS", 97)
     small = load_trace(path).events
     pd.testing.assert_frame_equal(reference, small)
 
@@ -196,16 +196,16 @@ def test_plain_file_is_memory_mapped_and_matches_gzip(tmp_path):
 def _reference_and_variants(tmp_path, events, monkeypatch, batch_bytes):
     import pandas as pd
 
-    import advisor.trace.load as load
+    import advisor.trace.decode as decode
 
     lines = tmp_path / "lines.json"
     lines.write_text('{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + "\n]}")
     one_line = tmp_path / "oneline.json"
     one_line.write_text(json.dumps({"traceEvents": events}))
     reference = load_trace(one_line).events
-    monkeypatch.setattr(load, "BATCH_BYTES", batch_bytes)
-    monkeypatch.setattr(load, "BATCH_EVENTS", 7)
-    monkeypatch.setattr(load, "_MAX_LINE", 0)  # the one-line file takes the safe path
+    monkeypatch.setattr(decode, "BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(decode, "BATCH_EVENTS", 7)
+    monkeypatch.setattr(decode, "_MAX_LINE", 0)  # the one-line file takes the safe path
     for path in (lines, one_line):
         pd.testing.assert_frame_equal(reference, load_trace(path).events)
     return reference
@@ -231,14 +231,14 @@ def test_bad_line_split_falls_back(tmp_path, monkeypatch):
         json.dumps(e)[:-1] + ', "extra": [{"a": 1},\n{"b": 2}]}' for e in evs
     )
     path.write_text('{"traceEvents": [\n' + body + "\n]}")
-    import advisor.trace.load as load
+    import advisor.trace.decode as decode
 
     reference = load_trace(path).events
-    monkeypatch.setattr(load, "BATCH_BYTES", 300)
-    monkeypatch.setattr(load, "BATCH_EVENTS", 9)
+    monkeypatch.setattr(decode, "BATCH_BYTES", 300)
+    monkeypatch.setattr(decode, "BATCH_EVENTS", 9)
     safe_calls = []
-    original = load._batches
-    monkeypatch.setattr(load, "_batches", lambda *a: safe_calls.append(1) or original(*a))
+    original = decode._batches
+    monkeypatch.setattr(decode, "_batches", lambda *a: safe_calls.append(1) or original(*a))
     import pandas as pd
 
     pd.testing.assert_frame_equal(reference, load_trace(path).events)

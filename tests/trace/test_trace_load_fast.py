@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import advisor.trace.decode as decode
 import advisor.trace.load as load
+import advisor.trace.read as read
 
 DEVICE_PROPS = [{"id": 0, "name": "GPU ]", "totalGlobalMem": 1, "list": [[1], [2]]}]
 
@@ -58,7 +60,7 @@ def _write(path: Path, events: list[dict], head: dict | None = None, tail: dict 
 
 def _safe(monkeypatch: pytest.MonkeyPatch, path: Path) -> load.Trace:
     with monkeypatch.context() as m:
-        m.setattr(load, "_locate_events", lambda raw: None)
+        m.setattr(decode, "_locate_events", lambda raw: None)
         return load.load_trace(path)
 
 
@@ -66,8 +68,8 @@ def _safe(monkeypatch: pytest.MonkeyPatch, path: Path) -> load.Trace:
 def test_metadata_after_the_events_is_not_mistaken_for_them(tmp_path, monkeypatch, batch_bytes):
     path = _write(tmp_path / "t.json", _events(), head={"schemaVersion": 1},
                   tail={"deviceProperties": DEVICE_PROPS, "traceName": "a]b", "baseTimeNanoseconds": 5})
-    monkeypatch.setattr(load, "BATCH_BYTES", batch_bytes)
-    head, start, stop = load._locate_events(load._read_bytes(path))
+    monkeypatch.setattr(decode, "BATCH_BYTES", batch_bytes)
+    head, start, stop = decode._locate_events(read._read_bytes(path))
     text = path.read_bytes()
     assert text[start : stop + 1] == text[text.index(b"[\n") : text.index(b"\n]") + 2]
     fast, safe = load.load_trace(path), _safe(monkeypatch, path)
@@ -79,7 +81,7 @@ def test_metadata_after_the_events_is_not_mistaken_for_them(tmp_path, monkeypatc
 def test_values_land_on_their_rows_across_batches(tmp_path, monkeypatch):
     evs = _events()
     path = _write(tmp_path / "t.json", evs)
-    monkeypatch.setattr(load, "BATCH_BYTES", 300)  # many small batches
+    monkeypatch.setattr(decode, "BATCH_BYTES", 300)  # many small batches
     ev = load.load_trace(path).events
     assert len(ev) == len(evs)
     for i, e in enumerate(evs):
@@ -107,10 +109,10 @@ def test_nested_key_of_the_same_name_is_not_taken(tmp_path, monkeypatch):
 
 
 def test_too_many_brackets_after_the_events_fall_back_to_a_full_parse(tmp_path, monkeypatch):
-    path = _write(tmp_path / "t.json", _events(30), tail={"junk": [[i] for i in range(load._CLOSE_TRIES + 5)]})
+    path = _write(tmp_path / "t.json", _events(30), tail={"junk": [[i] for i in range(decode._CLOSE_TRIES + 5)]})
     calls = []
-    original = load._decode_head
-    monkeypatch.setattr(load, "_decode_head", lambda *a: calls.append(1) or original(*a))
+    original = decode._decode_head
+    monkeypatch.setattr(decode, "_decode_head", lambda *a: calls.append(1) or original(*a))
     ev = load.load_trace(path).events
     assert calls  # the guess was wrong or missing: the whole file was parsed
     assert len(ev) == 30
@@ -125,7 +127,7 @@ def test_file_is_untouched_and_a_failed_cut_leaves_no_trace(tmp_path, monkeypatc
     path = tmp_path / "nested.json"
     path.write_text('{"traceEvents": [\n' + body + "\n]}")
     before = path.read_bytes()
-    monkeypatch.setattr(load, "BATCH_BYTES", 250)
+    monkeypatch.setattr(decode, "BATCH_BYTES", 250)
     ev = load.load_trace(path).events
     assert path.read_bytes() == before
     one_line = _write(tmp_path / "one.json", [dict(e, extra=[{"a": 1}, {"b": 2}]) for e in evs], lines=False)
