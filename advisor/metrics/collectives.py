@@ -105,23 +105,21 @@ def rank_collectives(analysis: TraceAnalysis) -> pd.DataFrame:
     return frame[cols].reset_index(drop=True)
 
 
-def collectives_across_ranks(analyses: Sequence[TraceAnalysis]) -> tuple[pd.DataFrame, dict[str, float | None]]:
+def merge_collectives(
+    frames: Sequence[pd.DataFrame], steps_per_rank: int
+) -> tuple[pd.DataFrame, dict[str, float | None]]:
     """Match each collective across ranks; return the per-collective table and the run metrics.
 
-    Returns:
-        Table rows: ``collective``, ``calls`` (per rank per step), ``bytes`` (per call), ``skew_ms``
-        (mean wait per rank per call), ``transfer_ms`` (per call), ``busbw_gbps``, ``late_rank``
-        (the rank most often last to arrive). Metrics: ``collective_wait_frac`` and
-        ``collective_busbw_gbps``. Empty/None for fewer than two ranks with collectives.
+    The frames are small (one row per collective call), so ranks analysed in separate processes
+    send only them back for this merge.
     """
     none: dict[str, float | None] = {"collective_wait_frac": None, "collective_busbw_gbps": None}
     empty = pd.DataFrame(columns=["collective", "calls", "bytes", "skew_ms", "transfer_ms", "busbw_gbps", "late_rank"])
-    per_rank = [rank_collectives(a) for a in analyses]
-    per_rank = [f for f in per_rank if len(f)]
+    per_rank = [f for f in frames if len(f)]
     if len(per_rank) < 2:
         return empty, none
     allr = pd.concat(per_rank, ignore_index=True)
-    steps = max(max(len(a.windows) for a in analyses), 1)
+    steps = max(steps_per_rank, 1)
     calls = []
     for (kind, idx), g in allr.groupby(["collective", "index"], sort=False):
         if len(g) < 2:

@@ -37,14 +37,15 @@ from advisor.capture.model import RunCapture
 from advisor.errors import InputError, TraceError
 from advisor.metrics.balance import rank_balance
 from advisor.metrics.contention import contention_metrics
-from advisor.metrics.gpuview import gpu_views
+from advisor.metrics.digest import LeadExtras, RankDigest, digest
+from advisor.metrics.gpuview import merge_views
 from advisor.metrics.model import Metrics
 from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
-from advisor.metrics.sources import find_locations, user_predicate
-from advisor.metrics.steps import TraceAnalysis, analyze_trace
+from advisor.metrics.sources import finish_locations, user_predicate
+from advisor.metrics.steps import analyze_trace
 from advisor.rundir import CAPTURE_FILE, PSTATS_FILE, TRACES_DIR
-from advisor.trace.load import REPAIRED_KEY, Trace, find_trace_files, load_traces
+from advisor.trace.load import Trace, find_trace_files, load_traces
 
 _RANK_COLUMNS = (
     "step_time_ms",
@@ -78,13 +79,13 @@ def _step_summary(steps: pd.DataFrame) -> dict[str, float | None]:
     return out
 
 
-def _ranks_frame(analyses: Sequence[TraceAnalysis]) -> pd.DataFrame:
+def _ranks_frame(digests: Sequence[RankDigest]) -> pd.DataFrame:
     rows = []
-    for a in analyses:
-        row: dict[str, Any] = {"rank": a.trace.rank, "step_count": len(a.steps)}
+    for d in digests:
+        row: dict[str, Any] = {"rank": d.rank, "step_count": len(d.steps)}
         for col in _RANK_COLUMNS:
-            row[col] = _median(a.steps[col]) if col in a.steps.columns else None
-        row["file"] = a.trace.path.name
+            row[col] = _median(d.steps[col]) if col in d.steps.columns else None
+        row["file"] = d.path.name
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -224,23 +225,45 @@ def compute_metrics(
         if capture is None:
             raise TraceError("no traces to analyse; pass a torch.profiler trace file or folder")
         return _capture_only(capture, source)
-    traces = _unique_ranks(traces)
-    analyses = [analyze_trace(t) for t in traces]
-    views = gpu_views(analyses, user_predicate(capture))
-    steps = pd.concat([a.steps for a in analyses], ignore_index=True)
+    is_user = user_predicate(capture)
+    digests = [digest(analyze_trace(t), is_user, lead=i == 0) for i, t in enumerate(_unique_ranks(traces))]
+    return merge_digests(digests, capture=capture, pstats_path=pstats_path, source=source)
+
+
+def merge_digests(
+    digests: Sequence[RankDigest],
+    capture: RunCapture | None = None,
+    pstats_path: Path | None = None,
+    source: str = "",
+) -> Metrics:
+    """Merge the ranks' digests (in rank order, the first with its lead extras) into :class:`Metrics`.
+
+    :func:`compute_metrics` is this over digests it computes in-process; ranks analysed in
+    other processes (:mod:`advisor.distributed.parallel`) send their digests here.
+
+    Raises:
+        TraceError: No digest and no capture.
+    """
+    if not digests:
+        if capture is None:
+            raise TraceError("no traces to analyse; pass a torch.profiler trace file or folder")
+        return _capture_only(capture, source)
+    lead = digests[0].lead or LeadExtras()
+    views = merge_views([d.view for d in digests], [d.collectives for d in digests], max(d.windows for d in digests))
+    steps = pd.concat([d.steps for d in digests], ignore_index=True)
     steps = pd.concat([steps, views.steps.drop(columns=[c for c in views.steps.columns if c in steps.columns])], axis=1)
-    has_gpu = any(a.cls.has_gpu for a in analyses)
-    notes: list[str] = [n for a in analyses for n in a.notes]
-    repaired = sum(int(t.metadata.get(REPAIRED_KEY) or 0) for t in traces)
+    has_gpu = any(d.has_gpu for d in digests)
+    notes: list[str] = [n for d in digests for n in d.notes]
+    repaired = sum(d.repaired for d in digests)
     if repaired:
         notes.append(f"{repaired} trace event name(s) written unescaped by torch were re-escaped to read the trace")
 
     summary: dict[str, float | None] = dict.fromkeys(METRICS)
     summary.update(_step_summary(steps))
-    summary["step_count"] = float(max(len(a.steps) for a in analyses)) if any(a.real_steps for a in analyses) else 0.0
+    summary["step_count"] = float(max(len(d.steps) for d in digests)) if any(d.real_steps for d in digests) else 0.0
     cvs = []
-    for a in analyses:
-        st = a.steps["step_time_ms"]
+    for d in digests:
+        st = d.steps["step_time_ms"]
         if len(st) >= 2 and st.mean() > 0:
             cvs.append(float(st.std(ddof=0) / st.mean()))
     summary["step_time_cv_frac"] = float(np.median(cvs)) if cvs else None
@@ -248,15 +271,15 @@ def compute_metrics(
     # run-level values: first rank that has them (ranks of one job share the hardware)
     for key in ("has_gpu_flag", "device_memory_bytes", "tensor_cores_flag", "fp32_matmul_frac",
                 "conv_flag", "autocast_flag", "mfu_frac", "dataparallel_flag"):
-        values = [a.run.get(key) for a in analyses if a.run.get(key) is not None]
+        values = [d.run.get(key) for d in digests if d.run.get(key) is not None]
         summary[key] = finite(values[0]) if values else None
-    summary["conv_flag"] = max(finite(a.run.get("conv_flag")) or 0.0 for a in analyses)
-    peaks = [a.run["peak_memory_bytes"] for a in analyses if a.run.get("peak_memory_bytes") is not None]
+    summary["conv_flag"] = max(finite(d.run.get("conv_flag")) or 0.0 for d in digests)
+    peaks = [d.run["peak_memory_bytes"] for d in digests if d.run.get("peak_memory_bytes") is not None]
     summary["peak_memory_bytes"] = float(max(peaks)) if peaks else None
-    mfus = [a.run["mfu_frac"] for a in analyses if a.run.get("mfu_frac") is not None]
+    mfus = [d.run["mfu_frac"] for d in digests if d.run.get("mfu_frac") is not None]
     summary["mfu_frac"] = float(np.median(mfus)) if mfus else None
 
-    ranks = _ranks_frame(analyses)
+    ranks = _ranks_frame(digests)
     summary.update(_rank_metrics(ranks, has_gpu))
 
     if capture is not None:
@@ -266,21 +289,22 @@ def compute_metrics(
     peak, total = summary.get("peak_memory_bytes"), summary.get("device_memory_bytes")
     summary["memory_used_frac"] = float(peak / total) if peak is not None and total else None
 
-    locations, loc_notes = find_locations(analyses, pstats_path, capture)
+    found = (list(lead.locations), lead.has_stacks) if digests[0].lead is not None else None
+    locations, loc_notes = finish_locations(found, len(digests[0].steps), pstats_path, capture)
     locations = [*locations, *views.locations]
     notes.extend(loc_notes)
     notes.extend(views.notes)
     for key, value in views.run.items():
         if summary.get(key) is None:
             summary[key] = value
-    if any(a.trace.events["call_stack"].notna().any() for a in analyses[:1]):
+    if lead.old_format:
         notes.append("old Kineto trace format (Operator/Runtime/Kernel categories, 'Call stack' args)")
 
-    devices = tuple(sorted({a.run["device_name"] for a in analyses if a.run.get("device_name")}))
+    devices = tuple(sorted({d.run["device_name"] for d in digests if d.run.get("device_name")}))
     extra: dict[str, Any] = {
-        "dominant_dtype": next((a.run["dominant_dtype"] for a in analyses if a.run.get("dominant_dtype")), None),
-        "peak_tflops": next((a.run["peak_tflops"] for a in analyses if a.run.get("peak_tflops")), None),
-        "top_kernels": _top_kernels(analyses[0]),
+        "dominant_dtype": next((d.run["dominant_dtype"] for d in digests if d.run.get("dominant_dtype")), None),
+        "peak_tflops": next((d.run["peak_tflops"] for d in digests if d.run.get("peak_tflops")), None),
+        "top_kernels": list(lead.top_kernels),
         "breakdown_mode": "gpu" if has_gpu else "cpu",
         **views.tables,
     }
@@ -290,7 +314,7 @@ def compute_metrics(
     # Only declared names, all present (None where unknown).
     summary = {name: finite(summary.get(name)) for name in METRICS}
     return Metrics(
-        source=source or str(traces[0].path),
+        source=source or str(digests[0].path),
         summary=summary,
         steps=steps,
         ranks=ranks,
@@ -299,20 +323,6 @@ def compute_metrics(
         device=devices,
         extra=extra,
     )
-
-
-def _top_kernels(analysis: TraceAnalysis, limit: int = 10) -> list[dict[str, Any]]:
-    """List the kernels with the most total time in the analysed steps (name, count, total_ms)."""
-    ev = analysis.trace.events
-    mask = analysis.cls.kernel
-    if not mask.any():
-        return []
-    sub = ev.loc[mask, ["name", "dur"]]
-    grouped = sub.groupby("name", observed=True)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-    return [
-        {"name": str(name)[:200], "count": int(row["count"]), "total_ms": round(float(row["sum"]) / 1e3, 3)}
-        for name, row in grouped.head(limit).iterrows()
-    ]
 
 
 def analyze_path(path: str | Path) -> Metrics:

@@ -1,8 +1,8 @@
 """Where GPU time goes, per trace: idle attribution, roofline per operator, modules, collectives.
 
-One entry point, :func:`gpu_views`, runs the analyses of :mod:`advisor.metrics.idle`,
+Per rank, :func:`rank_view` runs the analyses of :mod:`advisor.metrics.idle`,
 :mod:`advisor.metrics.roofline`, :mod:`advisor.metrics.modules` and
-:mod:`advisor.metrics.collectives` over the per-rank analyses and returns what
+:mod:`advisor.metrics.collectives` and :func:`merge_views` merges the ranks' views into what
 :func:`advisor.metrics.compute.compute_metrics` adds to :class:`~advisor.metrics.model.Metrics`:
 extra step columns, run-level values, JSON-able tables (``Metrics.extra``), source locations
 and notes.
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from advisor.metrics.collectives import collectives_across_ranks
+from advisor.metrics.collectives import merge_collectives
 from advisor.metrics.idle import attribute_idle
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.modules import module_times, top_modules
@@ -62,39 +62,59 @@ def _records(frame: pd.DataFrame, limit: int) -> list[dict[str, Any]]:
     return out
 
 
-def gpu_views(analyses: Sequence[TraceAnalysis], is_user: UserPredicate = looks_like_user_file) -> GpuViews:
-    """Run the GPU-time analyses over every rank's analysis.
+@dataclass(frozen=True)
+class RankView:
+    """What the GPU-time analyses yield for one rank (small: no event rows).
 
-    Returns:
-        Step columns aligned with ``pd.concat([a.steps for a in analyses])``, the tables for
-        the first rank (ranks of one job run the same code), and every rank's locations.
+    Attributes:
+        steps: Step columns aligned with the rank's ``TraceAnalysis.steps``.
+        locations / tables / notes: Filled for the lead rank only (ranks of one job run the
+            same code), empty otherwise.
     """
-    step_parts = []
-    locations: list[SourceLocation] = []
+
+    steps: pd.DataFrame
+    locations: tuple[SourceLocation, ...] = ()
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def rank_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = True) -> RankView:
+    """Run the GPU-time analyses over one rank; the tables and locations only when ``lead``."""
+    idle = attribute_idle(a, with_functions=lead, is_user=is_user)
+    roof = compute_roofline(a, str(a.run.get("device_name") or ""), with_table=lead)
+    tc_steps, tc_table, tc_locations = misaligned(roof.ops, a, is_user)
+    cols = idle.steps.assign(step_mfu_frac=roof.step_mfu, sized_gpu_time_frac=roof.sized_time_frac)
+    steps = pd.concat([cols, tc_steps], axis=1)
+    if not lead:
+        return RankView(steps=steps)
     tables: dict[str, list[dict[str, Any]]] = {}
-    notes: list[str] = []
-    for i, a in enumerate(analyses):
-        idle = attribute_idle(a, with_functions=i == 0, is_user=is_user)
-        roof = compute_roofline(a, str(a.run.get("device_name") or ""), with_table=i == 0)
-        tc_steps, tc_table, tc_locations = misaligned(roof.ops, a, is_user)
-        cols = idle.steps.assign(step_mfu_frac=roof.step_mfu, sized_gpu_time_frac=roof.sized_time_frac)
-        step_parts.append(pd.concat([cols, tc_steps], axis=1))
-        if i == 0:
-            locations.extend(idle.locations)
-            locations.extend(tc_locations)
-            if len(tc_table):
-                tables["misaligned_ops"] = _records(tc_table, TOP_FUNCTIONS)
-            notes.extend(roof.notes)
-            if len(idle.functions):
-                tables["idle_functions"] = _records(idle.functions, TOP_FUNCTIONS)
-            if len(roof.table):
-                tables["roofline"] = _records(roof.table, TOP_OPS)
-            modules = module_times(a)
-            if len(modules):
-                ordered = top_modules(modules)
-                tables["modules"] = _records(ordered, len(ordered))
-    steps = pd.concat(step_parts, ignore_index=True) if step_parts else pd.DataFrame()
-    coll, run = collectives_across_ranks(analyses)
+    if len(tc_table):
+        tables["misaligned_ops"] = _records(tc_table, TOP_FUNCTIONS)
+    if len(idle.functions):
+        tables["idle_functions"] = _records(idle.functions, TOP_FUNCTIONS)
+    if len(roof.table):
+        tables["roofline"] = _records(roof.table, TOP_OPS)
+    modules = module_times(a)
+    if len(modules):
+        ordered = top_modules(modules)
+        tables["modules"] = _records(ordered, len(ordered))
+    return RankView(
+        steps=steps, locations=(*idle.locations, *tc_locations), tables=tables, notes=tuple(roof.notes)
+    )
+
+
+def merge_views(views: Sequence[RankView], collectives: Sequence[pd.DataFrame], steps_per_rank: int) -> GpuViews:
+    """Merge the ranks' views (the first is the lead) with the collectives matched across ranks.
+
+    Args:
+        views: One per rank, in rank order.
+        collectives: Each rank's :func:`~advisor.metrics.collectives.rank_collectives` frame.
+        steps_per_rank: The most profiler steps any rank has.
+    """
+    steps = pd.concat([v.steps for v in views], ignore_index=True) if views else pd.DataFrame()
+    lead = views[0] if views else RankView(steps=pd.DataFrame())
+    tables = dict(lead.tables)
+    coll, run = merge_collectives(collectives, steps_per_rank)
     if len(coll):
         tables["collectives"] = _records(coll, len(coll))
-    return GpuViews(steps=steps, run=run, tables=tables, locations=tuple(locations), notes=tuple(notes))
+    return GpuViews(steps=steps, run=run, tables=tables, locations=lead.locations, notes=lead.notes)

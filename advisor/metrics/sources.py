@@ -446,27 +446,38 @@ def pstats_locations(
     ]
 
 
-def find_locations(
-    analyses: Sequence[TraceAnalysis], pstats_path: Path | None, capture: RunCapture | None
-) -> tuple[list[SourceLocation], list[str]]:
-    """Source locations for syncs, copies and data loading, most costly first.
+def lead_locations(first: TraceAnalysis, is_user: UserPredicate) -> tuple[list[SourceLocation], bool]:
+    """Find the lead rank's locations in its trace, and tell whether the trace has Python stacks at all."""
+    has_stacks = bool(first.cls.python.any() or first.trace.events["call_stack"].notna().any())
+    return _trace_locations(first, is_user), has_stacks
 
-    Only the first rank's trace is searched (ranks of one job run the same code).
+
+def finish_locations(
+    lead: tuple[list[SourceLocation], bool] | None,
+    lead_steps: int | None,
+    pstats_path: Path | None,
+    capture: RunCapture | None,
+) -> tuple[list[SourceLocation], list[str]]:
+    """Add cProfile's locations to the lead rank's (:func:`lead_locations`), merge and sort them.
+
+    Args:
+        lead: The lead rank's trace locations and whether it has stacks (None: no trace).
+        lead_steps: The lead rank's profiler step count (None: no trace).
+        pstats_path: The run's cProfile output, if any.
+        capture: The run's capture, if any.
     """
     notes: list[str] = []
     locations: list[SourceLocation] = []
     is_user = user_predicate(capture)
-    if analyses:
-        first = analyses[0]
-        locations += _trace_locations(first, is_user)
-        if not locations and not first.cls.python.any() and not first.trace.events["call_stack"].notna().any():
+    if lead is not None:
+        locations += lead[0]
+        if not locations and not lead[1]:
             notes.append("no Python stacks in the trace (record with with_stack=True to get file:line locations)")
     if pstats_path is not None and Path(pstats_path).is_file():
         # NOTE: cProfile has its own window after the torch.profiler one (they cannot share
         # CPython's profile hook), so per-step figures divide by that window's step count.
-        steps = (
-            (capture.cprofiled_steps or capture.profiled_steps if capture else 0)
-            or (len(analyses[0].steps) if analyses else 1)
+        steps = (capture.cprofiled_steps or capture.profiled_steps if capture else 0) or (
+            lead_steps if lead_steps is not None else 1
         )
         locations += [
             loc

@@ -1,0 +1,136 @@
+"""One rank's analysis reduced to what the cross-rank merge needs: small, picklable, no event rows.
+
+:func:`digest` runs every per-rank analysis on a :class:`~advisor.metrics.steps.TraceAnalysis`
+(the per-step rows, the GPU-time views, the collective calls) and keeps only their results:
+tables of one row per step or per collective call, run-level values and notes. The lead rank
+(the lowest rank: ranks of one job run the same code) also keeps the report's tables, its
+source locations and its top kernels. :func:`advisor.metrics.compute.merge_digests` turns a
+job's digests into :class:`~advisor.metrics.model.Metrics`.
+
+This is what lets ranks be analysed in separate processes (``advisor analyze --jobs N``): each
+process holds one rank's events at a time and sends back only its digest, so the parent never
+holds more than the digests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from advisor.metrics.collectives import rank_collectives
+from advisor.metrics.gpuview import RankView, rank_view
+from advisor.metrics.model import SourceLocation
+from advisor.metrics.sources import UserPredicate, lead_locations, looks_like_user_file
+from advisor.metrics.steps import TraceAnalysis
+from advisor.trace.load import REPAIRED_KEY
+
+
+@dataclass(frozen=True)
+class LeadExtras:
+    """What only the lead rank contributes to a report.
+
+    Attributes:
+        locations: Source locations found in its trace (syncs, copies, data loading).
+        has_stacks: Its trace has Python stacks (``python_function`` events or ``Call stack``).
+        old_format: Its trace uses the old Kineto format (``Call stack`` args).
+        top_kernels: The kernels with the most total time.
+        timeline: Events of one representative step, for the HTML timeline (filled by callers
+            that have the trace at hand; empty otherwise).
+    """
+
+    locations: tuple[SourceLocation, ...] = ()
+    has_stacks: bool = False
+    old_format: bool = False
+    top_kernels: tuple[dict[str, Any], ...] = ()
+    timeline: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class RankDigest:
+    """One rank's analysis without its events.
+
+    Attributes:
+        rank: The rank (``distributedInfo.rank``, else the file's position).
+        path: The trace file.
+        repaired: Event names re-escaped while loading it.
+        steps: One row per profiler step (the ``step``-scope metrics).
+        view: The GPU-time analyses' step columns (and, for the lead, tables and locations).
+        run: Run-level values (device, dtype, FLOPs, memory peak, ...).
+        notes: The analysis' notes.
+        real_steps: The trace has ``ProfilerStep#N`` markers (not one whole-trace window).
+        has_gpu: The trace has device events.
+        windows: Its number of step windows.
+        collectives: Its collective kernel calls (one row each).
+        lead: The lead rank's extras (None for the other ranks).
+    """
+
+    rank: int
+    path: Path
+    repaired: int
+    steps: pd.DataFrame = field(repr=False)
+    view: RankView = field(repr=False)
+    run: dict[str, Any]
+    notes: tuple[str, ...]
+    real_steps: bool
+    has_gpu: bool
+    windows: int
+    collectives: pd.DataFrame = field(repr=False)
+    lead: LeadExtras | None = None
+
+    def relabel(self, rank: int) -> RankDigest:
+        """Return the same digest under another rank number (several files claimed the same rank)."""
+        if rank == self.rank:
+            return self
+        return replace(
+            self,
+            rank=rank,
+            steps=self.steps.assign(rank=rank),
+            collectives=self.collectives.assign(rank=rank) if len(self.collectives) else self.collectives,
+        )
+
+
+def top_kernels(analysis: TraceAnalysis, limit: int = 10) -> list[dict[str, Any]]:
+    """List the kernels with the most total time in the analysed steps (name, count, total_ms)."""
+    ev = analysis.trace.events
+    mask = analysis.cls.kernel
+    if not mask.any():
+        return []
+    sub = ev.loc[mask, ["name", "dur"]]
+    grouped = sub.groupby("name", observed=True)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+    return [
+        {"name": str(name)[:200], "count": int(row["count"]), "total_ms": round(float(row["sum"]) / 1e3, 3)}
+        for name, row in grouped.head(limit).iterrows()
+    ]
+
+
+def lead_extras(analysis: TraceAnalysis, is_user: UserPredicate) -> LeadExtras:
+    """Compute the lead rank's extras (see :class:`LeadExtras`), without the timeline."""
+    locations, has_stacks = lead_locations(analysis, is_user)
+    return LeadExtras(
+        locations=tuple(locations),
+        has_stacks=has_stacks,
+        old_format=bool(analysis.trace.events["call_stack"].notna().any()),
+        top_kernels=tuple(top_kernels(analysis)),
+    )
+
+
+def digest(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = False) -> RankDigest:
+    """Reduce one rank's analysis to its :class:`RankDigest` (with the lead's extras when ``lead``)."""
+    trace = analysis.trace
+    return RankDigest(
+        rank=trace.rank,
+        path=trace.path,
+        repaired=int(trace.metadata.get(REPAIRED_KEY) or 0),
+        steps=analysis.steps,
+        view=rank_view(analysis, is_user, lead=lead),
+        run=dict(analysis.run),
+        notes=tuple(analysis.notes),
+        real_steps=bool(analysis.real_steps),
+        has_gpu=bool(analysis.cls.has_gpu),
+        windows=len(analysis.windows),
+        collectives=rank_collectives(analysis),
+        lead=lead_extras(analysis, is_user) if lead else None,
+    )
