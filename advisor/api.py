@@ -140,25 +140,33 @@ def evaluate(
     return apply_inline_ignores(diagnosis, search_dirs) if inline_ignores else diagnosis
 
 
-def analyze_report(path: str | Path, engine_config: Any = None, inline_ignores: bool = True) -> Report:
+def analyze_report(
+    path: str | Path, engine_config: Any = None, inline_ignores: bool = True, *, jobs: int | None = None
+) -> Report:
     """Diagnose a trace file, a directory of traces, or a saved run directory.
 
     ``inline_ignores=False`` (``--no-inline-ignores``) keeps findings that comments suppress.
+    ``jobs`` rank files are analysed at a time, in worker processes (None: one per core; see
+    :mod:`advisor.distributed.parallel`).
 
     Raises:
         InputError: the path is missing or holds no readable trace (TraceError).
     """
-    from advisor.metrics.compute import compute_metrics, load_input
+    from advisor.distributed.parallel import analyze_files, default_jobs
+    from advisor.metrics.compute import locate_input, merge_digests
+    from advisor.metrics.sources import user_predicate
 
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path} does not exist; pass a .json/.json.gz trace, a folder of traces or a run directory")
-    traces, capture, pstats = load_input(path)
-    metrics = compute_metrics(traces, capture=capture, pstats_path=pstats, source=str(path))
+    files, capture, pstats = locate_input(path)
+    digests = analyze_files(files, default_jobs() if jobs is None else jobs, user_predicate(capture))
+    metrics = merge_digests(digests, capture=capture, pstats_path=pstats, source=str(path))
     # NOTE: profiler stacks name bare files (``train.py``): look beside the trace and the script too.
     dirs = (Path.cwd(), path if path.is_dir() else path.parent, *([Path(capture.script).parent] if capture and capture.script else []))
     diagnosis = evaluate(metrics, engine_config, dirs, inline_ignores)
-    return build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces))
+    lead = digests[0].lead if digests else None
+    return build_report(metrics, diagnosis, capture=capture, timeline=lead.timeline if lead else ())
 
 
 def diagnose_script(

@@ -17,6 +17,7 @@ E2E: tuple[str, ...] = (
     "cli/test_right_answers_e2e.py",
     "cli/test_entrypoints.py",
     "cli/test_script_own_failures.py",
+    "distributed/test_parallel_analysis.py",
     "distributed/test_torchrun_e2e.py",
     "engine/test_packaging.py::test_wheel_contains_every_rule_file",
     "engine/test_packaging.py::test_rules_load_from_the_unpacked_wheel",

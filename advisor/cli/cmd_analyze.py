@@ -13,16 +13,25 @@ EPILOG = """\b
 Examples:
   advisor analyze worker0.pt.trace.json.gz
   advisor analyze runs/dlrm/                 # one trace per rank, side by side
+  advisor analyze runs/job/ --jobs 8         # 8 rank files at a time, one process each
   advisor analyze trace.json --format json -o report.json
 """
 
 
 @click.command(epilog=EPILOG)
 @click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rank files analysed at a time, each in its own process  [default: the cores].",
+)
 @output_options
 @rule_selection_options
 def analyze(
     path: Path,
+    jobs: int | None,
     fmt: str | None,
     output: Path | None,
     fail_on: str,
@@ -36,5 +45,5 @@ def analyze(
     from advisor.api import analyze_report
 
     config = engine_config(select, extend_select, ignore, preview)
-    report = analyze_report(path, config, inline_ignores=not no_inline_ignores)
+    report = analyze_report(path, config, inline_ignores=not no_inline_ignores, jobs=jobs)
     return emit_report(report, fmt, output, fail_on)

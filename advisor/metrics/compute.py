@@ -45,7 +45,7 @@ from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
 from advisor.metrics.sources import finish_locations, user_predicate
 from advisor.metrics.steps import analyze_trace
 from advisor.rundir import CAPTURE_FILE, PSTATS_FILE, TRACES_DIR
-from advisor.trace.load import Trace, find_trace_files, load_traces
+from advisor.trace.load import Trace, find_trace_files, load_trace, load_traces
 
 _RANK_COLUMNS = (
     "step_time_ms",
@@ -344,21 +344,36 @@ def load_input(path: str | Path) -> tuple[tuple[Trace, ...], RunCapture | None, 
     Raises:
         TraceError / InputError: With a one-line message when the input cannot be read.
     """
+    files, capture, pstats = locate_input(path)
+    if capture is None:
+        return load_traces(path), None, None
+    traces = tuple(sorted((load_trace(f, index=i) for i, f in enumerate(files)), key=lambda t: t.rank))
+    return traces, capture, pstats
+
+
+def locate_input(path: str | Path) -> tuple[list[Path], RunCapture | None, Path | None]:
+    """Find what :func:`load_input` would load, without loading it: trace files, capture, pstats.
+
+    Raises:
+        TraceError / InputError: With a one-line message when the input cannot be read.
+    """
     path = Path(path)
     if not (path.is_dir() and (path / CAPTURE_FILE).is_file()):
-        return load_traces(path), None, None
+        return find_trace_files(path), None, None
     capture = RunCapture.load(path)
     listed = run_trace_files(path, capture)
     if listed:
-        if not any(f.is_file() for f in listed):
+        files = [f for f in listed if f.is_file()]
+        if not files:
             raise InputError(f"{path}: the traces listed in {CAPTURE_FILE} are missing; re-run `advisor diagnose`")
-        traces = load_run_traces(path, capture)
+        for f in files:
+            find_trace_files(f)  # same checks and messages as a folder
     elif (path / TRACES_DIR).is_dir():
-        traces = load_traces(path / TRACES_DIR)
+        files = find_trace_files(path / TRACES_DIR)
     else:
-        traces = ()  # captured without the profiler: the capture alone is analysed
+        files = []  # captured without the profiler: the capture alone is analysed
     candidate = path / (capture.pstats_file or PSTATS_FILE)
-    return traces, capture, (candidate if candidate.is_file() else None)
+    return files, capture, (candidate if candidate.is_file() else None)
 
 
 def run_trace_files(run_dir: Path, capture: RunCapture) -> list[Path]:
@@ -379,7 +394,5 @@ def load_run_traces(run_dir: Path, capture: RunCapture) -> tuple[Trace, ...]:
 
 
 def _load_one(path: Path, index: int) -> Trace:
-    from advisor.trace.load import load_trace
-
     find_trace_files(path)  # same checks and messages as a folder
     return load_trace(path, index=index)

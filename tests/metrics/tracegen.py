@@ -345,3 +345,144 @@ def collectives(world_size: int = 4, late_rank: int = 2, late_us: float = 300.0,
         first = 1_000_000.0
         b._x("user_annotation", "ProfilerStep#1", first, b.now + 1.0 - first)
     return ranks
+
+
+# --- a DLRM-shaped job (../shared/traces/param/dlrm_kineto: 8 ranks, NCCL, one clock) ----------------
+
+DLRM_EMBEDDINGS = 8
+"""Embedding tables per rank (one ``aten::embedding_bag`` and its kernels each, per pass)."""
+
+
+def _dlrm_compute(b: TraceBuilder, pass_: str, scale: float, small_ops: int) -> None:
+    """One pass of a DLRM rank's dense work: MLP layers and many small elementwise kernels.
+
+    The real traces have about 250-300 kernels per step, median 3 us, 90% under 10 us, and about
+    1,600 CPU operators (most launch nothing: views, empties, as_strided).
+    """
+    with b.python(f"dlrm_s_pytorch.py({300 if pass_ == 'fwd' else 900}): {pass_}"):
+        for _layer in range(4):
+            b.linear(2048, 512, 512, dtype="float", kernel_us=45.0 * scale, overhead_us=8.0)
+            for _ in range(3):
+                with b.op("aten::view", overhead_us=2.0):
+                    pass
+            b.elementwise("aten::relu", [2048, 512], kernel_us=3.0 * scale, overhead_us=5.0)
+        for i in range(small_ops):
+            for name in ("aten::empty", "aten::as_strided", "aten::view", "aten::t"):
+                with b.op(name, overhead_us=1.0):
+                    pass
+            b.elementwise("aten::mul" if i % 2 else "aten::add", [2048, 16], kernel_us=2.0 * scale,
+                          overhead_us=4.0, inputs=2)
+
+
+def _dlrm_collective(ranks: list[TraceBuilder], kind: str, kernel: str, stream: int, nelems: int,
+                     transfer_us: float) -> None:
+    """One collective on every rank: its kernel ends on all ranks ``transfer_us`` after the last arrives."""
+    starts = []
+    for b in ranks:
+        b.cpu(3.0)
+        starts.append(max(b.now + b.launch_us, b.gpu_free_at(stream), b.gpu_free_at(7)))
+    finish = max(starts) + transfer_us
+    dtype = "float" if "AllReduce" in kernel else "c10::Half"
+    for b, start in zip(ranks, starts, strict=True):
+        with b._range("user_annotation", f"nccl:{kind}", {"Input Dims": [[nelems]], "Input type": [dtype]}):
+            b.streams[stream] = max(b.gpu_free_at(stream), b.gpu_free_at(7))
+            b._launch("cudaLaunchKernel", "kernel", kernel, finish - start, stream, None, {})
+
+
+def dlrm_job(world_size: int = 8, steps: int = 1, straggler: int = 1, slow: float = 1.6,
+             small_ops: int = 120, first_step: int = 10) -> Iterator[list[TraceBuilder]]:
+    """Build a DLRM-shaped job step by step, every rank on one clock; yields the ranks after each step.
+
+    Per rank and step, as in the 8-rank DLRM traces: a DataLoader ``__next__`` of about 1.2 ms,
+    5 pinned and 8 pageable host-to-device copies, 8 embedding lookups, 5 ``all_to_all`` (NCCL
+    SendRecv kernels, stream 24), forward and backward MLP passes with many small kernels, 3
+    ``all_reduce`` (NCCL AllReduce kernels, stream 84), an optimizer step and 10 stream syncs.
+    Every GPU launch has its ``ac2g`` flow events. Rank ``straggler``'s data loading and GPU work
+    take ``slow`` times longer, so the others wait for it in every collective (their NCCL kernels
+    last longer): it is the rank an analysis must name.
+
+    The caller writes each yielded step's events (``b.events``) and clears them, so a job of many
+    ranks never holds more than one step of events.
+    """
+    ranks = [TraceBuilder(device="V100", rank=r, world_size=world_size, pid=r, tid=4000 + r, launch_us=5.0)
+             for r in range(world_size)]
+    for s in range(steps):
+        for b in ranks:
+            b.now = max([b.now, *[o.now for o in ranks]])  # the ranks start each step together
+        opened = []
+        for r, b in enumerate(ranks):
+            scale = slow if r == straggler else 1.0 + 0.02 * (r % 5)
+            step = b._range("user_annotation", f"ProfilerStep#{first_step + s}")
+            step.__enter__()
+            opened.append(step)
+            with b.dataloader():
+                b.cpu((1150.0 + 10.0 * (r % 7)) * scale)
+            for i in range(13):
+                kind = "HtoD (Pinned -> Device)" if i < 5 else "HtoD (Pageable -> Device)"
+                b.memcpy(kind, 4096 * (i + 1), 2.0)
+            with b.python("dlrm_s_pytorch.py(250): apply_emb"):
+                for _ in range(DLRM_EMBEDDINGS):
+                    b.elementwise("aten::embedding_bag", [2048, 64], kernel_us=6.0 * scale, overhead_us=9.0)
+        for _ in range(5):
+            _dlrm_collective(ranks, "all_to_all", "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", 24, 1 << 16, 40.0)
+        for r, b in enumerate(ranks):
+            scale = slow if r == straggler else 1.0 + 0.02 * (r % 5)
+            _dlrm_compute(b, "fwd", scale, small_ops)
+            _dlrm_compute(b, "bwd", scale, small_ops)
+        for _ in range(3):
+            _dlrm_collective(ranks, "all_reduce", "ncclKernel_AllReduce_RING_LL_Sum_float", 84, 1 << 18, 120.0)
+        for b, step in zip(ranks, opened, strict=True):
+            with b._range("user_annotation", "Optimizer.step#SGD.step"):
+                for _ in range(4):
+                    b.elementwise("aten::add_", [512, 512], kernel_us=4.0, overhead_us=6.0, inputs=2)
+            for i in range(10):
+                b.sync(stream=(7, 24, 84)[i % 3], min_us=3.0)
+            step.__exit__(None, None, None)
+            _flows(b)
+        yield ranks
+
+
+def _flows(b: TraceBuilder) -> None:
+    """Add Kineto's ``ac2g`` flow pair (launch -> kernel) for every GPU event of the step."""
+    launches = {}
+    flows = []
+    for ev in b.events:
+        if ev["cat"] == "cuda_runtime" and "correlation" in ev.get("args", {}):
+            launches[ev["args"]["correlation"]] = ev
+        elif ev["cat"] in ("kernel", "gpu_memcpy"):
+            corr = ev["args"]["correlation"]
+            launch = launches.get(corr)
+            if launch is not None:
+                flows.append({"ph": "s", "id": corr, "pid": launch["pid"], "tid": launch["tid"], "ts": launch["ts"],
+                              "cat": "ac2g", "name": "ac2g", "dur": 0})
+            flows.append({"ph": "f", "id": corr, "pid": ev["pid"], "tid": ev["tid"], "ts": ev["ts"], "cat": "ac2g",
+                          "name": "ac2g", "bp": "e", "dur": 0})
+    b.events.extend(flows)
+
+
+def write_dlrm_job(folder: Path, world_size: int = 8, steps: int = 1, straggler: int = 1, slow: float = 1.6,
+                   small_ops: int = 120) -> list[Path]:
+    """Write :func:`dlrm_job`'s ranks as ``worker<N>.pt.trace.json.gz`` files, streaming step by step."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"worker{r}.pt.trace.json.gz" for r in range(world_size)]
+    files = [gzip.open(p, "wt", encoding="utf-8", compresslevel=1) for p in paths]
+    heads = [False] * world_size
+    try:
+        for ranks in dlrm_job(world_size, steps, straggler, slow, small_ops):
+            for r, b in enumerate(ranks):
+                if not heads[r]:
+                    doc = b.trace()
+                    doc.pop("traceEvents")
+                    files[r].write(json.dumps(doc)[:-1] + ', "traceEvents": [\n')
+                    heads[r] = True
+                else:
+                    files[r].write(",\n")
+                events = sorted(b.events, key=lambda e: (e["ts"], -e["dur"]))
+                files[r].write(",\n".join(json.dumps(e, separators=(",", ":")) for e in events))
+                b.events.clear()
+        for fh in files:
+            fh.write("\n]}\n")
+    finally:
+        for fh in files:
+            fh.close()
+    return paths
