@@ -55,6 +55,8 @@ __all__ = [
     "Setting",
     "analyze",
     "analyze_report",
+    "node_dir_name",
+    "rendezvous_env",
     "compare_paths",
     "config_options",
     "config_view",
@@ -140,11 +142,33 @@ def evaluate(
     return apply_inline_ignores(diagnosis, search_dirs) if inline_ignores else diagnosis
 
 
+def rendezvous_env(
+    nnodes: int, node_rank: int | None, endpoint: str | None, backend: str = "c10d", rdzv_id: str = "advisor"
+) -> dict[str, str]:
+    """Build torchrun's ``PET_*`` variables for a multi-node job (:func:`advisor.distributed.launch.rendezvous_env`)."""
+    from advisor.distributed.launch import rendezvous_env as env
+
+    return env(nnodes, node_rank, endpoint, backend, rdzv_id)
+
+
+def node_dir_name(node_rank: int) -> str:
+    """Name node ``node_rank``'s run directory inside a multi-node job's output folder."""
+    from advisor.distributed.launch import node_dir_name as name
+
+    return name(node_rank)
+
+
 def analyze_report(
-    path: str | Path, engine_config: Any = None, inline_ignores: bool = True, *, jobs: int | None = None
+    path: str | Path | Sequence[str | Path],
+    engine_config: Any = None,
+    inline_ignores: bool = True,
+    *,
+    jobs: int | None = None,
 ) -> Report:
     """Diagnose a trace file, a directory of traces, or a saved run directory.
 
+    Several paths (or a folder of ``node<R>/`` run directories) are the parts of one multi-node
+    job, merged (:mod:`advisor.distributed.nodes`); the report names each rank's node.
     ``inline_ignores=False`` (``--no-inline-ignores``) keeps findings that comments suppress.
     ``jobs`` rank files are analysed at a time, in worker processes (None: one per core; see
     :mod:`advisor.distributed.parallel`).
@@ -152,18 +176,25 @@ def analyze_report(
     Raises:
         InputError: the path is missing or holds no readable trace (TraceError).
     """
+    from advisor.distributed.nodes import locate_job, with_nodes
     from advisor.distributed.parallel import analyze_files, default_jobs
-    from advisor.metrics.compute import locate_input, merge_digests
+    from advisor.metrics.compute import merge_digests
     from advisor.metrics.sources import user_predicate
 
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path} does not exist; pass a .json/.json.gz trace, a folder of traces or a run directory")
-    files, capture, pstats = locate_input(path)
-    digests = analyze_files(files, default_jobs() if jobs is None else jobs, user_predicate(capture))
-    metrics = merge_digests(digests, capture=capture, pstats_path=pstats, source=str(path))
+    paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
+    if not paths:
+        raise InputError("no path given; pass a .json/.json.gz trace, a folder of traces or a run directory")
+    job = locate_job(paths)
+    capture = job.capture
+    digests = analyze_files(job.files, default_jobs() if jobs is None else jobs, user_predicate(capture))
+    source = " ".join(map(str, paths))
+    metrics = with_nodes(merge_digests(digests, capture=capture, pstats_path=job.pstats, source=source), job)
     # NOTE: profiler stacks name bare files (``train.py``): look beside the trace and the script too.
-    dirs = (Path.cwd(), path if path.is_dir() else path.parent, *([Path(capture.script).parent] if capture and capture.script else []))
+    dirs = (
+        Path.cwd(),
+        *(p if p.is_dir() else p.parent for p in paths),
+        *([Path(capture.script).parent] if capture and capture.script else []),
+    )
     diagnosis = evaluate(metrics, engine_config, dirs, inline_ignores)
     lead = digests[0].lead if digests else None
     return build_report(metrics, diagnosis, capture=capture, timeline=lead.timeline if lead else ())

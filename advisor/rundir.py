@@ -40,12 +40,16 @@ CAPTURE_FILE = "capture.json"
 PSTATS_FILE = "profile.pstats"
 REPORT_FILE = "report.json"
 TRACES_DIR = "traces"
+NODE_FILE = "node.json"
+"""A multi-node job's per-node run directory: which node it is (node rank, host) and its ranks."""
 TORCHRUN_LOGS_DIR = "torchrun-logs"
 TRIALS_DIR = "trials"
 TENSORBOARD_DIR = "tensorboard"
 RANK_DIR_RE = re.compile(r"^rank(\d+)$")
 
-MANAGED_FILES = (CONFIG_FILE, STDOUT_LOG, STDERR_LOG, EVENTS_FILE, CHILD_FILE, CAPTURE_FILE, PSTATS_FILE, REPORT_FILE)
+MANAGED_FILES = (
+    CONFIG_FILE, STDOUT_LOG, STDERR_LOG, EVENTS_FILE, CHILD_FILE, CAPTURE_FILE, PSTATS_FILE, REPORT_FILE, NODE_FILE,
+)
 """Files of a run directory; replaced when a run directory is reused."""
 MANAGED_DIRS = (TRACES_DIR, TORCHRUN_LOGS_DIR, TRIALS_DIR, TENSORBOARD_DIR)
 """Folders of a run directory (``rank<N>`` too); removed when a run directory is reused."""

@@ -17,6 +17,8 @@ E2E: tuple[str, ...] = (
     "cli/test_right_answers_e2e.py",
     "cli/test_entrypoints.py",
     "cli/test_script_own_failures.py",
+    "distributed/test_multinode_e2e.py::test_two_nodes_on_localhost_make_one_job",
+    "distributed/test_multinode_e2e.py::test_a_failing_rank_on_one_node_is_named_and_every_rank_stops",
     "distributed/test_parallel_analysis.py",
     "distributed/test_torchrun_e2e.py",
     "engine/test_packaging.py::test_wheel_contains_every_rule_file",

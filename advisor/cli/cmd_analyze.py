@@ -14,12 +14,13 @@ Examples:
   advisor analyze worker0.pt.trace.json.gz
   advisor analyze runs/dlrm/                 # one trace per rank, side by side
   advisor analyze runs/job/ --jobs 8         # 8 rank files at a time, one process each
+  advisor analyze node0/ node1/              # a multi-node job, each node's run directory
   advisor analyze trace.json --format json -o report.json
 """
 
 
 @click.command(epilog=EPILOG)
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "-j",
     "--jobs",
@@ -30,7 +31,7 @@ Examples:
 @output_options
 @rule_selection_options
 def analyze(
-    path: Path,
+    paths: tuple[Path, ...],
     jobs: int | None,
     fmt: str | None,
     output: Path | None,
@@ -41,9 +42,12 @@ def analyze(
     preview: bool,
     no_inline_ignores: bool,
 ) -> int:
-    """Diagnose a trace file (.json/.json.gz), a folder of per-rank traces, or a run directory."""
+    """Diagnose a trace file (.json/.json.gz), a folder of per-rank traces, or a run directory.
+
+    Several PATHS are the nodes of one multi-node job (each node's run directory), merged.
+    """
     from advisor.api import analyze_report
 
     config = engine_config(select, extend_select, ignore, preview)
-    report = analyze_report(path, config, inline_ignores=not no_inline_ignores, jobs=jobs)
+    report = analyze_report(paths, config, inline_ignores=not no_inline_ignores, jobs=jobs)
     return emit_report(report, fmt, output, fail_on)

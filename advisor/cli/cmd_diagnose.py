@@ -70,7 +70,15 @@ def default_run_dir(script: Path) -> Path:
 @click.option("--write", is_flag=True, help="Apply that diff to the script, keeping a .bak copy.")
 @click.option("--nproc-per-node", default=1, show_default=True, type=click.IntRange(min=1),
               help="Launch through torchrun with this many processes.")
-@click.option("--nnodes", default=1, show_default=True, type=click.IntRange(min=1), help="Nodes for torchrun.")
+@click.option("--nnodes", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Nodes of the job (run advisor on each, with the same options but --node-rank).")
+@click.option("--node-rank", type=click.IntRange(min=0), default=None,
+              help="This node's rank in a multi-node job (0 hosts the c10d rendezvous).")
+@click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+              help="Rendezvous every node joins (torchrun's; the host of node 0 for c10d).")
+@click.option("--rdzv-backend", type=click.Choice(["c10d", "static"]), default="c10d", show_default=True,
+              help="torchrun rendezvous backend.")
+@click.option("--rdzv-id", default="advisor", show_default=True, help="Job id shared by every node's rendezvous.")
 @output_options
 @rule_selection_options
 @verbosity_options
@@ -93,6 +101,10 @@ def diagnose(
     write: bool,
     nproc_per_node: int,
     nnodes: int,
+    node_rank: int | None,
+    rdzv_endpoint: str | None,
+    rdzv_backend: str,
+    rdzv_id: str,
     fmt: str | None,
     output: Path | None,
     fail_on: str,
@@ -125,7 +137,18 @@ def diagnose(
             err=True,
         )
     config = engine_config(select, extend_select, ignore, preview, start=script.parent)
+    rdzv_env = api.rendezvous_env(nnodes, node_rank, rdzv_endpoint, rdzv_backend, rdzv_id)
     run_dir = out_dir or default_run_dir(script)
+    if nnodes > 1 and node_rank is not None:
+        # every node writes its own folder: on a shared file system they sit side by side
+        run_dir = run_dir / api.node_dir_name(node_rank)
+    if nnodes > 1 and not no_fixes:
+        no_fixes = True
+        click.echo(
+            "advisor: note: fix trials are not run for multi-node jobs (every trial would need every "
+            "node to relaunch in step); diagnosing only",
+            err=True,
+        )
     spec = RunSpec(
         script=script,
         args=tuple(script_args),
@@ -141,6 +164,7 @@ def diagnose(
         cwd=Path.cwd(),
         nproc_per_node=nproc_per_node,
         nnodes=nnodes,
+        env=rdzv_env,
         module=module,
     )
     fix_options = FixOptions(

@@ -107,12 +107,90 @@ def torchrun_command(spec: RunSpec, config: Path, logs_dir: Path) -> list[str]:
     return [*cmd, "-m", "advisor.capture.child", str(config)]
 
 
+RDZV_BACKENDS = ("c10d", "static")
+"""Rendezvous backends ``--rdzv-backend`` accepts (torchrun's names)."""
+DEFAULT_RDZV_ID = "advisor"
+
+
+def node_dir_name(node_rank: int) -> str:
+    """Name the run directory of node ``node_rank`` inside a multi-node job's output folder."""
+    return f"node{int(node_rank)}"
+
+
+def rendezvous_env(
+    nnodes: int,
+    node_rank: int | None,
+    endpoint: str | None,
+    backend: str = "c10d",
+    rdzv_id: str = DEFAULT_RDZV_ID,
+) -> dict[str, str]:
+    """Turn ``--node-rank / --rdzv-endpoint / --rdzv-backend`` into torchrun's ``PET_*`` variables.
+
+    torchrun reads every option from a ``PET_<OPTION>`` variable too, so the rendezvous travels in
+    the launch's environment. With ``c10d`` node 0 hosts the rendezvous store at the endpoint
+    (``is_host=1``; the others connect to it), which also lets two launches on one machine meet
+    on 127.0.0.1; the rendezvous, not the node rank, then orders the global ranks. With
+    ``static`` the endpoint is the master's address and the node rank orders the ranks.
+
+    Returns:
+        The variables (empty for one node without an endpoint).
+
+    Raises:
+        UsageError: A malformed endpoint, a node rank missing or out of range, or the options
+            given for a single-node job.
+    """
+    if nnodes == 1:
+        if endpoint is not None or node_rank is not None:
+            raise UsageError("--node-rank and --rdzv-endpoint are for multi-node jobs: add --nnodes N (N > 1)")
+        return {}
+    if endpoint is None:
+        if node_rank is not None:
+            raise UsageError("--node-rank needs --rdzv-endpoint HOST:PORT (the rendezvous every node joins)")
+        return {}
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT (e.g. node001:29500)")
+    if node_rank is None:
+        raise UsageError("--nnodes needs --node-rank R on every node (0 on the node that hosts the rendezvous)")
+    if not 0 <= node_rank < nnodes:
+        raise UsageError(f"--node-rank {node_rank} is out of range for --nnodes {nnodes} (0 to {nnodes - 1})")
+    if backend not in RDZV_BACKENDS:
+        raise UsageError(f"--rdzv-backend {backend!r}: choose one of {', '.join(RDZV_BACKENDS)}")
+    env = {"PET_NODE_RANK": str(node_rank), "PET_RDZV_BACKEND": backend}
+    if backend == "static":
+        return {**env, "PET_MASTER_ADDR": host.strip("[]"), "PET_MASTER_PORT": port}
+    return {
+        **env,
+        "PET_RDZV_ENDPOINT": endpoint,
+        "PET_RDZV_ID": rdzv_id,
+        "PET_RDZV_CONF": f"is_host={int(node_rank == 0)}",
+    }
+
+
+def _write_node_file(run_dir: Path, spec: RunSpec, ranks: list[int]) -> None:
+    """Say which node this run directory is, for ``advisor analyze`` of several nodes' folders."""
+    import socket
+
+    env = {**os.environ, **spec.env}
+    node = env.get("PET_NODE_RANK") or env.get("GROUP_RANK")
+    dump_json(
+        {
+            "node_rank": int(node) if node and node.isdigit() else None,
+            "hostname": socket.gethostname(),
+            "nnodes": spec.nnodes,
+            "nproc_per_node": spec.nproc_per_node,
+            "ranks": ranks,
+        },
+        run_dir / rundir.NODE_FILE,
+    )
+
+
 def _check_multinode(spec: RunSpec) -> None:
     env = {**os.environ, **spec.env}
     if spec.nnodes > 1 and not (env.get("PET_RDZV_ENDPOINT") or env.get("PET_MASTER_ADDR")):
         raise UsageError(
-            f"--nnodes {spec.nnodes} needs a rendezvous: set PET_RDZV_ENDPOINT=host:port (and "
-            "PET_RDZV_ID, PET_RDZV_BACKEND=c10d) on every node, as for torchrun"
+            f"--nnodes {spec.nnodes} needs a rendezvous: pass --rdzv-endpoint HOST:PORT and --node-rank R "
+            "on every node (or set PET_RDZV_ENDPOINT=host:port, PET_RDZV_ID, PET_RDZV_BACKEND=c10d, as for torchrun)"
         )
 
 
@@ -216,6 +294,8 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
     }
     result = from_dict(RunCapture, data)
     result.save(run_dir)
+    if spec.nnodes > 1:
+        _write_node_file(run_dir, spec, [r.rank for r in ranks])
     if interrupt is not None:
         raise interrupt
     report_done(progress, relay, spec, result, wall_s)
