@@ -18,7 +18,9 @@ both. Reported per setting, the median of the repeats:
 * peak RSS of the parent process (the merge) and of the largest worker (``RUSAGE_CHILDREN``,
   read in the analyze process itself), next to the peak RSS of analysing one rank alone;
 * the peak of the whole process tree's summed RSS, sampled every 20 ms from outside;
-* CPU seconds of the parent and its workers together (what parallelism costs in extra work);
+* CPU seconds of the parent and its workers together (what parallelism costs in extra work),
+  and apart: on two idle cores ``--jobs 2`` could take no less than the parent's CPU time plus
+  half the workers' (printed as a bound, clearly not a measured wall time);
 * whether the report names the straggler rank.
 
 The load average is printed before and after: on a shared machine the ratio drops when other
@@ -58,6 +60,7 @@ wall = time.perf_counter() - t0
 me = resource.getrusage(resource.RUSAGE_SELF)
 kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall_s": wall, "parent_rss_mb": me.ru_maxrss / 1024, "worker_rss_mb": kids.ru_maxrss / 1024,
+                  "parent_cpu_s": me.ru_utime + me.ru_stime, "workers_cpu_s": kids.ru_utime + kids.ru_stime,
                   "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}))
 """
 
@@ -144,7 +147,11 @@ def main() -> None:
         worker = f"{med(jobs, 'worker_rss_mb'):.0f}" if jobs > 1 else "-"
         print(f"| {jobs} | {med(jobs, 'outer_wall_s'):.2f} | {base / med(jobs, 'outer_wall_s'):.2f}x | "
               f"{med(jobs, 'cpu_s'):.1f} | {med(jobs, 'parent_rss_mb'):.0f} | {worker} | {med(jobs, 'tree_rss_mb'):.0f} | {found} |")
-    print(f"\none rank alone (--jobs 1, one file): {one['outer_wall_s']:.2f} s, peak RSS {one['parent_rss_mb']:.0f} MB")
+    serial, parallel = med(2, "parent_cpu_s"), med(2, "workers_cpu_s")
+    print(f"\nCPU split at --jobs 2: parent {serial:.1f} s, workers {parallel:.1f} s; on two idle cores the wall time "
+          f"is bounded below by {serial + parallel / 2:.1f} s against {med(1, 'cpu_s'):.1f} s of CPU at --jobs 1 "
+          f"(a bound of {med(1, 'cpu_s') / (serial + parallel / 2):.2f}x, computed, not measured)")
+    print(f"one rank alone (--jobs 1, one file): {one['outer_wall_s']:.2f} s, peak RSS {one['parent_rss_mb']:.0f} MB")
     print(f"all runs (wall s): jobs 1 {[round(r['outer_wall_s'], 2) for r in runs[1]]}, "
           f"jobs 2 {[round(r['outer_wall_s'], 2) for r in runs[2]]}")
     print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
