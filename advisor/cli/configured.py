@@ -31,6 +31,8 @@ from advisor.errors import UsageError
 NOT_IN_CONFIG: frozenset[str] = frozenset({
     # what to run and where its results go: one run's choice, not a project's
     "script", "script_args", "as_module", "out_dir", "fmt", "output",
+    # which node this is and where its job meets: one launch's choice (differs per node)
+    "node_rank", "rdzv_endpoint", "rdzv_id",
     # --diff/--write: writing the user's files needs an explicit flag on each run
     "show_diff", "write",
     # chatter on stderr is the caller's choice
