@@ -6,6 +6,7 @@ processes and torchrun's rendezvous), so one slowed run serves several tests.
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from pathlib import Path
@@ -69,7 +70,10 @@ def test_every_rank_writes_a_run_dir_and_the_job_merges_them(slow_run) -> None:
         assert rank.profiled_steps == 2 and rank.timed_steps == 3
         assert len(rank.trace_files) == 1 and (run_dir / name / rank.trace_files[0]).is_file()
         assert (run_dir / name / "stderr.log").is_file()
-        trace = json.loads((run_dir / name / rank.trace_files[0]).read_text())
+        trace_file = run_dir / name / rank.trace_files[0]
+        # traces are stored gzip-compressed since main's 203999a (older runs: plain .json)
+        raw = gzip.decompress(trace_file.read_bytes()) if trace_file.name.endswith(".gz") else trace_file.read_bytes()
+        trace = json.loads(raw)
         assert trace["distributedInfo"]["rank"] == int(name[4:])
         assert trace["distributedInfo"]["backend"] == "gloo"
     assert cap.trace_files == ()  # each rank's capture lists its own
