@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def test_crash_at_step_n_keeps_what_was_measured(run_script):
     assert cap.error.step == 5 and cap.error.log == "stderr.log"
     assert cap.steps_seen == 4 and cap.timed_steps == 3 and len(cap.timed.step_times_ms) == 3
     assert len(cap.trace_files) == 1  # the open profiler window was exported, not lost
-    events = json.loads((run_dir / cap.trace_files[0]).read_text())["traceEvents"]
+    assert cap.trace_files[0].endswith(".gz")  # stored gzip-compressed (issue #20)
+    events = json.loads(gzip.decompress((run_dir / cap.trace_files[0]).read_bytes()))["traceEvents"]
     assert any(e.get("name", "").startswith("ProfilerStep#") for e in events)
     stderr = (run_dir / "stderr.log").read_text()
     assert "ValueError: boom in step 5" in stderr and 'train_loop.py", line' in stderr
