@@ -98,6 +98,9 @@ class FixOptions:
         only: Try only these fix ids (``--fix``, repeatable).
         repeats: Interleaved baseline/variant repeats per fix.
         write: Apply the diff to the user's script, keeping a ``.bak`` copy (``--write``).
+        budget_s: Seconds the whole fix loop may take (``--budget``); None: no limit.
+        exhaustive: Measure every suggested fix for every planned round with the full warm-up
+            (``--exhaustive``): no Amdahl skips, no early stops, no shortened warm-up.
     """
 
     enabled: bool = True
@@ -105,6 +108,8 @@ class FixOptions:
     only: tuple[str, ...] = ()
     repeats: int = 3
     write: bool = False
+    budget_s: float | None = None
+    exhaustive: bool = False
 
 
 @dataclass(frozen=True)
@@ -390,11 +395,25 @@ def try_fixes(
         runner=_runner(spec),
         progress=progress,
         checkpoint=checkpoint,
+        breakdown=None if options.exhaustive else diagnosis.breakdown,
+        impacts=_fix_impacts(diagnosis.findings),
+        budget_s=options.budget_s,
+        early_stop=not options.exhaustive,
+        settle_warmup=not options.exhaustive,
     )
     if outcome.diff and options.write:
         backup = write_diff(Path(spec.script), outcome.diff)
         outcome = replace(outcome, notes=(*outcome.notes, f"applied the diff to {spec.script} (backup: {backup})"))
     return outcome
+
+
+def _fix_impacts(findings: Sequence[Any]) -> dict[str, float]:
+    """Fix id -> the largest share of step time any finding suggesting it could recover."""
+    out: dict[str, float] = {}
+    for finding in findings:
+        for fix in finding.fixes:
+            out[fix.id] = max(out.get(fix.id, 0.0), float(finding.impact_frac or 0.0))
+    return out
 
 
 def _suggested_fixes(findings: Sequence[Any]) -> list[Any]:

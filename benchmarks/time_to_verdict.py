@@ -13,6 +13,12 @@ Usage::
     .venv/bin/python benchmarks/time_to_verdict.py                      # the whole zoo
     .venv/bin/python benchmarks/time_to_verdict.py tiny_model --repeats 2
     .venv/bin/python benchmarks/time_to_verdict.py --json ttv.json
+    .venv/bin/python benchmarks/time_to_verdict.py data_loading --compare   # before/after side by side
+
+``--compare`` runs each example twice in the same session, with the loop's time cuts (Amdahl
+skips, sequential stops, warm-up read from the baseline) and with ``--exhaustive`` (every fix,
+every round, full warm-up: the loop as it was before them), alternating which goes first, and
+prints both rows, their ratio and whether they kept the same fixes.
 """
 
 from __future__ import annotations
@@ -74,6 +80,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="--repeats passed to advisor diagnose")
     p.add_argument("--timeout", type=float, default=3600.0, help="per example, seconds")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    p.add_argument("--compare", action="store_true",
+                   help="also run each example with --exhaustive (the loop without its time cuts), side by side")
+    p.add_argument("--budget", type=float, default=None, help="--budget passed to advisor diagnose")
     opts = p.parse_args()
     manifest = load_manifest()
     names = opts.examples or [n for n in manifest if not manifest[n].get("skip")]
@@ -81,24 +90,47 @@ def main() -> None:
     if unknown:
         p.error(f"unknown example(s) {', '.join(unknown)}; known: {', '.join(manifest)}")
     print(f"before: {load()}", flush=True)
-    rows = []
+    rows: list[dict] = []
+    before: list[dict] = []
+    base = ["--repeats", str(opts.repeats)] + ([] if opts.budget is None else ["--budget", str(opts.budget)])
     with tempfile.TemporaryDirectory(prefix="advisor-ttv-") as tmp:
-        for name in names:
+        for i, name in enumerate(names):
             args = list(manifest[name].get("args", []))
-            try:
-                report, wall = run_advisor(name, args, Path(tmp), ["--repeats", str(opts.repeats)], opts.timeout)
-            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
-                print(f"{name:<20} failed: {exc}", flush=True)
-                continue
-            rows.append(row(name, report, wall))
-            print(show(rows[-1]), flush=True)
-    total = sum(r["total_s"] for r in rows)
-    overhead = sum((r["overhead_share"] or 0.0) * r["total_s"] for r in rows)
-    if rows:
-        print(f"zoo total {total:.1f}s over {len(rows)} example(s), overhead {overhead / total:.0%}")
+            modes = [("now", base)]
+            if opts.compare:
+                modes.append(("exhaustive", [*base, "--exhaustive"]))
+                if i % 2:  # alternate the order: drift of the machine must not favour one side
+                    modes.reverse()
+            got: dict[str, dict] = {}
+            for mode, extra in modes:
+                try:
+                    report, wall = run_advisor(name, args, Path(tmp), extra, opts.timeout)
+                except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                    print(f"{name:<20} {mode}: failed: {exc}", flush=True)
+                    continue
+                got[mode] = row(name, report, wall) | {"mode": mode, "load": load()}
+                print(f"{mode:<10} " + show(got[mode]) + f"  ({got[mode]['load']})", flush=True)
+            if "now" in got:
+                rows.append(got["now"])
+            if "exhaustive" in got:
+                before.append(got["exhaustive"])
+            if len(got) == 2:
+                a, b = got["now"], got["exhaustive"]
+                same = "same kept fixes" if sorted(a["kept"]) == sorted(b["kept"]) else (
+                    f"DIFFERENT kept fixes: {'+'.join(a['kept']) or '-'} vs {'+'.join(b['kept']) or '-'}")
+                print(f"{'':<10} {name}: {a['total_s']:.1f}s vs {b['total_s']:.1f}s exhaustive "
+                      f"= {a['total_s'] / b['total_s']:.2f}x the time, {a['trial_runs']} vs "
+                      f"{b['trial_runs']} trial runs; {same}", flush=True)
+    for label, rs in (("zoo total", rows), ("exhaustive total", before)):
+        if not rs:
+            continue
+        total = sum(r["total_s"] for r in rs)
+        overhead = sum((r["overhead_share"] or 0.0) * r["total_s"] for r in rs)
+        print(f"{label} {total:.1f}s over {len(rs)} example(s), overhead {overhead / total:.0%}")
     print(f"after: {load()}")
     if opts.json:
-        opts.json.write_text(json.dumps({"rows": rows, "load": load()}, indent=2) + "\n", encoding="utf-8")
+        out = {"rows": rows, "exhaustive": before, "load": load()}
+        opts.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -203,6 +203,8 @@ class TimedPhase:
         optimizers_per_step: Distinct optimizers that step in one iteration when steps are
             optimizer steps (2 in a GAN), else 0: the backward calls of one optimizer step are
             ``backwards / optimizers_per_step``.
+        warmup_step_times_ms: Wall time of each warm-up step (the fix loop reads from them
+            how many warm-up steps this script needs before its step time is stable).
     """
 
     step_times_ms: tuple[float, ...] = ()
@@ -213,6 +215,7 @@ class TimedPhase:
     batches: tuple[int, ...] = ()
     backwards: tuple[int, ...] = ()
     optimizers_per_step: int = 0
+    warmup_step_times_ms: tuple[float, ...] = ()
 
     @property
     def backwards_per_step(self) -> float | None:

@@ -183,6 +183,7 @@ class StepRecorder:
     steps_seen: int = 0  # steps completed in all (never reset)
     counts: dict[str, int] = field(default_factory=dict)  # completed steps per phase
     step_times_ms: list[float] = field(default_factory=list)
+    warmup_times_ms: list[float] = field(default_factory=list)
     step_samples: list[int | None] = field(default_factory=list)
     step_batches: list[int] = field(default_factory=list)
     step_backwards: list[int] = field(default_factory=list)
@@ -382,6 +383,7 @@ class StepRecorder:
             batches=tuple(self.step_batches),
             backwards=tuple(self.step_backwards),
             optimizers_per_step=self._optimizers.members if self.source == SOURCE_OPTIMIZER else 0,
+            warmup_step_times_ms=tuple(round(t, 3) for t in self.warmup_times_ms),
         )
 
     def snapshot(self) -> dict[str, Any]:
@@ -500,6 +502,8 @@ class StepRecorder:
         self._cur_loss = None
         if self.first_step_end is None:
             self.first_step_end = now
+        if self.phase == PHASE_WARMUP:
+            self.warmup_times_ms.append((now - start) * 1000.0)
         if self.phase == PHASE_TIMED:
             self.step_times_ms.append((now - start) * 1000.0)
             self._timed_ms += self.step_times_ms[-1]
@@ -630,6 +634,7 @@ class StepRecorder:
         self.steps = 0
         self.counts = {}
         self.step_times_ms.clear()
+        self.warmup_times_ms.clear()
         self._timed_ms = 0.0
         if self._asked_timed is not None:  # undo a min_timed_s extension: timing starts over
             self.phases.timed = self._asked_timed

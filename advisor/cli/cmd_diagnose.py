@@ -29,6 +29,7 @@ Examples:
   advisor diagnose --no-fixes train.py          diagnose only
   advisor diagnose --unsafe-fixes train.py      also try bf16, compile, batch fusion
   advisor diagnose --fix dataloader_workers --diff train.py
+  advisor diagnose --budget 120 train.py        spend at most two minutes on the fix trials
   advisor diagnose --format html -o report.html train.py
   advisor diagnose -m mypkg.train --epochs 3    run a module, as python -m does
 """
@@ -65,6 +66,12 @@ def default_run_dir(script: Path) -> Path:
 @click.option("--fix", "only_fixes", multiple=True, metavar="ID", help="Try only this fix (repeatable).")
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1, max=20),
               help="Interleaved baseline/variant repeats per fix.")
+@click.option("--budget", "budget_s", type=PositiveSeconds(), default=None, metavar="SECONDS",
+              help="Time for the whole fix loop: the fixes with the largest possible gain run first, "
+              "and the report names those left untried.")
+@click.option("--exhaustive", is_flag=True,
+              help="Measure every suggested fix for every --repeats round with the full warm-up "
+              "(no Amdahl skips, no early stops): slower, for comparisons.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for loss-parity checks in fix trials.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff that makes the kept fixes permanent.")
 @click.option("--write", is_flag=True, help="Apply that diff to the script, keeping a .bak copy.")
@@ -96,6 +103,8 @@ def diagnose(
     unsafe_fixes: bool,
     only_fixes: tuple[str, ...],
     repeats: int,
+    budget_s: float | None,
+    exhaustive: bool,
     seed: int,
     show_diff: bool,
     write: bool,
@@ -168,7 +177,8 @@ def diagnose(
         module=module,
     )
     fix_options = FixOptions(
-        enabled=not no_fixes, unsafe=unsafe_fixes, only=tuple(only_fixes), repeats=repeats, write=write
+        enabled=not no_fixes, unsafe=unsafe_fixes, only=tuple(only_fixes), repeats=repeats, write=write,
+        budget_s=budget_s, exhaustive=exhaustive,
     )
     progress, trial_progress, stop = _progress_sinks(quiet > 0, script.name)
     try:

@@ -234,6 +234,11 @@ class Fix:
         manual: What to change by hand, for a fix with no mechanical diff.
         advice: Why no safe run-time change exists, for a fix that is only a diff: it is never
             run, its trial reads ``advice`` (never a measured win), and its diff is offered.
+        shrinks: The step-time categories (:class:`~advisor.engine.model.Category` words) the
+            fix can shorten and nothing else: their share of the measured step bounds its gain
+            (Amdahl), so a fix whose bound cannot reach the minimum effect is skipped unrun
+            (:mod:`advisor.fixes.bounds`). Empty (the default) for a fix whose gain is not
+            confined to a category (batch size, compile, threads): it is never skipped so.
     """
 
     id: str
@@ -256,6 +261,7 @@ class Fix:
     plan_diff: PlanDiff | None = None
     manual: str = ""
     advice: str = ""
+    shrinks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         safety = Safety.parse(self.safety)

@@ -65,11 +65,64 @@ class Estimate:
     reason: str = ""
 
 
-def t_quantile(df: int) -> float:
-    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom."""
+def t_quantile(df: int, alpha: float = 0.05) -> float:
+    """Two-sided ``1 - alpha`` Student-t quantile for ``df`` degrees of freedom.
+
+    95% comes from the table; any other level is found by bisection on the t distribution's
+    CDF (through the regularised incomplete beta function), to 1e-9.
+    """
     if df < 1:
         raise ValueError("need at least one degree of freedom")
-    return _T975[df - 1] if df <= len(_T975) else 1.96
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie in (0, 1), not {alpha}")
+    if alpha == 0.05:
+        return _T975[df - 1] if df <= len(_T975) else 1.96
+    target = alpha / 2.0  # upper-tail probability
+    lo, hi = 0.0, 1.0
+    while _t_upper_tail(hi, df) > target:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if _t_upper_tail(mid, df) > target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-9:
+            break
+    return (lo + hi) / 2.0
+
+
+def _t_upper_tail(t: float, df: int) -> float:
+    """P(T > t) for t >= 0: half the regularised incomplete beta I_x(df/2, 1/2), x = df/(df+t^2)."""
+    return 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) by its continued fraction (modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast only on this side
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return math.exp(log_front) * h / a
 
 
 def paired_ratios(
@@ -97,12 +150,14 @@ def paired_ratios(
     return out
 
 
-def estimate(ratios: Sequence[float], min_effect: float = MIN_EFFECT) -> Estimate:
-    """Median speedup, 95% interval over log-ratios, and the verdict they support.
+def estimate(ratios: Sequence[float], min_effect: float = MIN_EFFECT, alpha: float = 0.05) -> Estimate:
+    """Median speedup, ``1 - alpha`` (95%) interval over log-ratios, and the verdict they support.
 
     Args:
         ratios: Paired ratios variant/baseline (each > 0).
         min_effect: Smallest relative change counted as an effect.
+        alpha: One minus the interval's confidence (a stricter level for an early look, see
+            :func:`decided_early`).
 
     Returns:
         The :class:`Estimate`; without ratios the verdict is ``no_effect`` and fields are None.
@@ -121,7 +176,7 @@ def estimate(ratios: Sequence[float], min_effect: float = MIN_EFFECT) -> Estimat
         return Estimate(med, None, None, verdict, 1)
     logs = [math.log(r) for r in rs]
     mean = statistics.fmean(logs)
-    half = t_quantile(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    half = t_quantile(n - 1, alpha) * statistics.stdev(logs) / math.sqrt(n)
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     if lo > 1.0 and med >= 1 + min_effect:
         return Estimate(med, lo, hi, "improved", n)
@@ -129,6 +184,30 @@ def estimate(ratios: Sequence[float], min_effect: float = MIN_EFFECT) -> Estimat
         return Estimate(med, lo, hi, "slower", n)
     verdict, reason = _no_effect_or_undecided(med, lo, hi, n)
     return Estimate(med, lo, hi, verdict, n, reason)
+
+
+MIN_PAIRS = 2
+"""A trial is never decided on fewer pairs: one pair has no noise estimate at all."""
+
+
+def decided_early(ratios: Sequence[float], looks: int, min_effect: float = MIN_EFFECT) -> bool:
+    """Whether a trial may stop before its planned rounds: its interval decides, corrected for repeated looks.
+
+    Stopping as soon as a 95% interval happens to clear 1 would turn the repeated looks into
+    repeated chances of a false win. Each early look therefore uses a Bonferroni-corrected
+    interval (``alpha = 0.05 / looks``, ``looks`` being every look the plan allows), so the
+    chance that *any* look decides wrongly stays within 5%; the reported interval is the plain
+    95% one over the pairs measured, which a stricter interval that decided always agrees with.
+    The trial stops when that stricter interval says ``improved`` or ``slower``, or lies wholly
+    below ``1 + min_effect`` (no win is possible any more: more pairs would not change what is
+    kept). Never before :data:`MIN_PAIRS` pairs.
+    """
+    if len(ratios) < MIN_PAIRS:
+        return False
+    est = estimate(ratios, min_effect, alpha=0.05 / max(1, looks))
+    if est.verdict in ("improved", "slower"):
+        return True
+    return est.ci_high is not None and est.ci_high < 1.0 + min_effect
 
 
 def _no_effect_or_undecided(med: float, lo: float, hi: float, n: int) -> tuple[str, str]:

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,7 @@ from advisor.capture.model import FixRequest, NoteState, RunCapture, RunSpec
 from advisor.engine.model import FixRef
 from advisor.errors import AdvisorError, UsageError
 from advisor.fixes import catalog
+from advisor.fixes.bounds import GainBound, by_gain, gain_bounds
 from advisor.fixes.fix import (
     MIN_LADDER_PHASE_S,
     SAFE,
@@ -84,7 +85,14 @@ from advisor.fixes.fix import (
     ladder_steps,
 )
 from advisor.fixes.model import FixOutcome, Trial, Verdict
-from advisor.fixes.stats import MIN_EFFECT, estimate, loss_parity, paired_ratios
+from advisor.fixes.stats import (
+    MIN_EFFECT,
+    MIN_PAIRS,
+    decided_early,
+    estimate,
+    loss_parity,
+    paired_ratios,
+)
 from advisor.rundir import TRIALS_DIR  # noqa: E402
 
 __all__ = [
@@ -101,6 +109,12 @@ DEFAULT_SEED = 0
 # larger_batch speedup to 19.8x against 11.4x timed plainly over the whole script (tiny_model,
 # benchmarks/fix_speedups.py). Slow steps already fill it; only fast ones run longer.
 MIN_TRIAL_WINDOW_S = 1.0
+# Trial runs keep at least this many warm-up steps however stable the baseline's steps were:
+# a variant pays its own one-time costs (worker start-up, a compile) that the baseline cannot
+# show, and they land in its first step or two.
+MIN_TRIAL_WARMUP = 2
+# A warm-up step slower than this many times the baseline's timed median is still warming up.
+WARMUP_SETTLED = 1.25
 
 # The verdicts under short names (advisor.fixes.model.Verdict).
 IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED, ADVICE = (
@@ -197,6 +211,8 @@ class _Variant:
     ref_ttfs: list[float] = field(default_factory=list)
     ref_peaks: list[int] = field(default_factory=list)
     memory_kind: str | None = None
+    early: int = 0  # pairs after which the measurement stopped before its planned rounds
+    cut: bool = False  # stopped by the budget rather than by a decided interval
 
     @property
     def active(self) -> bool:
@@ -235,6 +251,12 @@ def run_trials(
     make_diff_text: bool = True,
     max_repeats: int | None = None,
     checkpoint: Callable[[FixOutcome], None] | None = None,
+    breakdown: Mapping[str, float] | None = None,
+    impacts: Mapping[str, float] | None = None,
+    budget_s: float | None = None,
+    early_stop: bool = True,
+    settle_warmup: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> FixOutcome:
     """Try each suggested fix at run time, measure it against the baseline, keep what helps.
 
@@ -254,6 +276,20 @@ def run_trials(
         checkpoint: Called after every run with what is known so far (finished trials, and
             trials still being measured marked unfinished), so the caller can save it: an
             interrupted loop then loses nothing it measured.
+        breakdown: The diagnosis's share of step time per category: a fix whose Amdahl bound
+            on it cannot reach ``min_effect`` is skipped unrun (:mod:`advisor.fixes.bounds`).
+        impacts: Fix id -> the largest recoverable share its findings claim (orders the fixes
+            under a budget when the fix declares no categories).
+        budget_s: Seconds the whole loop may take (``--budget``): fixes are measured largest
+            possible gain first, and those the remaining time cannot pay for are not tried
+            (skipped, saying so); a measurement stops early once every trial has its minimum
+            pairs and the next round would overrun.
+        early_stop: Stop a trial's rounds as soon as its interval is decided (from
+            :data:`~advisor.fixes.stats.MIN_PAIRS` pairs, see
+            :func:`~advisor.fixes.stats.decided_early`); False runs every planned round.
+        settle_warmup: Let trial runs warm up for only as many steps as the first baseline
+            needed to reach a stable step time (:func:`settled_warmup`); False keeps the spec's.
+        clock: The clock the budget is kept with (tests pass a fake).
 
     Returns:
         A :class:`~advisor.fixes.model.FixOutcome`: every trial with its verdict, the combined
@@ -262,17 +298,38 @@ def run_trials(
     Raises:
         UsageError: ``only`` names an unknown fix id, or ``repeats`` is below 1.
     """
-    started = time.perf_counter()
+    started = clock()
     if repeats < 1:
         raise UsageError(f"--repeats must be at least 1, not {repeats}")
+    if budget_s is not None and not budget_s > 0:
+        raise UsageError(f"--budget must be a positive number of seconds, not {budget_s}")
     loop = Measurer(spec, runner, progress, repeats, min_effect, loss_steps)
     loop.max_repeats = max(repeats, max_repeats if max_repeats is not None else 2 * repeats)
+    loop.started, loop.clock = started, clock
+    loop.early_stop = early_stop
+    if budget_s is not None:
+        loop.deadline = started + budget_s
     wanted, hidden, notes = choose(suggested, only, unsafe)
     results: dict[str, Trial] = {}
     if checkpoint is not None:
         loop.on_run = lambda: checkpoint(loop.snapshot(wanted, results, notes, hidden, started))
-    if not wanted:
-        return FixOutcome(notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started))
+    bounds = gain_bounds(wanted, breakdown, impacts)
+    # A fix that cannot reach the minimum effect even if its part of the step vanished is not
+    # worth a run (named with --fix, it is run anyway: the user asked for that measurement).
+    if not only:
+        hopeless = [f for f in wanted if bounds[f].cannot_reach(min_effect)]
+        for f in hopeless:
+            results[f] = Trial(
+                fix=f, safety=catalog.get(f).safety, verdict=SKIPPED,
+                reason=bounds[f].skip_reason(min_effect), max_speedup=_round(bounds[f].speedup),
+            )
+        if hopeless:
+            notes.append(f"not run, their Amdahl bound is below the {min_effect:.0%} minimum effect: "
+                         + ", ".join(f"{f} (at most {bounds[f].speedup:.3f}x)" for f in hopeless))
+    todo = [f for f in wanted if f not in results]
+    if not todo:
+        return FixOutcome(trials=tuple(results[f] for f in wanted), notes=tuple(notes),
+                          hidden_unsafe=hidden, wall_s=_since(started, clock))
 
     # Round 1's baseline comes first: it decides what can apply.
     base0 = loop.run_baseline("baseline", 1)
@@ -280,20 +337,31 @@ def run_trials(
         reason = _failure_reason(base0) if not base0.ok else "the baseline recorded no timed steps"
         notes.append(f"no fix measured: the baseline run failed ({reason})")
         trials = tuple(
-            Trial(fix=f, safety=catalog.get(f).safety, verdict=SKIPPED, reason=f"baseline run failed: {reason}")
+            results.get(f) or Trial(
+                fix=f, safety=catalog.get(f).safety, verdict=SKIPPED, reason=f"baseline run failed: {reason}",
+            )
             for f in wanted
         )
-        return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started),
+        return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started, clock),
                           runs=loop.runs, phases_s=dict(loop.phases_s))
     ctx = context_from_capture(base0)
     loop.base_step_ms = median(base0.timed.step_times_ms)
+    warmup = settled_warmup(base0.timed.warmup_step_times_ms, base0.timed.step_times_ms, spec.warmup_steps)
+    if settle_warmup and warmup < spec.warmup_steps:
+        loop.warmup_steps = warmup
+        notes.append(
+            f"trial runs warm up for {warmup} steps, not {spec.warmup_steps}: the baseline's step time "
+            f"was within {WARMUP_SETTLED:.2f}x of its timed median from warm-up step {warmup} on"
+        )
 
-    plan = plan_trials(wanted, ctx, spec, loop.base_step_ms)
+    plan = plan_trials(todo, ctx, spec, loop.base_step_ms)
+    if budget_s is not None:
+        results.update(_fit_budget(plan, bounds, loop, notes))
     loop.measure(plan.variants, reference=(), ref_label="baseline", first_baseline=base0)
     results.update({**plan.skipped, **plan.advice})
     results.update(collapse([loop.trial(v) for v in plan.variants]))
     if plan.on_top:
-        results.update(_measure_on_top(plan.on_top, results, ctx, spec, loop))
+        results.update(_measure_on_top(plan.on_top, results, ctx, spec, loop, bounds, notes))
 
     trials = tuple(results[f] for f in wanted if f in results)
     on_top = frozenset(plan.on_top)
@@ -301,8 +369,11 @@ def run_trials(
     notes.extend(selection.notes)
     combined, kept = selection.single, selection.chosen
     if len(selection.chosen) > 1:
-        measured = _measure_combined(selection, loop, ctx, spec)
-        combined, kept, more = pick_kept(measured, selection.chosen, on_top, loop.min_effect)
+        if loop.affords(loop.repeats * 2 + 1):
+            measured = _measure_combined(selection, loop, ctx, spec)
+            combined, kept, more = pick_kept(measured, selection.chosen, on_top, loop.min_effect)
+        else:
+            combined, kept, more = _best_alone(selection.chosen, on_top)
         notes.extend(more)
     # A workers rung kept only as the base of an on-top fix keeps its own verdict; say why it is kept.
     tops = [t.fix for t in kept if t.fix in on_top]
@@ -336,9 +407,79 @@ def run_trials(
         notes=tuple(notes),
         hidden_unsafe=hidden,
         kept_trials=tuple(kept),
-        wall_s=_since(started),
+        wall_s=_since(started, clock),
         runs=loop.runs,
         phases_s=dict(loop.phases_s),
+    )
+
+
+def _best_alone(chosen: Sequence[Trial], on_top: frozenset[str]) -> tuple[Trial | None, list[Trial], list[str]]:
+    """Keep the best standalone win when the budget cannot pay for measuring the combination."""
+    standalone = [t for t in chosen if t.fix not in on_top and t.verdict == IMPROVED]
+    names = "+".join(t.fix for t in chosen)
+    if not standalone:
+        return None, [], [f"the combination {names} was not measured: the --budget ran out; nothing kept"]
+    best = max(standalone, key=lambda t: t.speedup or 0.0)
+    return best, [best], [
+        f"the combination {names} was not measured: the --budget ran out; keeping {best.fix} alone"
+    ]
+
+
+def settled_warmup(warmup_ms: Sequence[float], timed_ms: Sequence[float], asked: int) -> int:
+    """Warm-up steps a trial run needs, read from the baseline's own step times (never more than asked).
+
+    The script has settled after the last warm-up step slower than :data:`WARMUP_SETTLED` times
+    its timed median; one more step is kept beyond it, and never fewer than
+    :data:`MIN_TRIAL_WARMUP`. When the first timed steps are still slow, warm-up was not long
+    enough as it was, and nothing is cut.
+    """
+    ref = median(list(timed_ms))
+    if not warmup_ms or ref is None or ref <= 0 or len(warmup_ms) < asked:
+        return asked
+    limit = WARMUP_SETTLED * ref
+    if any(t > limit for t in list(timed_ms)[:3]):
+        return asked
+    slow = [i for i, t in enumerate(warmup_ms) if t > limit]
+    needed = (slow[-1] + 2) if slow else 1
+    return min(asked, max(MIN_TRIAL_WARMUP, needed))
+
+
+def _fit_budget(
+    plan: TrialPlan, bounds: Mapping[str, GainBound], loop: Measurer, notes: list[str], extra_runs: int = 0,
+) -> dict[str, Trial]:
+    """Keep the fixes the budget pays for, largest possible gain first; the rest are not tried.
+
+    The cost of measuring ``n`` variants is ``repeats * (n + 1) + extra_runs`` runs of the median
+    run's wall time so far (the round-1 reference is already run, or is ``extra_runs``). Fixes
+    whose runs do not fit what is left are dropped from the plan, with a skipped trial saying why.
+    """
+    budget_s = loop.budget_s or 0.0
+    fixes_in_order = list(dict.fromkeys(v.fix for v in plan.variants))
+    ranked = by_gain(fixes_in_order, bounds)
+    kept: list[str] = []
+    n = 0
+    out: dict[str, Trial] = {}
+    for f in ranked:
+        rungs = sum(v.fix == f for v in plan.variants)
+        if loop.affords(loop.repeats * (n + rungs + 1) + extra_runs):
+            kept.append(f)
+            n += rungs
+        else:
+            out[f] = _over_budget(f, bounds, budget_s)
+    plan.variants = [v for v in plan.variants if v.fix in kept]
+    if out:
+        notes.append(f"not tried for lack of budget (--budget {budget_s:g}s): {', '.join(out)}")
+    return out
+
+
+def _over_budget(fix_id: str, bounds: Mapping[str, GainBound], budget_s: float) -> Trial:
+    b = bounds.get(fix_id)
+    gain = f"; it could gain at most {b.speedup:.2f}x ({b.why})" if b is not None and b.speedup else ""
+    return Trial(
+        fix=fix_id, safety=catalog.get(fix_id).safety, verdict=SKIPPED,
+        reason=f"not tried: the --budget of {budget_s:g}s could not pay for its runs after the fixes "
+        f"with larger possible gains{gain}",
+        max_speedup=_round(b.speedup if b is not None else None),
     )
 
 
@@ -437,6 +578,7 @@ def variants_of(
 
 def _measure_on_top(
     on_top: Sequence[str], results: dict[str, Trial], ctx: FixContext, spec: RunSpec, loop: Measurer,
+    bounds: Mapping[str, GainBound] | None = None, notes: list[str] | None = None,
 ) -> dict[str, Trial]:
     """Stage 2: fixes that build on another fix, measured on top of its best measured rung.
 
@@ -464,6 +606,13 @@ def _measure_on_top(
         ref_label = _label_of(need)
         alone = f"{need_id} alone: {need.verdict}, {_fmt(need.speedup)}"
         stage2 = [v for fix_id in fixes for v in variants_of(fix_id, ctx, spec, on_top_of=ref)]
+        if loop.deadline is not None:
+            stage = TrialPlan(variants=stage2)
+            # NOTE: this stage starts with its own reference run, which nothing has paid for yet.
+            out.update(_fit_budget(stage, bounds or {}, loop, notes if notes is not None else [], extra_runs=1))
+            stage2 = stage.variants
+            if not stage2:
+                continue
         for v in stage2:
             v.reference, v.ref_note = ref_label, alone
         loop.measure(stage2, reference=ref, ref_label=ref_label, stage="on-top")
@@ -505,6 +654,23 @@ class Measurer:
         self.walls: list[float] = []
         self.left: int | None = None
         self.current: list[_Variant] = []
+        self.early_stop = True
+        self.warmup_steps: int | None = None  # fewer than the spec's when the baseline settled early
+        self.deadline: float | None = None  # perf_counter() by which the loop should end (--budget)
+        self.clock: Callable[[], float] = time.perf_counter
+        self.started = self.clock()
+
+    @property
+    def budget_s(self) -> float | None:
+        """The whole loop's budget in seconds (None: no budget)."""
+        return None if self.deadline is None else self.deadline - self.started
+
+    def affords(self, runs: int) -> bool:
+        """Whether ``runs`` more runs of the median wall time so far fit in the budget (always, without one)."""
+        if self.deadline is None:
+            return True
+        typical = median(self.walls) or 0.0
+        return self.clock() + runs * typical <= self.deadline
 
     def trial_spec(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any]) -> RunSpec:
         """Return the spec of one trial run: timed steps only, seeded, losses recorded."""
@@ -521,6 +687,8 @@ class Measurer:
             min_timed_s=MIN_TRIAL_WINDOW_S,
             fix_installers=(INSTALLER,) if fixes else (),
         )
+        if self.warmup_steps is not None:
+            s = replace(s, warmup_steps=self.warmup_steps)
         if hasattr(s, "cprofile_steps"):
             s = replace(s, cprofile_steps=0)
         return replace(s, **overrides) if overrides else s
@@ -584,7 +752,7 @@ class Measurer:
         known = {**pending, **results}
         return FixOutcome(
             trials=tuple(known[f] for f in wanted if f in known), notes=tuple(notes),
-            hidden_unsafe=hidden, wall_s=_since(started), runs=self.runs, phases_s=dict(self.phases_s),
+            hidden_unsafe=hidden, wall_s=_since(started, self.clock), runs=self.runs, phases_s=dict(self.phases_s),
         )
 
     def unfinished(self, v: _Variant) -> Trial:
@@ -648,10 +816,21 @@ class Measurer:
             ))
             if r == planned:
                 running = [v for v in running if v.active and self._undecided(v)]
-                if not running or planned >= self.max_repeats:
+                # NOTE: an extra round is paid for by the budget, or not run.
+                if not running or planned >= self.max_repeats or not self.affords(len(running) + 1):
                     self.current = []
                     break
                 planned += 1
+            elif r >= MIN_PAIRS:
+                for v in running:
+                    if self.early_stop and v.active and decided_early(paired_ratios(v.ref_rates, v.rates), self.looks, self.min_effect):
+                        v.early = r
+                running = [v for v in running if v.active and not v.early]
+                if not running or not self.affords(len(running) + 1):
+                    for v in running:  # the budget ends the measurement: say so in its reason
+                        v.early, v.cut = r, True
+                    self.current = []
+                    break
             order = running if r % 2 == 0 else list(reversed(running))
             queue = [v for v in order if v.active]
             for i, v in enumerate(queue):
@@ -662,6 +841,11 @@ class Measurer:
                         ref_loaders, ref_source,
                     )
             r += 1
+
+    @property
+    def looks(self) -> int:
+        """Early looks a measurement may take (after :data:`MIN_PAIRS` pairs up to ``repeats``)."""
+        return max(1, self.repeats - MIN_PAIRS + 1)
 
     def _undecided(self, v: _Variant) -> bool:
         est = estimate(paired_ratios(v.ref_rates, v.rates), self.min_effect)
@@ -924,6 +1108,10 @@ def _describe(v: _Variant) -> str:
         parts.append(v.ref_note)
     if v.note:
         parts.append(v.note)
+    if v.early and v.cut:
+        parts.append(f"stopped after {v.early} pairs: the --budget ran out")
+    elif v.early:
+        parts.append(f"decided after {v.early} pairs (sequential test, Bonferroni-corrected looks)")
     return "; ".join(parts)
 
 
@@ -936,6 +1124,10 @@ def _failure_reason(cap: RunCapture) -> str:
     return f"{cap.status} (exit code {cap.exit_code}){where}"
 
 
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def _fmt(x: float | None) -> str:
@@ -952,5 +1144,5 @@ def _clock(seconds: float) -> str:
     return f"{seconds}s" if seconds < 60 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def _since(t0: float) -> float:
-    return round(time.perf_counter() - t0, 3)
+def _since(t0: float, clock: Callable[[], float] = time.perf_counter) -> float:
+    return round(clock() - t0, 3)

@@ -74,7 +74,7 @@ def test_on_top_fix_is_measured_when_workers_alone_has_no_effect(spec):
 
 def test_a_kept_on_top_fix_carries_its_workers_rung_into_the_combination(spec):
     runner = Pair(effects={"dataloader_workers": 1.0})
-    out = run_trials(spec, refs("dataloader_workers", "cpu_threads"), runner=runner)
+    out = run_trials(spec, refs("dataloader_workers", "cpu_threads"), runner=runner, early_stop=False)
     t = by_fix(out)
     assert out.kept == ("dataloader_workers", "cpu_threads")
     assert out.combined.fix == "dataloader_workers+cpu_threads"

@@ -35,7 +35,7 @@ def test_workers_win_is_kept_and_the_best_rung_is_picked(spec):
     runner = FakeRunner(effects={"dataloader_workers": lambda p: {1: 1.5, 2: 1.9}[p["num_workers"]]})
     events: list[TrialProgress] = []
     out = run_trials(spec, refs("dataloader_workers"), runner=runner, progress=events.append,
-                     make_diff_text=False)
+                     make_diff_text=False, early_stop=False)
     t = by_fix(out)["dataloader_workers"]
     assert t.verdict == "improved"
     assert t.params == {"num_workers": 2}
@@ -116,7 +116,7 @@ def test_prefetch_is_measured_on_top_of_workers_and_everything_is_combined(spec)
         "persistent_workers": 1.0,
     })
     out = run_trials(spec, refs("dataloader_workers", "prefetch_factor", "persistent_workers"),
-                     runner=runner, make_diff_text=False)
+                     runner=runner, make_diff_text=False, early_stop=False)
     t = by_fix(out)
     assert t["prefetch_factor"].verdict == "improved"
     assert t["prefetch_factor"].reason.startswith("on top of dataloader_workers@2")
@@ -260,7 +260,7 @@ def test_a_checkpoint_follows_every_run_and_marks_trials_in_progress(spec):
     seen: list[FixOutcome] = []
     out = run_trials(
         spec, refs("fused_optimizer", "channels_last"), unsafe=True, runner=runner, make_diff_text=False,
-        checkpoint=seen.append,
+        checkpoint=seen.append, early_stop=False,
     )
     assert len(seen) == len(runner.calls)  # one snapshot per run, baselines included
     assert seen[0].trials == ()  # after the first baseline nothing is measured yet
@@ -297,7 +297,8 @@ def test_an_interrupt_leaves_the_last_checkpoint_and_stops_the_loop(spec):
 def test_progress_carries_a_plan_whose_counts_never_go_backwards(spec):
     runner = FakeRunner(effects={"dataloader_workers": lambda p: {1: 1.5, 2: 1.9}[p["num_workers"]]})
     events: list[TrialProgress] = []
-    run_trials(spec, refs("dataloader_workers"), runner=runner, progress=events.append, make_diff_text=False)
+    run_trials(spec, refs("dataloader_workers"), runner=runner, progress=events.append, make_diff_text=False,
+               early_stop=False)
     assert [e.run for e in events] == list(range(1, len(runner.calls) + 1))
     # A V1 V2 A V2 V1 A V1 V2 A: after the first baseline 9 runs are planned, then one fewer each run
     assert [e.runs_left for e in events] == list(range(9, -1, -1))

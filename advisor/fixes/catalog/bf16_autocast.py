@@ -40,4 +40,5 @@ FIX = Fix(
     variants=variants,
     install=install,
     plan_diff=plan_diff,
+    shrinks=("compute",),
 )

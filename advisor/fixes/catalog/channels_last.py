@@ -44,4 +44,5 @@ FIX = Fix(
     install=install,
     on_model=on_model,
     plan_diff=plan_diff,
+    shrinks=("compute",),
 )

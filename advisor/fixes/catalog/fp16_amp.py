@@ -45,4 +45,5 @@ FIX = Fix(
     variants=variants,
     install=install,
     manual=MANUAL,
+    shrinks=("compute",),
 )

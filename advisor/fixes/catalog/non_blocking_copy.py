@@ -31,4 +31,5 @@ FIX = Fix(
     check=needs_cuda("non_blocking_copy"),
     install=install,
     plan_diff=plan_diff,
+    shrinks=("host_to_device",),
 )

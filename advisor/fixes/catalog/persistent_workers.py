@@ -49,4 +49,5 @@ FIX = Fix(
     install=install,
     adjust_loader=adjust_loader,
     plan_diff=plan_diff,
+    shrinks=("data_loading",),
 )

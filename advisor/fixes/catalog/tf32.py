@@ -36,4 +36,5 @@ FIX = Fix(
     loss_rtol=LOSS_RTOL_PRECISION,
     install=install,
     plan_diff=plan_diff,
+    shrinks=("compute",),
 )

@@ -1,0 +1,202 @@
+"""Cutting the loop's time (issue #16): Amdahl skips, sequential stops, settled warm-up, a budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+from fixes_fakes import FakeRunner
+
+from advisor.capture.model import RunCapture, RunSpec
+from advisor.engine.model import FixRef
+from advisor.errors import UsageError
+from advisor.fixes.bounds import by_gain, gain_bounds
+from advisor.fixes.stats import decided_early, estimate
+from advisor.fixes.trials import run_trials, settled_warmup
+
+
+def refs(*ids: str) -> list[FixRef]:
+    from advisor.fixes.registry import safety_of
+
+    return [FixRef(i, safety_of(i)) for i in ids]
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> RunSpec:
+    script = tmp_path / "train.py"
+    script.write_text("print('train')\n")
+    return RunSpec(script=script, out_dir=tmp_path / "run", seed=None)
+
+
+def by_fix(outcome):
+    return {t.fix: t for t in outcome.trials}
+
+
+# -- Amdahl bounds -----------------------------------------------------------------------------
+
+
+def test_bounds_come_from_the_categories_a_fix_shrinks():
+    b = gain_bounds(["dataloader_workers", "bf16_autocast", "larger_batch"],
+                    {"data_loading": 0.02, "compute": 0.5}, impacts={"larger_batch": 0.4})
+    assert b["dataloader_workers"].speedup == pytest.approx(1 / 0.98)
+    assert b["dataloader_workers"].strict and b["dataloader_workers"].cannot_reach(0.03)
+    assert b["bf16_autocast"].speedup == pytest.approx(2.0) and not b["bf16_autocast"].cannot_reach(0.03)
+    # larger_batch's gain is not confined to a category: its findings order it, never skip it
+    assert not b["larger_batch"].strict and not b["larger_batch"].cannot_reach(0.03)
+    assert by_gain(["dataloader_workers", "larger_batch", "bf16_autocast"], b) == [
+        "bf16_autocast", "larger_batch", "dataloader_workers"]
+    # no breakdown: nothing is bounded, nothing skipped
+    assert not gain_bounds(["dataloader_workers"], {})["dataloader_workers"].cannot_reach(0.03)
+
+
+def test_a_fix_whose_bound_cannot_reach_the_minimum_effect_is_skipped_unrun(spec):
+    runner = FakeRunner(effects={"dataloader_workers": 1.9, "bf16_autocast": 1.4})
+    out = run_trials(spec, refs("dataloader_workers", "bf16_autocast"), unsafe=True, runner=runner,
+                     make_diff_text=False, breakdown={"data_loading": 0.01, "compute": 0.9})
+    t = by_fix(out)
+    assert t["dataloader_workers"].verdict == "skipped"
+    assert t["dataloader_workers"].max_speedup == pytest.approx(1 / 0.99, rel=1e-3)
+    assert "Amdahl" in t["dataloader_workers"].reason and "1.010x" in t["dataloader_workers"].reason
+    assert runner.runs_with("dataloader_workers") == 0
+    assert t["bf16_autocast"].verdict == "improved"
+    assert any("Amdahl bound" in n and "dataloader_workers" in n for n in out.notes)
+
+
+def test_naming_a_fix_runs_it_whatever_its_bound(spec):
+    runner = FakeRunner(effects={"dataloader_workers": 1.9})
+    out = run_trials(spec, [], only=["dataloader_workers"], runner=runner, make_diff_text=False,
+                     breakdown={"data_loading": 0.01, "compute": 0.9})
+    assert by_fix(out)["dataloader_workers"].verdict == "improved"
+
+
+def test_when_every_fix_is_bounded_out_not_even_the_baseline_runs(spec):
+    runner = FakeRunner()
+    out = run_trials(spec, refs("dataloader_workers"), runner=runner, make_diff_text=False,
+                     breakdown={"data_loading": 0.0, "compute": 1.0})
+    assert runner.calls == [] and out.runs == 0
+    assert by_fix(out)["dataloader_workers"].verdict == "skipped"
+
+
+# -- sequential decision -----------------------------------------------------------------------
+
+
+def test_an_early_look_needs_the_corrected_interval_not_the_plain_one():
+    ratios = [1.20, 1.22]
+    assert estimate(ratios).verdict == "improved"  # the plain 95% interval clears 1 ...
+    assert not decided_early(ratios, looks=2)  # ... but not once corrected for two looks
+    assert decided_early(ratios, looks=1)
+    assert not decided_early([1.9], looks=1)  # never on one pair
+    assert decided_early([0.50, 0.51], looks=2)  # clearly slower
+    assert decided_early([0.990, 0.992], looks=2)  # a win is out of reach
+    assert not decided_early([0.99, 1.0], looks=2)  # two pairs rarely rule a win out
+    assert not decided_early([0.95, 1.08], looks=2)
+
+
+def test_a_clear_trial_stops_after_two_pairs_and_an_unclear_one_runs_on(spec):
+    runner = FakeRunner(effects={"bf16_autocast": 1.8, "fused_optimizer": 1.04}, noise=0.03)
+    out = run_trials(spec, refs("bf16_autocast", "fused_optimizer"), unsafe=True, runner=runner,
+                     make_diff_text=False, breakdown={"compute": 0.9})
+    t = by_fix(out)
+    assert t["bf16_autocast"].repeats == 2 and t["bf16_autocast"].verdict == "improved"
+    assert "decided after 2 pairs" in t["bf16_autocast"].reason
+    assert t["fused_optimizer"].repeats >= 3
+    assert runner.runs_with("bf16_autocast") < runner.runs_with("fused_optimizer")
+    # the same loop without early stops runs more
+    fixed = FakeRunner(effects={"bf16_autocast": 1.8, "fused_optimizer": 1.04}, noise=0.03)
+    run_trials(spec, refs("bf16_autocast", "fused_optimizer"), unsafe=True, runner=fixed,
+               make_diff_text=False, early_stop=False)
+    assert len(runner.calls) < len(fixed.calls)
+
+
+def test_noiseless_trials_still_take_two_pairs(spec):
+    runner = FakeRunner(effects={"bf16_autocast": 1.5}, noise=0.0)
+    out = run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=runner, make_diff_text=False)
+    assert by_fix(out)["bf16_autocast"].repeats == 2
+    assert runner.runs_with("bf16_autocast") == 2
+
+
+# -- warm-up read from the baseline --------------------------------------------------------------
+
+
+def test_settled_warmup_is_measured_from_the_baseline_steps():
+    timed = [10.0] * 20
+    assert settled_warmup([500, 11, 10, 10, 10], timed, 5) == 2  # the floor
+    assert settled_warmup([500, 300, 40, 10, 10], timed, 5) == 4  # one step past the last slow one
+    assert settled_warmup([500, 10, 10, 30, 10], timed, 5) == 5  # slow late: no cut
+    assert settled_warmup([500, 10, 10, 10, 10], [40.0, 10, 10] + timed, 5) == 5  # still warming up
+    assert settled_warmup([], timed, 5) == 5  # not recorded: as asked
+    assert settled_warmup([500, 10], timed, 2) == 2
+
+
+@dataclass
+class WarmupRunner:
+    """A FakeRunner whose captures record warm-up step times."""
+
+    inner: FakeRunner
+    warmup_ms: tuple[float, ...]
+    calls: list[RunSpec] = field(default_factory=list)
+
+    def __call__(self, spec: RunSpec) -> RunCapture:
+        self.calls.append(spec)
+        cap = self.inner(spec)
+        ms = self.warmup_ms[: spec.warmup_steps]
+        return replace(cap, timed=replace(cap.timed, warmup_step_times_ms=ms,
+                                          step_times_ms=(10.0,) * len(cap.timed.step_times_ms)))
+
+
+def test_trial_runs_warm_up_only_as_long_as_the_baseline_needed(spec):
+    runner = WarmupRunner(FakeRunner(effects={"bf16_autocast": 1.5}), (900.0, 10.0, 10.0, 10.0, 10.0))
+    out = run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=runner, make_diff_text=False)
+    assert runner.calls[0].warmup_steps == 5
+    assert {s.warmup_steps for s in runner.calls[1:]} == {2}
+    assert any("warm up for 2 steps, not 5" in n for n in out.notes)
+
+
+# -- the budget ----------------------------------------------------------------------------------
+
+
+class Clock:
+    """A fake clock that a runner advances by each run's wall time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timed_runner(inner: FakeRunner, clock: Clock, run_s: float):
+    def run(spec: RunSpec) -> RunCapture:
+        clock.now += run_s
+        return replace(inner(spec), wall_s=run_s)
+
+    return run
+
+
+def test_a_budget_measures_the_largest_possible_gains_first_and_names_the_rest(spec):
+    inner = FakeRunner(effects={"dataloader_workers": lambda p: 1.5 * p["num_workers"],
+                                "bf16_autocast": 1.3, "fused_optimizer": 1.3}, noise=0.0)
+    clock = Clock()
+    out = run_trials(
+        spec, refs("fused_optimizer", "bf16_autocast", "dataloader_workers"), unsafe=True,
+        runner=timed_runner(inner, clock, 10.0), make_diff_text=False, clock=clock, budget_s=110.0,
+        breakdown={"data_loading": 0.6, "compute": 0.3},
+    )
+    t = by_fix(out)
+    assert t["dataloader_workers"].verdict == "improved"  # the 2.5x bound goes first
+    for f in ("fused_optimizer", "bf16_autocast"):
+        assert t[f].verdict == "skipped" and "--budget" in t[f].reason
+        assert t[f].max_speedup == pytest.approx(1 / 0.7, rel=1e-3)
+        assert inner.runs_with(f) == 0
+    assert any("lack of budget" in n and "fused_optimizer" in n and "bf16_autocast" in n for n in out.notes)
+    assert out.wall_s <= 110.0
+
+
+def test_without_a_budget_every_fix_runs_and_a_bad_budget_is_a_usage_error(spec):
+    inner = FakeRunner(effects={"bf16_autocast": 1.3, "fused_optimizer": 1.3}, noise=0.0)
+    out = run_trials(spec, refs("fused_optimizer", "bf16_autocast"), unsafe=True, runner=inner,
+                     make_diff_text=False)
+    assert all(t.verdict == "improved" for t in out.trials)
+    with pytest.raises(UsageError, match="--budget"):
+        run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=inner, budget_s=0)
