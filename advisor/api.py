@@ -649,14 +649,35 @@ def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], No
     live.__enter__()
     state = {"live": True}
 
+    status: dict[str, Any] = {"spinner": None, "last": None}
+
     def stop() -> None:
         if state["live"]:
             state["live"] = False
             live.__exit__(None, None, None)
+        if status["spinner"] is not None:
+            status["spinner"].stop()
+            status["spinner"] = None
 
     def on_trial(event: Any) -> None:
-        stop()  # the capture bar is finished once trials start
-        console.print(f"[dim]fix trial[/dim] {escape(event.line())}", highlight=False)
+        if state["live"]:
+            state["live"] = False  # the capture bar is finished once trials start
+            live.__exit__(None, None, None)
+        text = escape(event.line())
+        if getattr(event, "in_flight", ""):
+            # NOTE: a run in flight updates one transient line on a terminal; in a log (not a
+            # terminal) it gets a line per phase, never one per step.
+            if console.is_terminal:
+                if status["spinner"] is None:
+                    status["spinner"] = console.status(f"[dim]fix trial[/dim] {text}")
+                    status["spinner"].start()
+                else:
+                    status["spinner"].update(f"[dim]fix trial[/dim] {text}")
+            elif status["last"] != (event.run, event.in_flight):
+                status["last"] = (event.run, event.in_flight)
+                console.print(f"[dim]fix trial[/dim] {text}", highlight=False)
+            return
+        console.print(f"[dim]fix trial[/dim] {text}", highlight=False)
 
     return live, on_trial, stop
 

@@ -126,9 +126,13 @@ UNDECIDED = Verdict.UNDECIDED  # measured, but the interval is too wide to tell 
 _RAN = (IMPROVED, NO_EFFECT, UNDECIDED, SLOWER)
 
 
+# In-flight step updates of a trial run are passed on at most this often (a phase change always).
+STEP_EVENT_INTERVAL_S = 0.5
+
+
 @dataclass(frozen=True)
 class TrialProgress:
-    """One live update from the loop: a run of a trial has finished.
+    """One live update from the loop: a run of a trial has finished, or one in flight has moved on.
 
     Attributes:
         fix: The trial's label (a fix id, ``dataloader_workers@2`` for a ladder rung,
@@ -143,6 +147,11 @@ class TrialProgress:
         runs_left: Runs still planned in this stage (later stages, such as fixes on top of
             another or the combination, are planned only once this one has its verdicts).
         eta_s: ``runs_left`` times the median wall time of the runs so far.
+        in_flight: For an update from a run still going, its capture phase (``warmup``,
+            ``timed``...); "" when the run has finished. Such updates come from a background
+            thread, throttled to one per :data:`STEP_EVENT_INTERVAL_S` within a phase, and
+            ``run`` is the number the run will have when it ends.
+        step / steps_total: The in-flight run's steps so far and the steps it asks for.
     """
 
     fix: str
@@ -155,10 +164,16 @@ class TrialProgress:
     run: int = 0
     runs_left: int | None = None
     eta_s: float | None = None
+    in_flight: str = ""
+    step: int = 0
+    steps_total: int = 0
 
     def line(self) -> str:
         """One human line for a live progress display, e.g. ``pin_memory  2/3  1.84x so far``."""
         parts = [f"{self.fix}", f"{self.repeat}/{self.repeats}"]
+        if self.in_flight:
+            total = f"/{self.steps_total}" if self.steps_total else ""
+            parts.append(f"running: {self.in_flight}, step {self.step}{total}")
         if self.run:
             plan = f"run {self.run}"
             if self.runs_left is not None:
@@ -179,11 +194,11 @@ Runner = Callable[[RunSpec], RunCapture]
 Progress = Callable[[TrialProgress], None]
 
 
-def default_runner(spec: RunSpec) -> RunCapture:
+def default_runner(spec: RunSpec, progress: Callable[[Any], None] | None = None) -> RunCapture:
     """Run one capture with the real capture stage (imported lazily)."""
     from advisor.capture.run import capture
 
-    return capture(spec)
+    return capture(spec, progress=progress)
 
 
 @dataclass
@@ -332,7 +347,7 @@ def run_trials(
                           hidden_unsafe=hidden, wall_s=_since(started, clock))
 
     # Round 1's baseline comes first: it decides what can apply.
-    base0 = loop.run_baseline("baseline", 1)
+    base0 = loop.run_baseline("baseline", 1, flight=TrialProgress(fix="baseline", repeat=1, repeats=repeats))
     if not base0.ok or loop.rate(base0) is None:
         reason = _failure_reason(base0) if not base0.ok else "the baseline recorded no timed steps"
         notes.append(f"no fix measured: the baseline run failed ({reason})")
@@ -693,11 +708,22 @@ class Measurer:
             s = replace(s, cprofile_steps=0)
         return replace(s, **overrides) if overrides else s
 
-    def run(self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any] | None = None) -> RunCapture:
-        """Run one capture with ``fixes``; a capture-stage error becomes a crashed capture."""
+    def run(
+        self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any] | None = None,
+        flight: TrialProgress | None = None,
+    ) -> RunCapture:
+        """Run one capture with ``fixes``; a capture-stage error becomes a crashed capture.
+
+        With ``flight`` (what the run is: its label, round, stage) and a runner that takes a
+        ``progress`` callback, the run's step updates are passed on as in-flight
+        :class:`TrialProgress` events while it runs.
+        """
         spec = self.trial_spec(name, fixes, overrides or {})
         try:
-            cap = self.runner(spec)
+            if flight is not None and self.progress is not None and _takes_progress(self.runner):
+                cap = self.runner(spec, progress=self._relay(flight))  # type: ignore[call-arg]
+            else:
+                cap = self.runner(spec)
         except AdvisorError as exc:  # the capture stage may raise for a script that failed
             from advisor.capture.model import STATUS_CRASHED, ScriptError
 
@@ -712,9 +738,33 @@ class Measurer:
             self.phases_s[phase] = round(self.phases_s.get(phase, 0.0) + float(seconds), 4)
         return cap
 
-    def run_baseline(self, name: str, k: int, fixes: tuple[FixRequest, ...] = ()) -> RunCapture:
+    def _relay(self, flight: TrialProgress) -> Callable[[Any], None]:
+        """Return a capture-progress callback passing the run's steps on, throttled (a background thread calls it)."""
+        last = {"phase": "", "t": -math.inf}
+        progress = self.progress
+
+        def on_event(event: Any) -> None:
+            phase = str(getattr(event, "phase", ""))
+            now = self.clock()
+            if progress is None or phase in ("", "done"):
+                return
+            if phase == last["phase"] and now - last["t"] < STEP_EVENT_INTERVAL_S:
+                return
+            last["phase"], last["t"] = phase, now
+            typical = median(self.walls)
+            progress(replace(
+                flight, in_flight=phase, step=int(getattr(event, "step", 0) or 0),
+                steps_total=int(getattr(event, "steps_total", 0) or 0), run=self.runs + 1,
+                runs_left=self.left, eta_s=None if self.left is None or typical is None else self.left * typical,
+            ))
+
+        return on_event
+
+    def run_baseline(
+        self, name: str, k: int, fixes: tuple[FixRequest, ...] = (), flight: TrialProgress | None = None,
+    ) -> RunCapture:
         """Run a reference run (the plain baseline, or the fixes others are measured on top of)."""
-        cap = self.run(f"{name}-{k}", fixes)
+        cap = self.run(f"{name}-{k}", fixes, flight=flight)
         if not fixes and cap.ok and not self.baseline_losses:
             self.baseline_losses = tuple(cap.losses)
         if self.spec.timeout_s is None and cap.ok and cap.wall_s:
@@ -798,7 +848,10 @@ class Measurer:
         r = 0
         while True:
             cap = first_baseline if (r == 0 and first_baseline is not None) else self.run_baseline(
-                prefix, r + 1, reference
+                prefix, r + 1, reference, flight=TrialProgress(
+                    fix="baseline" if not reference else ref_label, repeat=min(r + 1, planned),
+                    repeats=planned, stage=stage,
+                ),
             )
             ref_rates.append(self.rate(cap))
             ref_loaders = ref_loaders or tuple(cap.dataloaders)
@@ -859,7 +912,8 @@ class Measurer:
         ref_losses: tuple[float | None, ...], stage: str, ref_loaders: tuple[Any, ...] = (),
         ref_source: str | None = None,
     ) -> None:
-        cap = self.run(f"{_safe_name(v.label)}-{r + 1}", v.requests, v.overrides)
+        cap = self.run(f"{_safe_name(v.label)}-{r + 1}", v.requests, v.overrides,
+                       flight=TrialProgress(fix=v.label, repeat=r + 1, repeats=n, stage=stage))
         note = cap.fix_notes.get(v.fix) if len(v.fixes) <= 1 else None
         if note is not None:
             v.note = note.detail
@@ -937,6 +991,17 @@ class Measurer:
             speedup=est.speedup, ci_low=est.ci_low, ci_high=est.ci_high,
             verdict=est.verdict, reason=reason, repeats=est.pairs,
         )
+
+
+def _takes_progress(runner: Callable[..., Any]) -> bool:
+    """Whether a runner accepts a ``progress`` keyword (the real capture stages do; fakes may not)."""
+    import inspect
+
+    try:
+        params = inspect.signature(runner).parameters
+    except (TypeError, ValueError):
+        return False
+    return "progress" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _runs_left(r: int, planned: int, active: int, done_in_round: int) -> int:

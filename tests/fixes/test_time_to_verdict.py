@@ -200,3 +200,63 @@ def test_without_a_budget_every_fix_runs_and_a_bad_budget_is_a_usage_error(spec)
     assert all(t.verdict == "improved" for t in out.trials)
     with pytest.raises(UsageError, match="--budget"):
         run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=inner, budget_s=0)
+
+
+# -- activity while a run is in flight -------------------------------------------------------------
+
+
+class SteppingRunner:
+    """A runner that reports steps while it runs, as the real capture stage does, on a fake clock."""
+
+    def __init__(self, inner: FakeRunner, clock: Clock, steps: int = 30, step_s: float = 0.1) -> None:
+        self.inner, self.clock, self.steps, self.step_s = inner, clock, steps, step_s
+
+    def __call__(self, spec: RunSpec, progress=None) -> RunCapture:
+        from advisor.capture.model import ProgressEvent
+
+        for i in range(self.steps + 1):
+            phase = "starting" if i == 0 else "warmup" if i <= spec.warmup_steps else "timed"
+            if progress is not None:
+                progress(ProgressEvent(phase=phase, step=i, steps_total=self.steps))
+            self.clock.now += self.step_s
+        if progress is not None:
+            progress(ProgressEvent(phase="done", step=self.steps, steps_total=self.steps))
+        return self.inner(spec)
+
+
+def test_runs_in_flight_report_their_steps_throttled_with_every_phase_change(spec):
+    clock = Clock()
+    events = []
+    run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=SteppingRunner(FakeRunner(), clock),
+               progress=events.append, make_diff_text=False, clock=clock)
+    flying = [e for e in events if e.in_flight]
+    done = [e for e in events if not e.in_flight]
+    assert flying and done
+    first_run = [e for e in flying if e.run == 1]
+    assert first_run[0].fix == "baseline" and first_run[0].in_flight == "starting"
+    assert [e.in_flight for e in first_run][:3] == ["starting", "warmup", "timed"]  # each phase change
+    assert "done" not in {e.in_flight for e in flying}
+    timed = [e.step for e in first_run if e.in_flight == "timed"]
+    # 25 timed steps 0.1 s apart, passed on at most every 0.5 s: about 5, and rising
+    assert 3 <= len(timed) <= 7 and timed == sorted(timed) and timed[-1] > timed[0]
+    assert "running: timed, step" in first_run[-1].line() and first_run[-1].line().endswith("/30")
+    # every in-flight event carries the number its run will have; the counts never go backwards
+    runs = [e.run for e in events]
+    assert runs == sorted(runs)
+    assert {e.run for e in flying} == {e.run for e in done}
+    assert any(e.fix == "bf16_autocast" for e in flying)
+
+
+def test_a_real_trial_run_reports_its_steps_while_in_flight(tmp_path):
+    from advisor.fixes.trials import Measurer, TrialProgress, default_runner
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "train_loop.py"
+    spec = RunSpec(script=script, args=("--steps", "40"), out_dir=tmp_path / "run", warmup_steps=3,
+                   timed_steps=10, timeout_s=120)
+    events = []
+    loop = Measurer(spec, default_runner, events.append, repeats=1, min_effect=0.03, loss_steps=0)
+    cap = loop.run("baseline-1", (), flight=TrialProgress(fix="baseline", repeat=1, repeats=1))
+    assert cap.ok
+    phases = [e.in_flight for e in events]
+    assert "timed" in phases and all(e.fix == "baseline" and e.run == 1 for e in events)
+    assert max(e.step for e in events) > 0
