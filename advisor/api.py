@@ -400,6 +400,7 @@ def try_fixes(
         budget_s=options.budget_s,
         early_stop=not options.exhaustive,
         settle_warmup=not options.exhaustive,
+        profile_kept=spec.profiled_steps > 0,
     )
     if outcome.diff and options.write:
         backup = write_diff(Path(spec.script), outcome.diff)

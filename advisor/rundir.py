@@ -12,6 +12,7 @@ A run directory is what ``advisor diagnose`` leaves behind and every later comma
     <run>/rank<N>/              one run directory per torchrun rank
     <run>/torchrun-logs/        torchrun's own logs while it runs
     <run>/trials/               one run directory per fix trial
+    <run>/kept/                 the kept fixes run once under the profiler (the "after" trace)
     <run>/tensorboard/          traces prepared for TensorBoard
     <run>/report.json           the Report
 
@@ -44,6 +45,7 @@ NODE_FILE = "node.json"
 """A multi-node job's per-node run directory: which node it is (node rank, host) and its ranks."""
 TORCHRUN_LOGS_DIR = "torchrun-logs"
 TRIALS_DIR = "trials"
+KEPT_DIR = "kept"
 TENSORBOARD_DIR = "tensorboard"
 RANK_DIR_RE = re.compile(r"^rank(\d+)$")
 
@@ -51,7 +53,7 @@ MANAGED_FILES = (
     CONFIG_FILE, STDOUT_LOG, STDERR_LOG, EVENTS_FILE, CHILD_FILE, CAPTURE_FILE, PSTATS_FILE, REPORT_FILE, NODE_FILE,
 )
 """Files of a run directory; replaced when a run directory is reused."""
-MANAGED_DIRS = (TRACES_DIR, TORCHRUN_LOGS_DIR, TRIALS_DIR, TENSORBOARD_DIR)
+MANAGED_DIRS = (TRACES_DIR, TORCHRUN_LOGS_DIR, TRIALS_DIR, TENSORBOARD_DIR, KEPT_DIR)
 """Folders of a run directory (``rank<N>`` too); removed when a run directory is reused."""
 _MAX_SUFFIX = 10_000
 

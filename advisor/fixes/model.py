@@ -110,6 +110,8 @@ class FixOutcome:
         wall_s: Wall time of the whole loop.
         runs: Trial runs made (baselines included).
         phases_s: Those runs' ``RunCapture.phases_s`` summed: where the loop's time went.
+        kept_run: The run directory, relative to the diagnosed run's, where the kept fixes ran
+            once under the profiler (its trace is the "after" of the baseline's); "" when none.
     """
 
     trials: tuple[Trial, ...] = ()
@@ -122,3 +124,4 @@ class FixOutcome:
     wall_s: float | None = None
     runs: int = 0
     phases_s: dict[str, float] = field(default_factory=dict)
+    kept_run: str = ""

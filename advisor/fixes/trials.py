@@ -93,7 +93,7 @@ from advisor.fixes.stats import (
     loss_parity,
     paired_ratios,
 )
-from advisor.rundir import TRIALS_DIR  # noqa: E402
+from advisor.rundir import KEPT_DIR, TRIALS_DIR  # noqa: E402
 
 __all__ = [
     "MIN_LADDER_PHASE_S", "Measurer", "TrialPlan", "TrialProgress", "choose", "collapse", "fusion_steps",
@@ -271,6 +271,7 @@ def run_trials(
     budget_s: float | None = None,
     early_stop: bool = True,
     settle_warmup: bool = True,
+    profile_kept: bool = False,
     clock: Callable[[], float] = time.perf_counter,
 ) -> FixOutcome:
     """Try each suggested fix at run time, measure it against the baseline, keep what helps.
@@ -304,6 +305,8 @@ def run_trials(
             :func:`~advisor.fixes.stats.decided_early`); False runs every planned round.
         settle_warmup: Let trial runs warm up for only as many steps as the first baseline
             needed to reach a stable step time (:func:`settled_warmup`); False keeps the spec's.
+        profile_kept: Run the kept fixes once more under the profiler, into
+            ``<out_dir>/kept/``, so the run leaves a before/after pair of traces.
         clock: The clock the budget is kept with (tests pass a fake).
 
     Returns:
@@ -407,6 +410,9 @@ def run_trials(
             f"advice, not measured: {', '.join(t.fix for t in advice)} (no safe run-time change; "
             "the diff includes it)"
         )
+    kept_run = ""
+    if profile_kept and kept:
+        kept_run = _profile_kept(kept, loop, ctx, spec, notes)
     if make_diff_text and (kept or advice):
         try:
             from advisor.fixes.diff import make_diff
@@ -425,7 +431,41 @@ def run_trials(
         wall_s=_since(started, clock),
         runs=loop.runs,
         phases_s=dict(loop.phases_s),
+        kept_run=kept_run,
     )
+
+
+def _profile_kept(kept: Sequence[Trial], loop: Measurer, ctx: FixContext, spec: RunSpec, notes: list[str]) -> str:
+    """Run the kept fixes once under the profiler into ``<run>/kept/``; return that folder's name ("" if it failed).
+
+    The diagnosed run's trace is the "before"; this one is the "after" (``advisor compare RUN
+    RUN/kept``). Its timing is not a measurement of the fixes: the trials are.
+    """
+    fixes = catalog.get_fixes()
+    overrides: dict[str, Any] = {}
+    for t in kept:
+        overrides = fixes[t.fix].overrides_for(dict(t.params), spec, ctx, loop.base_step_ms) or overrides
+    requests = tuple(FixRequest(t.fix, dict(t.params)) for t in kept)
+    run_spec = replace(
+        loop.trial_spec(KEPT_DIR, requests, overrides),
+        out_dir=Path(spec.out_dir) / KEPT_DIR, profiled_steps=spec.profiled_steps or 10, cprofile_steps=0,
+    )
+    label = "+".join(t.fix for t in kept)
+    try:
+        cap = loop.runner(run_spec)
+    except AdvisorError as exc:
+        notes.append(f"the kept fixes ({label}) could not be run under the profiler: {exc}")
+        return ""
+    loop.account(cap, timed=False)  # a profiled run is longer than a trial: not one for the ETA
+    if not cap.ok or not cap.trace_files:
+        why = _failure_reason(cap) if not cap.ok else "no trace was written"
+        notes.append(f"the kept fixes ({label}) ran under the profiler but left no trace: {why}")
+        return ""
+    notes.append(
+        f"the kept fixes ({label}) ran once under the profiler: their trace is in {KEPT_DIR}/ beside "
+        f"the baseline's (advisor compare RUN RUN/{KEPT_DIR})"
+    )
+    return KEPT_DIR
 
 
 def _best_alone(chosen: Sequence[Trial], on_top: frozenset[str]) -> tuple[Trial | None, list[Trial], list[str]]:
@@ -731,12 +771,16 @@ class Measurer:
                 run_dir=str(spec.out_dir), status=STATUS_CRASHED,
                 error=ScriptError(type=type(exc).__name__, message=str(exc)),
             )
+        self.account(cap)
+        return cap
+
+    def account(self, cap: RunCapture, timed: bool = True) -> None:
+        """Count a finished run: its wall time (for the ETA, when ``timed``) and its phases."""
         self.runs += 1
-        if cap.wall_s:
+        if cap.wall_s and timed:
             self.walls.append(float(cap.wall_s))
         for phase, seconds in (cap.phases_s or {}).items():
             self.phases_s[phase] = round(self.phases_s.get(phase, 0.0) + float(seconds), 4)
-        return cap
 
     def _relay(self, flight: TrialProgress) -> Callable[[Any], None]:
         """Return a capture-progress callback passing the run's steps on, throttled (a background thread calls it)."""

@@ -260,3 +260,40 @@ def test_a_real_trial_run_reports_its_steps_while_in_flight(tmp_path):
     phases = [e.in_flight for e in events]
     assert "timed" in phases and all(e.fix == "baseline" and e.run == 1 for e in events)
     assert max(e.step for e in events) > 0
+
+
+# -- the kept fixes leave an "after" trace -------------------------------------------------------------
+
+
+def tracing_runner(inner: FakeRunner):
+    def run(spec: RunSpec) -> RunCapture:
+        cap = inner(spec)
+        traces = ("traces/after.pt.trace.json",) if spec.profiled_steps > 0 else ()
+        return replace(cap, trace_files=traces)
+
+    return run
+
+
+def test_the_kept_fixes_run_once_under_the_profiler_into_the_kept_folder(spec):
+    inner = FakeRunner(effects={"bf16_autocast": 1.5}, noise=0.0)
+    out = run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=tracing_runner(inner),
+                     make_diff_text=False, profile_kept=True)
+    assert out.kept == ("bf16_autocast",) and out.kept_run == "kept"
+    profiled = [s for s in inner.calls if s.profiled_steps > 0]
+    assert len(profiled) == 1 and profiled[0].out_dir == spec.out_dir / "kept"
+    assert [f.id for f in profiled[0].fixes] == ["bf16_autocast"] and profiled[0].cprofile_steps == 0
+    assert all(s.profiled_steps == 0 for s in inner.calls if s is not profiled[0])  # trials stay unprofiled
+    assert any("kept/" in n and "advisor compare" in n for n in out.notes)
+    assert out.runs == len(inner.calls)
+
+
+def test_nothing_kept_means_no_profiled_run_and_a_missing_trace_is_said(spec):
+    inner = FakeRunner(effects={"bf16_autocast": 1.0}, noise=0.0)
+    out = run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=tracing_runner(inner),
+                     make_diff_text=False, profile_kept=True)
+    assert out.kept == () and out.kept_run == ""
+    assert all(s.profiled_steps == 0 for s in inner.calls)
+    inner = FakeRunner(effects={"bf16_autocast": 1.5}, noise=0.0)
+    out = run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=inner, make_diff_text=False,
+                     profile_kept=True)
+    assert out.kept_run == "" and any("left no trace" in n for n in out.notes)
