@@ -483,19 +483,30 @@ def _best_alone(chosen: Sequence[Trial], on_top: frozenset[str]) -> tuple[Trial 
 def settled_warmup(warmup_ms: Sequence[float], timed_ms: Sequence[float], asked: int) -> int:
     """Warm-up steps a trial run needs, read from the baseline's own step times (never more than asked).
 
-    The script has settled after the last warm-up step slower than :data:`WARMUP_SETTLED` times
-    its timed median; one more step is kept beyond it, and never fewer than
-    :data:`MIN_TRIAL_WARMUP`. When the first timed steps are still slow, warm-up was not long
-    enough as it was, and nothing is cut.
+    A warm-up step has settled when it lies within the band of the steady steps (the timed
+    steps after the first three: from the fastest to the slowest), widened to at least
+    :data:`WARMUP_SETTLED` times their median either way. Steps outside it, slower (allocator growth, lazy set-up) *or* faster
+    (a first step that did no real work), are still warming up. The warm-up kept ends one step
+    after the last unsettled one, never below :data:`MIN_TRIAL_WARMUP`. When the first three
+    timed steps are, on average, more than that factor away from the steady median, warm-up was
+    not long enough as it was, and nothing is cut.
     """
-    ref = median(list(timed_ms))
-    if not warmup_ms or ref is None or ref <= 0 or len(warmup_ms) < asked:
+    steady = sorted(t for t in timed_ms if t > 0)
+    if not warmup_ms or len(warmup_ms) < asked or len(steady) < 3:
         return asked
-    limit = WARMUP_SETTLED * ref
-    if any(t > limit for t in list(timed_ms)[:3]):
+    mid = median(steady) or 0.0
+    rest = [t for t in list(timed_ms)[3:] if t > 0] or steady
+    lo, hi = min(min(rest), mid / WARMUP_SETTLED), max(max(rest), mid * WARMUP_SETTLED)
+
+    def settled(t: float) -> bool:
+        return lo <= t <= hi
+
+    head = [t for t in list(timed_ms)[:3] if t > 0]
+    first = sum(head) / len(head) if head else 0.0
+    if not mid / WARMUP_SETTLED <= first <= mid * WARMUP_SETTLED:
         return asked
-    slow = [i for i, t in enumerate(warmup_ms) if t > limit]
-    needed = (slow[-1] + 2) if slow else 1
+    unsettled = [i for i, t in enumerate(warmup_ms) if not settled(t)]
+    needed = (unsettled[-1] + 2) if unsettled else 1
     return min(asked, max(MIN_TRIAL_WARMUP, needed))
 
 

@@ -127,6 +127,13 @@ def test_settled_warmup_is_measured_from_the_baseline_steps():
     assert settled_warmup([500, 10, 10, 10, 10], [40.0, 10, 10] + timed, 5) == 5  # still warming up
     assert settled_warmup([], timed, 5) == 5  # not recorded: as asked
     assert settled_warmup([500, 10], timed, 2) == 2
+    # too fast is not settled either: a first step that did no real work (seen on data_loading.py)
+    assert settled_warmup([0.4, 0.7, 410, 620, 470], [450.0, 600, 520, 480, 700, 510], 5) == 4
+    assert settled_warmup([0.4, 0.7, 500, 520, 300], [450.0, 600, 520, 480, 700, 510], 5) == 5
+    assert settled_warmup([0.4, 0.7, 500, 520, 470], [450.0, 600, 520, 480, 700, 510], 5) == 3
+    # the band follows the steady steps' own spread (noisy steps: a wider band)
+    assert settled_warmup([900, 13, 7, 10, 10], [6.0, 14, 10, 9, 11, 7, 13, 10, 10, 10], 5) == 2
+    assert settled_warmup([900, 13, 6, 10, 10], [6.0, 14, 10, 9, 11, 7, 13, 10, 10, 10], 5) == 4
 
 
 @dataclass
