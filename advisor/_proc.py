@@ -105,6 +105,7 @@ class ProcessTree:
 
     def __init__(self, pid: int) -> None:
         self.seen: dict[int, Any] = {}
+        self.over_budget: int | None = None  # the resident memory that broke a memory budget
         try:
             import psutil
 
@@ -119,6 +120,16 @@ class ProcessTree:
         with contextlib.suppress(Exception):
             for child in self._root.children(recursive=True):
                 self.seen.setdefault(child.pid, child)
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the root and every remembered descendant still running, summed."""
+        total = 0
+        for proc in (self._root, *self.seen.values()):
+            if proc is None:
+                continue
+            with contextlib.suppress(Exception):
+                total += int(proc.memory_info().rss)
+        return total
 
     def kill_all(self) -> None:
         """Kill every remembered process still running."""

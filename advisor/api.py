@@ -408,6 +408,34 @@ def try_fixes(
     return outcome
 
 
+def sweep_script(
+    spec: RunSpec, batch_sizes: Sequence[int], precisions: Sequence[str], repeats: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """Run ``advisor sweep``: every batch size x precision cell at run time; return the SweepTable.
+
+    Cell runs go to ``<spec.out_dir>/trials/``; the table is also saved as ``<spec.out_dir>/sweep.json``.
+    """
+    from advisor.rundir import SWEEP_FILE, create_unique
+    from advisor.sweep.render import render_json
+    from advisor.sweep.run import parse_cells, run_sweep
+
+    cells = parse_cells(batch_sizes, precisions)
+    out = create_unique(spec.out_dir)
+    table = run_sweep(replace(spec, out_dir=out, quiet=True), cells, repeats=repeats, progress=progress)
+    (out / SWEEP_FILE).write_text(render_json(table), encoding="utf-8")
+    return table
+
+
+def render_sweep(table: Any, fmt: str) -> str:
+    """Render a SweepTable as ``text``, ``markdown`` or ``json``."""
+    from advisor.sweep.render import RENDERERS
+
+    if fmt not in RENDERERS:
+        raise UsageError(f"advisor sweep writes {', '.join(RENDERERS)}, not {fmt!r}")
+    return RENDERERS[fmt](table)
+
+
 def _fix_impacts(findings: Sequence[Any]) -> dict[str, float]:
     """Fix id -> the largest share of step time any finding suggesting it could recover."""
     out: dict[str, float] = {}

@@ -30,7 +30,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cli": frozenset({ROOT, "errors", "api", "_proc", "_terminal"}),
     "__main__": frozenset({"cli"}),
     # The door: every stage, never the command line.
-    "api": SHARED | {"config", "capture", "trace", "metrics", "engine", "fixes", "distributed", "report"},
+    "api": SHARED | {"config", "capture", "trace", "metrics", "engine", "fixes", "distributed", "report", "sweep"},
+    # The batch x precision table: runs cells through the fix loop's measurer and catalog.
+    "sweep": SHARED | {"capture", "fixes"},
     # Renders saved models of every stage; never calls back into the api.
     "report": SHARED | {"capture", "trace", "metrics", "engine", "fixes", "distributed"},
     "fixes": SHARED | {"capture", "trace", "metrics", "engine"},

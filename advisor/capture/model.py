@@ -344,6 +344,10 @@ class ScriptConfig:
         return next((o for o in self.options if o.name == name), None)
 
 
+OUT_OF_MEMORY = "OutOfMemory"
+"""``ScriptError.type`` of a run stopped for going over ``RunSpec.memory_budget_bytes``."""
+
+
 @dataclass(frozen=True)
 class ScriptError:
     """What went wrong in the script, when something did.

@@ -43,6 +43,7 @@ from advisor._proc import Interrupted, ProcessTree, die_with_parent, kill_group
 from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
+    OUT_OF_MEMORY,
     PHASE_DONE,
     PHASE_STARTING,
     STATUS_CRASHED,
@@ -107,6 +108,8 @@ def validate_spec(spec: RunSpec) -> None:
             raise UsageError(f"{name.replace('_', '-')} must be 0 or more, got {getattr(spec, name)}")
     if spec.cprofile_steps is not None and spec.cprofile_steps < 0:
         raise UsageError(f"cprofile-steps must be 0 or more, got {spec.cprofile_steps}")
+    if spec.memory_budget_bytes is not None and spec.memory_budget_bytes <= 0:
+        raise UsageError(f"--memory-budget must be a positive size, got {spec.memory_budget_bytes} bytes")
     if spec.timeout_s is not None and not (math.isfinite(spec.timeout_s) and spec.timeout_s > 0):
         raise UsageError(f"--timeout must be a positive number of seconds, got {spec.timeout_s}")
     if spec.cwd is not None and not Path(spec.cwd).is_dir():
@@ -242,6 +245,7 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
         progress(ProgressEvent(phase=PHASE_STARTING, steps_total=steps_total(spec)))
     relay = EventRelay(run_dir / EVENTS_FILE, progress)
     timed_out = False
+    ended_by: str | None = None
     interrupt: KeyboardInterrupt | None = None
     start = time.perf_counter()
     with started(cmd, spec, run_dir) as (proc, tree):
@@ -249,7 +253,8 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
         sampler.start()
         relay.start()
         try:
-            timed_out = _wait(proc, spec.timeout_s, start, tree)
+            ended_by = _wait(proc, spec.timeout_s, start, tree, spec.memory_budget_bytes)
+            timed_out = ended_by == "timeout"
         except KeyboardInterrupt as exc:  # ^C, or SIGTERM/SIGHUP (advisor._proc.signals_interrupt)
             interrupt = exc
             _ask_to_save(proc, tree)
@@ -257,7 +262,8 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
             wall_s = time.perf_counter() - start
             cpu, gpu = sampler.stop()
             relay.stop()
-    result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu, interrupt)
+    result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu, interrupt,
+                    over_memory=tree.over_budget if ended_by == "memory" else None)
     result.save(run_dir)
     if interrupt is not None:
         raise interrupt
@@ -300,21 +306,36 @@ def steps_total(spec: RunSpec) -> int:
     return Phases.for_spec(spec).total
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float | None, start: float, tree: ProcessTree) -> bool:
-    """Wait for the child; on timeout ask it to save (SIGTERM), then kill. True if timed out."""
+def _wait(
+    proc: subprocess.Popen[bytes], timeout_s: float | None, start: float, tree: ProcessTree,
+    memory_budget: int | None = None,
+) -> str | None:
+    """Wait for the child; on timeout, or memory over budget, ask it to save (SIGTERM), then kill.
+
+    Returns:
+        None when the child ended by itself, ``"timeout"`` or ``"memory"`` when it was stopped
+        (the process tree's resident memory over ``memory_budget``, checked every poll: the
+        ``--memory-budget`` watchdog of a CPU run; the RSS seen is left in ``tree.over_budget``).
+    """
     deadline = None if timeout_s is None else start + timeout_s
     while True:
         tree.refresh()
+        if memory_budget is not None:
+            rss = tree.rss_bytes()
+            if rss > memory_budget:
+                tree.over_budget = rss
+                _ask_to_save(proc, tree)
+                return "memory"
         remaining = _POLL_S if deadline is None else min(_POLL_S, deadline - time.perf_counter())
         if remaining <= 0:
             break
         try:
             proc.wait(timeout=remaining)
-            return False
+            return None
         except subprocess.TimeoutExpired:
             continue
     _ask_to_save(proc, tree)
-    return True
+    return "timeout"
 
 
 def _ask_to_save(proc: subprocess.Popen[bytes], tree: ProcessTree) -> None:
@@ -364,6 +385,7 @@ def _merge(
     cpu: Any,
     gpu: Any,
     interrupt: KeyboardInterrupt | None = None,
+    over_memory: int | None = None,
 ) -> RunCapture:
     """Combine what the child wrote with what only the parent knows into one RunCapture."""
     child = rundir.read_child(run_dir) or {}
@@ -376,6 +398,15 @@ def _merge(
         status = STATUS_INTERRUPTED
         exit_code = returncode
         error = to_jsonable(interrupted_error(interrupt, steps_seen))
+    elif over_memory is not None:
+        status = STATUS_CRASHED
+        exit_code = returncode
+        error = to_jsonable(ScriptError(
+            type=OUT_OF_MEMORY,
+            message=f"the script's processes held {over_memory / 2**20:.0f} MiB, over the memory budget of "
+            f"{(spec.memory_budget_bytes or 0) / 2**20:.0f} MiB, and were stopped after {steps_seen} steps",
+            step=steps_seen + 1,
+        ))
     elif timed_out:
         status = STATUS_TIMEOUT
         exit_code = returncode

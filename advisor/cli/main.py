@@ -31,6 +31,7 @@ _COMMANDS: dict[str, str] = {
     "fix": "advisor.cli.cmd_fixes:fix",
     "config": "advisor.cli.cmd_config:config",
     "runs": "advisor.cli.cmd_runs:runs",
+    "sweep": "advisor.cli.cmd_sweep:sweep",
 }
 
 _SHORT_HELP: dict[str, str] = {
@@ -45,6 +46,7 @@ _SHORT_HELP: dict[str, str] = {
     "fix": "Explain one fix: what it changes, safety, when it applies, its diff.",
     "config": "Show the resolved configuration and where each setting came from.",
     "runs": "List the saved runs, newest first, to pick two for `advisor compare`.",
+    "sweep": "Measure the batch size x precision table: samples/s, memory, loss per cell.",
 }
 
 

@@ -37,6 +37,33 @@ class PositiveSeconds(click.ParamType):
         return seconds
 
 
+class ByteSize(click.ParamType):
+    """A memory size: ``2GB``, ``1.5GiB``, ``512M``, ``800MiB`` or plain bytes (1 GB = 2**30 here, as tools report memory)."""
+
+    name = "size"
+    _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
+              "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """Parse ``value`` into bytes; fail with a usage error (exit 2) when it is not a positive size."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            number, unit = float(value), ""
+        else:
+            text = str(value).strip().upper().replace(" ", "")
+            digits = text.rstrip("KMGTIB")
+            number_text, unit = digits, text[len(digits):]
+            try:
+                number = float(number_text)
+            except ValueError:
+                self.fail(f"{value!r} is not a memory size (examples: 2GB, 512MiB, 1.5G)", param, ctx)
+        if unit not in self._UNITS:
+            self.fail(f"{value!r}: unknown unit {unit!r} (use K, M, G or T, with or without B/iB)", param, ctx)
+        size = number * self._UNITS[unit]
+        if not math.isfinite(size) or size < 1:
+            self.fail(f"{value!r} is not a positive memory size", param, ctx)
+        return int(size)
+
+
 def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     def apply(func: F) -> F:
         for decorator in reversed(decorators):

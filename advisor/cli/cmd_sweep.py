@@ -1,0 +1,72 @@
+"""``advisor sweep [OPTIONS] SCRIPT [SCRIPT_ARGS]...``: the batch size x precision table, measured."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+import click
+
+from advisor import api
+from advisor.api import RunSpec
+from advisor.cli.options import ByteSize, PositiveSeconds
+from advisor.errors import UsageError
+
+EPILOG = """\b
+Examples:
+  advisor sweep --batch-sizes 8,16,32 --precisions fp32,bf16 train.py --epochs 1
+  advisor sweep --batch-sizes 32,128 --memory-budget 3GB --format markdown -o sweep.md train.py
+"""
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--batch-sizes takes whole numbers separated by commas, not {text!r}") from None
+
+
+@click.command(epilog=EPILOG, context_settings={"allow_interspersed_args": False})
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--batch-sizes", required=True, metavar="B1,B2,...",
+              help="DataLoader batch sizes, multiples of the script's own (set at run time).")
+@click.option("--precisions", default="fp32,bf16", show_default=True, metavar="P1,P2",
+              help="Precisions among fp32, bf16, fp16 (autocast at run time).")
+@click.option("--memory-budget", type=ByteSize(), default=None, metavar="SIZE",
+              help="Cap each run's memory (2GB, 512MiB): on CPU a watchdog on the script's resident "
+              "memory stops a cell that goes over and marks it out_of_memory.")
+@click.option("--repeats", default=2, show_default=True, type=click.IntRange(min=1, max=20),
+              help="Interleaved runs per cell.")
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=0), help="Warm-up steps per run.")
+@click.option("--steps", "timed_steps", default=20, show_default=True, type=click.IntRange(min=1), help="Timed steps per run.")
+@click.option("--timeout", type=PositiveSeconds(), default=None, metavar="SECONDS", help="Stop a hung run after SECONDS.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Run directory (default: advisor-runs/<script>-sweep-<timestamp>).")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the table here.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+def sweep(
+    script: Path, script_args: tuple[str, ...], batch_sizes: str, precisions: str, memory_budget: int | None,
+    repeats: int, warmup: int, timed_steps: int, timeout: float | None, out_dir: Path | None, fmt: str,
+    output: Path | None, quiet: bool,
+) -> int:
+    """Run SCRIPT at every batch size x precision and print throughput, memory and loss per cell."""
+    script = api.validate_script(script)
+    sizes = _ints(batch_sizes)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    spec = RunSpec(
+        script=script, args=tuple(script_args),
+        out_dir=(out_dir or Path("advisor-runs") / f"{script.stem}-sweep-{stamp}").absolute(),
+        warmup_steps=warmup, timed_steps=timed_steps, profiled_steps=0, timeout_s=timeout, seed=0,
+        cwd=Path.cwd(), memory_budget_bytes=memory_budget,
+    )
+    say = None if quiet else (lambda line: click.echo(f"advisor sweep: {line}", err=True))
+    table = api.sweep_script(spec, sizes, [p.strip() for p in precisions.split(",") if p.strip()], repeats, say)
+    text = api.render_sweep(table, fmt)
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"advisor: wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+    return 0
