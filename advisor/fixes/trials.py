@@ -11,6 +11,9 @@ runs:
 1. **Choose.** Suggested fixes (from the findings) are de-duplicated; unsafe ones are hidden
    unless ``unsafe=True`` (counted, ruff-style); ``only`` (``--fix ID``) replaces the suggestions
    with exactly those ids (naming a fix is opting in to it, even an unsafe one).
+   A fix whose Amdahl bound on the diagnosis's breakdown (:mod:`advisor.fixes.bounds`: the
+   share of the step in the categories it can shorten) cannot reach ``min_effect`` is skipped
+   unrun with that bound, unless named with ``--fix``.
 2. **Baseline first.** Round 1 starts with a baseline run; what it recorded (device, cores,
    DataLoaders, batches per step) decides which fixes can apply at all (catalog checks), so a
    fix that cannot apply is ``skipped`` with the reason before any time is spent on it.
@@ -24,6 +27,12 @@ runs:
    A trial whose median shows a gain but whose interval still includes 1.0 after ``repeats``
    rounds gets extra rounds (up to ``max_repeats``) -- on a noisy machine a real win needs more
    pairs to be shown, and a fix is never called a win without them.
+   **Sequential stop.** From 2 pairs on, a trial whose interval is already decided leaves the
+   rounds early (:func:`~advisor.fixes.stats.decided_early`: a Bonferroni-corrected interval
+   over the looks the plan allows says improved or slower, or rules a win out); the reported
+   interval is the plain 95% one over the pairs measured, and its reason says it stopped early.
+   **Warm-up.** Trial runs after the first warm up only as long as the first baseline's own
+   warm-up step times say the script needed (:func:`settled_warmup`, at least 2 steps).
 4. **Early exits.** After a variant's first run: a crash, timeout or non-finite/far-off loss is
    ``failed``; a runtime note in state ``skipped`` (no convolutions, autocast already on, an
    IterableDataset that does not shard) is ``skipped``; a DataLoader fix whose recorded loader
@@ -56,6 +65,13 @@ runs:
    and a carried workers rung have no standalone speedup against the baseline, so they never
    compete alone), the best standalone fix is kept instead; with no standalone win and a
    combination that does not improve, nothing is kept.
+
+**Budget.** With ``budget_s`` (``--budget``) the fixes are planned largest possible gain first
+and those whose runs the remaining time cannot pay for are skipped as "not tried" (named in a
+note); extra rounds, the on-top stage and the combined run also run only when they fit, and the
+best standalone win is kept when the combination cannot be measured.
+**After trace.** With ``profile_kept`` the kept set runs once more under the profiler into
+``<run>/kept/``, the "after" of the diagnosed run's trace.
 
 Time to first step is reported apart from the steady throughput (compile cost lands there).
 """
