@@ -50,8 +50,6 @@ class Trial:
         memory_kind: ``cuda`` or ``rss``: what the peak memory counts.
         unfinished: Still being measured when the report was written (the loop was running or
             was interrupted): its figures are from the pairs measured so far.
-        max_speedup: The Amdahl bound on the fix's gain from the measured breakdown, when it was
-            skipped unrun for it (or not tried for lack of budget; see :mod:`advisor.fixes.bounds`).
     """
 
     fix: str
@@ -74,7 +72,6 @@ class Trial:
     baseline_peak_memory_bytes: int | None = None
     memory_kind: str | None = None
     unfinished: bool = False
-    max_speedup: float | None = None
 
     def __post_init__(self) -> None:
         # NOTE: producers may pass the plain words ("improved", "safe"); hold the members.

@@ -355,7 +355,7 @@ def run_trials(
         for f in hopeless:
             results[f] = Trial(
                 fix=f, safety=catalog.get(f).safety, verdict=SKIPPED,
-                reason=bounds[f].skip_reason(min_effect), max_speedup=_round(bounds[f].speedup),
+                reason=bounds[f].skip_reason(min_effect),
             )
         if hopeless:
             notes.append(f"not run, their Amdahl bound is below the {min_effect:.0%} minimum effect: "
@@ -561,7 +561,6 @@ def _over_budget(fix_id: str, bounds: Mapping[str, GainBound], budget_s: float) 
         fix=fix_id, safety=catalog.get(fix_id).safety, verdict=SKIPPED,
         reason=f"not tried: the --budget of {budget_s:g}s could not pay for its runs after the fixes "
         f"with larger possible gains{gain}",
-        max_speedup=_round(b.speedup if b is not None else None),
     )
 
 
@@ -1260,10 +1259,6 @@ def _failure_reason(cap: RunCapture) -> str:
     return f"{cap.status} (exit code {cap.exit_code}){where}"
 
 
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 4)
 
 
 def _fmt(x: float | None) -> str:

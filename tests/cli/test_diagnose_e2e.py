@@ -51,6 +51,11 @@ def test_diagnose_finds_loading_bottleneck_and_keeps_the_worker_fix(tmp_path: Pa
     for name in ("capture.json", "report.json", "profile.pstats", "stdout.log", "stderr.log"):
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "traces").glob("*.pt.trace.json*"))
+    # The kept fix ran once under the profiler: a before/after pair of traces in one run directory.
+    assert list((run_dir / "kept" / "traces").glob("*.pt.trace.json*"))
+    assert any("kept/" in n for n in report["notes"])
+    pair = run("compare", run_dir, run_dir / "kept", "--format", "json", cwd=tmp_path)
+    assert pair.returncode == 0, pair.stderr
     # The saved run renders again without re-running anything.
     md = run("report", run_dir, "--format", "markdown", cwd=tmp_path)
     assert md.returncode == 0 and "data_loading" in md.stdout.lower().replace(" ", "_")

@@ -56,7 +56,6 @@ def test_a_fix_whose_bound_cannot_reach_the_minimum_effect_is_skipped_unrun(spec
                      make_diff_text=False, breakdown={"data_loading": 0.01, "compute": 0.9})
     t = by_fix(out)
     assert t["dataloader_workers"].verdict == "skipped"
-    assert t["dataloader_workers"].max_speedup == pytest.approx(1 / 0.99, rel=1e-3)
     assert "Amdahl" in t["dataloader_workers"].reason and "1.010x" in t["dataloader_workers"].reason
     assert runner.runs_with("dataloader_workers") == 0
     assert t["bf16_autocast"].verdict == "improved"
@@ -194,7 +193,7 @@ def test_a_budget_measures_the_largest_possible_gains_first_and_names_the_rest(s
     assert t["dataloader_workers"].verdict == "improved"  # the 2.5x bound goes first
     for f in ("fused_optimizer", "bf16_autocast"):
         assert t[f].verdict == "skipped" and "--budget" in t[f].reason
-        assert t[f].max_speedup == pytest.approx(1 / 0.7, rel=1e-3)
+        assert "at most 1.43x (compute is 30.0% of the step)" in t[f].reason
         assert inner.runs_with(f) == 0
     assert any("lack of budget" in n and "fused_optimizer" in n and "bf16_autocast" in n for n in out.notes)
     assert out.wall_s <= 110.0
