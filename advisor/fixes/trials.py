@@ -129,7 +129,8 @@ MIN_TRIAL_WINDOW_S = 1.0
 # a variant pays its own one-time costs (worker start-up, a compile) that the baseline cannot
 # show, and they land in its first step or two.
 MIN_TRIAL_WARMUP = 2
-# A warm-up step slower than this many times the baseline's timed median is still warming up.
+# A warm-up step further than this factor from the baseline's steady median (either way, and
+# outside the steady steps' own range) is still warming up (settled_warmup).
 WARMUP_SETTLED = 1.25
 
 # The verdicts under short names (advisor.fixes.model.Verdict).
