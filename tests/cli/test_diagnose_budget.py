@@ -1,0 +1,55 @@
+"""``--budget``, ``--exhaustive`` and ``advisor sweep``'s options reach the api, and bad values are usage errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import invoke
+
+import advisor.api as api
+
+
+class Stop(Exception):
+    """Raised by the fake api call: the test only looks at what the CLI passed."""
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text("print('train')\n")
+    return path
+
+
+def test_budget_and_exhaustive_reach_the_fix_options(capsys, monkeypatch, script, tmp_path):
+    seen = {}
+
+    def fake(spec, *, fix_options, **kwargs):
+        seen["options"] = fix_options
+        raise Stop
+
+    monkeypatch.setattr(api, "diagnose_script", fake)
+    invoke(capsys, "diagnose", "--out", str(tmp_path / "run"), "--budget", "90", "--exhaustive", str(script))
+    assert seen["options"].budget_s == 90.0 and seen["options"].exhaustive
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "soon"])
+def test_a_bad_budget_is_a_usage_error(capsys, script, value):
+    code, _, err = invoke(capsys, "diagnose", "--budget", value, str(script))
+    assert code == 2 and "--budget" in err
+
+
+@pytest.mark.parametrize("value", ["0", "lots", "3XB"])
+def test_a_bad_memory_budget_is_a_usage_error(capsys, script, value):
+    code, _, err = invoke(capsys, "sweep", "--batch-sizes", "8", "--memory-budget", value, str(script))
+    assert code == 2 and "--memory-budget" in err
+
+
+def test_sizes_parse_with_binary_units():
+    from advisor.cli.options import ByteSize
+
+    size = ByteSize()
+    assert size.convert("2GB", None, None) == 2 * 2**30
+    assert size.convert("512MiB", None, None) == 512 * 2**20
+    assert size.convert("1.5g", None, None) == int(1.5 * 2**30)
+    assert size.convert("4096", None, None) == 4096
