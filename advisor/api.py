@@ -304,13 +304,20 @@ def _fix_loop_saved(
         timing = timing_of(time.perf_counter() - started, capture, outcome)
         return replace(with_fixes(report, outcome, status, pid), timing=timing)
 
+    asked_to_stop = [False]
+
     def checkpoint(outcome: FixOutcome) -> None:
         last[0] = outcome
         saved(outcome, ReportStatus.RUNNING, pid).save(run_dir)
+        if asked_to_stop[0]:
+            # NOTE: the signal's KeyboardInterrupt was swallowed where Python ignores exceptions
+            # (a __del__, a weakref callback: "Exception ignored in ...") and the loop went on;
+            # the stop request still holds, at the latest after the run in flight.
+            raise KeyboardInterrupt
 
     checkpoint(FixOutcome())  # the diagnosis is on disk before the first trial run starts
     try:
-        with _sigterm_interrupts():
+        with _sigterm_interrupts(asked_to_stop):
             outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint)
     except KeyboardInterrupt:
         with _signals_ignored():  # a second ^C must not cut the final write short
@@ -325,8 +332,12 @@ def _fix_loop_saved(
 
 
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """Make SIGTERM act like Ctrl-C (KeyboardInterrupt) inside the block, in the main thread."""
+def _sigterm_interrupts(asked: list[bool] | None = None) -> Iterator[None]:
+    """Make SIGTERM act like Ctrl-C (KeyboardInterrupt) inside the block, in the main thread.
+
+    Both SIGTERM and SIGINT also set ``asked[0]``, so a caller can raise again at its next
+    checkpoint if the first KeyboardInterrupt was swallowed.
+    """
     import signal
     import threading
 
@@ -335,13 +346,16 @@ def _sigterm_interrupts() -> Iterator[None]:
         return
 
     def on_term(signum: int, frame: Any) -> None:
+        if asked is not None:
+            asked[0] = True
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @contextmanager

@@ -68,6 +68,31 @@ def test_the_report_is_saved_before_the_trials_and_interrupted_with_what_finishe
     assert not list(tmp_path.glob("*.tmp"))  # every write was atomic
 
 
+def test_a_stop_signal_whose_interrupt_was_swallowed_still_stops_the_loop_at_the_next_run(tmp_path, monkeypatch):
+    import signal
+
+    runs_after: list[int] = []
+
+    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None):  # type: ignore[no-untyped-def]
+        checkpoint(FixOutcome(trials=(DONE,)))
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled in this thread, before the next line
+            time.sleep(0)
+        except KeyboardInterrupt:
+            pass  # swallowed, as Python does in a __del__ ("Exception ignored in ...")
+        runs_after.append(1)
+        checkpoint(FixOutcome(trials=(DONE, OPEN)))  # the next run ends: the stop request holds
+        runs_after.append(2)
+        return FixOutcome(trials=(DONE, OPEN))
+
+    monkeypatch.setattr(api, "try_fixes", fake_try_fixes)
+    with pytest.raises(Interrupted):
+        _loop(tmp_path)
+    assert runs_after == [1]
+    final = Report.load(tmp_path)
+    assert final.status == ReportStatus.INTERRUPTED and final.trials == (DONE, OPEN)
+
+
 def test_a_finished_loop_saves_a_complete_report(tmp_path, monkeypatch):
     def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None):  # type: ignore[no-untyped-def]
         checkpoint(FixOutcome(trials=(OPEN,)))
