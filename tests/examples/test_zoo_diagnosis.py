@@ -52,7 +52,12 @@ def _diagnose(name: str, tmp_path: Path) -> dict:
 # inference_autograd runs there too: since inference loops step on model calls (issue #15) its
 # primary was compute (CO004) on a quiet clone and data_loading (DL001) at load 2-3, and `make
 # test` may not depend on how busy the machine is (see the session note).
-HEAVY = frozenset({"monai_segmentation", "monai_scaling", "transformer_lm", "grad_accumulation", "inference_autograd"})
+# data_loading runs there as well (~20 s): `make test` keeps a data-loading verdict through
+# tests/cli/test_diagnose_e2e.py (a loader-bound script, with its fix trials), and `make demo`
+# diagnoses this very example.
+HEAVY = frozenset(
+    {"monai_segmentation", "monai_scaling", "transformer_lm", "grad_accumulation", "inference_autograd", "data_loading"}
+)
 
 
 @pytest.mark.parametrize(
