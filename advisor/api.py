@@ -17,13 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from advisor.capture.model import (
-    STATUS_CRASHED,
-    STATUS_NO_STEPS,
-    STATUS_TIMEOUT,
-    RunCapture,
-    RunSpec,
-)
+from advisor.capture.model import RunCapture, RunSpec, RunStatus
 from advisor.config import ANY_OPTION, ResolvedConfig, Setting, describe_source
 from advisor.engine.model import Diagnosis, EngineConfig
 from advisor.engine.rules import Rule, RuleSet
@@ -39,9 +33,6 @@ if TYPE_CHECKING:
     from advisor.report.tensorboard import PreparedLogdir
 
 __all__ = [
-    "STATUS_CRASHED",
-    "STATUS_NO_STEPS",
-    "STATUS_TIMEOUT",
     "DiagnoseResult",
     "EngineConfig",
     "FixOptions",
@@ -52,6 +43,7 @@ __all__ = [
     "ResolvedConfig",
     "RunCapture",
     "RunSpec",
+    "RunStatus",
     "Setting",
     "analyze",
     "analyze_report",

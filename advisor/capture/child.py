@@ -42,15 +42,9 @@ from advisor._proc import die_with_parent, end_own_children  # noqa: E402
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
-    PHASE_DONE,
-    PHASE_FINISHING,
-    PHASE_WARMUP,
-    STATUS_COMPLETED,
-    STATUS_CRASHED,
-    STATUS_NO_STEPS,
-    STATUS_STOPPED,
-    STATUS_TIMEOUT,
+    Phase,
     RunSpec,
+    RunStatus,
     ScriptError,
 )
 from advisor.capture.recorder import Phases, StepRecorder, StopScript  # noqa: E402
@@ -288,7 +282,7 @@ class ChildSession:
         self._event(rec.phase, force=False)
 
     def _on_phase(self, rec: StepRecorder) -> None:
-        if rec.phase != PHASE_WARMUP:
+        if rec.phase != Phase.WARMUP:
             # NOTE: the script's globals exist only while it runs (runpy's temporary __main__);
             # by the first step after warm-up a configurator has long applied its overrides.
             main = sys.modules.get("__main__")
@@ -437,17 +431,17 @@ class ChildSession:
         self.script_config.uninstall()
         self.exit_code = code
         self.status = {
-            "stopped": STATUS_STOPPED,
-            "crashed": STATUS_CRASHED,
-            "terminated": STATUS_TIMEOUT,
-        }.get(outcome, STATUS_COMPLETED)
-        if self.status == STATUS_COMPLETED and rec.steps_seen == 0:
-            self.status = STATUS_NO_STEPS
-        if self.status == STATUS_NO_STEPS:
+            "stopped": RunStatus.STOPPED,
+            "crashed": RunStatus.CRASHED,
+            "terminated": RunStatus.TIMEOUT,
+        }.get(outcome, RunStatus.COMPLETED)
+        if self.status == RunStatus.COMPLETED and rec.steps_seen == 0:
+            self.status = RunStatus.NO_STEPS
+        if self.status == RunStatus.NO_STEPS:
             self.notes.append(NO_STEPS_NOTE)
         elif rec.steps_seen == 0:
             pass  # crashed or timed out before a step: the error says why
-        elif outcome in ("ended", "exit", "crashed") and rec.phase != PHASE_FINISHING:
+        elif outcome in ("ended", "exit", "crashed") and rec.phase != Phase.FINISHING:
             p = rec.phases
             self.notes.append(
                 f"the script ended after {rec.steps_seen} steps, fewer than the {p.total} asked "
@@ -457,7 +451,7 @@ class ChildSession:
         if rec.source is not None and rec.source != "optimizer":
             self.notes.append(f"steps were counted from {rec.source}: {rec.source_reason()}")
         self.write(finished=True)
-        self._event(PHASE_DONE, self.status)
+        self._event(Phase.DONE, self.status)
         os.close(self._events)
         return code
 
@@ -520,7 +514,7 @@ def main(argv: list[str] | None = None) -> None:
     spec = from_dict(RunSpec, config["spec"])
     session = ChildSession(spec, Path(config["run_dir"]))
     code = session.run()
-    if session.status in (STATUS_STOPPED, STATUS_TIMEOUT):
+    if session.status in (RunStatus.STOPPED, RunStatus.TIMEOUT):
         # NOTE: advisor cut the script short: skip interpreter shutdown (the script's atexit
         # handlers, DataLoader iterator teardown, non-daemon threads) that could hang or run
         # code the script expected to run only after a full run.

@@ -35,13 +35,6 @@ class RunStatus(Vocab):
     INTERRUPTED = "interrupted"  # advisor was interrupted (Ctrl-C, SIGTERM, SIGHUP) while it ran
 
 
-# The members under their older names, which the capture and distributed modules import.
-STATUS_COMPLETED = RunStatus.COMPLETED
-STATUS_STOPPED = RunStatus.STOPPED
-STATUS_CRASHED = RunStatus.CRASHED
-STATUS_TIMEOUT = RunStatus.TIMEOUT
-STATUS_NO_STEPS = RunStatus.NO_STEPS
-STATUS_INTERRUPTED = RunStatus.INTERRUPTED
 
 
 class NoteState(str, Enum):
@@ -512,14 +505,6 @@ class Phase(Vocab):
     DONE = "done"  # the child has exited
 
 
-# The members under their older names, which the capture modules import.
-PHASE_STARTING = Phase.STARTING
-PHASE_WARMUP = Phase.WARMUP
-PHASE_TIMED = Phase.TIMED
-PHASE_PROFILED = Phase.PROFILED
-PHASE_CPROFILE = Phase.CPROFILE
-PHASE_FINISHING = Phase.FINISHING
-PHASE_DONE = Phase.DONE
 
 
 @dataclass(frozen=True)

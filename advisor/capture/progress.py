@@ -17,24 +17,18 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from advisor.capture.model import (
-    PHASE_CPROFILE,
-    PHASE_DONE,
-    PHASE_FINISHING,
-    PHASE_PROFILED,
-    PHASE_STARTING,
-    PHASE_TIMED,
-    PHASE_WARMUP,
+    Phase,
     ProgressEvent,
 )
 
 PHASE_LABELS = {
-    PHASE_STARTING: "starting the script",
-    PHASE_WARMUP: "warm-up",
-    PHASE_TIMED: "timed steps",
-    PHASE_PROFILED: "profiling (torch.profiler)",
-    PHASE_CPROFILE: "profiling (cProfile)",
-    PHASE_FINISHING: "finishing",
-    PHASE_DONE: "done",
+    Phase.STARTING: "starting the script",
+    Phase.WARMUP: "warm-up",
+    Phase.TIMED: "timed steps",
+    Phase.PROFILED: "profiling (torch.profiler)",
+    Phase.CPROFILE: "profiling (cProfile)",
+    Phase.FINISHING: "finishing",
+    Phase.DONE: "done",
 }
 
 
@@ -43,7 +37,7 @@ def describe(event: ProgressEvent) -> str:
     label = PHASE_LABELS.get(event.phase, event.phase)
     if event.phase_steps:
         label += f" {event.phase_step}/{event.phase_steps}"
-    if event.phase == PHASE_DONE and event.message:
+    if event.phase == Phase.DONE and event.message:
         label += f": {event.message}"
     return label
 
@@ -72,7 +66,7 @@ class LiveProgress:
 
     def __enter__(self) -> LiveProgress:
         self._progress.start()
-        self._task = self._progress.add_task(describe(ProgressEvent(PHASE_STARTING)), total=None, title=self.title)
+        self._task = self._progress.add_task(describe(ProgressEvent(Phase.STARTING)), total=None, title=self.title)
         return self
 
     def __exit__(

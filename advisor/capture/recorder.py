@@ -44,12 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from advisor.capture.model import (
-    PHASE_CPROFILE,
-    PHASE_FINISHING,
-    PHASE_PROFILED,
-    PHASE_STARTING,
-    PHASE_TIMED,
-    PHASE_WARMUP,
+    Phase,
     RunSpec,
     TimedPhase,
 )
@@ -178,7 +173,7 @@ class StepRecorder:
     record_loss_steps: int = 0
 
     source: str | None = None
-    phase: str = PHASE_STARTING
+    phase: str = Phase.STARTING
     steps: int = 0  # steps completed since measurement (re)started
     steps_seen: int = 0  # steps completed in all (never reset)
     counts: dict[str, int] = field(default_factory=dict)  # completed steps per phase
@@ -190,7 +185,7 @@ class StepRecorder:
     first_step_end: float | None = None
     losses: list[float | None] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    open_window: str | None = None  # PHASE_PROFILED / PHASE_CPROFILE while a profiler records
+    open_window: str | None = None  # Phase.PROFILED / Phase.CPROFILE while a profiler records
     stop_requested: bool = False
 
     phase_started: dict[str, float] = field(default_factory=dict)  # clock at each phase's start
@@ -216,7 +211,7 @@ class StepRecorder:
     def script_started(self) -> None:
         """Start the clock: the script is about to run; its first step starts here."""
         self._step_start = self.clock()
-        self._set_phase(PHASE_WARMUP)
+        self._set_phase(Phase.WARMUP)
         self._advance()  # phases asked with 0 steps (e.g. no warm-up) are passed at once
 
     def marker(self) -> None:
@@ -392,10 +387,10 @@ class StepRecorder:
             "step_source": self.source,
             "step_source_reason": self.source_reason(),
             "steps_seen": self.steps_seen,
-            "warmup_steps": self.counts.get(PHASE_WARMUP, 0),
-            "timed_steps": self.counts.get(PHASE_TIMED, 0),
-            "profiled_steps": self.counts.get(PHASE_PROFILED, 0),
-            "cprofiled_steps": self.counts.get(PHASE_CPROFILE, 0),
+            "warmup_steps": self.counts.get(Phase.WARMUP, 0),
+            "timed_steps": self.counts.get(Phase.TIMED, 0),
+            "profiled_steps": self.counts.get(Phase.PROFILED, 0),
+            "cprofiled_steps": self.counts.get(Phase.CPROFILE, 0),
             "timed": self.timed_phase(),
             "losses": [
                 *self.losses,
@@ -474,10 +469,10 @@ class StepRecorder:
     def phase_progress(self) -> tuple[int, int]:
         """Return (steps done, steps asked) in the current phase."""
         asked = {
-            PHASE_WARMUP: self.phases.warmup,
-            PHASE_TIMED: self.phases.timed,
-            PHASE_PROFILED: self.phases.profiled,
-            PHASE_CPROFILE: self.phases.cprofile,
+            Phase.WARMUP: self.phases.warmup,
+            Phase.TIMED: self.phases.timed,
+            Phase.PROFILED: self.phases.profiled,
+            Phase.CPROFILE: self.phases.cprofile,
         }.get(self.phase, 0)
         return self.counts.get(self.phase, 0), asked
 
@@ -502,9 +497,9 @@ class StepRecorder:
         self._cur_loss = None
         if self.first_step_end is None:
             self.first_step_end = now
-        if self.phase == PHASE_WARMUP:
+        if self.phase == Phase.WARMUP:
             self.warmup_times_ms.append((now - start) * 1000.0)
-        if self.phase == PHASE_TIMED:
+        if self.phase == Phase.TIMED:
             self.step_times_ms.append((now - start) * 1000.0)
             self._timed_ms += self.step_times_ms[-1]
             # NOTE: the DataLoader's batches count samples where it yielded any in this step;
@@ -514,7 +509,7 @@ class StepRecorder:
             )
             self.step_batches.append(self._cur_batches)
             self.step_backwards.append(self._cur_backwards)
-        if self.phase in (PHASE_WARMUP, PHASE_TIMED, PHASE_PROFILED, PHASE_CPROFILE):
+        if self.phase in (Phase.WARMUP, Phase.TIMED, Phase.PROFILED, Phase.CPROFILE):
             self.counts[self.phase] = self.counts.get(self.phase, 0) + 1
         self._cur_samples = None
         self._cur_batches = 0
@@ -533,20 +528,20 @@ class StepRecorder:
         """Move to the next phase(s) when the current one has its steps."""
         p = self.phases
         ends = {
-            PHASE_WARMUP: p.warmup,
-            PHASE_TIMED: p.warmup + p.timed,
-            PHASE_PROFILED: p.warmup + p.timed + p.profiled,
-            PHASE_CPROFILE: p.total,
+            Phase.WARMUP: p.warmup,
+            Phase.TIMED: p.warmup + p.timed,
+            Phase.PROFILED: p.warmup + p.timed + p.profiled,
+            Phase.CPROFILE: p.total,
         }
-        if self.phase in (PHASE_PROFILED, PHASE_CPROFILE) and self.steps < ends[self.phase]:
-            control = self.profiler if self.phase == PHASE_PROFILED else self.cprofiler
+        if self.phase in (Phase.PROFILED, Phase.CPROFILE) and self.steps < ends[self.phase]:
+            control = self.profiler if self.phase == Phase.PROFILED else self.cprofiler
             if control is not None:
                 control.step()
             return
         if (
-            self.phase == PHASE_TIMED
+            self.phase == Phase.TIMED
             and p.min_timed_s > 0
-            and self.steps >= ends[PHASE_TIMED]
+            and self.steps >= ends[Phase.TIMED]
             and self._timed_ms < p.min_timed_s * 1000.0
         ):
             # NOTE: the window is too short to time (sub-millisecond steps): one more timed step.
@@ -558,26 +553,26 @@ class StepRecorder:
         # NOTE: a loop, not a chain of ifs: phases asked with 0 steps are passed straight through.
         while self.phase in ends and self.steps >= ends[self.phase]:
             if self.open_window is not None:
-                if self.phase == PHASE_CPROFILE or self.cprofiler is None or p.cprofile == 0:
+                if self.phase == Phase.CPROFILE or self.cprofiler is None or p.cprofile == 0:
                     if not p.full:
                         # NOTE: the last window is closed after the StopScript has unwound, so
                         # the op that holds the hook (Optimizer.step) ends inside the trace.
                         self.stop_requested = True
-                        self._set_phase(PHASE_FINISHING)
+                        self._set_phase(Phase.FINISHING)
                         return
                 self._close_window(export=True)
             self._set_phase(_NEXT[self.phase])
-            if self.phase == PHASE_PROFILED and p.profiled > 0 and self.profiler is not None:
+            if self.phase == Phase.PROFILED and p.profiled > 0 and self.profiler is not None:
                 self.profiler.start()
-                self.open_window = PHASE_PROFILED
-            elif self.phase == PHASE_CPROFILE and p.cprofile > 0 and self.cprofiler is not None:
+                self.open_window = Phase.PROFILED
+            elif self.phase == Phase.CPROFILE and p.cprofile > 0 and self.cprofiler is not None:
                 self.cprofiler.start()
-                self.open_window = PHASE_CPROFILE
-        if self.phase == PHASE_FINISHING and not p.full:
+                self.open_window = Phase.CPROFILE
+        if self.phase == Phase.FINISHING and not p.full:
             self.stop_requested = True
 
     def _close_window(self, export: bool) -> None:
-        control = self.profiler if self.open_window == PHASE_PROFILED else self.cprofiler
+        control = self.profiler if self.open_window == Phase.PROFILED else self.cprofiler
         self.open_window = None
         if control is not None:
             control.stop(export)
@@ -614,17 +609,17 @@ class StepRecorder:
 
     def _restart(self, why: str) -> None:
         """Measure again from warm-up: the boundaries so far were the wrong ones."""
-        if self.phase in (PHASE_WARMUP, PHASE_FINISHING):
+        if self.phase in (Phase.WARMUP, Phase.FINISHING):
             # Warm-up absorbs the switch; after measurement (a --full run) it changes nothing.
             return
         # NOTE: even with no measured step yet, the step in progress began at an old-source
         # boundary (e.g. between two accumulated micro-batches): it must not be timed.
-        measured = sum(self.counts.get(p, 0) for p in (PHASE_TIMED, PHASE_PROFILED, PHASE_CPROFILE))
+        measured = sum(self.counts.get(p, 0) for p in (Phase.TIMED, Phase.PROFILED, Phase.CPROFILE))
         if measured:
             self.notes.append(f"{why}: measurement restarted from warm-up there")
         if self.open_window is not None:
             self._close_window(export=False)
-        if self.counts.get(PHASE_PROFILED) and self.profiler is not None:
+        if self.counts.get(Phase.PROFILED) and self.profiler is not None:
             # NOTE: the profiled window already closed and exported a trace of wrong-source
             # steps (an accumulation loop whose micro-batches outnumber the steps asked for,
             # before its first optimizer step): a second trace would read as a second rank.
@@ -641,7 +636,7 @@ class StepRecorder:
         self.step_samples.clear()
         self.step_batches.clear()
         self.step_backwards.clear()
-        self._set_phase(PHASE_WARMUP)
+        self._set_phase(Phase.WARMUP)
 
     def _set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -651,8 +646,8 @@ class StepRecorder:
 
 
 _NEXT = {
-    PHASE_WARMUP: PHASE_TIMED,
-    PHASE_TIMED: PHASE_PROFILED,
-    PHASE_PROFILED: PHASE_CPROFILE,
-    PHASE_CPROFILE: PHASE_FINISHING,
+    Phase.WARMUP: Phase.TIMED,
+    Phase.TIMED: Phase.PROFILED,
+    Phase.PROFILED: Phase.CPROFILE,
+    Phase.CPROFILE: Phase.FINISHING,
 }

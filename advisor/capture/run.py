@@ -44,14 +44,11 @@ from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
     OUT_OF_MEMORY,
-    PHASE_DONE,
-    PHASE_STARTING,
-    STATUS_CRASHED,
-    STATUS_INTERRUPTED,
-    STATUS_TIMEOUT,
+    Phase,
     ProgressEvent,
     RunCapture,
     RunSpec,
+    RunStatus,
     ScriptError,
 )
 from advisor.capture.recorder import Phases
@@ -174,7 +171,7 @@ class EventRelay:
                 event = from_dict(ProgressEvent, json.loads(line))
             except (ValueError, TypeError):
                 continue
-            if event.phase == PHASE_DONE:
+            if event.phase == Phase.DONE:
                 continue  # the parent sends the final event itself, with the final status
             self.last = event
             if self.progress is not None:
@@ -242,7 +239,7 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
     cmd = [sys.executable, "-m", "advisor.capture.child", str(run_dir / CONFIG_FILE)]
 
     if progress is not None:
-        progress(ProgressEvent(phase=PHASE_STARTING, steps_total=steps_total(spec)))
+        progress(ProgressEvent(phase=Phase.STARTING, steps_total=steps_total(spec)))
     relay = EventRelay(run_dir / EVENTS_FILE, progress)
     timed_out = False
     ended_by: str | None = None
@@ -290,7 +287,7 @@ def report_done(
     last = relay.last
     progress(
         ProgressEvent(
-            phase=PHASE_DONE,
+            phase=Phase.DONE,
             step=result.steps_seen,
             steps_total=steps_total(spec),
             phase_step=last.phase_step if last else 0,
@@ -395,11 +392,11 @@ def _merge(
     error = child.get("error")
     exit_code = child.get("exit_code")
     if interrupt is not None:
-        status = STATUS_INTERRUPTED
+        status = RunStatus.INTERRUPTED
         exit_code = returncode
         error = to_jsonable(interrupted_error(interrupt, steps_seen))
     elif over_memory is not None:
-        status = STATUS_CRASHED
+        status = RunStatus.CRASHED
         exit_code = returncode
         error = to_jsonable(ScriptError(
             type=OUT_OF_MEMORY,
@@ -408,7 +405,7 @@ def _merge(
             step=steps_seen + 1,
         ))
     elif timed_out:
-        status = STATUS_TIMEOUT
+        status = RunStatus.TIMEOUT
         exit_code = returncode
         error = to_jsonable(
             ScriptError(
@@ -424,7 +421,7 @@ def _merge(
                 "saved at the last phase change"
             )
     elif not child.get("finished"):
-        status = STATUS_CRASHED
+        status = RunStatus.CRASHED
         exit_code = returncode
         if returncode is not None and returncode < 0:
             name = signal.Signals(-returncode).name
@@ -438,7 +435,7 @@ def _merge(
         error = to_jsonable(
             ScriptError(type=error_type, message=message, step=steps_seen + 1)
         )
-    if status == STATUS_CRASHED and steps_seen == 0 and isinstance(error, dict):
+    if status == RunStatus.CRASHED and steps_seen == 0 and isinstance(error, dict):
         error = {**error, "last_line": last_stderr_line(run_dir / STDERR_LOG)}
     if gpu.note:
         notes.append(gpu.note)

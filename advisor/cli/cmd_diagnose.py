@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from advisor import api
-from advisor.api import STATUS_CRASHED, STATUS_NO_STEPS, STATUS_TIMEOUT, RunSpec
+from advisor.api import RunSpec, RunStatus
 from advisor.cli._common import emit_report, engine_config
 from advisor.cli.configured import ConfiguredCommand
 from advisor.cli.options import (
@@ -213,7 +213,7 @@ def _raise_for_script(result: object, misplaced: list[str] | tuple[str, ...] = (
     run_dir = result.run_dir  # type: ignore[attr-defined]
     log = Path(run_dir) / capture.stderr_log
     err = capture.error
-    if capture.status == STATUS_CRASHED and capture.steps_seen == 0 and err is not None:
+    if capture.status == RunStatus.CRASHED and capture.steps_seen == 0 and err is not None:
         said = err.last_line or f"{err.type}: {err.message}"
         hint = (
             f"; if {' '.join(misplaced)} was meant for advisor, move it before the script"
@@ -224,17 +224,17 @@ def _raise_for_script(result: object, misplaced: list[str] | tuple[str, ...] = (
             f"the script failed before its first step (exit code {capture.exit_code}): {said}"
             f"{hint}; its stderr is in {log}"
         )
-    if capture.status == STATUS_CRASHED:
+    if capture.status == RunStatus.CRASHED:
         err = capture.error
         what = f"{err.type}: {err.message}" if err else f"exit code {capture.exit_code}"
         at = f" at step {err.step}" if err and err.step is not None else ""
         raise ScriptFailed(f"the script failed{at} with {what}; see {log} (partial capture kept in {run_dir})")
-    if capture.status == STATUS_TIMEOUT:
+    if capture.status == RunStatus.TIMEOUT:
         raise ScriptFailed(
             f"the script was stopped by --timeout after {capture.steps_seen} steps; "
             f"partial capture kept in {run_dir} (see {log})"
         )
-    if capture.status == STATUS_NO_STEPS:
+    if capture.status == RunStatus.NO_STEPS:
         raise ScriptFailed(
             "the script ran to its end but no training step was seen: advisor finds steps from "
             "optimizer.step(), else backward() calls, else model calls, else DataLoader batches; "

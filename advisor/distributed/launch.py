@@ -40,14 +40,11 @@ from advisor._proc import ProcessTree
 from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
-    PHASE_STARTING,
-    STATUS_COMPLETED,
-    STATUS_INTERRUPTED,
-    STATUS_NO_STEPS,
-    STATUS_STOPPED,
+    Phase,
     ProgressEvent,
     RunCapture,
     RunSpec,
+    RunStatus,
 )
 from advisor.capture.run import (
     EventRelay,
@@ -227,7 +224,7 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
     cmd = torchrun_command(spec, config, logs_dir)
 
     if progress is not None:
-        progress(ProgressEvent(phase=PHASE_STARTING, steps_total=steps_total(spec)))
+        progress(ProgressEvent(phase=Phase.STARTING, steps_total=steps_total(spec)))
     # NOTE: rank 0 speaks for the job's progress; all ranks run the same steps.
     relay = EventRelay(run_dir / rank_dir_name(0) / EVENTS_FILE, progress)
     start = time.perf_counter()
@@ -272,7 +269,7 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
     merged = merge_ranks(ranks, timed_out=timed_out, timeout_s=spec.timeout_s, stalled=stalled, stall_s=STOP_GRACE_S)
     if interrupt is not None:
         steps = int(merged.get("steps_seen") or 0)
-        merged = {**merged, "status": STATUS_INTERRUPTED, "error": to_jsonable(interrupted_error(interrupt, steps))}
+        merged = {**merged, "status": RunStatus.INTERRUPTED, "error": to_jsonable(interrupted_error(interrupt, steps))}
     notes = list(merged.pop("notes"))
     if gpu.note:
         notes.append(gpu.note)
@@ -305,7 +302,7 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
 def _rank_stopped(folder: Path) -> bool:
     """Tell whether the rank saved final results after stopping or ending normally."""
     data = rundir.read_child(folder) or {}
-    return bool(data.get("finished")) and data.get("status") in (STATUS_STOPPED, STATUS_COMPLETED, STATUS_NO_STEPS)
+    return bool(data.get("finished")) and data.get("status") in (RunStatus.STOPPED, RunStatus.COMPLETED, RunStatus.NO_STEPS)
 
 
 def _supervise(

@@ -25,12 +25,8 @@ from typing import Any
 
 from advisor._serde import from_dict, to_jsonable
 from advisor.capture.model import (
-    STATUS_COMPLETED,
-    STATUS_CRASHED,
-    STATUS_NO_STEPS,
-    STATUS_STOPPED,
-    STATUS_TIMEOUT,
     RunCapture,
+    RunStatus,
     ScriptError,
     TimedPhase,
 )
@@ -105,7 +101,7 @@ def read_rank(
     }
     if not finished:
         steps = int(child.get("steps_seen") or 0)
-        data["status"] = STATUS_CRASHED
+        data["status"] = RunStatus.CRASHED
         data["error"] = to_jsonable(
             ScriptError(
                 type="ProcessDied",
@@ -150,9 +146,9 @@ def merge_timed(timed: Sequence[TimedPhase]) -> TimedPhase:
 
 def _failed(r: RankRun) -> bool:
     c = r.capture
-    if c.status == STATUS_CRASHED:
+    if c.status == RunStatus.CRASHED:
         return True
-    return c.status == STATUS_COMPLETED and c.exit_code not in (None, 0)
+    return c.status == RunStatus.COMPLETED and c.exit_code not in (None, 0)
 
 
 def _peer_lost(r: RankRun) -> bool:
@@ -229,7 +225,7 @@ def merge_ranks(
     """
     if not ranks:
         return {
-            "status": STATUS_CRASHED,
+            "status": RunStatus.CRASHED,
             "error": ScriptError(
                 type="NoRanks", message="no rank started: torchrun failed before launching the script"
             ),
@@ -242,7 +238,7 @@ def merge_ranks(
     failing = cause(ranks)
     steps_seen = min(c.steps_seen for c in caps)
     if timed_out:
-        status = STATUS_TIMEOUT
+        status = RunStatus.TIMEOUT
         error = ScriptError(
             type="Timeout",
             message=f"the job was still running after --timeout {timeout_s:g} s and was stopped "
@@ -250,16 +246,16 @@ def merge_ranks(
             step=steps_seen + 1,
         )
     elif failing is not None:
-        status = STATUS_CRASHED
+        status = RunStatus.CRASHED
         error = _rank_error(failing)
-        others = [r.rank for r in ranks if r is not failing and r.capture.status != STATUS_STOPPED]
+        others = [r.rank for r in ranks if r is not failing and r.capture.status != RunStatus.STOPPED]
         if others:
             notes.append(
                 f"rank {failing.rank} failed first; torchrun then ended the other rank(s) "
                 f"{', '.join(map(str, others))}"
             )
     elif stalled:
-        status = STATUS_TIMEOUT
+        status = RunStatus.TIMEOUT
         who = ", ".join(map(str, stalled))
         error = ScriptError(
             type="RankStalled",
@@ -268,22 +264,22 @@ def merge_ranks(
             "joined? ranks must run the same number of steps)",
             step=steps_seen + 1,
         )
-    elif all(c.status == STATUS_NO_STEPS for c in caps):
-        status = STATUS_NO_STEPS
-    elif any(c.status == STATUS_STOPPED for c in caps):
-        status = STATUS_STOPPED
-    elif all(c.status in (STATUS_COMPLETED, STATUS_NO_STEPS) for c in caps):
-        status = STATUS_COMPLETED
+    elif all(c.status == RunStatus.NO_STEPS for c in caps):
+        status = RunStatus.NO_STEPS
+    elif any(c.status == RunStatus.STOPPED for c in caps):
+        status = RunStatus.STOPPED
+    elif all(c.status in (RunStatus.COMPLETED, RunStatus.NO_STEPS) for c in caps):
+        status = RunStatus.COMPLETED
     else:  # ranks ended by torchrun (SIGTERM) with no rank failing on its own
-        status = STATUS_CRASHED
-        odd = next(r for r in ranks if r.capture.status not in (STATUS_STOPPED, STATUS_COMPLETED))
+        status = RunStatus.CRASHED
+        odd = next(r for r in ranks if r.capture.status not in (RunStatus.STOPPED, RunStatus.COMPLETED))
         error = ScriptError(
             type="RankEnded",
             message=f"rank {odd.rank} ended with status {odd.capture.status}",
             log=f"{odd.name}/{odd.capture.stderr_log}",
         )
     steps_per_rank = sorted({c.steps_seen for c in caps})
-    if len(steps_per_rank) > 1 and status in (STATUS_STOPPED, STATUS_COMPLETED):
+    if len(steps_per_rank) > 1 and status in (RunStatus.STOPPED, RunStatus.COMPLETED):
         notes.append(f"ranks saw different step counts ({steps_per_rank}): the analysis aligns steps by position")
     if len(ranks) > 1:
         notes.append(

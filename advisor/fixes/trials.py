@@ -792,10 +792,10 @@ class Measurer:
             else:
                 cap = self.runner(spec)
         except AdvisorError as exc:  # the capture stage may raise for a script that failed
-            from advisor.capture.model import STATUS_CRASHED, ScriptError
+            from advisor.capture.model import RunStatus, ScriptError
 
             cap = RunCapture(
-                run_dir=str(spec.out_dir), status=STATUS_CRASHED,
+                run_dir=str(spec.out_dir), status=RunStatus.CRASHED,
                 error=ScriptError(type=type(exc).__name__, message=str(exc)),
             )
         self.account(cap)

@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "metrics"))
 import tracegen  # noqa: E402
 
 from advisor.api import analyze_report  # noqa: E402
-from advisor.capture.model import (  # noqa: E402
-    STATUS_CRASHED,
-    STATUS_STOPPED,
+from advisor.capture.model import (
     RunCapture,
+    # noqa: E402,
+    RunStatus,
     ScriptError,
     TimedPhase,
 )
@@ -41,7 +41,7 @@ def _job(root: Path, failing: int | None = None) -> Path:
             failed = rank == failing
             RunCapture(
                 run_dir=str(folder), script="train.py", steps_seen=5,
-                status=STATUS_CRASHED if failed else STATUS_STOPPED,
+                status=RunStatus.CRASHED if failed else RunStatus.STOPPED,
                 error=ScriptError(type="RuntimeError", message="failed on purpose", step=3) if failed else None,
                 timed=TimedPhase(step_times_ms=(10.0, 11.0), samples=(32, 32), samples_per_s=3000.0),
                 trace_files=(f"traces/{traces[rank].name}",),

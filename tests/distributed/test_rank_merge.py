@@ -10,10 +10,7 @@ import pandas as pd
 import pytest
 
 from advisor.capture.model import (
-    STATUS_COMPLETED,
-    STATUS_CRASHED,
-    STATUS_STOPPED,
-    STATUS_TIMEOUT,
+    RunStatus,
     TimedPhase,
 )
 from advisor.distributed.balance import rank_balance
@@ -24,7 +21,7 @@ from advisor.rundir import rank_dirs
 def _child(folder: Path, mtime: float | None = None, **fields) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     data = {
-        "status": STATUS_STOPPED,
+        "status": RunStatus.STOPPED,
         "finished": True,
         "steps_seen": 8,
         "timed_steps": 3,
@@ -73,7 +70,7 @@ def test_all_ranks_stopped_merges_to_stopped(tmp_path: Path) -> None:
     _child(tmp_path / "rank0")
     _child(tmp_path / "rank1", notes=["shared note", "only here"])
     merged = merge_ranks(_ranks(tmp_path))
-    assert merged["status"] == STATUS_STOPPED and merged["error"] is None
+    assert merged["status"] == RunStatus.STOPPED and merged["error"] is None
     assert merged["ranks"] == ["rank0", "rank1"]
     assert merged["trace_files"] == []  # listed in the rank captures, not twice
     assert merged["pstats_file"] == "rank0/profile.pstats"
@@ -84,13 +81,13 @@ def test_all_ranks_stopped_merges_to_stopped(tmp_path: Path) -> None:
 def test_first_failing_rank_is_named(tmp_path: Path) -> None:
     # rank 1 raised first; rank 0 then failed in the collective ("Connection closed by peer"),
     # rank 2 was killed before it could save.
-    _child(tmp_path / "rank0", mtime=2000.0, status=STATUS_CRASHED,
+    _child(tmp_path / "rank0", mtime=2000.0, status=RunStatus.CRASHED,
            error={"type": "RuntimeError", "message": "Connection closed by peer", "step": 3})
-    _child(tmp_path / "rank1", mtime=1000.0, status=STATUS_CRASHED,
+    _child(tmp_path / "rank1", mtime=1000.0, status=RunStatus.CRASHED,
            error={"type": "ValueError", "message": "bad batch", "step": 3})
     _child(tmp_path / "rank2", mtime=500.0, finished=False, status="running")
     merged = merge_ranks(_ranks(tmp_path))
-    assert merged["status"] == STATUS_CRASHED
+    assert merged["status"] == RunStatus.CRASHED
     err = merged["error"]
     assert err.type == "ValueError" and err.message == "rank 1: bad batch"
     assert err.log == "rank1/stderr.log" and err.step == 3
@@ -101,7 +98,7 @@ def test_killed_rank_beats_its_peers_collective_errors(tmp_path: Path) -> None:
     # rank 0 was killed (out of memory) after its last phase change; rank 1 then failed in the
     # all-reduce. The killed rank saved earlier, but the peer error is only a consequence.
     _child(tmp_path / "rank0", mtime=500.0, finished=False, status="running", steps_seen=4)
-    _child(tmp_path / "rank1", mtime=1000.0, status=STATUS_CRASHED,
+    _child(tmp_path / "rank1", mtime=1000.0, status=RunStatus.CRASHED,
            error={"type": "RuntimeError", "message": "[pair.cc:553] Connection closed by peer [127.0.0.1]:9639"})
     merged = merge_ranks(_ranks(tmp_path))
     assert merged["error"].type == "ProcessDied" and merged["error"].message.startswith("rank 0: ")
@@ -111,10 +108,10 @@ def test_killed_rank_beats_its_peers_collective_errors(tmp_path: Path) -> None:
 
 
 def test_rank_exiting_nonzero_fails_the_job(tmp_path: Path) -> None:
-    _child(tmp_path / "rank0", status=STATUS_TIMEOUT)  # ended by torchrun's SIGTERM
-    _child(tmp_path / "rank1", status=STATUS_COMPLETED, exit_code=3)
+    _child(tmp_path / "rank0", status=RunStatus.TIMEOUT)  # ended by torchrun's SIGTERM
+    _child(tmp_path / "rank1", status=RunStatus.COMPLETED, exit_code=3)
     merged = merge_ranks(_ranks(tmp_path))
-    assert merged["status"] == STATUS_CRASHED
+    assert merged["status"] == RunStatus.CRASHED
     assert merged["error"].message == "rank 1 exited with code 3"
 
 
@@ -123,18 +120,18 @@ def test_timeout_and_stall(tmp_path: Path) -> None:
     _child(tmp_path / "rank1", finished=False, status="running", steps_seen=7)
     ranks = _ranks(tmp_path)
     timed_out = merge_ranks(ranks, timed_out=True, timeout_s=30)
-    assert timed_out["status"] == STATUS_TIMEOUT and timed_out["error"].type == "Timeout"
+    assert timed_out["status"] == RunStatus.TIMEOUT and timed_out["error"].type == "Timeout"
     # an unfinished rank counts as crashed (ProcessDied) when nothing else explains it
     assert merge_ranks(ranks)["error"].type == "ProcessDied"
     _child(tmp_path / "rank1", status="running", finished=True, steps_seen=7)
     stalled = merge_ranks(_ranks(tmp_path), stalled=[1], stall_s=60)
-    assert stalled["status"] == STATUS_TIMEOUT
+    assert stalled["status"] == RunStatus.TIMEOUT
     assert stalled["error"].type == "RankStalled" and "rank(s) 1" in stalled["error"].message
 
 
 def test_no_rank_started() -> None:
     merged = merge_ranks([])
-    assert merged["status"] == STATUS_CRASHED and merged["error"].type == "NoRanks"
+    assert merged["status"] == RunStatus.CRASHED and merged["error"].type == "NoRanks"
 
 
 def _ranks_frame(rows: list[dict]) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from proc_helpers import pids_with_args
 
-from advisor.capture.model import STATUS_CRASHED, STATUS_STOPPED, RunCapture, RunSpec
+from advisor.capture.model import RunCapture, RunSpec, RunStatus
 from advisor.distributed.balance import rank_balance
 from advisor.distributed.launch import capture_distributed
 from advisor.metrics.compute import analyze_path, compute_metrics
@@ -58,7 +58,7 @@ def slow_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunCapture, floa
 def test_every_rank_writes_a_run_dir_and_the_job_merges_them(slow_run) -> None:
     cap, wall, events = slow_run
     assert wall < LIMIT_S
-    assert cap.status == STATUS_STOPPED, (cap.error, cap.notes)
+    assert cap.status == RunStatus.STOPPED, (cap.error, cap.notes)
     assert cap.exit_code == 0
     assert cap.ranks == ("rank0", "rank1")
     run_dir = Path(cap.run_dir)
@@ -66,7 +66,7 @@ def test_every_rank_writes_a_run_dir_and_the_job_merges_them(slow_run) -> None:
     for name in cap.ranks:
         rank = RunCapture.load(run_dir / name)  # a rank folder is a run directory of its own
         ranks.append(rank)
-        assert rank.status == STATUS_STOPPED
+        assert rank.status == RunStatus.STOPPED
         assert rank.profiled_steps == 2 and rank.timed_steps == 3
         assert len(rank.trace_files) == 1 and (run_dir / name / rank.trace_files[0]).is_file()
         assert (run_dir / name / "stderr.log").is_file()
@@ -85,7 +85,7 @@ def test_every_rank_writes_a_run_dir_and_the_job_merges_them(slow_run) -> None:
     assert cap.timed.samples_per_s == pytest.approx(sum(r.timed.samples_per_s for r in ranks))
     assert cap.timed.samples == (32, 32, 32)
     assert RunCapture.load(run_dir) == cap
-    assert events[0].phase == "starting" and events[-1].phase == "done" and events[-1].message == STATUS_STOPPED
+    assert events[0].phase == "starting" and events[-1].phase == "done" and events[-1].message == RunStatus.STOPPED
 
 
 def test_gloo_collectives_count_as_communication(slow_run) -> None:
@@ -139,14 +139,14 @@ def test_failing_rank_stops_the_job_and_is_named(tmp_path: Path) -> None:
     t0 = time.perf_counter()
     cap = capture_distributed(_spec(tmp_path / "run", "--fail-rank", "1", "--fail-step", "3"))
     assert time.perf_counter() - t0 < LIMIT_S
-    assert cap.status == STATUS_CRASHED
+    assert cap.status == RunStatus.CRASHED
     assert cap.error is not None
     assert cap.error.type == "RuntimeError"
     assert cap.error.message.startswith("rank 1: ")
     assert cap.error.log == "rank1/stderr.log"
     assert "failed on purpose" in (Path(cap.run_dir) / cap.error.log).read_text()
     assert cap.exit_code not in (0, None)
-    assert RunCapture.load(Path(cap.run_dir) / "rank1").status == STATUS_CRASHED
+    assert RunCapture.load(Path(cap.run_dir) / "rank1").status == RunStatus.CRASHED
     assert _leftovers(Path(cap.run_dir)) == []
 
 
@@ -189,7 +189,7 @@ def test_rank_that_does_not_stop_is_ended(tmp_path: Path, monkeypatch: pytest.Mo
     assert cap.status == "timeout"
     assert cap.error is not None and cap.error.type == "RankStalled"
     assert "rank(s) 1 " in cap.error.message
-    assert RunCapture.load(Path(cap.run_dir) / "rank0").status == STATUS_STOPPED
+    assert RunCapture.load(Path(cap.run_dir) / "rank0").status == RunStatus.STOPPED
     assert _leftovers(Path(cap.run_dir)) == []
 
 
@@ -241,7 +241,7 @@ def test_dataparallel_is_flagged(tmp_path: Path, slow_run) -> None:
     script = REPO / "tests" / "distributed" / "scripts" / "dataparallel.py"
     spec = RunSpec(script=script, out_dir=tmp_path / "dp", warmup_steps=1, timed_steps=2, profiled_steps=2, quiet=True)
     cap = capture(spec)
-    assert cap.status == STATUS_STOPPED, cap.error
+    assert cap.status == RunStatus.STOPPED, cap.error
     assert analyze_path(cap.run_dir).summary["dataparallel_flag"] == 1
     assert analyze_path(slow_run[0].run_dir).summary["dataparallel_flag"] == 0
 
@@ -270,7 +270,7 @@ def test_two_nodes_on_localhost(tmp_path: Path) -> None:
 
     with ThreadPoolExecutor(2) as pool:
         caps = list(pool.map(node, (0, 1)))
-    assert [c.status for c in caps] == [STATUS_STOPPED, STATUS_STOPPED]
+    assert [c.status for c in caps] == [RunStatus.STOPPED, RunStatus.STOPPED]
     assert sorted(r for c in caps for r in c.ranks) == ["rank0", "rank1"]  # one rank per node
     for c in caps:
         (name,) = c.ranks
