@@ -111,18 +111,23 @@ def _roofline(rows: list[dict[str, Any]]) -> Section:
 
 
 def _modules(rows: list[dict[str, Any]]) -> Section:
+    # NOTE: a CPU-only trace has no kernels, so a GPU column would read 0.000 ms on every row and
+    # look like a measurement; it is shown only when some module launched GPU work.
+    gpu = any(float(r.get("device_ms") or 0.0) > 0.0 for r in rows)
     return Section(
         "modules",
         "Time per nn.Module (per step)",
-        ("Module", "Calls", "Host time", "GPU time (forward)"),
-        (False, True, True, True),
+        ("Module", "Calls", "Host time", "GPU time (forward)")[: 4 if gpu else 3],
+        (False, True, True, True)[: 4 if gpu else 3],
         tuple(
             ("· " * int(r["depth"]) + str(r["module"]).rsplit("/", 1)[-1], s.number(r["calls"]), s.ms(r["host_ms"]),
-             s.ms(r["device_ms"]))
+             s.ms(r["device_ms"]))[: 4 if gpu else 3]
             for r in rows
         ),
         "Inclusive of child modules. GPU time counts the kernels launched inside the module's forward; "
-        "the backward pass runs outside module frames.",
+        "the backward pass runs outside module frames."
+        if gpu
+        else "Inclusive of child modules. No GPU kernels ran (a CPU run), so there is no GPU column.",
     )
 
 

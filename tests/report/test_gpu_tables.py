@@ -44,3 +44,15 @@ def test_html_escapes_names_from_the_trace(report: Report) -> None:
                                "longest_gap_ms": 1.0},)
     out = render(dataclasses.replace(report, tables=evil), "html")
     assert "<script>x</script>" not in out and "&lt;script&gt;" in out
+
+
+def test_module_table_has_a_gpu_column_only_when_kernels_ran(report: Report) -> None:
+    import dataclasses
+
+    assert "GPU time (forward)" in render(report, "text")  # the GPU trace's modules launched kernels
+    cpu_rows = tuple({**r, "device_ms": 0.0} for r in report.tables["modules"])
+    cpu = dataclasses.replace(report, tables={**report.tables, "modules": cpu_rows})
+    for fmt in ("text", "markdown", "html"):
+        out = render(cpu, fmt)
+        assert "Time per nn.Module" in out and "GPU time (forward)" not in out, fmt
+        assert "no GPU column" in out, fmt
