@@ -10,8 +10,10 @@ job's top-level capture:
   ranks failed, the first to fail is the cause (the others usually fail *because* of it, e.g.
   gloo's "Connection closed by peer"), judged by when each rank saved its results;
 * timed figures: step time is the slowest rank's, step by step (a synchronous data-parallel job
-  runs at its slowest rank's pace); samples/s is summed over the ranks (the job's throughput, so
-  fix trials compare like with like); samples and batches per step stay rank 0's, per rank;
+  runs at its slowest rank's pace); samples/s is the slowest rank's rate times the rank count
+  (every rank waits for the slowest at each collective, so that is what the job sustains, and a
+  fix trial is judged by the slowest rank, not by an average a fast rank could lift); samples and
+  batches per step stay rank 0's, per rank;
 * ``ranks`` lists the rank folders; the traces are listed in each rank's capture (the job's own
   ``trace_files`` is empty, so no reader loads a rank twice); ``pstats_file`` is rank 0's.
 """
@@ -136,7 +138,8 @@ def merge_timed(timed: Sequence[TimedPhase]) -> TimedPhase:
     return TimedPhase(
         step_times_ms=step_times,
         samples=tuple(first.samples[:n]),
-        samples_per_s=sum(r for r in rates if r is not None) if all(r is not None for r in rates) else None,
+        # NOTE: the slowest rank decides (issue #18): n x min, not the sum, which a fast rank inflates.
+        samples_per_s=len(rates) * min(r for r in rates if r is not None) if all(r is not None for r in rates) else None,
         steps_per_s=min(steps) if steps else None,
         time_to_first_step_s=max(ttfs) if ttfs else None,
         batches=tuple(first.batches[:n]),
@@ -283,8 +286,9 @@ def merge_ranks(
         notes.append(f"ranks saw different step counts ({steps_per_rank}): the analysis aligns steps by position")
     if len(ranks) > 1:
         notes.append(
-            f"{len(ranks)} ranks merged: step time is the slowest rank's, samples/s is summed over "
-            f"the ranks, samples and batches per step are per rank (rank {ranks[0].rank}'s)"
+            f"{len(ranks)} ranks merged: step time is the slowest rank's, samples/s is the slowest "
+            f"rank's rate x {len(ranks)} ranks (fix trials are judged by the slowest rank), samples and "
+            f"batches per step are per rank (rank {ranks[0].rank}'s)"
         )
     peaks = [c.peak_memory_bytes for c in caps if c.peak_memory_bytes is not None]
     return {

@@ -5,7 +5,8 @@
 file system the node folders sit side by side under ``<out>``; otherwise each node keeps its own
 and ``advisor analyze DIR1 DIR2 ...`` takes them all. This module finds the trace files of every
 rank of every node, merges the ranks' captures into the job's (a failing rank on any node is the
-job's cause, named with its node; the job's throughput is summed over every rank), and labels
+job's cause, named with its node; the job's throughput is the slowest rank's rate times the
+rank count), and labels
 each rank with its node for the report.
 """
 

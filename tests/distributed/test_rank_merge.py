@@ -42,14 +42,14 @@ def _ranks(tmp_path: Path) -> list:
     return [read_rank(r, folder, {"script": "train.py"}) for r, folder in rank_dirs(tmp_path)]
 
 
-def test_merge_timed_takes_slowest_step_and_sums_throughput() -> None:
+def test_merge_timed_takes_the_slowest_rank_for_step_time_and_throughput() -> None:
     a = TimedPhase(step_times_ms=(10.0, 20.0, 30.0), samples=(8, 8, 8), samples_per_s=400.0,
                    steps_per_s=50.0, time_to_first_step_s=2.0, batches=(1, 1, 1))
     b = TimedPhase(step_times_ms=(15.0, 5.0, 30.5, 40.0), samples=(8, 8, 8, 8), samples_per_s=380.0,
                    steps_per_s=45.0, time_to_first_step_s=3.0, batches=(1, 1, 1, 1))
     m = merge_timed([a, b])
     assert m.step_times_ms == (15.0, 20.0, 30.5)
-    assert m.samples_per_s == pytest.approx(780.0)
+    assert m.samples_per_s == pytest.approx(2 * 380.0)  # the slowest rank's rate x 2 ranks, not 400 + 380
     assert m.steps_per_s == 45.0
     assert m.time_to_first_step_s == 3.0
     assert m.samples == (8, 8, 8) and m.batches == (1, 1, 1)  # per rank, not summed
