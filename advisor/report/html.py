@@ -219,7 +219,7 @@ def _findings(report: Report) -> str:
             f'<div class="loc">at <code>{esc(s.location_text(loc.file, loc.line, loc.function))}</code></div>' for loc in f.locations
         )
         fixes = ", ".join(f"<code>{esc(x.id)}</code> ({esc(x.safety)})" for x in f.fixes)
-        impact = f" · up to {esc(s.pct(f.impact_frac))} of step time" if s.finite(f.impact_frac) else ""
+        impact = f" · {esc(s.recoverable(f.impact_frac))}" if s.finite(f.impact_frac) else ""
         items.append(
             f'<div class="finding" style="--sev:{colour}"><div class="head"><span class="badge">{esc(f.severity)}</span>'
             f'<span class="code">{esc(f.code)}</span><span>{esc(f.name)}</span>'

@@ -113,7 +113,7 @@ def _findings(report: Report) -> list[str]:
                 f"{SEVERITY_ICONS.get(f.severity, '')} {md_text(f.severity)}".strip(),
                 f"**{md_text(f.code)}** {md_text(f.name)}",
                 md_text(s.category_label(f.category)),
-                md_text(f.message),
+                md_text(f.message + (f" — {s.recoverable(f.impact_frac)}" if s.finite(f.impact_frac) else "")),
                 where,
                 fixes,
             ]

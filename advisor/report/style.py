@@ -119,6 +119,14 @@ def pct(frac: Any, digits: int = 1) -> str:
     return "—" if v is None else f"{v * 100:.{digits}f}%"
 
 
+def recoverable(frac: Any) -> str:
+    """A finding's modelled share, labelled as such: ``up to 41.8% of step time (estimate)``.
+
+    The rules model what a fix could recover; unlabelled it read as the measured share (issue #20).
+    """
+    return f"up to {pct(frac)} of step time (estimate)"
+
+
 def times(ratio: Any, digits: int = 2) -> str:
     """Return a ratio as a speedup (``1.5`` -> ``1.50×``); ``—`` when unknown."""
     v = finite(ratio)

@@ -231,7 +231,7 @@ def _findings(report: Report) -> RenderableType:
         body.append(_t(f.name, "bold"))
         body.append(f" · {s.category_label(f.category)}")
         if s.finite(f.impact_frac):
-            body.append(f" · up to {s.pct(f.impact_frac)} of step time")
+            body.append(f" · {s.recoverable(f.impact_frac)}")
         body.append("\n")
         body.append(_t(f.message))
         for loc in f.locations:

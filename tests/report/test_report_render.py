@@ -187,3 +187,11 @@ def test_headline_speedup_is_the_kept_fix_when_the_combination_lost() -> None:
     page = render_html(report)
     card = page[page.index("Measured speedup"):][:300]
     assert "1.50×" in card and "1.05×" not in card
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_a_findings_recoverable_share_is_labelled_an_estimate(fmt: str) -> None:
+    # issue #20: "up to 41.8% of step time" is the rules' model of what a fix recovers, not a measurement
+    out = render(make_report(), fmt)
+    assert "up to 41.8% of step time (estimate)" in out
+    assert "41.8% of step time\n" not in out and "41.8% of step time<" not in out
