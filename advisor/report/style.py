@@ -120,7 +120,7 @@ def pct(frac: Any, digits: int = 1) -> str:
 
 
 def recoverable(frac: Any) -> str:
-    """A finding's modelled share, labelled as such: ``up to 41.8% of step time (estimate)``.
+    """Return a finding's modelled share, labelled: ``up to 41.8% of step time (estimate)``.
 
     The rules model what a fix could recover; unlabelled it read as the measured share (issue #20).
     """
