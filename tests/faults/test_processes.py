@@ -42,8 +42,12 @@ def _start(tmp_path: Path, nproc: int) -> tuple[subprocess.Popen[bytes], Path, s
     return proc, run_dir, marker
 
 
-def _wait_for_steps(proc: subprocess.Popen[bytes], run_dir: Path, marker: str) -> None:
-    """Wait until the script trains and every process it starts is running."""
+def _wait_for_steps(proc: subprocess.Popen[bytes], run_dir: Path, marker: str, nproc: int) -> None:
+    """Wait until every rank of the script trains and every process it starts is running.
+
+    The ranks of spawns.py train independently (no collective keeps them in step), and the job's
+    capture reports the slowest rank's steps, so each rank must have printed ``step 20``.
+    """
     log = run_dir / "stdout.log"  # under torchrun every rank's output is tee'd into it, prefixed
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -52,10 +56,10 @@ def _wait_for_steps(proc: subprocess.Popen[bytes], run_dir: Path, marker: str) -
             text = log.read_text(errors="replace")
         except OSError:
             text = ""
-        if "step 20\n" in text and pids_with_args(f"{marker}-sub") and pids_with_args(f"{marker}-setsid"):
+        if text.count("step 20\n") >= nproc and pids_with_args(f"{marker}-sub") and pids_with_args(f"{marker}-setsid"):
             return
         time.sleep(0.2)
-    raise AssertionError("the script never reached step 20 with its subprocesses running")
+    raise AssertionError(f"not all {nproc} rank(s) reached step 20 with their subprocesses running")
 
 
 def _left_behind(run_dir: Path, marker: str) -> list[int]:
@@ -66,7 +70,7 @@ def _left_behind(run_dir: Path, marker: str) -> list[int]:
 def _signal_advisor(tmp_path: Path, sig: int, nproc: int) -> tuple[int, str, Path, list[int]]:
     proc, run_dir, marker = _start(tmp_path, nproc)
     try:
-        _wait_for_steps(proc, run_dir, marker)
+        _wait_for_steps(proc, run_dir, marker, nproc)
         os.kill(proc.pid, sig)
         _, err = proc.communicate(timeout=120)
     finally:

@@ -49,5 +49,6 @@ def test_framework_script_diagnoses_unmodified_with_a_fix_trial(script: str, tmp
     report = json.loads(report_file.read_text())
     trial = next(t for t in report["trials"] if t["fix"] == fix)
     # the fix really ran through the framework: measured, not skipped or failed
-    assert trial["verdict"] in ("improved", "no_effect", "slower"), trial
+    # "undecided" is a measured verdict too: an interval too wide to call under load (issue #21)
+    assert trial["verdict"] in ("improved", "no_effect", "slower", "undecided"), trial
     assert trial["repeats"] >= 1 and trial["samples_per_s"], trial
