@@ -70,6 +70,9 @@ def _analyse(task: _Task) -> RankDigest:
 
 def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # NOTE: a forked worker inherits the parent's Python handlers; one that only sets a stop flag
+    # would let terminate() be ignored, and the worker outlive the error that ended the pool.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent()
 
 
@@ -112,6 +115,9 @@ def _end_pool(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         proc.join(timeout=5)
+        if proc.is_alive():  # SIGTERM not honoured in time: no worker outlives the pool
+            proc.kill()
+            proc.join(timeout=5)
 
 
 def analyze_files(
