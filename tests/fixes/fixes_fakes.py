@@ -14,6 +14,8 @@ from advisor.capture.model import (
     ScriptError,
     TimedPhase,
 )
+from advisor.engine.model import FixRef
+from advisor.fixes.model import FixOutcome, Trial
 
 Effect = float | Callable[[dict], float]
 
@@ -111,3 +113,15 @@ class FakeRunner:
 
     def runs_with(self, fix: str) -> int:
         return sum(1 for s in self.calls if any(f.id == fix for f in s.fixes))
+
+
+def refs(*ids: str) -> list[FixRef]:
+    """FixRefs for these fix ids, each with its catalog safety."""
+    from advisor.fixes.registry import safety_of
+
+    return [FixRef(i, safety_of(i)) for i in ids]
+
+
+def by_fix(outcome: FixOutcome) -> dict[str, Trial]:
+    """A loop outcome's trials by fix name."""
+    return {t.fix: t for t in outcome.trials}

@@ -7,10 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fixes_fakes import FakeRunner
+from fixes_fakes import FakeRunner, by_fix, refs
 
 from advisor.capture.model import DataLoaderInfo, FixRequest, RunSpec
-from advisor.engine.model import FixRef
 from advisor.fixes import registry
 from advisor.fixes.diff import transform
 from advisor.fixes.model import Trial
@@ -20,9 +19,6 @@ from advisor.fixes.trials import ladder_steps, run_trials
 DATA = Path(__file__).parent / "data"
 
 
-def refs(*ids: str) -> list[FixRef]:
-    return [FixRef(i, registry.safety_of(i)) for i in ids]
-
 
 @pytest.fixture
 def spec(tmp_path: Path) -> RunSpec:
@@ -30,9 +26,6 @@ def spec(tmp_path: Path) -> RunSpec:
     shutil.copy(DATA / "sample_train.py", script)
     return RunSpec(script=script, out_dir=tmp_path / "run", seed=None)
 
-
-def by_fix(outcome):
-    return {t.fix: t for t in outcome.trials}
 
 
 class Pair(FakeRunner):

@@ -6,32 +6,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from fixes_fakes import FakeRunner
+from fixes_fakes import FakeRunner, by_fix, refs
 
 from advisor.capture.model import RunCapture, RunSpec
-from advisor.engine.model import FixRef
 from advisor.errors import UsageError
 from advisor.fixes.bounds import by_gain, gain_bounds
 from advisor.fixes.stats import decided_early, estimate
 from advisor.fixes.trials import run_trials, settled_warmup
-
-
-def refs(*ids: str) -> list[FixRef]:
-    from advisor.fixes.registry import safety_of
-
-    return [FixRef(i, safety_of(i)) for i in ids]
-
-
-@pytest.fixture
-def spec(tmp_path: Path) -> RunSpec:
-    script = tmp_path / "train.py"
-    script.write_text("print('train')\n")
-    return RunSpec(script=script, out_dir=tmp_path / "run", seed=None)
-
-
-def by_fix(outcome):
-    return {t.fix: t for t in outcome.trials}
-
 
 # -- Amdahl bounds -----------------------------------------------------------------------------
 

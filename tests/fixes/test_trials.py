@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from fixes_fakes import FakeRunner
+from fixes_fakes import FakeRunner, by_fix, refs
 
 from advisor.capture.model import RunSpec
-from advisor.engine.model import FixRef
 from advisor.errors import UsageError
 from advisor.fixes.model import FixOutcome
 from advisor.fixes.trials import TrialProgress, run_trials
-
-
-def refs(*ids: str) -> list[FixRef]:
-    from advisor.fixes.registry import safety_of
-
-    return [FixRef(i, safety_of(i)) for i in ids]
-
-
-@pytest.fixture
-def spec(tmp_path: Path) -> RunSpec:
-    script = tmp_path / "train.py"
-    script.write_text("print('train')\n")
-    return RunSpec(script=script, out_dir=tmp_path / "run", seed=None)
-
-
-def by_fix(outcome):
-    return {t.fix: t for t in outcome.trials}
 
 
 def test_workers_win_is_kept_and_the_best_rung_is_picked(spec):
