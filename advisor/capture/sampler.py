@@ -101,17 +101,15 @@ class UtilSampler:
         last_busy = _machine_busy_s(psutil)
         last_t = time.perf_counter()
         while True:
-            total_cpu, rss, threads = 0.0, 0, 0
-            try:
-                tree = [root, *root.children(recursive=True)]
-            except psutil.Error:
+            tree = self._count_tree(root)
+            if tree is None:
                 break
+            total_cpu, rss = 0.0, 0
             for proc in tree:
                 try:
                     times = proc.cpu_times()
                     total_cpu += times.user + times.system
                     rss += proc.memory_info().rss
-                    threads += proc.num_threads()
                 except psutil.Error:
                     continue
             busy = _machine_busy_s(psutil)
@@ -124,7 +122,6 @@ class UtilSampler:
                     other = (busy - last_busy - (total_cpu - last_cpu)) / ((now - last_t) * ncpu)
                     self._other.append(min(1.0, max(0.0, other)))
             last_cpu, last_busy, last_t = total_cpu, busy, now
-            self._procs, self._threads = max(self._procs, len(tree)), max(self._threads, threads)
             with contextlib.suppress(OSError, AttributeError):
                 self._load.append(os.getloadavg()[0])
             self._rss_peak = max(self._rss_peak, rss)
@@ -132,29 +129,38 @@ class UtilSampler:
             if self._watch_tree(root, now + self.interval_s):
                 break
 
+    def _count_tree(self, root: Any) -> list[Any] | None:
+        """List the child's process tree and record its largest process and thread counts.
+
+        None once the child is gone.
+        """
+        import psutil
+
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return None
+        threads = 0
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                threads += proc.num_threads()
+        self._procs, self._threads = max(self._procs, len(tree)), max(self._threads, threads)
+        return tree
+
     def _watch_tree(self, root: Any, until: float) -> bool:
         """Count the tree's processes often between samples; True once asked to stop.
 
         DataLoader workers of a short run can live for less than one CPU sampling interval;
         counting them and their threads is cheap, so the count is polled every ``_TREE_POLL_S``.
         """
-        import psutil
-
         while True:
             left = until - time.perf_counter()
             if left <= 0:
                 return self._stop.is_set()
             if self._stop.wait(min(_TREE_POLL_S, left)):
                 return True
-            try:
-                tree = [root, *root.children(recursive=True)]
-            except psutil.Error:
+            if self._count_tree(root) is None:
                 return False
-            threads = 0
-            for proc in tree:
-                with contextlib.suppress(psutil.Error):
-                    threads += proc.num_threads()
-            self._procs, self._threads = max(self._procs, len(tree)), max(self._threads, threads)
 
     def _sample_gpu(self) -> None:
         if not self._handles:
