@@ -114,14 +114,15 @@ def _modules(rows: list[dict[str, Any]]) -> Section:
     # NOTE: a CPU-only trace has no kernels, so a GPU column would read 0.000 ms on every row and
     # look like a measurement; it is shown only when some module launched GPU work.
     gpu = any(float(r.get("device_ms") or 0.0) > 0.0 for r in rows)
+    ncols = 4 if gpu else 3
     return Section(
         "modules",
         "Time per nn.Module (per step)",
-        ("Module", "Calls", "Host time", "GPU time (forward)")[: 4 if gpu else 3],
-        (False, True, True, True)[: 4 if gpu else 3],
+        ("Module", "Calls", "Host time", "GPU time (forward)")[:ncols],
+        (False, True, True, True)[:ncols],
         tuple(
             ("· " * int(r["depth"]) + str(r["module"]).rsplit("/", 1)[-1], s.number(r["calls"]), s.ms(r["host_ms"]),
-             s.ms(r["device_ms"]))[: 4 if gpu else 3]
+             s.ms(r["device_ms"]))[:ncols]
             for r in rows
         ),
         "Inclusive of child modules. GPU time counts the kernels launched inside the module's forward; "
