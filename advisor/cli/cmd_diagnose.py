@@ -14,7 +14,7 @@ import click
 from advisor import api
 from advisor.api import RunSpec, RunStatus
 from advisor.cli._common import emit_report, engine_config
-from advisor.cli.configured import ConfiguredCommand
+from advisor.cli.configured import ConfiguredCommand, given_as
 from advisor.cli.options import (
     PositiveSeconds,
     output_options,
@@ -128,10 +128,13 @@ def diagnose(
     """Run SCRIPT under the profiler, find its bottleneck, try the fixes, and report the speedup."""
     from advisor.api import DiagnoseResult, FixOptions, diagnose_script
 
-    if write and no_fixes:
-        raise UsageError("--write applies the fixes' diff; it cannot be combined with --no-fixes")
-    if only_fixes and no_fixes:
-        raise UsageError("--fix chooses the fixes to try; it cannot be combined with --no-fixes")
+    if no_fixes and (write or only_fixes):
+        ctx = click.get_current_context()
+        no_fixes_as = given_as(ctx, "no_fixes", "--no-fixes")
+        if write:
+            raise UsageError(f"--write applies the fixes' diff; it cannot be combined with {no_fixes_as}; drop one of them")
+        fix_as = given_as(ctx, "only_fixes", "--fix")
+        raise UsageError(f"{fix_as} chooses the fixes to try; it cannot be combined with {no_fixes_as}; drop one of them")
     api.check_fix_ids(only_fixes)  # a bad --fix ID fails now, not after a whole capture
     module = None
     if as_module:

@@ -117,3 +117,15 @@ class ConfiguredCommand(click.Command):
         if opts.get("as_module"):
             return Path.cwd()
         return (Path.cwd() / str(opts["script"])).resolve().parent
+
+
+def given_as(ctx: click.Context, name: str, flag: str) -> str:
+    """How the user set option ``name``: ``flag`` when typed, ``'no-fixes' in the config file`` when read from it.
+
+    A conflict found between a typed option and a config value must name what the user wrote: the
+    config key, not a flag they never typed.
+    """
+    if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT_MAP:
+        return f"'{flag.lstrip('-')}' in the config file"
+    return flag
+

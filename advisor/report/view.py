@@ -33,6 +33,24 @@ from advisor.report.text import device_text, part_shares, severity_counts, title
 MAX_LOCATIONS = 30
 """Source locations the view keeps (the terminal shows fewer; JSON has them all)."""
 
+HOST_SIDE_PARTS = ("cpu_ops", "other", "gpu_idle")
+"""Breakdown parts the time of a category with no part of its own shows up in.
+
+Per-op overhead (``small_kernels``) and host-bound steps (``host``) are not a slice of the step
+the breakdown can cut out: the time is spent dispatching and launching inside operators
+(``cpu_ops``), in Python between them (``other``) and, on a GPU, as the device waiting for the
+launches (``gpu_idle``). The headline names those measured parts instead of saying nothing.
+"""
+
+CATEGORY_HOST_PARTS: dict[str, tuple[str, ...]] = {
+    "small_kernels": HOST_SIDE_PARTS,
+    "host": HOST_SIDE_PARTS,
+}
+"""Category -> the measured parts its time lies in, for categories without a breakdown part."""
+
+MIN_PART_SHARE = 0.01
+"""Parts below this share of the step are left out of the headline's list."""
+
 
 @dataclass(frozen=True)
 class Bottleneck:
@@ -43,6 +61,8 @@ class Bottleneck:
         label: Its display name.
         step_frac: Measured share of the step the category's breakdown parts take (None when
             the category has no breakdown part, e.g. ``small_kernels``).
+        host_parts: For a category with no breakdown part, the measured parts its time lies
+            in (label, share), largest first; empty otherwise.
         recoverable_frac: Modelled share of the step a fix could recover (the rules' estimate).
         estimated_speedup: Amdahl bound if ``recoverable_frac`` of the step went away.
     """
@@ -52,13 +72,17 @@ class Bottleneck:
     step_frac: float | None
     recoverable_frac: float
     estimated_speedup: float
+    host_parts: tuple[tuple[str, float], ...] = ()
 
     @property
     def measured_text(self) -> str:
-        """``97.7% of step time (measured)``, or why there is no measured share."""
-        if self.step_frac is None:
-            return "share of step time not measured for this category"
-        return f"{s.pct(self.step_frac)} of step time (measured)"
+        """``97.7% of step time (measured)``, or the measured parts a part-less category lies in."""
+        if self.step_frac is not None:
+            return f"{s.pct(self.step_frac)} of step time (measured)"
+        if self.host_parts:
+            parts = " + ".join(f"{label} {s.pct(share)}" for label, share in self.host_parts)
+            return f"no breakdown part of its own; its time lies in {parts} of step time (measured)"
+        return "share of step time not measured for this category"
 
     @property
     def speedup_text(self) -> str:
@@ -193,16 +217,25 @@ def category_step_frac(report: Report, category: str) -> float | None:
     return s.finite(report.breakdown.get(category))
 
 
+def category_host_parts(report: Report, category: str) -> tuple[tuple[str, float], ...]:
+    """Return the measured parts (label, share) a category without a breakdown part lies in."""
+    shares = part_shares(report)
+    found = [(p, shares[p]) for p in CATEGORY_HOST_PARTS.get(category, ()) if shares.get(p, 0.0) >= MIN_PART_SHARE]
+    return tuple((s.part_label(p), v) for p, v in sorted(found, key=lambda pv: -pv[1]))
+
+
 def _bottleneck(report: Report) -> Bottleneck | None:
     p = report.primary
     if p is None:
         return None
+    step_frac = category_step_frac(report, p.category)
     return Bottleneck(
         category=p.category,
         label=s.category_label(p.category),
-        step_frac=category_step_frac(report, p.category),
+        step_frac=step_frac,
         recoverable_frac=p.share,
         estimated_speedup=p.estimated_speedup,
+        host_parts=category_host_parts(report, p.category) if step_frac is None else (),
     )
 
 

@@ -112,3 +112,13 @@ def test_every_option_but_the_per_run_ones_is_a_key() -> None:
     keys = diagnose_option_keys()
     assert {"steps", "warmup", "profile-steps", "repeats", "unsafe-fixes", "timeout", "fix"} <= keys
     assert not keys & {"write", "diff", "out", "output", "format", "select", "ignore", "quiet"}
+
+
+def test_a_conflict_with_a_config_value_names_the_key_not_a_flag_never_typed(tmp_path: Path, capsys, seen) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "proj" / "advisor.toml").write_text("no-fixes = true\n")
+    line = one_line_error(*_diagnose(capsys, "--fix", "pin_memory", "proj/train.py")[::2])
+    assert "--fix chooses the fixes to try; it cannot be combined with 'no-fixes' in the config file" in line
+    assert "--no-fixes" not in line and "spec" not in seen
+    (tmp_path / "proj" / "advisor.toml").write_text('fix = ["pin_memory"]\n')
+    line = one_line_error(*_diagnose(capsys, "--no-fixes", "proj/train.py")[::2])
+    assert "'fix' in the config file chooses the fixes to try; it cannot be combined with --no-fixes" in line

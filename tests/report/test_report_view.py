@@ -109,3 +109,26 @@ def test_runs_listing_shows_the_measured_share_and_the_estimate_apart(tmp_path) 
     assert row.primary_category == "compute"
     assert row.primary_share == pytest.approx(0.977) and row.primary_recoverable == pytest.approx(0.293)
     assert "compute 98% (est. 29% recoverable)" in " ".join(render_runs_text([row], tmp_path).split())
+
+
+def overhead_report():
+    """An overhead-bound CPU run: small_kernels has no breakdown part; its time is CPU ops + other."""
+    report = issue_report()
+    steps = tuple(
+        {"rank": 0, "step": 10 + i, "step_time_ms": 100.0, "cpu_ops_ms": 28.0, "other_ms": 71.5, "data_loading_ms": 0.5}
+        for i in range(5)
+    )
+    return dataclasses.replace(
+        report, steps=steps, primary=Primary("small_kernels", 0.4, 1.67),
+        breakdown={"compute": 0.28, "other": 0.715, "data_loading": 0.005},
+    )
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_category_without_a_breakdown_part_names_the_measured_parts_it_lies_in(fmt: str) -> None:
+    b = build_view(overhead_report()).headline.bottleneck
+    assert b is not None and b.step_frac is None
+    assert [label for label, _ in b.host_parts] == ["Other", "CPU ops"]  # largest first; 0.5% loading is not host time
+    out = plain(render(overhead_report(), fmt), fmt)
+    assert "its time lies in Other 71.5% + CPU ops 28.0% of step time (measured)" in out
+    assert "not measured for this category" not in out
