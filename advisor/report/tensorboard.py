@@ -268,7 +268,11 @@ def prepare_logdir(path: Path, logdir: Path | None = None) -> PreparedLogdir:
     path = Path(path).resolve()
     sources = _sources(path)
     temporary = logdir is None
-    logdir = Path(tempfile.mkdtemp(prefix="advisor-tb-")) if logdir is None else Path(logdir)
+    if temporary:
+        remove_stale_copies()
+        logdir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+        (logdir / OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
+    logdir = Path(logdir)
     out: list[Path] = []
     rewritten = 0
     used: set[Path] = set()
@@ -297,6 +301,49 @@ def prepare_logdir(path: Path, logdir: Path | None = None) -> PreparedLogdir:
         out.append(dst)
     runs = tuple(dict.fromkeys(s.run for s in sources))
     return PreparedLogdir(logdir, runs[0], tuple(out), tuple(s.trace for s in sources), rewritten, temporary, runs)
+
+
+TEMP_PREFIX = "advisor-tb-"
+"""Name prefix of the temporary copies :func:`prepare_logdir` makes."""
+
+OWNER_FILE = "owner.pid"
+"""In a temporary copy: the pid of the advisor process that serves it."""
+
+
+def remove_stale_copies(root: Path | None = None) -> list[Path]:
+    """Delete temporary copies whose advisor process is gone; return what was removed.
+
+    A copy is removed when TensorBoard stops, but an advisor killed outright (SIGKILL, the OOM
+    killer) runs no clean-up, and its copy of the traces would stay in the temp folder for good.
+    The next ``advisor tensorboard`` removes such copies: only folders with our prefix, owned by
+    this user, holding an owner pid that no longer runs (a copy without the file is left alone:
+    nothing says it is ours to delete).
+    """
+    root = Path(tempfile.gettempdir()) if root is None else root
+    removed: list[Path] = []
+    for folder in root.glob(f"{TEMP_PREFIX}*"):
+        try:
+            if not folder.is_dir() or folder.is_symlink() or folder.stat().st_uid != os.getuid():
+                continue
+            pid = int((folder / OWNER_FILE).read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            continue
+        if pid <= 0 or pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Return True when a process with ``pid`` exists (ours or not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # NOTE: exists, owned by someone else
+    return True
 
 
 def check_plugin() -> None:

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -207,10 +208,24 @@ def test_killing_advisor_never_leaves_tensorboard_running(captured_run: Path) ->
     try:
         assert _first_line(proc.stdout, timeout_s=180) is not None, "no URL from advisor tensorboard"
         assert pids_with_args("tensorboard.main", str(port)), "TensorBoard should be serving"
+        owned = [d for d in Path(tempfile.gettempdir()).glob("advisor-tb-*") if _owner(d) == proc.pid]
+        assert len(owned) == 1, owned  # the served copy, marked with its advisor's pid
     finally:
         proc.kill()
         proc.communicate()
     assert gone_within("tensorboard.main", str(port)) == []
+    # a SIGKILLed advisor cleans nothing up; the next advisor tensorboard removes its copy
+    assert owned[0].is_dir()
+    from advisor.report.tensorboard import remove_stale_copies
+
+    assert owned[0] in remove_stale_copies() and not owned[0].exists()
+
+
+def _owner(folder: Path) -> int | None:
+    try:
+        return int((folder / "owner.pid").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # -- issue #20: runs named by script, time and variant; a folder of runs; stored once ----------------
@@ -276,3 +291,25 @@ def test_what_advisor_tensorboard_says(tmp_path: Path) -> None:
     assert "serves 2 run(s)" in text and "Diff" in text
     assert "Google Charts" in text and "spinner" in text and "report.html" in text  # the offline truth
     assert text.count("ui.perfetto.dev") == 2 and all(line.startswith("advisor: ") for line in notes)
+
+
+def test_a_copy_left_by_a_killed_advisor_is_removed_by_the_next_one(tmp_path: Path) -> None:
+    from advisor.report.tensorboard import OWNER_FILE, remove_stale_copies
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid names no process now (a reused pid would only keep the folder: safe)
+
+    def copy(name: str, owner: str | None) -> Path:
+        folder = tmp_path / name
+        (folder / "run").mkdir(parents=True)
+        (folder / "run" / "rank0.pt.trace.json").write_text("{}")
+        if owner is not None:
+            (folder / OWNER_FILE).write_text(owner)
+        return folder
+
+    stale = copy("advisor-tb-stale", str(dead.pid))
+    live = copy("advisor-tb-live", str(os.getpid()))
+    unknown = copy("advisor-tb-old", None)  # no owner file: nothing says it is ours to delete
+    other = copy("someone-else", str(dead.pid))  # not our prefix
+    assert remove_stale_copies(tmp_path) == [stale]
+    assert not stale.exists() and live.is_dir() and unknown.is_dir() and other.is_dir()
