@@ -474,6 +474,17 @@ def new_run_dir(base: Path) -> Path:
     return create_unique(base)
 
 
+def check_out_dir(out_dir: Path) -> Path:
+    """Refuse an ``--out`` folder a capture could not use (a file, or someone else's non-empty folder).
+
+    Raises:
+        UsageError: The folder is a file, or not empty and not an advisor run directory.
+    """
+    from advisor.rundir import check
+
+    return check(out_dir)
+
+
 def validate_script(script: Path) -> Path:
     """Return ``script`` resolved, or raise UsageError when it is missing or not Python."""
     from advisor.capture.run import validate_script as _validate

@@ -147,21 +147,38 @@ def prepare(out_dir: str | Path) -> Path:
         UsageError: ``out_dir`` is a file, or a non-empty folder that is not a run directory.
         InputError: It cannot be created or cleaned.
     """
-    run_dir = Path(out_dir).absolute()
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UsageError(f"{run_dir} exists and is not a folder; choose another --out")
+    run_dir = check(out_dir)
     try:
         if not run_dir.exists():
             run_dir.mkdir(parents=True)
         elif any(run_dir.iterdir()):
-            if not is_run_dir(run_dir):
-                raise UsageError(
-                    f"{run_dir} is not empty and is not an advisor run directory; "
-                    "pass --out with a new or empty folder"
-                )
             _clean(run_dir)
     except OSError as exc:
         raise InputError(f"cannot prepare {run_dir} ({exc.strerror or exc}); choose another --out") from exc
+    return run_dir
+
+
+def check(out_dir: str | Path) -> Path:
+    """Refuse an ``--out`` that :func:`prepare` would refuse, touching nothing; return it absolute.
+
+    The command line checks first, so a refused folder is an error before the live progress
+    starts (and before any process does).
+
+    Raises:
+        UsageError: ``out_dir`` is a file, or a non-empty folder that is not a run directory.
+        InputError: It cannot be read.
+    """
+    run_dir = Path(out_dir).absolute()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"{run_dir} exists and is not a folder; choose another --out")
+    try:
+        if run_dir.is_dir() and any(run_dir.iterdir()) and not is_run_dir(run_dir):
+            raise UsageError(
+                f"{run_dir} is not empty and is not an advisor run directory; "
+                "pass --out with a new or empty folder"
+            )
+    except OSError as exc:
+        raise InputError(f"cannot read {run_dir} ({exc.strerror or exc}); choose another --out") from exc
     return run_dir
 
 

@@ -14,7 +14,16 @@ from __future__ import annotations
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from advisor.capture.model import (
     Phase,
@@ -42,6 +51,21 @@ def describe(event: ProgressEvent) -> str:
     return label
 
 
+class StepsColumn(ProgressColumn):
+    """``12/20 steps`` once the phase's step count is known, ``12 steps`` before, nothing at 0 of unknown.
+
+    A plain ``{task.completed}/{task.total}`` template printed ``0/None steps`` while the script
+    was starting (and on every run that failed before its first step).
+    """
+
+    def render(self, task: Task) -> Text:
+        """Return the column's text for ``task``."""
+        done = int(task.completed)
+        if task.total is not None:
+            return Text(f"{done}/{int(task.total)} steps")
+        return Text(f"{done} steps" if done else "")
+
+
 class LiveProgress:
     """A rich progress bar on stderr fed by :class:`ProgressEvent` callbacks.
 
@@ -57,7 +81,7 @@ class LiveProgress:
             TextColumn("[bold]{task.fields[title]}[/bold]"),
             TextColumn("{task.description}"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total} steps"),
+            StepsColumn(),
             TimeElapsedColumn(),
             console=self.console,
             transient=False,

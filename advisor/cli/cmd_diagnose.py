@@ -154,6 +154,8 @@ def diagnose(
     if nnodes > 1 and node_rank is not None:
         # every node writes its own folder: on a shared file system they sit side by side
         run_dir = run_dir / api.node_dir_name(node_rank)
+    if out_dir is not None:
+        api.check_out_dir(run_dir)  # a refused --out is an error now, before the live progress
     if nnodes > 1 and not no_fixes:
         no_fixes = True
         click.echo(

@@ -104,3 +104,11 @@ def test_hooks_count_steps_in_process_and_leave_nothing_behind():
     assert (DataLoader.__init__, _BaseDataLoaderIter.__next__, torch.autograd.backward) == originals
     assert dict(optim_mod._global_optimizer_post_hooks) == post_hooks
     assert advisor._step_callback is None
+
+
+def test_progress_never_prints_an_unknown_total():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=100)
+    with LiveProgress(console=console, title="train.py"):
+        pass  # the script failed before its first step: no step count was ever known
+    assert "None" not in out.getvalue() and "0/" not in out.getvalue()
