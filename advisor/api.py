@@ -416,25 +416,61 @@ def try_fixes(
 
 def sweep_script(
     spec: RunSpec, batch_sizes: Sequence[int], precisions: Sequence[str], repeats: int = 2,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[Any], None] | None = None, accumulations: Sequence[int] = (1,),
+    runner: Callable[..., RunCapture] | None = None,
 ) -> Any:
-    """Run ``advisor sweep``: every batch size x precision cell at run time; return the SweepTable.
+    """Run ``advisor sweep``: every batch size x precision x accumulation cell at run time; return the SweepTable.
 
-    Cell runs go to ``<spec.out_dir>/trials/``; the table is also saved as ``<spec.out_dir>/sweep.json``.
+    Cell runs go to ``<spec.out_dir>/trials/``; the table is saved as ``<spec.out_dir>/sweep.json``
+    after every run (status ``running``) and at the end, and the recommended cell's diff as
+    ``sweep.diff``. Ctrl-C or SIGTERM stops the run in flight (the capture stage ends its process
+    group), saves the table with the cells finished so far and status ``interrupted``, and raises
+    :class:`~advisor.errors.Interrupted` (exit 130).
     """
-    from advisor.rundir import SWEEP_FILE, create_unique
+    from advisor.errors import Interrupted
+    from advisor.fixes.trials import default_runner
+    from advisor.rundir import SWEEP_DIFF_FILE, SWEEP_FILE, create_unique
+    from advisor.sweep.model import CellStatus, SweepStatus, SweepTable
     from advisor.sweep.render import render_json
     from advisor.sweep.run import parse_cells, run_sweep
 
-    cells = parse_cells(batch_sizes, precisions)
+    cells = parse_cells(batch_sizes, precisions, accumulations)
     out = create_unique(spec.out_dir)
-    table = run_sweep(replace(spec, out_dir=out, quiet=True), cells, repeats=repeats, progress=progress)
-    (out / SWEEP_FILE).write_text(render_json(table), encoding="utf-8")
+    last: list[Any] = [SweepTable(script=str(spec.script), args=tuple(spec.args), status=SweepStatus.RUNNING)]
+    asked_to_stop = [False]
+
+    def save(table: Any) -> None:
+        (out / SWEEP_FILE).write_text(render_json(table), encoding="utf-8")
+
+    def checkpoint(table: Any) -> None:
+        last[0] = table
+        save(table)
+        if asked_to_stop[0]:
+            raise KeyboardInterrupt  # a swallowed signal still stops the sweep at the next run's end
+
+    save(last[0])
+    try:
+        with _sigterm_interrupts(asked_to_stop):
+            table = run_sweep(
+                replace(spec, out_dir=out, quiet=True), cells, repeats=repeats, runner=runner or default_runner,
+                progress=progress, checkpoint=checkpoint,
+            )
+    except KeyboardInterrupt:
+        with _signals_ignored():  # a second ^C must not cut the final write short
+            done = replace(last[0], status=SweepStatus.INTERRUPTED)
+            save(done)
+        n = sum(1 for x in done.results if x.status != CellStatus.NOT_RUN and not x.unfinished)
+        raise Interrupted(
+            f"interrupted; {n} finished cell(s) of {len(cells)} are saved in {out / SWEEP_FILE}"
+        ) from None
+    save(table)
+    if table.diff:
+        (out / SWEEP_DIFF_FILE).write_text(table.diff, encoding="utf-8")
     return table
 
 
 def render_sweep(table: Any, fmt: str) -> str:
-    """Render a SweepTable as ``text``, ``markdown`` or ``json``."""
+    """Render a SweepTable as ``text``, ``markdown``, ``json`` or ``html``."""
     from advisor.sweep.render import RENDERERS
 
     if fmt not in RENDERERS:
@@ -726,6 +762,39 @@ def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], No
         console.print(f"[dim]fix trial[/dim] {text}", highlight=False)
 
     return live, on_trial, stop
+
+
+def sweep_progress() -> tuple[Callable[[Any], None], Callable[[], None]]:
+    """Show the progress of ``advisor sweep`` on stderr: a line per finished run.
+
+    The run in flight gets a transient status line on a terminal, and no line in a log.
+
+    Returns:
+        ``(on_event, stop)``; ``stop`` ends the status line and may be called twice.
+    """
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(stderr=True)
+    status: dict[str, Any] = {"spinner": None}
+
+    def stop() -> None:
+        if status["spinner"] is not None:
+            status["spinner"].stop()
+            status["spinner"] = None
+
+    def on_event(event: Any) -> None:
+        text = escape(event.line())
+        if event.started and console.is_terminal:
+            if status["spinner"] is None:
+                status["spinner"] = console.status(f"[dim]sweep[/dim] {text}")
+                status["spinner"].start()
+            else:
+                status["spinner"].update(f"[dim]sweep[/dim] {text}")
+            return
+        console.print(f"[dim]sweep[/dim] {text}", highlight=False)
+
+    return on_event, stop
 
 
 def tensorboard_check() -> None:

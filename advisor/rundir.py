@@ -15,7 +15,9 @@ A run directory is what ``advisor diagnose`` leaves behind and every later comma
     <run>/kept/                 the kept fixes run once under the profiler (the "after" trace)
     <run>/tensorboard/          traces prepared for TensorBoard
     <run>/report.json           the Report
-    <run>/sweep.json            the SweepTable of ``advisor sweep``
+    <run>/sweep.json            the SweepTable of ``advisor sweep`` (rewritten after every cell run)
+    <run>/sweep.diff            the diff that sets the sweep's recommended cell
+    <run>/trials/*/sweep_flops.json  a sweep cell run's counted FLOPs of one step
 
 Rules this module keeps: a fresh run directory never shares a folder with another run (a suffix
 is added, the folder is created atomically); a folder the user names with ``--out`` is reused only
@@ -42,6 +44,8 @@ CAPTURE_FILE = "capture.json"
 PSTATS_FILE = "profile.pstats"
 REPORT_FILE = "report.json"
 SWEEP_FILE = "sweep.json"
+SWEEP_DIFF_FILE = "sweep.diff"
+SWEEP_FLOPS_FILE = "sweep_flops.json"
 TRACES_DIR = "traces"
 NODE_FILE = "node.json"
 """A multi-node job's per-node run directory: which node it is (node rank, host) and its ranks."""
@@ -53,7 +57,7 @@ RANK_DIR_RE = re.compile(r"^rank(\d+)$")
 
 MANAGED_FILES = (
     CONFIG_FILE, STDOUT_LOG, STDERR_LOG, EVENTS_FILE, CHILD_FILE, CAPTURE_FILE, PSTATS_FILE, REPORT_FILE, NODE_FILE,
-    SWEEP_FILE,
+    SWEEP_FILE, SWEEP_DIFF_FILE,
 )
 """Files of a run directory; replaced when a run directory is reused."""
 MANAGED_DIRS = (TRACES_DIR, TORCHRUN_LOGS_DIR, TRIALS_DIR, TENSORBOARD_DIR, KEPT_DIR)

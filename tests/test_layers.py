@@ -31,8 +31,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "__main__": frozenset({"cli"}),
     # The door: every stage, never the command line.
     "api": SHARED | {"config", "capture", "trace", "metrics", "engine", "fixes", "distributed", "report", "sweep"},
-    # The batch x precision table: runs cells through the fix loop's measurer and catalog.
-    "sweep": SHARED | {"capture", "fixes"},
+    # The batch x precision table: runs cells through the fix loop's measurer and catalog, reads
+    # device peaks (metrics) and draws its HTML page with the report's page shell and plot helpers.
+    "sweep": SHARED | {"capture", "fixes", "metrics", "report"},
     # Renders saved models of every stage; never calls back into the api.
     "report": SHARED | {"capture", "trace", "metrics", "engine", "fixes", "distributed"},
     "fixes": SHARED | {"capture", "trace", "metrics", "engine"},

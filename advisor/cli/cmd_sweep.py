@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import sys
 from pathlib import Path
 
 import click
@@ -16,14 +17,15 @@ EPILOG = """\b
 Examples:
   advisor sweep --batch-sizes 8,16,32 --precisions fp32,bf16 train.py --epochs 1
   advisor sweep --batch-sizes 32,128 --memory-budget 3GB --format markdown -o sweep.md train.py
+  advisor sweep --batch-sizes 8,32 --accumulation 1,4 --format html -o sweep.html train.py
 """
 
 
-def _ints(text: str) -> list[int]:
+def _ints(text: str, option: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UsageError(f"--batch-sizes takes whole numbers separated by commas, not {text!r}") from None
+        raise UsageError(f"{option} takes whole numbers separated by commas, not {text!r}") from None
 
 
 @click.command(epilog=EPILOG, context_settings={"allow_interspersed_args": False})
@@ -33,6 +35,9 @@ def _ints(text: str) -> list[int]:
               help="DataLoader batch sizes, multiples of the script's own (set at run time).")
 @click.option("--precisions", default="fp32,bf16", show_default=True, metavar="P1,P2",
               help="Precisions among fp32, bf16, fp16 (autocast at run time).")
+@click.option("--accumulation", "accumulation", default="1", show_default=True, metavar="A1,A2",
+              help="Micro-batches per optimizer step: the script's own accumulation option when it has one, "
+              "else applied at run time (optimizer steps every A-th batch, gradients averaged).")
 @click.option("--memory-budget", type=ByteSize(), default=None, metavar="SIZE",
               help="Cap each run's memory (2GB, 512MiB): on CPU a watchdog on the script's resident "
               "memory stops a cell that goes over and marks it out_of_memory.")
@@ -43,17 +48,22 @@ def _ints(text: str) -> list[int]:
 @click.option("--timeout", type=PositiveSeconds(), default=None, metavar="SECONDS", help="Stop a hung run after SECONDS.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory (default: advisor-runs/<script>-sweep-<timestamp>).")
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json", "html"]), default=None,
+              help="Output format (default: from the -o extension, else text). HTML is never written to a terminal.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the table here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def sweep(
-    script: Path, script_args: tuple[str, ...], batch_sizes: str, precisions: str, memory_budget: int | None,
-    repeats: int, warmup: int, timed_steps: int, timeout: float | None, out_dir: Path | None, fmt: str,
+    script: Path, script_args: tuple[str, ...], batch_sizes: str, precisions: str, accumulation: str,
+    memory_budget: int | None, repeats: int, warmup: int, timed_steps: int, timeout: float | None, out_dir: Path | None, fmt: str,
     output: Path | None, quiet: bool,
 ) -> int:
     """Run SCRIPT at every batch size x precision and print throughput, memory and loss per cell."""
     script = api.validate_script(script)
-    sizes = _ints(batch_sizes)
+    sizes = _ints(batch_sizes, "--batch-sizes")
+    accumulations = _ints(accumulation, "--accumulation")
+    fmt = fmt or _format_of(output)
+    if fmt == "html" and output is None and sys.stdout.isatty():
+        raise UsageError("HTML is not written to a terminal; add -o sweep.html (or redirect stdout)")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     spec = RunSpec(
         script=script, args=tuple(script_args),
@@ -61,8 +71,12 @@ def sweep(
         warmup_steps=warmup, timed_steps=timed_steps, profiled_steps=0, timeout_s=timeout, seed=0,
         cwd=Path.cwd(), memory_budget_bytes=memory_budget,
     )
-    say = None if quiet else (lambda line: click.echo(f"advisor sweep: {line}", err=True))
-    table = api.sweep_script(spec, sizes, [p.strip() for p in precisions.split(",") if p.strip()], repeats, say)
+    on_event, stop = (None, lambda: None) if quiet else api.sweep_progress()
+    try:
+        table = api.sweep_script(spec, sizes, [p.strip() for p in precisions.split(",") if p.strip()], repeats,
+                                 on_event, accumulations)
+    finally:
+        stop()
     text = api.render_sweep(table, fmt)
     if output is not None:
         output.write_text(text, encoding="utf-8")
@@ -70,3 +84,9 @@ def sweep(
     else:
         click.echo(text, nl=False)
     return 0
+
+
+def _format_of(output: Path | None) -> str:
+    """Return the format an ``-o`` file's extension names (``.md``, ``.json``, ``.html``), else text."""
+    ext = output.suffix.lower() if output is not None else ""
+    return {".md": "markdown", ".markdown": "markdown", ".json": "json", ".html": "html", ".htm": "html"}.get(ext, "text")

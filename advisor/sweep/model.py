@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from advisor._vocab import Vocab
 
-SWEEP_SCHEMA_VERSION = 1
+SWEEP_SCHEMA_VERSION = 2
 
 
 class Precision(Vocab):
@@ -28,19 +28,35 @@ class CellStatus(Vocab):
     OOM = "out_of_memory"  # over the device's memory, or over --memory-budget (RSS watchdog on CPU)
     FAILED = "failed"  # crashed, timed out, or its loss went non-finite
     NOT_APPLIED = "not_applied"  # the run-time change could not be made (no CUDA for fp16, ...)
+    NOT_RUN = "not_run"  # the sweep was interrupted before the cell's first run
+
+
+class SweepStatus(Vocab):
+    """How far the sweep got (the saved ``sweep.json`` says it, like a diagnose report's status)."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One configuration of the table: a batch size and a precision."""
+    """One configuration of the table: a DataLoader batch size, a precision, micro-batches per optimizer step."""
 
     batch_size: int
     precision: str = "fp32"
+    accumulation: int = 1
 
     @property
     def label(self) -> str:
-        """``bs32-bf16``: the cell's name in progress lines and run folders."""
-        return f"bs{self.batch_size}-{self.precision}"
+        """``bs32-bf16`` (``bs32-acc4-bf16`` with accumulation): the cell's name in progress lines and run folders."""
+        acc = f"-acc{self.accumulation}" if self.accumulation != 1 else ""
+        return f"bs{self.batch_size}{acc}-{self.precision}"
+
+    @property
+    def effective_batch(self) -> int:
+        """Samples per optimizer step: the batch times the accumulation."""
+        return self.batch_size * self.accumulation
 
 
 @dataclass(frozen=True)
@@ -56,8 +72,16 @@ class CellResult:
         peak_memory_bytes: Largest peak memory over the runs (CUDA max allocated, or peak RSS).
         memory_kind: ``cuda`` or ``rss``.
         loss_delta: Largest relative deviation of the first losses from the reference cell's.
-        tflops: TFLOP/s, when the FLOPs of a step are known (None: not measured).
+        tflops: Achieved TFLOP/s: the FLOPs of one optimizer step (counted in the child with
+            torch's FlopCounterMode over one warm-up step) per sample, times ``samples_per_s``.
+        flops_per_sample: The counted FLOPs of one step over the samples that step held.
+        peak_tflops: The device's peak for the cell's precision (a GPU's datasheet, or the
+            matmul rate advisor measured on this CPU); None when none is known.
+        peak_source: ``datasheet`` or ``measured`` (what ``peak_tflops`` is).
+        mfu: ``tflops / peak_tflops`` (model FLOPs utilisation against that peak).
+        not_measured: Why ``tflops`` or ``mfu`` is missing, shown in their place.
         repeats: Runs that measured it.
+        unfinished: The sweep was interrupted before the cell ran all its repeats.
         reason: Why it is not ``ok``, or what changed (a capped batch).
     """
 
@@ -71,7 +95,13 @@ class CellResult:
     memory_kind: str | None = None
     loss_delta: float | None = None
     tflops: float | None = None
+    flops_per_sample: float | None = None
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+    mfu: float | None = None
+    not_measured: str = ""
     repeats: int = 0
+    unfinished: bool = False
     reason: str = ""
 
 
@@ -89,6 +119,11 @@ class SweepTable:
         script_batch_size: The batch size the script itself uses.
         notes: Remarks (what was not measured, why).
         wall_s: The sweep's wall time; runs: the runs it made.
+        status: :class:`SweepStatus`: ``complete``, or ``interrupted`` with the cells finished so far.
+        diff: The source diff that sets the recommended cell (``# advisor:`` lines lead it for
+            what cannot be made mechanical); empty when the recommended cell is the script as it is.
+        load_avg: The 1-minute load average at the start and at the end of the sweep.
+        device: Where the cells ran (``cpu``, or the GPU's name).
     """
 
     script: str
@@ -102,4 +137,8 @@ class SweepTable:
     notes: tuple[str, ...] = ()
     wall_s: float | None = None
     runs: int = 0
+    status: str = SweepStatus.COMPLETE
+    diff: str = ""
+    load_avg: tuple[float, ...] = ()
+    device: str = ""
     schema_version: int = SWEEP_SCHEMA_VERSION

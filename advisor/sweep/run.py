@@ -1,38 +1,109 @@
-"""Run the sweep: every cell of batch size x precision, at run time, interleaved and repeated.
+"""Run the sweep: every cell of batch size x precision x accumulation, at run time, interleaved and repeated.
 
-Each cell is the user's unmodified script with fixes of the catalog installed in the child:
-the batch size through ``larger_batch`` (the DataLoader's ``batch_size`` multiplied by
-``cell / script``, so a cell's batch must be a multiple of the script's own), the precision
-through ``bf16_autocast`` or ``fp16_amp`` (autocast). Runs go through the fix loop's
-:class:`~advisor.fixes.trials.Measurer`, so a cell run is exactly a trial run: timed steps
-without the profiler, a fixed seed, the first losses recorded, fewer steps for big batches,
-and ``RunSpec.memory_budget_bytes`` enforced by the capture (an RSS watchdog on CPU).
+Each cell is the user's unmodified script with changes installed in the child:
+
+- the batch size through the catalog's ``larger_batch`` (the DataLoader's ``batch_size``
+  multiplied by ``cell / script``, so a cell's batch must be a multiple of the script's own);
+- the precision through ``bf16_autocast`` or ``fp16_amp`` (autocast);
+- the accumulation (micro-batches per optimizer step) as the catalog changes it: through the
+  script's own accumulation option when it has one (``script_args``' recognised names, set on
+  a new command line), else at run time by :mod:`advisor.sweep.child` (optimizer steps on every
+  k-th call, gradients averaged), for a script that does not accumulate already.
+
+Runs go through the fix loop's :class:`~advisor.fixes.trials.Measurer`, so a cell run is
+exactly a trial run: timed steps without the profiler, a fixed seed, the first losses recorded,
+fewer steps for big batches, and ``RunSpec.memory_budget_bytes`` enforced by the capture (an
+RSS watchdog on CPU). The first run of each cell also counts the FLOPs of its last warm-up
+step (:data:`advisor.sweep.child.COUNT_FLOPS`), which gives TFLOP/s and MFU.
 
 Order: a plain first run tells the script's batch size (and is the first repeat of the
-``script batch, fp32`` cell when that cell is asked for); then every round runs each live cell
-once, the order reversed on alternate rounds, so drift of the machine spreads over all cells.
-A cell that runs out of memory or fails is not run again.
+``script batch, fp32, accumulation 1`` cell when that cell is asked for); then every round runs
+each live cell once, the order reversed on alternate rounds, so drift of the machine spreads
+over all cells. A cell that runs out of memory or fails is not run again. After every run the
+table so far goes to ``checkpoint`` (status ``running``), so an interrupted sweep keeps what it
+finished.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from advisor._num import median
-from advisor.capture.model import OUT_OF_MEMORY, FixRequest, NoteState, RunCapture, RunSpec
+from advisor.capture.model import (
+    OUT_OF_MEMORY,
+    Environment,
+    FixRequest,
+    NoteState,
+    RunCapture,
+    RunSpec,
+)
 from advisor.errors import UsageError
 from advisor.fixes import catalog
-from advisor.fixes.fix import context_from_capture, ladder_steps
+from advisor.fixes.catalog import script_args
+from advisor.fixes.fix import FixContext, context_from_capture, ladder_steps
 from advisor.fixes.stats import loss_parity, t_quantile
 from advisor.fixes.trials import Measurer, Runner, default_runner
-from advisor.sweep.model import PRECISION_FIX, Cell, CellResult, CellStatus, Precision, SweepTable
+from advisor.rundir import SWEEP_FLOPS_FILE as FLOPS_FILE
+from advisor.sweep import child
+from advisor.sweep.model import (
+    PRECISION_FIX,
+    Cell,
+    CellResult,
+    CellStatus,
+    Precision,
+    SweepStatus,
+    SweepTable,
+)
 
 LOSS_STEPS = 5
+CHILD_INSTALLER = "advisor.sweep.child"
+"""The installer module cell runs name (``RunSpec.fix_installers``): the catalog's runtime plus the sweep's own."""
+MIN_COUNT_WARMUP = 3
+"""Warm-up steps of a run that counts FLOPs: step ``warmup - 1`` is counted, so the counter's
+own cost (it slows the step it counts) stays out of the timed steps, and it is not the first step."""
+
+
+@dataclass(frozen=True)
+class SweepProgress:
+    """One progress event: a run starting or finished, with counts that only go forward.
+
+    Attributes:
+        run: Runs finished so far (never decreases).
+        runs_total: Finished runs plus the runs still planned (drops when a cell stops early).
+        cell: The cell's label; repeat / repeats: which of its runs.
+        started: True when the run is starting, False when it finished.
+        result: The finished run's throughput or status.
+        eta_s: Runs left times the median run's wall time (None before the first timed run).
+    """
+
+    run: int
+    runs_total: int
+    cell: str
+    repeat: int
+    repeats: int
+    started: bool
+    result: str = ""
+    eta_s: float | None = None
+
+    def line(self) -> str:
+        """``[run 3/13] bs32-bf16 2/2: 118.2 samples/s · about 1 min 20 s left``."""
+        what = "running" if self.started else self.result
+        eta = "" if self.eta_s is None else f" · about {_duration(self.eta_s)} left"
+        n = self.run + 1 if self.started else self.run
+        return f"[run {n}/{self.runs_total}] {self.cell} {self.repeat}/{self.repeats}: {what}{eta}"
+
+
+def _duration(seconds: float) -> str:
+    s = max(0, round(seconds))
+    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
 
 
 @dataclass
@@ -50,24 +121,40 @@ class _Tally:
     losses: tuple[float | None, ...] = ()
     status: str = CellStatus.OK
     reason: str = ""
+    flops_per_sample: float | None = None
+    flops_why: str = ""
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # catalog fix id -> params, for the diff
+
+    def runs_left(self, repeats: int) -> int:
+        return max(0, repeats - len(self.rates)) if self.status == CellStatus.OK else 0
 
 
-def parse_cells(batch_sizes: Sequence[int], precisions: Sequence[str]) -> list[Cell]:
-    """Every batch size x precision, smallest batch first, in the precisions' order.
+def parse_cells(
+    batch_sizes: Sequence[int], precisions: Sequence[str], accumulations: Sequence[int] = (1,)
+) -> list[Cell]:
+    """Every batch size x accumulation x precision, smallest batch first, in the given orders.
 
     Raises:
-        UsageError: An empty list, a batch size below 1, or an unknown precision.
+        UsageError: An empty list, a batch size or accumulation below 1, or an unknown precision.
     """
-    if not batch_sizes or not precisions:
-        raise UsageError("give at least one --batch-sizes value and one --precisions value")
+    if not batch_sizes or not precisions or not accumulations:
+        raise UsageError("give at least one --batch-sizes value, one --precisions value and one --accumulation value")
     bad = [b for b in batch_sizes if b < 1]
     if bad:
         raise UsageError(f"batch sizes must be 1 or more, not {bad[0]}")
+    bad = [a for a in accumulations if a < 1]
+    if bad:
+        raise UsageError(f"--accumulation values must be 1 or more, not {bad[0]}")
     known = Precision.values()
     unknown = [p for p in precisions if p not in known]
     if unknown:
         raise UsageError(f"unknown precision {unknown[0]!r}; choose from {', '.join(known)}")
-    return [Cell(b, p) for b in sorted(dict.fromkeys(batch_sizes)) for p in dict.fromkeys(precisions)]
+    return [
+        Cell(b, p, a)
+        for b in sorted(dict.fromkeys(batch_sizes))
+        for a in sorted(dict.fromkeys(accumulations))
+        for p in dict.fromkeys(precisions)
+    ]
 
 
 def run_sweep(
@@ -76,7 +163,8 @@ def run_sweep(
     *,
     repeats: int = 2,
     runner: Runner = default_runner,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[SweepProgress], None] | None = None,
+    checkpoint: Callable[[SweepTable], None] | None = None,
 ) -> SweepTable:
     """Measure every cell (see the module doc) and return the table.
 
@@ -85,63 +173,97 @@ def run_sweep(
         cells: The configurations (from :func:`parse_cells`); the first is the reference.
         repeats: Runs per cell (at least 1; 2 or more give an interval).
         runner: Runs one capture (tests pass a fake).
-        progress: Called with one line after every run.
+        progress: Called when each run starts and when it ends.
+        checkpoint: Called with the table so far (status ``running``) after every run.
     """
     if repeats < 1:
         raise UsageError(f"--repeats must be at least 1, not {repeats}")
     started = time.perf_counter()
+    load_start = _load()
     loop = Measurer(spec, runner, None, repeats, 0.03, LOSS_STEPS)
-    notes: list[str] = []
-    probe = loop.run("probe", ())
+    probe_req, probe_over = _counting((), {}, spec, loop.root / "probe")
+    probe = loop.run("probe", probe_req, probe_over)
     if not probe.ok or loop.rate(probe) is None:
         why = probe.error.message if probe.error else f"status {probe.status}"
         raise UsageError(f"the plain run of the script failed ({why}); fix the script before sweeping it")
     ctx = context_from_capture(probe)
-    base = ctx.batch_size
     step_ms = median(probe.timed.step_times_ms)
-    tallies = [_plan(c, base, ctx, spec, step_ms) for c in cells]
+    tallies = [_plan(c, ctx, spec, step_ms) for c in cells]
+    notes: list[str] = []
     for t in tallies:
         if t.status == CellStatus.OK and not t.requests:
-            _record(t, probe, loop)  # the plain run is this cell's first repeat
+            _record(t, probe, loop, loop.root / "probe")  # the plain run is this cell's first repeat
             break
     else:
         notes.append("the first, plain run only read the script's batch size: no cell is the script as it is")
+    env = probe.environment
+
+    def table(status: str, final: bool = False) -> SweepTable:
+        return _table(spec, tallies, repeats, ctx, env, notes, status, loop.runs,
+                      time.perf_counter() - started, (load_start, _load()), final)
+
+    if checkpoint is not None:
+        checkpoint(table(SweepStatus.RUNNING))
     for r in range(repeats):
         order = tallies if r % 2 == 0 else list(reversed(tallies))
         for t in order:
             if t.status != CellStatus.OK or len(t.rates) > r:
                 continue
-            cap = loop.run(f"{t.cell.label}-{r + 1}", t.requests, t.overrides)
-            _record(t, cap, loop)
+            name = f"{t.cell.label}-{r + 1}"
+            requests, overrides = t.requests, dict(t.overrides)
+            if not t.rates:  # the cell's first run also counts the FLOPs of a step
+                requests, overrides = _counting(requests, overrides, spec, loop.root / name)
+            elif requests:
+                overrides["fix_installers"] = (CHILD_INSTALLER,)
             if progress is not None:
-                rate = f"{t.rates[-1]:.1f} samples/s" if t.status == CellStatus.OK and t.rates else t.status
-                progress(f"[run {loop.runs}] {t.cell.label} {r + 1}/{repeats}: {rate}")
-    reference = tallies[0]
-    results = tuple(_result(t, reference) for t in tallies)
-    fitting = [
-        x for x, t in zip(results, tallies, strict=True)
-        if x.status == CellStatus.OK and x.samples_per_s
-        and (x.loss_delta is None or x.loss_delta <= t.loss_rtol or x.cell == reference.cell)
-    ]
-    best = max(fitting, key=lambda x: x.samples_per_s or 0.0, default=None)
-    notes.append("TFLOP/s is not measured: cell runs are unprofiled, so their FLOPs are unknown")
-    return SweepTable(
-        script=str(spec.script), args=tuple(spec.args), results=results, reference=reference.cell,
-        recommended=best.cell if best else None,
-        loss_tolerance=max((t.loss_rtol for t in tallies), default=0.0),
-        memory_budget_bytes=spec.memory_budget_bytes, script_batch_size=base, notes=tuple(notes),
-        wall_s=round(time.perf_counter() - started, 3), runs=loop.runs,
+                progress(_event(loop, tallies, repeats, t, r, started=True))
+            cap = loop.run(name, requests, overrides)
+            _record(t, cap, loop, loop.root / name)
+            if progress is not None:
+                progress(_event(loop, tallies, repeats, t, r, started=False))
+            if checkpoint is not None:
+                checkpoint(table(SweepStatus.RUNNING))
+    return table(SweepStatus.COMPLETE, final=True)
+
+
+def _load() -> float:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover - not available on this platform
+        return math.nan
+
+
+def _event(loop: Measurer, tallies: list[_Tally], repeats: int, t: _Tally, r: int, started: bool) -> SweepProgress:
+    left = sum(x.runs_left(repeats) for x in tallies)
+    typical = median(loop.walls)
+    result = ""
+    if not started:
+        result = f"{t.rates[-1]:,.1f} samples/s" if t.status == CellStatus.OK and t.rates else str(t.status)
+    return SweepProgress(
+        run=loop.runs, runs_total=loop.runs + left, cell=t.cell.label, repeat=r + 1, repeats=repeats,
+        started=started, result=result, eta_s=None if typical is None else left * typical,
     )
 
 
-def _plan(cell: Cell, base: int | None, ctx: Any, spec: RunSpec, step_ms: float | None) -> _Tally:
-    """Plan the fix requests and step overrides that make ``cell`` at run time."""
+def _counting(
+    requests: tuple[FixRequest, ...], overrides: dict[str, Any], spec: RunSpec, run_dir: Path
+) -> tuple[tuple[FixRequest, ...], dict[str, Any]]:
+    """Add the FLOP count to a run: the sweep's installer, and enough warm-up to count a step inside it."""
+    warmup = max(int(overrides.get("warmup_steps", spec.warmup_steps)), MIN_COUNT_WARMUP)
+    count = FixRequest(child.COUNT_FLOPS, {"path": str(run_dir / FLOPS_FILE), "step": warmup - 1})
+    return (*requests, count), {**overrides, "warmup_steps": warmup, "fix_installers": (CHILD_INSTALLER,)}
+
+
+def _plan(cell: Cell, ctx: FixContext, spec: RunSpec, step_ms: float | None) -> _Tally:
+    """Plan the requests and step overrides that make ``cell`` at run time."""
     t = _Tally(cell)
+    base = ctx.batch_size
     requests: list[FixRequest] = []
     rtols = [0.0]
     if base is None:
         t.status, t.reason = CellStatus.NOT_APPLIED, "the script's DataLoader has no batch_size to change"
         return t
+    k = 1
     if cell.batch_size != base:
         if cell.batch_size < base or cell.batch_size % base:
             t.status = CellStatus.NOT_APPLIED
@@ -149,21 +271,63 @@ def _plan(cell: Cell, base: int | None, ctx: Any, spec: RunSpec, step_ms: float 
                         f"{cell.batch_size} is not a multiple of it")
             return t
         k = cell.batch_size // base
-        requests.append(FixRequest("larger_batch", {"factor": k, "max_batch": cell.batch_size}))
+        params = {"factor": k, "max_batch": cell.batch_size}
+        requests.append(FixRequest("larger_batch", params))
+        t.params["larger_batch"] = params
         rtols.append(catalog.get("larger_batch").loss_rtol)
-        t.overrides = ladder_steps(spec, k, 1, step_ms)
+    if _plan_accumulation(t, ctx, spec, requests) is None:
+        return t
+    if cell.accumulation != _own_accumulation(ctx):
+        rtols.append(catalog.get("batch_fusion").loss_rtol)  # a step averages over other samples
+    if k > 1 or cell.accumulation > 1:
+        t.overrides.update(ladder_steps(spec, k * cell.accumulation, cell.accumulation, step_ms))
     fix_id = PRECISION_FIX.get(str(cell.precision))
     if fix_id is not None:
         fix = catalog.get(fix_id)
         params = dict(fix.plan_variants(ctx, spec, step_ms)[0].params)
         requests.append(FixRequest(fix_id, params))
+        t.params[fix_id] = params
         rtols.append(fix.loss_rtol)
     t.requests, t.loss_rtol = tuple(requests), max(rtols)
     return t
 
 
-def _record(t: _Tally, cap: RunCapture, loop: Measurer) -> None:
-    """Add one run to a cell: its throughput, or why the cell stops."""
+def _plan_accumulation(t: _Tally, ctx: FixContext, spec: RunSpec, requests: list[FixRequest]) -> int | None:
+    """Plan the cell's accumulation; return it, or None with the cell marked not applied.
+
+    The script's own accumulation option is set when it has one (the catalog's ``script_args``
+    does so for batch fusion); otherwise a script that does not accumulate gets it at run time.
+    """
+    want = t.cell.accumulation
+    own = _own_accumulation(ctx)
+    option = script_args.knob(ctx, script_args.ACCUMULATION_NAMES)
+    if option is not None and option.value == own:
+        if want != own:
+            args = script_args.with_values(tuple(spec.args), [(option, want)])
+            t.overrides["args"] = args
+            t.params["script_args"] = {
+                "args": list(args), "command": script_args.command_line(spec, args), "changes": {option.name: want},
+            }
+            requests.append(FixRequest("script_args", t.params["script_args"]))
+        return want
+    if want == own:
+        return want
+    if own > 1:
+        t.status = CellStatus.NOT_APPLIED
+        t.reason = (f"the script accumulates {own} micro-batches per step itself, with no option advisor "
+                    "recognises to change it")
+        return None
+    requests.append(FixRequest(child.ACCUMULATE, {"factor": want}))
+    return want
+
+
+def _own_accumulation(ctx: FixContext) -> int:
+    """Micro-batches per optimizer step in the script as it is (backward calls, else loader batches)."""
+    return ctx.loop_accumulation or ctx.accumulation or 1
+
+
+def _record(t: _Tally, cap: RunCapture, loop: Measurer, run_dir: Path) -> None:
+    """Add one run to a cell: its throughput, or why the cell stops; its FLOPs when counted."""
     skipped = [n.detail for n in cap.fix_notes.values() if n.state is NoteState.SKIPPED]
     if not cap.ok:
         err = cap.error
@@ -189,11 +353,52 @@ def _record(t: _Tally, cap: RunCapture, loop: Measurer) -> None:
     if cap.dataloaders and cap.dataloaders[0].batch_size:
         t.batch = cap.dataloaders[0].batch_size
     if not t.losses:
-        t.losses = tuple(cap.losses)
+        k = t.cell.accumulation if any(r.id == child.ACCUMULATE for r in t.requests) else 1
+        # NOTE: the capture sums the losses of a step's micro-batches (a script that accumulates
+        # divides each by k itself); the run-time accumulation divides the gradients instead,
+        # so its step's loss sum is k times the mean the reference cell's step records.
+        t.losses = tuple(None if v is None else v / k for v in cap.losses)
+    if t.flops_per_sample is None and not t.flops_why:
+        t.flops_per_sample, t.flops_why = _flops_per_sample(cap, run_dir / FLOPS_FILE)
 
 
-def _result(t: _Tally, reference: _Tally) -> CellResult:
-    """Turn a cell's runs into its row: median throughput with its interval, memory, loss delta."""
+def _flops_per_sample(cap: RunCapture, path: Path) -> tuple[float | None, str]:
+    """Return the counted step's FLOPs per sample (the run's median samples per step), or why there are none."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        if cap.step_source not in (None, "optimizer"):
+            return None, f"steps are counted from {cap.step_source}, not optimizer steps: no step was counted"
+        return None, "no FLOP count was written (the run ended before its counted step)"
+    if not isinstance(data, dict) or "flops" not in data:
+        return None, f"the FLOP count failed ({data.get('error', 'no result') if isinstance(data, dict) else 'bad file'})"
+    samples = median(s for s in cap.timed.samples if s)
+    flops = float(data["flops"])
+    if not samples:
+        return None, "the run counted no samples per step"
+    if flops <= 0:
+        return None, "FlopCounterMode counted no matmul or convolution in a step"
+    return flops / samples, ""
+
+
+def _peak(env: Environment, precision: str) -> tuple[float | None, str | None, str]:
+    """Return the device's peak TFLOP/s for a precision, its source, or why none is known."""
+    from advisor.metrics.devices import peak_tflops
+
+    dtype = str(precision)
+    if env.device.startswith("cuda"):
+        peak = peak_tflops(env.device_name, dtype)
+        if peak:
+            return peak, "datasheet", ""
+        return None, None, f"no datasheet peak is known for {env.device_name or 'this GPU'} in {dtype}"
+    measured = {p.dtype: p.tflops for p in env.matmul_peaks if p.tflops and p.tflops > 0}
+    if measured.get(dtype):
+        return measured[dtype], "measured", ""
+    return None, None, f"no {dtype} matmul peak was measured on this CPU"
+
+
+def _result(t: _Tally, reference: _Tally, repeats: int, env: Environment) -> CellResult:
+    """Turn a cell's runs into its row: median throughput with its interval, memory, loss delta, FLOP rates."""
     lo = hi = None
     if len(t.rates) >= 2:
         logs = [math.log(r) for r in t.rates]
@@ -204,10 +409,75 @@ def _result(t: _Tally, reference: _Tally) -> CellResult:
     if t.losses and reference.losses:
         delta = loss_parity(reference.losses, t.losses, math.inf).max_rel_diff
     reason = t.reason
-    if t.status == CellStatus.OK and t.batch is not None and t.batch != t.cell.batch_size:
+    status = t.status
+    if status == CellStatus.OK and not t.rates:
+        status, reason = CellStatus.NOT_RUN, "the sweep was interrupted before this cell ran"
+    elif status == CellStatus.OK and t.batch is not None and t.batch != t.cell.batch_size:
         reason = f"the DataLoader ran with batch {t.batch} (the data set caps it)"
+    rate = median(t.rates)
+    tflops = mfu = peak = None
+    source = None
+    why = ""
+    if status == CellStatus.OK:
+        why = t.flops_why
+        if t.flops_per_sample is not None and rate:
+            tflops = t.flops_per_sample * rate / 1e12
+            peak, source, why = _peak(env, str(t.cell.precision))
+            mfu = tflops / peak if peak else None
     return CellResult(
-        cell=t.cell, status=t.status, batch_size=t.batch, samples_per_s=median(t.rates),
+        cell=t.cell, status=status, batch_size=t.batch, samples_per_s=rate,
         ci_low=lo, ci_high=hi, peak_memory_bytes=max(t.peaks) if t.peaks else None,
-        memory_kind=t.memory_kind, loss_delta=delta, repeats=len(t.rates), reason=reason,
+        memory_kind=t.memory_kind, loss_delta=delta, tflops=tflops, flops_per_sample=t.flops_per_sample,
+        peak_tflops=peak, peak_source=source, mfu=mfu, not_measured=why, repeats=len(t.rates),
+        unfinished=status == CellStatus.OK and len(t.rates) < repeats, reason=reason,
     )
+
+
+def _table(
+    spec: RunSpec, tallies: list[_Tally], repeats: int, ctx: FixContext, env: Environment, notes: list[str],
+    status: str, runs: int, wall_s: float, load: tuple[float, float], final: bool,
+) -> SweepTable:
+    """Build the table so far: every cell's row, the recommended cell among the finished ones, its diff when ``final``."""
+    reference = tallies[0]
+    results = tuple(_result(t, reference, repeats, env) for t in tallies)
+    fitting = [
+        (x, t) for x, t in zip(results, tallies, strict=True)
+        if x.status == CellStatus.OK and x.samples_per_s and not x.unfinished
+        and (x.loss_delta is None or x.loss_delta <= t.loss_rtol or x.cell == reference.cell)
+    ]
+    best = max(fitting, key=lambda xt: xt[0].samples_per_s or 0.0, default=None)
+    diff = _diff(spec, best[1]) if final and best is not None else ""
+    device = env.device_name if env.device.startswith("cuda") and env.device_name else env.device
+    return SweepTable(
+        script=str(spec.script), args=tuple(spec.args), results=results, reference=reference.cell,
+        recommended=best[0].cell if best else None,
+        loss_tolerance=max((t.loss_rtol for t in tallies), default=0.0),
+        memory_budget_bytes=spec.memory_budget_bytes, script_batch_size=ctx.batch_size, notes=tuple(notes),
+        wall_s=round(wall_s, 3), runs=runs, status=status, diff=diff,
+        load_avg=tuple(x for x in load if math.isfinite(x)), device=device,
+    )
+
+
+def _diff(spec: RunSpec, t: _Tally) -> str:
+    """Return the source diff (with ``# advisor:`` lines) that makes the recommended cell the script's own setting."""
+    from advisor.errors import InputError
+    from advisor.fixes.diff import make_diff
+    from advisor.fixes.model import Trial
+
+    extra = ""
+    if any(r.id == child.ACCUMULATE for r in t.requests):
+        k = t.cell.accumulation
+        extra = (
+            f"# advisor: not made mechanical: gradient accumulation over {k} micro-batches: call "
+            f"optimizer.step() and optimizer.zero_grad() once every {k} batches and divide the loss by {k} "
+            "(an LR scheduler then steps once per optimizer step)\n"
+        )
+    if not t.params:
+        return extra
+    ids = tuple(t.params)
+    params: dict[str, Any] = dict(t.params) if len(ids) > 1 else dict(t.params[ids[0]])
+    trial = Trial(fix="+".join(ids), safety=catalog.get(ids[0]).safety, fixes=ids, params=params)
+    try:
+        return extra + make_diff(Path(spec.script), [trial])
+    except InputError as exc:
+        return extra + f"# advisor: no diff: {exc}\n"

@@ -53,3 +53,28 @@ def test_sizes_parse_with_binary_units():
     assert size.convert("512MiB", None, None) == 512 * 2**20
     assert size.convert("1.5g", None, None) == int(1.5 * 2**30)
     assert size.convert("4096", None, None) == 4096
+
+
+def test_sweep_accumulation_and_format_reach_the_api(capsys, monkeypatch, script, tmp_path):
+    seen = {}
+
+    def fake(spec, sizes, precisions, repeats, progress, accumulations):
+        seen.update(sizes=sizes, precisions=precisions, accumulations=accumulations)
+        raise Stop
+
+    monkeypatch.setattr(api, "sweep_script", fake)
+    invoke(capsys, "sweep", "--batch-sizes", "8,32", "--accumulation", "1,4", "-q", "-o", str(tmp_path / "s.html"),
+           str(script))
+    assert seen == {"sizes": [8, 32], "precisions": ["fp32", "bf16"], "accumulations": [1, 4]}
+
+
+def test_a_bad_accumulation_is_a_usage_error(capsys, script):
+    code, _, err = invoke(capsys, "sweep", "--batch-sizes", "8", "--accumulation", "two", str(script))
+    assert code == 2 and "--accumulation takes whole numbers" in err
+
+
+def test_the_sweep_format_follows_the_output_extension():
+    from advisor.cli.cmd_sweep import _format_of
+
+    assert [_format_of(Path(p)) for p in ("s.html", "s.md", "s.json", "s.txt")] == ["html", "markdown", "json", "text"]
+    assert _format_of(None) == "text"

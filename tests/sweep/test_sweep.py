@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from sweep_fakes import MemoryRunner
 
-from advisor.capture.model import OUT_OF_MEMORY, DataLoaderInfo, RunCapture, RunSpec, ScriptError
+from advisor.capture.model import RunSpec
 from advisor.errors import UsageError
 from advisor.sweep.model import Cell, CellStatus
 from advisor.sweep.render import RENDERERS
@@ -22,32 +23,6 @@ def test_cells_are_every_batch_times_every_precision_smallest_first():
         parse_cells([8], ["fp8"])
     with pytest.raises(UsageError, match="1 or more"):
         parse_cells([0], ["fp32"])
-
-
-class MemoryRunner:
-    """A fake capture: throughput and memory grow with the batch factor; over a budget, out of memory."""
-
-    def __init__(self, budget: int | None) -> None:
-        self.budget = budget
-        self.calls: list[RunSpec] = []
-
-    def __call__(self, spec: RunSpec) -> RunCapture:
-        self.calls.append(spec)
-        factor = next((f.params["factor"] for f in spec.fixes if f.id == "larger_batch"), 1)
-        bf16 = any(f.id == "bf16_autocast" for f in spec.fixes)
-        peak = (300 + 64 * factor) * 2**20
-        if self.budget is not None and peak > self.budget:
-            return RunCapture(run_dir=str(spec.out_dir), status="crashed",
-                              error=ScriptError(type=OUT_OF_MEMORY, message="over the memory budget"))
-        rate = 100.0 * factor ** 0.5 * (1.3 if bf16 else 1.0) * (1 + (len(self.calls) % 3) / 100)
-        from advisor.capture.model import TimedPhase
-
-        return RunCapture(
-            run_dir=str(spec.out_dir), status="stopped", step_source="optimizer",
-            dataloaders=(DataLoaderInfo(batch_size=8 * factor),), peak_memory_bytes=peak, memory_kind="rss",
-            losses=tuple(2.0 - 0.1 * i + (0.01 if bf16 else 0.0) for i in range(spec.record_loss_steps)),
-            timed=TimedPhase(step_times_ms=(10.0,) * 20, samples=(8 * factor,) * 20, samples_per_s=rate),
-        )
 
 
 def test_cells_over_the_memory_budget_are_marked_out_of_memory_and_not_run_again(tmp_path):
@@ -72,7 +47,7 @@ def test_cells_over_the_memory_budget_are_marked_out_of_memory_and_not_run_again
         text = render(table)
         assert "out_of_memory" in text, fmt
     data = json.loads(RENDERERS["json"](table))
-    assert data["recommended"] == {"batch_size": 32, "precision": "bf16"}
+    assert data["recommended"] == {"batch_size": 32, "precision": "bf16", "accumulation": 1}
     assert "★" in RENDERERS["text"](table)
 
 
@@ -101,4 +76,4 @@ def test_a_real_sweep_marks_the_cells_over_the_memory_budget(tmp_path):
     status = {r["cell"]["batch_size"]: r["status"] for r in data["results"]}
     assert status == {8: "ok", 512: "out_of_memory"}
     assert (out / "sweep.json").is_file()
-    assert data["recommended"] == {"batch_size": 8, "precision": "fp32"}
+    assert data["recommended"] == {"batch_size": 8, "precision": "fp32", "accumulation": 1}

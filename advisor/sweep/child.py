@@ -1,0 +1,137 @@
+"""Child side of a sweep cell: the fix catalog's runtime, plus gradient accumulation and a FLOP count.
+
+The capture child imports this module by name (``RunSpec.fix_installers``) and calls
+:func:`install` once, before the script runs. Requests of the fix catalog go on to
+:func:`advisor.fixes.runtime.install` unchanged; this module adds the two requests only the sweep
+makes:
+
+- :data:`ACCUMULATE` (``{"factor": k}``): gradient accumulation over ``k`` micro-batches for a
+  script that has none of its own. Every optimizer's ``step`` becomes a no-op on all but each
+  ``k``-th call, where the summed gradients are first divided by ``k`` (the mean over the
+  micro-batches, as ``loss / k`` in a hand-written loop); ``zero_grad`` (the optimizer's or a
+  module's) is skipped while micro-batches are being summed. The capture counts steps from the
+  real optimizer steps only, so a step holds ``k`` DataLoader batches, as in a script that
+  accumulates. Patched through :func:`advisor.fixes.runtime.patch`, so tests can undo it.
+- :data:`COUNT_FLOPS` (``{"path": ..., "step": n}``): the FLOPs of optimizer step ``n`` (a
+  warm-up step: the counter slows it), counted with ``torch.utils.flop_counter.FlopCounterMode``
+  between the post-hooks of steps ``n - 1`` and ``n``, written as JSON to ``path``:
+  ``{"flops": N, "step": n}``, or ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import types
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from advisor.capture.model import FixNote, FixRequest, NoteState
+
+ACCUMULATE = "sweep_accumulation"
+"""Request id: accumulate gradients over ``factor`` micro-batches per optimizer step."""
+COUNT_FLOPS = "sweep_flop_count"
+"""Request id: count one optimizer step's FLOPs and write them to ``path``."""
+OWN = (ACCUMULATE, COUNT_FLOPS)
+
+
+def install(fixes: Sequence[FixRequest]) -> dict[str, FixNote]:
+    """Install the catalog's fixes, then the sweep's own requests; return the live notes dict."""
+    from advisor.fixes import runtime
+
+    notes = runtime.install([f for f in fixes if f.id not in OWN])
+    for req in fixes:
+        if req.id == ACCUMULATE:
+            _accumulate(notes, int(req.params.get("factor", 1)))
+        elif req.id == COUNT_FLOPS:
+            _count_flops(Path(str(req.params["path"])), int(req.params.get("step", 2)))
+    return notes
+
+
+def _accumulate(notes: dict[str, FixNote], k: int) -> None:
+    """Make every optimizer step a real one only on each ``k``-th call (see the module doc)."""
+    import torch
+
+    from advisor.fixes.runtime import patch
+
+    if k <= 1:
+        notes[ACCUMULATE] = FixNote(NoteState.APPLIED, "accumulation 1: every optimizer step is real")
+        return
+    notes[ACCUMULATE] = FixNote(NoteState.PENDING, "waiting for a torch.optim optimizer")
+    # NOTE: one flag for the process: while any optimizer is summing micro-batches, a zero_grad
+    # (the optimizer's or model.zero_grad()) would throw the sum away.
+    summing = threading.Event()
+    original_init = torch.optim.Optimizer.__init__
+    original_module_zero = torch.nn.Module.zero_grad
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        original_init(self, *args, **kwargs)
+        inner_step, inner_zero = self.step, self.zero_grad
+        calls = [0]
+
+        def step(opt: Any, *a: Any, **kw: Any) -> Any:
+            calls[0] += 1
+            if calls[0] % k:
+                summing.set()
+                return None
+            summing.clear()
+            with torch.no_grad():
+                for group in opt.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None:
+                            p.grad.div_(k)
+            notes[ACCUMULATE] = FixNote(
+                NoteState.APPLIED,
+                f"gradients summed over {k} micro-batches per optimizer step (divided by {k}: their mean)",
+            )
+            return inner_step(*a, **kw)
+
+        def zero_grad(opt: Any, *a: Any, **kw: Any) -> Any:
+            return None if summing.is_set() else inner_zero(*a, **kw)
+
+        # NOTE: bound methods, as torch's own: an LR scheduler re-wraps ``opt.step.__func__``.
+        self.step, self.zero_grad = types.MethodType(step, self), types.MethodType(zero_grad, self)
+
+    def module_zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return None if summing.is_set() else original_module_zero(self, *args, **kwargs)
+
+    patch(torch.optim.Optimizer, "__init__", __init__)
+    patch(torch.nn.Module, "zero_grad", module_zero_grad)
+
+
+def _count_flops(path: Path, at_step: int) -> None:
+    """Count optimizer step ``at_step``'s FLOPs with FlopCounterMode and write them to ``path``."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.utils.flop_counter import FlopCounterMode
+
+    state: dict[str, Any] = {"steps": 0, "mode": None}
+    at_step = max(at_step, 2)  # the counter starts at a step's end: step 1's post-hook at the earliest
+    start = at_step - 1
+
+    def write(payload: dict[str, Any]) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(payload), encoding="utf-8")
+        except OSError:  # the run folder is gone: nothing to report to
+            pass
+
+    def after_step(*_: Any) -> None:
+        state["steps"] += 1
+        n = state["steps"]
+        try:
+            if n == start and state["mode"] is None:
+                mode = FlopCounterMode(display=False)
+                mode.__enter__()
+                state["mode"] = mode
+            elif n == at_step and state["mode"] is not None:
+                mode, state["mode"] = state["mode"], None
+                mode.__exit__(None, None, None)
+                write({"flops": int(mode.get_total_flops()), "step": n})
+                handle.remove()
+        except Exception as exc:  # noqa: BLE001 - a failed count must not stop the script
+            state["mode"] = None
+            write({"error": f"{type(exc).__name__}: {exc}"})
+            handle.remove()
+
+    handle = register_optimizer_step_post_hook(after_step)
