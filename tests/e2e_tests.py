@@ -37,6 +37,8 @@ E2E: tuple[str, ...] = (
     "report/test_report_compare_real.py",
     "report/test_report_tensorboard.py::test_tensorboard_serves_the_run_over_http",
     "report/test_report_tensorboard.py::test_killing_advisor_never_leaves_tensorboard_running",
+    "sweep/test_sweep.py::test_a_real_sweep_marks_the_cells_over_the_memory_budget",
+    "sweep/test_sweep_e2e.py",
 )
 """Tests (a file, or ``file::test``) that start real processes: a capture child, ``advisor``,
 torchrun, a wheel build or TensorBoard. They get the ``e2e`` marker, which ``make test-unit``

@@ -1,0 +1,107 @@
+"""advisor sweep for real: run-time accumulation and FLOP counts in a real child, and a real interrupt.
+
+The interrupt is sent once ``sweep.json`` shows a finished cell run (polled, never a fixed
+sleep): the saved table then says ``interrupted`` and keeps that cell, the exit code is 130, and
+no process of the run is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests" / "scripts" / "sweep_memory.py"
+GIVE_UP_S = 500.0  # only so a broken build fails instead of hanging; the test waits for a condition
+
+
+def _table(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "sweep.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _survivors(run_dir: Path) -> list[int]:
+    """Processes whose command line names the run directory (cell runs)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(run_dir).encode() in cmd:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_real_sweep_accumulates_at_run_time_and_counts_flops(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "advisor", "sweep", "--batch-sizes", "8,16", "--precisions", "fp32",
+         "--accumulation", "1,2", "--repeats", "1", "--warmup", "3", "--steps", "5", "--out", str(out),
+         "--format", "json", "-q", str(SCRIPT)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=GIVE_UP_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    rows = {(r["cell"]["batch_size"], r["cell"]["accumulation"]): r for r in data["results"]}
+    assert {r["status"] for r in rows.values()} == {"ok"}
+    # Linear(16, 1): 2*16 FLOPs forward and 2*16 for the weight gradient per sample, counted by torch
+    for r in rows.values():
+        assert r["flops_per_sample"] == pytest.approx(64.0)
+        assert r["tflops"] > 0 and r["mfu"] is not None and r["peak_source"] == "measured"
+    # the accumulation cell's optimizer steps each took 2 DataLoader batches of 8
+    cell_run = json.loads((out / "trials" / "bs8-acc2-fp32-1" / "capture.json").read_text())
+    assert set(cell_run["timed"]["samples"]) == {16}
+    assert cell_run["fix_notes"]["sweep_accumulation"]["state"] == "applied"
+    # 2 micro-batches of 8 on their mean gradient train as one batch of 16 (same samples, SGD): the
+    # first losses, against batch 8's, deviate as batch 16's do
+    assert rows[(8, 2)]["loss_delta"] == pytest.approx(rows[(16, 1)]["loss_delta"], rel=1e-3)
+    assert rows[(8, 2)]["loss_delta"] > 0.01
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_sweep_keeps_its_finished_cells(tmp_path: Path, sig: int) -> None:
+    run_dir = tmp_path / "sweep"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "sweep", "--batch-sizes", "8,16,32", "--precisions", "fp32",
+         "--repeats", "3", "--warmup", "3", "--steps", "5", "--out", str(run_dir), "-q", str(SCRIPT),
+         "--steps", "100000"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + GIVE_UP_S
+        while True:
+            table = _table(run_dir)
+            if table and table["status"] == "running" and any(r["repeats"] >= 1 for r in table["results"]):
+                break
+            assert proc.poll() is None, f"the sweep ended before a cell ran: {proc.communicate()}"
+            assert time.monotonic() < deadline, "no cell run finished in time"
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and str(run_dir) in err
+    final = _table(run_dir)
+    assert final is not None and final["status"] == "interrupted"
+    ran = [r for r in final["results"] if r["repeats"] >= 1]
+    assert ran and all(r["status"] == "ok" and r["samples_per_s"] > 0 for r in ran)
+    gone_by = time.monotonic() + 30.0
+    while _survivors(run_dir) and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    assert _survivors(run_dir) == [], "a process of the run outlived advisor"
