@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import psutil
 
@@ -35,3 +36,18 @@ def gone_within(*args: str, timeout_s: float = 30.0) -> list[int]:
         except ProcessLookupError:
             pass
     return left
+
+
+def survivors(run_dir: Path) -> list[int]:
+    """PIDs of processes whose command line names ``run_dir`` (a run's capture children and their workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(run_dir).encode() in cmd:
+            found.append(int(entry.name))
+    return found

@@ -36,6 +36,10 @@ def _row(x: CellResult, recommended: Cell | None) -> list[str]:
     if ok and x.repeats < 2 and x.ci_low is None:
         ci = "1 run: none"
     loss = "—" if x.loss_delta is None else f"{x.loss_delta:.1%}"
+    memory = _mib(x.peak_memory_bytes, x.memory_kind)
+    if ok:  # NOTE: a cell that ran marks what it could not measure; "—" is for cells that did not run
+        loss = "not recorded" if x.loss_delta is None else loss
+        memory = NOT_MEASURED if not x.peak_memory_bytes else memory
     if not ok:
         tflops = mfu = "—"
     else:
@@ -46,8 +50,8 @@ def _row(x: CellResult, recommended: Cell | None) -> list[str]:
         status += f" (unfinished: {x.repeats} run{'s' if x.repeats != 1 else ''})"
     elif ok and x.reason:
         status += f" ({x.reason})"
-    return [batch + mark, str(x.cell.accumulation), str(x.cell.precision), rate, ci,
-            _mib(x.peak_memory_bytes, x.memory_kind), loss, tflops, mfu, printable(status)]
+    return [batch + mark, str(x.cell.accumulation), str(x.cell.precision), rate, ci, memory, loss, tflops, mfu,
+            printable(status)]
 
 
 def _tflops(v: float) -> str:

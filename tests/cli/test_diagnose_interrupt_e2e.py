@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_helpers import survivors
 
 REPO = Path(__file__).resolve().parents[2]
 SLOW_LOADER = REPO / "tests" / "fixes" / "scripts" / "slow_loader.py"
@@ -27,21 +28,6 @@ def _report(run_dir: Path) -> dict | None:
         return json.loads((run_dir / "report.json").read_text())
     except (OSError, ValueError):
         return None
-
-
-def _survivors(run_dir: Path) -> list[int]:
-    """Processes whose command line names the run directory (trial children and their workers)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if str(run_dir).encode() in cmd:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -81,9 +67,9 @@ def test_a_stopped_diagnose_keeps_the_diagnosis_and_the_finished_trials(tmp_path
     # NOTE: the trial's process group was sent SIGKILL before advisor exited; its DataLoader
     # workers may take a moment to be reaped, so wait for that (bounded), never a fixed sleep.
     gone_by = time.monotonic() + 30.0
-    while _survivors(run_dir) and time.monotonic() < gone_by:
+    while survivors(run_dir) and time.monotonic() < gone_by:
         time.sleep(0.1)
-    assert _survivors(run_dir) == [], "a process of the run outlived advisor"
+    assert survivors(run_dir) == [], "a process of the run outlived advisor"
     # advisor report renders it and says it was interrupted
     shown = subprocess.run([sys.executable, "-m", "advisor", "report", str(run_dir)],
                            capture_output=True, text=True, cwd=tmp_path, timeout=120)

@@ -135,3 +135,17 @@ def test_the_script_as_it_is_needs_no_diff(tmp_path):
     table = run_sweep(_spec(tmp_path), parse_cells([8], ["fp32"]), repeats=1, runner=MemoryRunner())
     assert table.recommended == Cell(8, "fp32") and table.diff == ""
     assert "is the script as it is: nothing to change" in RENDERERS["text"](table)
+
+
+def test_every_column_of_a_cell_that_ran_is_filled_or_marked():
+    from advisor.sweep.model import CellResult, SweepTable
+    from advisor.sweep.render import HEADER, rows
+
+    ran = CellResult(cell=Cell(8), samples_per_s=10.0, repeats=1, not_measured="why not")
+    oom = CellResult(cell=Cell(64), status=CellStatus.OOM, reason="over the budget")
+    row, oom_row = rows(SweepTable(script="t.py", results=(ran, oom)))
+    cells = dict(zip(HEADER, row, strict=True))
+    assert cells["peak memory"] == "not measured" and cells["loss Δ"] == "not recorded"
+    assert cells["95% interval"] == "1 run: none" and cells["TFLOP/s"] == cells["MFU"] == "not measured"
+    assert all(c and c != "—" for c in row)
+    assert oom_row[-1] == "out_of_memory: over the budget"

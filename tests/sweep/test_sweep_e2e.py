@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_helpers import survivors
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "scripts" / "sweep_memory.py"
@@ -26,21 +27,6 @@ def _table(run_dir: Path) -> dict | None:
         return json.loads((run_dir / "sweep.json").read_text())
     except (OSError, ValueError):
         return None
-
-
-def _survivors(run_dir: Path) -> list[int]:
-    """Processes whose command line names the run directory (cell runs)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if str(run_dir).encode() in cmd:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.slow
@@ -102,6 +88,6 @@ def test_a_stopped_sweep_keeps_its_finished_cells(tmp_path: Path, sig: int) -> N
     ran = [r for r in final["results"] if r["repeats"] >= 1]
     assert ran and all(r["status"] == "ok" and r["samples_per_s"] > 0 for r in ran)
     gone_by = time.monotonic() + 30.0
-    while _survivors(run_dir) and time.monotonic() < gone_by:
+    while survivors(run_dir) and time.monotonic() < gone_by:
         time.sleep(0.1)
-    assert _survivors(run_dir) == [], "a process of the run outlived advisor"
+    assert survivors(run_dir) == [], "a process of the run outlived advisor"
