@@ -149,3 +149,13 @@ def test_every_column_of_a_cell_that_ran_is_filled_or_marked():
     assert cells["95% interval"] == "1 run: none" and cells["TFLOP/s"] == cells["MFU"] == "not measured"
     assert all(c and c != "—" for c in row)
     assert oom_row[-1] == "out_of_memory: over the budget"
+
+
+def test_a_script_with_a_batch_size_option_gets_a_command_line_not_a_patch(tmp_path):
+    options = (ScriptOption(name="batch_size", value=8, flag="--batch-size"), ScriptOption(name="accum", value=1, flag="--accum"))
+    spec = _spec(tmp_path, args=("--batch-size", "8"))
+    table = run_sweep(spec, parse_cells([8, 32], ["fp32"], [1, 2]), repeats=1, runner=MemoryRunner(options=options))
+    assert table.recommended == Cell(32, "fp32", 2)
+    assert "# advisor: run with the script's own arguments: python train.py --batch-size 32 --accum 2" in table.diff
+    assert "larger_batch: each optimizer step now sees 4x the samples" in table.diff  # the learning-rate note stays
+    assert "--- a/" not in table.diff  # nothing in the source changes
