@@ -182,7 +182,16 @@ def run_sweep(
     load_start = _load()
     loop = Measurer(spec, runner, None, repeats, 0.03, LOSS_STEPS)
     probe_req, probe_over = _counting((), {}, spec, loop.root / "probe")
+    planned = len(cells) * repeats  # until the probe tells which cell it stands for
+    if progress is not None:
+        progress(SweepProgress(0, planned, "probe (the script as it is)", 1, 1, started=True))
     probe = loop.run("probe", probe_req, probe_over)
+    if progress is not None:
+        rate = loop.rate(probe)
+        done = f"{rate:,.1f} samples/s" if rate else f"failed ({probe.status})"
+        typical = median(loop.walls)
+        progress(SweepProgress(1, max(planned, 1), "probe (the script as it is)", 1, 1, started=False, result=done,
+                               eta_s=None if typical is None else (planned - 1) * typical))
     if not probe.ok or loop.rate(probe) is None:
         why = probe.error.message if probe.error else f"status {probe.status}"
         raise UsageError(f"the plain run of the script failed ({why}); fix the script before sweeping it")

@@ -51,7 +51,8 @@ def test_progress_counts_never_go_backwards_and_carry_an_eta(tmp_path):
     # ETA: the runs left times the median run (1 s in the fake); the OOM cell's runs leave the plan
     assert all(e.eta_s == e.runs_total - e.run for e in finished)
     assert "out_of_memory" in next(e.line() for e in finished if e.cell == "bs64-fp32")
-    assert re.match(r"\[run \d+/\d+\] bs\d+-fp32 \d/3: running", events[0].line())
+    assert events[0].line() == "[run 1/9] probe (the script as it is) 1/1: running"  # before the plan is known
+    assert re.match(r"\[run 2/\d+\] bs\d+-fp32 \d/3: running", events[2].line())
 
 
 def test_an_interrupted_sweep_saves_its_finished_cells_and_exits_130(tmp_path):
