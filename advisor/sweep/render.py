@@ -9,6 +9,7 @@ accumulation), peak memory dashed on a second axis; every text from the script i
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 
 from advisor._serde import to_jsonable
@@ -55,12 +56,15 @@ def _row(x: CellResult, recommended: Cell | None) -> list[str]:
 
 
 def _tflops(v: float) -> str:
-    # NOTE: three significant figures: a CPU cell does a few GFLOP/s (0.00512 TFLOP/s), a GPU hundreds.
-    return f"{v:,.2f}" if v >= 100 else f"{v:.3g}"
+    # NOTE: three significant figures, never an exponent: a busy CPU cell does a tenth of a
+    # GFLOP/s (0.0000937 TFLOP/s), a GPU hundreds of TFLOP/s.
+    if v >= 100 or v <= 0 or not math.isfinite(v):
+        return f"{v:,.0f}" if math.isfinite(v) else str(v)
+    return f"{v:.{max(0, 2 - math.floor(math.log10(v)))}f}"
 
 
 def _pct(frac: float) -> str:
-    return f"{frac:.1%}" if frac >= 0.1 else f"{100 * frac:.2g}%"
+    return f"{frac:.1%}" if frac >= 0.1 or frac <= 0 else f"{_tflops(100 * frac)}%"
 
 
 def rows(t: SweepTable) -> list[list[str]]:

@@ -499,9 +499,15 @@ def _diff(spec: RunSpec, t: _Tally, ctx: FixContext) -> str:
     params: dict[str, Any] = dict(params_of) if len(ids) > 1 else dict(params_of[ids[0]])
     trial = Trial(fix="+".join(ids), safety=catalog.get(ids[0]).safety, fixes=ids, params=params)
     try:
-        return extra + make_diff(Path(spec.script), [trial])
+        diff = make_diff(Path(spec.script), [trial])
     except InputError as exc:
         return extra + f"# advisor: no diff: {exc}\n"
+    # NOTE: a new command line leads, as in the fix loop's diffs; the notes follow it.
+    lines = diff.splitlines(keepends=True)
+    lead = 0
+    while lead < len(lines) and lines[lead].startswith("# advisor: run with"):
+        lead += 1
+    return "".join(lines[:lead]) + extra + "".join(lines[lead:])
 
 
 def _by_command_line(spec: RunSpec, t: _Tally, ctx: FixContext) -> dict[str, dict[str, Any]]:

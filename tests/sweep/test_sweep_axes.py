@@ -156,6 +156,7 @@ def test_a_script_with_a_batch_size_option_gets_a_command_line_not_a_patch(tmp_p
     spec = _spec(tmp_path, args=("--batch-size", "8"))
     table = run_sweep(spec, parse_cells([8, 32], ["fp32"], [1, 2]), repeats=1, runner=MemoryRunner(options=options))
     assert table.recommended == Cell(32, "fp32", 2)
-    assert "# advisor: run with the script's own arguments: python train.py --batch-size 32 --accum 2" in table.diff
+    # the new command line leads, as in the fix loop's diffs
+    assert table.diff.startswith("# advisor: run with the script's own arguments: python train.py --batch-size 32 --accum 2\n")
     assert "larger_batch: each optimizer step now sees 4x the samples" in table.diff  # the learning-rate note stays
     assert "--- a/" not in table.diff  # nothing in the source changes
