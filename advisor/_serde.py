@@ -51,6 +51,24 @@ def from_dict(cls: type[T], data: Any) -> T:
     return cls(**kwargs)
 
 
+def load_checked(cls: type[T], data: Any, where: str, redo: str) -> T:
+    """Check ``data`` against ``cls`` (:func:`check_types`) and build it; a mismatch is an InputError.
+
+    Args:
+        cls: The dataclass to build.
+        data: The parsed JSON document.
+        where: The file it came from, named in the error.
+        redo: What the user should do about a bad file (``re-create it with advisor sweep``).
+    """
+    from advisor.errors import InputError
+
+    try:
+        check_types(cls, data, cls.__name__)
+    except TypeError as exc:
+        raise InputError(f"{where}: {exc}; {redo}") from None
+    return from_dict(cls, data)
+
+
 def _coerce(tp: Any, value: Any) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)

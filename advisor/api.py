@@ -469,6 +469,13 @@ def sweep_script(
     return table
 
 
+def load_sweep(path: Path) -> Any:
+    """Read a saved SweepTable from a sweep's run directory or its ``sweep.json``."""
+    from advisor.sweep.model import load_table
+
+    return load_table(path)
+
+
 def render_sweep(table: Any, fmt: str) -> str:
     """Render a SweepTable as ``text``, ``markdown``, ``json`` or ``html``."""
     from advisor.sweep.render import RENDERERS

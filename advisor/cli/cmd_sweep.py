@@ -18,6 +18,7 @@ Examples:
   advisor sweep --batch-sizes 8,16,32 --precisions fp32,bf16 train.py --epochs 1
   advisor sweep --batch-sizes 32,128 --memory-budget 3GB --format markdown -o sweep.md train.py
   advisor sweep --batch-sizes 8,32 --accumulation 1,4 --format html -o sweep.html train.py
+  advisor sweep --load advisor-runs/train-sweep-20261124-101500 -o sweep.html
 """
 
 
@@ -29,10 +30,12 @@ def _ints(text: str, option: str) -> list[int]:
 
 
 @click.command(epilog=EPILOG, context_settings={"allow_interspersed_args": False})
-@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("script", type=click.Path(path_type=Path), required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--batch-sizes", required=True, metavar="B1,B2,...",
-              help="DataLoader batch sizes, multiples of the script's own (set at run time).")
+@click.option("--batch-sizes", default=None, metavar="B1,B2,...",
+              help="DataLoader batch sizes, multiples of the script's own (set at run time). Required to run a sweep.")
+@click.option("--load", "load", type=click.Path(path_type=Path), default=None, metavar="RUN_DIR",
+              help="Render a saved sweep (its RUN_DIR or sweep.json, finished or interrupted) instead of running one.")
 @click.option("--precisions", default="fp32,bf16", show_default=True, metavar="P1,P2",
               help="Precisions among fp32, bf16, fp16 (autocast at run time).")
 @click.option("--accumulation", "accumulation", default="1", show_default=True, metavar="A1,A2",
@@ -53,17 +56,25 @@ def _ints(text: str, option: str) -> list[int]:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the table here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def sweep(
-    script: Path, script_args: tuple[str, ...], batch_sizes: str, precisions: str, accumulation: str,
+    script: Path | None, script_args: tuple[str, ...], batch_sizes: str | None, load: Path | None, precisions: str,
+    accumulation: str,
     memory_budget: int | None, repeats: int, warmup: int, timed_steps: int, timeout: float | None, out_dir: Path | None, fmt: str,
     output: Path | None, quiet: bool,
 ) -> int:
-    """Run SCRIPT at every batch size x precision and print throughput, memory and loss per cell."""
-    script = api.validate_script(script)
-    sizes = _ints(batch_sizes, "--batch-sizes")
-    accumulations = _ints(accumulation, "--accumulation")
+    """Run SCRIPT at every batch size x precision x accumulation and print throughput, memory and loss per cell."""
     fmt = fmt or _format_of(output)
     if fmt == "html" and output is None and sys.stdout.isatty():
         raise UsageError("HTML is not written to a terminal; add -o sweep.html (or redirect stdout)")
+    if load is not None:
+        if script is not None:
+            raise UsageError("--load renders a saved sweep; it takes no SCRIPT")
+        _emit(api.render_sweep(api.load_sweep(load), fmt), output)
+        return 0
+    if script is None or not batch_sizes:
+        raise UsageError("give --batch-sizes and SCRIPT to run a sweep (or --load RUN_DIR to render a saved one)")
+    script = api.validate_script(script)
+    sizes = _ints(batch_sizes, "--batch-sizes")
+    accumulations = _ints(accumulation, "--accumulation")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     spec = RunSpec(
         script=script, args=tuple(script_args),
@@ -77,13 +88,17 @@ def sweep(
                                  on_event, accumulations)
     finally:
         stop()
-    text = api.render_sweep(table, fmt)
+    _emit(api.render_sweep(table, fmt), output)
+    return 0
+
+
+def _emit(text: str, output: Path | None) -> None:
+    """Write the rendered sweep to ``-o`` (saying so on stderr), else to stdout."""
     if output is not None:
         output.write_text(text, encoding="utf-8")
         click.echo(f"advisor: wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
-    return 0
 
 
 def _format_of(output: Path | None) -> str:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
+from advisor._serde import load_checked
 from advisor._vocab import Vocab
+from advisor.errors import InputError
+from advisor.rundir import SWEEP_FILE
 
 SWEEP_SCHEMA_VERSION = 2
 
@@ -142,3 +147,27 @@ class SweepTable:
     load_avg: tuple[float, ...] = ()
     device: str = ""
     schema_version: int = SWEEP_SCHEMA_VERSION
+
+
+def load_table(path: Path) -> SweepTable:
+    """Read a saved sweep from its run directory or its ``sweep.json`` (complete, running or interrupted).
+
+    Raises:
+        InputError: No such file, not JSON, not a sweep, or a schema newer than this advisor reads.
+    """
+    path = Path(path)
+    file = path / SWEEP_FILE if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"no {SWEEP_FILE} in {path}; run `advisor sweep` first") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(f"cannot read {file} as a sweep ({exc}); re-create it with advisor sweep") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(version, bool) or not isinstance(version, int) or "results" not in data:
+        raise InputError(f"{file} is not an advisor sweep (no schema_version and results)")
+    if version > SWEEP_SCHEMA_VERSION:
+        raise InputError(
+            f"{file} has sweep schema {version}, newer than this advisor reads ({SWEEP_SCHEMA_VERSION}); upgrade advisor"
+        )
+    return load_checked(SweepTable, data, str(file), "re-create it with advisor sweep")
