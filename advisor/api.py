@@ -476,6 +476,47 @@ def load_sweep(path: Path) -> Any:
     return load_table(path)
 
 
+def sweep_format(fmt: str | None, output: Path | None) -> str:
+    """Decide a sweep's output format before it runs: ``fmt``, else ``output``'s extension, else text.
+
+    Raises:
+        UsageError: An extension advisor does not know, a format ``advisor sweep`` does not
+            write, HTML bound for a terminal, or ``-o`` naming a run directory's own file; all
+            before any run is spent.
+    """
+    import sys
+
+    from advisor.report.render import resolve_format
+    from advisor.rundir import refuse_managed_output
+    from advisor.sweep.render import RENDERERS
+
+    try:
+        chosen = resolve_format(fmt, output)
+    except UsageError:
+        raise UsageError(
+            f"cannot tell the format from {output}; pass --format ({', '.join(RENDERERS)}) or use .txt, .md, .json or .html"
+        ) from None
+    if chosen not in RENDERERS:
+        raise UsageError(f"advisor sweep writes {', '.join(RENDERERS)}, not {chosen!r}")
+    if chosen == "html" and (output is None or str(output) == "-") and sys.stdout.isatty():
+        raise UsageError("HTML is not written to a terminal; pass -o sweep.html or pipe it")
+    if output is not None and str(output) != "-":
+        refuse_managed_output(output)
+    return chosen
+
+
+def write_sweep(table: Any, fmt: str | None, output: Path | None) -> Path | None:
+    """Render a SweepTable and write it as diagnose writes reports: to ``output`` (atomically), else stdout.
+
+    The format is ``fmt``, else ``output``'s extension, else text; HTML is refused on a terminal
+    and ``-o`` never overwrites a run directory's own files.
+    """
+    from advisor.report.render import resolve_format, write_output
+
+    chosen = resolve_format(fmt, output)
+    return write_output(render_sweep(table, chosen), chosen, output)
+
+
 def render_sweep(table: Any, fmt: str) -> str:
     """Render a SweepTable as ``text``, ``markdown``, ``json`` or ``html``."""
     from advisor.sweep.render import RENDERERS

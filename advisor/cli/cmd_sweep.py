@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import sys
 from pathlib import Path
 
 import click
@@ -58,17 +57,16 @@ def _ints(text: str, option: str) -> list[int]:
 def sweep(
     script: Path | None, script_args: tuple[str, ...], batch_sizes: str | None, load: Path | None, precisions: str,
     accumulation: str,
-    memory_budget: int | None, repeats: int, warmup: int, timed_steps: int, timeout: float | None, out_dir: Path | None, fmt: str,
+    memory_budget: int | None, repeats: int, warmup: int, timed_steps: int, timeout: float | None, out_dir: Path | None,
+    fmt: str | None,
     output: Path | None, quiet: bool,
 ) -> int:
     """Run SCRIPT at every batch size x precision x accumulation and print throughput, memory and loss per cell."""
-    fmt = fmt or _format_of(output)
-    if fmt == "html" and output is None and sys.stdout.isatty():
-        raise UsageError("HTML is not written to a terminal; add -o sweep.html (or redirect stdout)")
+    fmt = api.sweep_format(fmt, output)  # a bad -o or format fails before any run
     if load is not None:
         if script is not None:
             raise UsageError("--load renders a saved sweep; it takes no SCRIPT")
-        _emit(api.render_sweep(api.load_sweep(load), fmt), output)
+        _emit(api.load_sweep(load), fmt, output)
         return 0
     if script is None or not batch_sizes:
         raise UsageError("give --batch-sizes and SCRIPT to run a sweep (or --load RUN_DIR to render a saved one)")
@@ -88,20 +86,13 @@ def sweep(
                                  on_event, accumulations)
     finally:
         stop()
-    _emit(api.render_sweep(table, fmt), output)
+    _emit(table, fmt, output)
     return 0
 
 
-def _emit(text: str, output: Path | None) -> None:
-    """Write the rendered sweep to ``-o`` (saying so on stderr), else to stdout."""
-    if output is not None:
-        output.write_text(text, encoding="utf-8")
-        click.echo(f"advisor: wrote {output}", err=True)
-    else:
-        click.echo(text, nl=False)
+def _emit(table: object, fmt: str, output: Path | None) -> None:
+    """Write the sweep to ``-o`` (saying so on stderr), else to stdout."""
+    written = api.write_sweep(table, fmt, output)
+    if written is not None:
+        click.echo(f"advisor: wrote {written}", err=True)
 
-
-def _format_of(output: Path | None) -> str:
-    """Return the format an ``-o`` file's extension names (``.md``, ``.json``, ``.html``), else text."""
-    ext = output.suffix.lower() if output is not None else ""
-    return {".md": "markdown", ".markdown": "markdown", ".json": "json", ".html": "html", ".htm": "html"}.get(ext, "text")

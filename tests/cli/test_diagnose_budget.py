@@ -73,8 +73,13 @@ def test_a_bad_accumulation_is_a_usage_error(capsys, script):
     assert code == 2 and "--accumulation takes whole numbers" in err
 
 
-def test_the_sweep_format_follows_the_output_extension():
-    from advisor.cli.cmd_sweep import _format_of
+def test_the_sweep_format_follows_the_output_extension_and_fails_before_any_run(tmp_path):
+    from advisor.errors import UsageError
 
-    assert [_format_of(Path(p)) for p in ("s.html", "s.md", "s.json", "s.txt")] == ["html", "markdown", "json", "text"]
-    assert _format_of(None) == "text"
+    assert [api.sweep_format(None, tmp_path / p) for p in ("s.html", "s.md", "s.json", "s.txt")] == [
+        "html", "markdown", "json", "text"]
+    assert api.sweep_format(None, None) == "text" and api.sweep_format("json", tmp_path / "s.md") == "json"
+    with pytest.raises(UsageError, match=r"cannot tell the format .*\(text, markdown, json, html\)"):
+        api.sweep_format(None, tmp_path / "s.docx")
+    with pytest.raises(UsageError, match="advisor sweep writes"):
+        api.sweep_format("sarif", None)
