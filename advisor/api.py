@@ -487,7 +487,7 @@ def sweep_format(fmt: str | None, output: Path | None) -> str:
     import sys
 
     from advisor.report.render import resolve_format
-    from advisor.rundir import refuse_managed_output
+    from advisor.rundir import SWEEP_FILE, is_managed_name, refuse_managed_output
     from advisor.sweep.render import RENDERERS
 
     try:
@@ -502,6 +502,10 @@ def sweep_format(fmt: str | None, output: Path | None) -> str:
         raise UsageError("HTML is not written to a terminal; pass -o sweep.html or pipe it")
     if output is not None and str(output) != "-":
         refuse_managed_output(output)
+        target = Path(output).absolute()
+        if (target.parent / SWEEP_FILE).is_file() and is_managed_name(target.name):
+            # NOTE: a sweep's own folder holds no capture, so refuse_managed_output does not know it
+            raise UsageError(f"{output} would overwrite {target.name} of the sweep in {target.parent}; choose another -o path")
     return chosen
 
 

@@ -59,3 +59,12 @@ def test_load_takes_no_script_and_a_run_needs_batch_sizes(capsys, saved, tmp_pat
     run_dir, _ = saved
     assert "takes no SCRIPT" in one_line_error(*invoke(capsys, "sweep", "--load", str(run_dir), str(tmp_path / "train.py"))[::2])
     assert "give --batch-sizes and SCRIPT" in one_line_error(*invoke(capsys, "sweep", str(tmp_path / "train.py"))[::2])
+
+
+@pytest.mark.parametrize("name", ["sweep.json", "sweep.diff"])
+def test_output_never_overwrites_a_sweeps_own_files(capsys, saved, name):
+    run_dir, _ = saved
+    before = (run_dir / "sweep.json").read_text()
+    code, _, err = invoke(capsys, "sweep", "--load", str(run_dir), "--format", "text", "-o", str(run_dir / name))
+    assert "would overwrite" in one_line_error(code, err)
+    assert (run_dir / "sweep.json").read_text() == before
