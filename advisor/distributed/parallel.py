@@ -21,13 +21,16 @@ them when the parent dies, so no worker outlives advisor.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from advisor._proc import die_with_parent
@@ -112,12 +115,26 @@ def _end_pool(pool: ProcessPoolExecutor) -> None:
     procs = list((getattr(pool, "_processes", None) or {}).values())
     for proc in procs:
         proc.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:
-        proc.join(timeout=5)
-        if proc.is_alive():  # SIGTERM not honoured in time: no worker outlives the pool
-            proc.kill()
-            proc.join(timeout=5)
+    # NOTE: exit is seen on each worker's sentinel, not with join()/is_alive(): the executor's
+    # own thread reaps the workers it sees die, and a waitpid() racing with it gets ECHILD, which
+    # multiprocessing reads as "still running" (CI saw a worker listed alive right after the
+    # error). A worker still running after 5 s ignored SIGTERM: it is killed.
+    running = _wait_exit(procs, 5.0)
+    for proc in running:
+        proc.kill()
+    _wait_exit(running, 5.0)
+    # the executor's thread joins every worker before it ends: once it has, none is left unreaped
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _wait_exit(procs: Sequence[BaseProcess], timeout: float) -> list[BaseProcess]:
+    """Wait until every process has exited or ``timeout`` passed; return those still running."""
+    deadline = time.monotonic() + timeout
+    running = {proc.sentinel: proc for proc in procs}
+    while running and (left := deadline - time.monotonic()) > 0:
+        for sentinel in multiprocessing.connection.wait(list(running), timeout=left):
+            running.pop(sentinel)  # type: ignore[call-overload]
+    return list(running.values())
 
 
 def analyze_files(
