@@ -26,7 +26,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
@@ -88,10 +88,11 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _run_pool(tasks: Sequence[_Task], jobs: int) -> list[RankDigest]:
+def _run_pool(tasks: Sequence[_Task], jobs: int, meanwhile: Callable[[], object]) -> list[RankDigest]:
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_worker_init)
     try:
         futures: list[Future[RankDigest]] = [pool.submit(_analyse, t) for t in tasks]
+        meanwhile()
         results = [f.result() for f in futures]
     except BrokenProcessPool as exc:
         _end_pool(pool)
@@ -138,7 +139,10 @@ def _wait_exit(procs: Sequence[BaseProcess], timeout: float) -> list[BaseProcess
 
 
 def analyze_files(
-    files: Sequence[Path], jobs: int = 1, is_user: UserPredicate = looks_like_user_file
+    files: Sequence[Path],
+    jobs: int = 1,
+    is_user: UserPredicate = looks_like_user_file,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> list[RankDigest]:
     """Analyse rank trace files, ``jobs`` at a time, into digests ordered by rank.
 
@@ -149,6 +153,9 @@ def analyze_files(
         files: One trace file per rank.
         jobs: Worker processes (1: in this process, one file after the other).
         is_user: Which source files are the user's (for locations).
+        meanwhile: Work of the caller's that needs no digest, done in this process while the
+            workers run (with ``jobs=1``, before the first file), so that it does not add to
+            the time after them.
 
     Returns:
         One digest per file, by rank; the first carries the lead extras.
@@ -162,7 +169,11 @@ def analyze_files(
         raise UsageError(f"--jobs {jobs}: pass 1 or more worker processes")
     tasks = [_Task(i, Path(f), i == 0, is_user) for i, f in enumerate(files)]
     jobs = min(jobs, len(tasks))
-    digests = _run_pool(tasks, jobs) if jobs > 1 else [_analyse(t) for t in tasks]
+    if jobs > 1:
+        digests = _run_pool(tasks, jobs, meanwhile)
+    else:
+        meanwhile()
+        digests = [_analyse(t) for t in tasks]
     ranks = [d.rank for d in digests]
     if len(set(ranks)) != len(ranks):
         digests = [d.relabel(i) for i, d in enumerate(digests)]
