@@ -6,6 +6,8 @@ only reads traces) never pays for importing torch.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import signal
 import sys
@@ -93,6 +95,8 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script: run the CLI and map errors to exit codes."""
+    atexit.unregister(_skip_final_collections)  # once, however often main() runs in one process
+    atexit.register(_skip_final_collections)
     try:
         with signals_interrupt():  # SIGTERM/SIGHUP stop as ^C does: children ended, data saved
             rv: Any = cli.main(args=argv, prog_name="advisor", standalone_mode=False)
@@ -121,6 +125,19 @@ def main(argv: list[str] | None = None) -> None:
             raise
         sys.exit(EXIT_USAGE)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _skip_final_collections() -> None:
+    """Collect the garbage once, then exempt what is left from the interpreter's exit collections.
+
+    At exit Python runs full garbage collections over every object still alive (pandas and
+    numpy loaded: about 0.1 CPU-s, a tenth of ``advisor analyze --jobs 2``'s serial part on a
+    64-rank job, paid after all the work is done). One collection here still runs the
+    finalizers of unreachable objects; what survives it is alive, and its memory goes back with
+    the process.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _interrupted(exc: KeyboardInterrupt) -> NoReturn:

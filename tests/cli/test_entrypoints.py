@@ -75,3 +75,47 @@ def test_cli_choices_match_the_report_stage() -> None:
 
     assert tuple(FORMATS) == tuple(RENDER_FORMATS)
     assert tuple(FAIL_ON) == tuple(FAIL_ON_CHOICES)
+
+
+def test_exit_collects_garbage_before_exempting_the_rest_from_exit_collections() -> None:
+    """The exit hook still finalizes unreachable cycles (written data is never left unflushed)."""
+    import gc
+
+    from advisor.cli.main import _skip_final_collections
+
+    finalized: list[str] = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            finalized.append("done")
+
+    gc.disable()  # NOTE: so that only the hook can collect the cycle
+    try:
+        Cycle()
+        _skip_final_collections()
+        assert finalized == ["done"]
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_exit_hook_is_registered_once_by_the_console_script() -> None:
+    code = (
+        "import atexit, sys\n"
+        "from advisor.cli import main as m\n"
+        "calls = []\n"
+        "atexit.register = lambda f, *a: calls.append(f)\n"
+        "atexit.unregister = lambda f: calls.remove(f) if f in calls else None\n"
+        "for _ in range(2):\n"
+        "    try:\n"
+        "        m.main(['--version'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(len(calls), calls[0].__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-2:] == ["1", "_skip_final_collections"]
