@@ -109,7 +109,7 @@ def _run_pool(tasks: Sequence[_Task], jobs: int, meanwhile: Callable[[], object]
     return results
 
 
-def _end_pool(pool: ProcessPoolExecutor) -> None:
+def _end_pool(pool: ProcessPoolExecutor, grace: float = 5.0) -> None:
     # NOTE: the executor has no public way to stop running workers before Python 3.14
     # (terminate_workers); its process table is the only handle on them, and shutdown()
     # drops it, so it is taken first.
@@ -119,11 +119,11 @@ def _end_pool(pool: ProcessPoolExecutor) -> None:
     # NOTE: exit is seen on each worker's sentinel, not with join()/is_alive(): the executor's
     # own thread reaps the workers it sees die, and a waitpid() racing with it gets ECHILD, which
     # multiprocessing reads as "still running" (CI saw a worker listed alive right after the
-    # error). A worker still running after 5 s ignored SIGTERM: it is killed.
-    running = _wait_exit(procs, 5.0)
+    # error). A worker still running after ``grace`` seconds ignored SIGTERM: it is killed.
+    running = _wait_exit(procs, grace)
     for proc in running:
         proc.kill()
-    _wait_exit(running, 5.0)
+    _wait_exit(running, grace)
     # the executor's thread joins every worker before it ends: once it has, none is left unreaped
     pool.shutdown(wait=True, cancel_futures=True)
 

@@ -8,6 +8,7 @@ clock, rank 2 the straggler. Every test compares against :func:`compute_metrics`
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import sys
@@ -101,6 +102,39 @@ def test_a_broken_rank_file_is_named_and_the_workers_end(job: Path, tmp_path: Pa
     with pytest.raises(TraceError, match="worker3"):
         analyze_files(find_trace_files(broken), jobs=2)
     assert multiprocessing.active_children() == []
+
+
+def _ignore_sigterm(marker: str) -> None:
+    """A worker task that ignores SIGTERM, says so, and never ends on its own."""
+    import os
+    import signal
+    import time
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(marker, str(os.getpid())).write_text("ready")
+    while True:
+        time.sleep(0.1)
+
+
+def test_workers_that_ignore_sigterm_are_killed_and_reaped(tmp_path: Path) -> None:
+    import multiprocessing
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from advisor.distributed import parallel
+
+    pool = ProcessPoolExecutor(max_workers=2, mp_context=parallel._context(), initializer=parallel._worker_init)
+    for _ in range(2):
+        pool.submit(_ignore_sigterm, str(tmp_path))
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.iterdir())) < 2:  # both workers run the task, SIGTERM ignored
+        assert time.monotonic() < deadline, "the workers never started the task"
+        time.sleep(0.05)
+    parallel._end_pool(pool, grace=0.5)
+    assert multiprocessing.active_children() == []
+    for pid in (int(f.name) for f in tmp_path.iterdir()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_report_json_is_the_same_at_any_jobs(job: Path) -> None:
