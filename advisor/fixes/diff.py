@@ -16,7 +16,10 @@ and makes the mechanical changes a kept fix stands for:
   ``with torch.autocast(device_type=..., dtype=torch.bfloat16):``;
 - ``fused_optimizer``: ``fused=True`` on the optimizer's constructor;
 - ``cpu_threads`` / ``cudnn_benchmark`` / ``tf32``: one statement after the imports;
-- ``non_blocking_copy``: ``non_blocking=True`` on ``.to(device)`` calls inside loops.
+- ``non_blocking_copy``: ``non_blocking=True`` on ``.to(device)`` calls inside loops;
+- ``fused_attention``: hand-written attention in a class's ``forward`` rewritten into
+  ``scaled_dot_product_attention`` by :mod:`advisor.fixes.attention` (what the run-time install
+  binds too), ``attn_implementation="sdpa"`` on ``from_pretrained(...)`` calls.
 
 What cannot be made mechanical (e.g. the gradient-accumulation count after batch fusion, the
 learning rate after a larger batch, fp16 loss scaling, input layout for channels_last) is said
@@ -466,6 +469,9 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
     tr = _Transformer(plan, finder.model, loaders.names)
     new = module.visit(tr)
     manual = list(plan.manual)
+    if plan.fused_attention:
+        new, notes = fused_attention(new)
+        manual += notes
     if plan.loader_kwargs and "loader" not in tr.done:
         manual.append("DataLoader settings: no DataLoader(...) call found; set " + ", ".join(
             f"{k}={v}" for k, v in plan.loader_kwargs.items()))
@@ -510,6 +516,21 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
     if plan.header_statements and not re.search(r"^import torch\b|^from torch\b", source, re.M):
         code = "import torch\n" + code
     return code, manual
+
+
+def fused_attention(module: cst.Module) -> tuple[cst.Module, list[str]]:
+    """Rewrite hand-written attention (the run-time install's own transformation); say what is left."""
+    from advisor.fixes.attention import rewrite_module
+
+    new, rw = rewrite_module(module)
+    notes = [f"fused_attention: {why}; left as written" for why in rw.refused]
+    if not rw.changed and not rw.loads:
+        notes.append(
+            "fused_attention: no class forward with q @ k.transpose(-2, -1) -> softmax -> @ v found in this "
+            "script; call torch.nn.functional.scaled_dot_product_attention(q, k, v, ...) where attention is "
+            "computed (Hugging Face: from_pretrained(..., attn_implementation=\"sdpa\"))"
+        )
+    return new, notes
 
 
 def diff_root(script: Path) -> Path:

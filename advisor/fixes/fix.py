@@ -171,6 +171,8 @@ class DiffPlan:
         commands: New command lines that make a fix permanent through the script's own
             arguments (no source change).
         manual: What cannot be made mechanical, one line each.
+        fused_attention: Rewrite hand-written attention in the script's classes into
+            ``scaled_dot_product_attention`` (:mod:`advisor.fixes.attention`).
     """
 
     loader_kwargs: dict[str, str] = field(default_factory=dict)
@@ -188,6 +190,7 @@ class DiffPlan:
     read_every: int = 0
     commands: list[str] = field(default_factory=list)
     manual: list[str] = field(default_factory=list)
+    fused_attention: bool = False
 
 
 Check = Callable[[FixContext], "str | None"]

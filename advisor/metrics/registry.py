@@ -95,6 +95,10 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("autograd_op_count", "count", "step", "CPU operators per step that recorded an autograd graph node (grad mode on)"),
     MetricSpec("backward_op_count", "count", "step", "Autograd backward functions run per step (0: no backward pass)"),
     MetricSpec("cpu_op_small_frac", "frac", "step", "Share of top-level CPU operators shorter than 20 us"),
+    MetricSpec(
+        "hand_attention_count", "count", "step",
+        "Hand-written attention blocks per step: matmul -> softmax -> matmul in a row on one thread (advisor.metrics.attention)",
+    ),
     # --- data loading -----------------------------------------------------------------------------
     MetricSpec("dataloader_wait_ms", "ms", "step", "Time in DataLoader __next__ per step"),
     # --- memory -----------------------------------------------------------------------------------
@@ -198,6 +202,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     "cpu_ops": ("cpu_op_count", "cpu_op_median_us", "cpu_op_small_frac", "autograd_op_count", "backward_op_count"),
     "data_loading": ("dataloader_wait_ms",),
+    "attention": ("hand_attention_count",),
     "communication": ("comm_overlap_frac", "comm_time_ms"),
     "flops": ("flops_per_step", "achieved_tflops"),
     # NOTE: computed after metrics.steps, by advisor.metrics.gpuview (idle, roofline, tensorcore)

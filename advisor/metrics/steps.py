@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from advisor.metrics.attention import hand_attention_count
 from advisor.metrics.breakdown import breakdown
 from advisor.metrics.events import Classified, classify, find_windows, launch_ts, name_mask
 from advisor.metrics.flops import FlopsResult, compute_flops, peak_tflops
@@ -210,6 +211,7 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     cols.update(_copy_columns(scan) if gpu else _nan_family(scan, "copies"))
     cols.update(_cpu_op_columns(scan))
     cols["dataloader_wait_ms"] = union_per_step(_clip(ev, cls.dataloader, windows), scan.n) / 1e3
+    cols["hand_attention_count"] = hand_attention_count(ev, cls.cpu_op, windows, scan.n)
     cols.update(_comm_columns(scan))
     fl = compute_flops(ev, cls.cpu_op)
     flops_cols, flops_note = _flops_columns(scan, fl)

@@ -26,6 +26,7 @@ MODULES: tuple[str, ...] = (
     "fp16_amp",
     "script_args",
     "batch_fusion",
+    "fused_attention",  # before compile: the rewritten forward is what gets traced
     "channels_last",
     "torch_compile",
     "cudnn_benchmark",

@@ -1,0 +1,103 @@
+"""Hand-written attention in a trace: ``matmul -> softmax -> matmul`` on one call path.
+
+Attention written out by hand shows on the CPU side of a trace as three operators in a row on
+one thread: a batched matmul (``q @ k.T``: ``aten::matmul`` / ``aten::bmm`` / ``aten::baddbmm``),
+a ``softmax`` (``aten::softmax`` / ``aten::_softmax``; scaling, masking and dropout ops between
+them are ignored), and a second batched matmul (``weights @ v``), once per attention layer and
+step. ``scaled_dot_product_attention`` shows as one ``aten::scaled_dot_product_attention``
+instead, so a model that already uses it counts zero.
+
+How the sequence is found (vectorised, no per-event Python loop over the whole trace):
+
+- only the operators of interest are looked at, the outermost among them on each thread
+  (``aten::matmul`` wraps an ``aten::bmm``, ``aten::softmax`` an ``aten::_softmax``);
+- linear layers (``aten::linear`` / ``aten::addmm`` / ``aten::mm``) are tokens too, so that a
+  softmax between two linear layers (a classifier head, a gating MLP) never reads as attention,
+  and a matmul nested inside ``aten::linear`` is not taken for a batched matmul;
+- ``M S M`` three tokens in a row on the same thread is one hand-written attention, counted in
+  the step of its first matmul; the backward pass never matches (softmax's backward is
+  ``aten::_softmax_backward_data``);
+- when the trace recorded shapes, the first matmul's output and the second's first input must
+  have the same last two dimensions (the weights of ``weights @ v`` are the softmax of
+  ``q @ k.T``): a mismatch is not attention.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from advisor.metrics.events import name_mask, take
+from advisor.metrics.intervals import Windows, point_step
+
+BATCHED_MATMUL = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm"})
+SOFTMAX = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax"})
+LINEAR = frozenset({"aten::linear", "aten::addmm", "aten::mm"})
+
+_M, _S, _L = 1, 2, 3
+
+
+def hand_attention_count(events: pd.DataFrame, cpu_op: np.ndarray, windows: Windows, n: int) -> np.ndarray:
+    """Hand-written attention blocks (matmul -> softmax -> matmul) per step.
+
+    Args:
+        events: One trace's events (columns ``name``, ``tid``, ``ts``, ``end``, ``input_dims``).
+        cpu_op: Row mask of CPU operators.
+        windows: The steps' windows.
+        n: Number of steps.
+
+    Returns:
+        A float array of length ``n``: the count in each step.
+    """
+    names = events["name"]
+    kind = np.zeros(len(events), dtype=np.int8)
+    kind[name_mask(names, lambda s: s in BATCHED_MATMUL)] = _M
+    kind[name_mask(names, lambda s: s in SOFTMAX)] = _S
+    kind[name_mask(names, lambda s: s in LINEAR)] = _L
+    rows = np.flatnonzero(cpu_op & (kind > 0))
+    out = np.zeros(n, dtype=np.float64)
+    if len(rows) < 3:
+        return out
+    tid = events["tid"].cat.codes.to_numpy()[rows]
+    ts = events["ts"].to_numpy()[rows]
+    end = events["end"].to_numpy()[rows]
+    # Outermost on each thread (parents first when two start together, as in top_level_ops).
+    order = np.lexsort((-end, ts, tid))
+    tid_s, ts_s, end_s = tid[order], ts[order], end[order]
+    run = pd.Series(end_s).groupby(tid_s).cummax().to_numpy()
+    top = np.r_[True, tid_s[1:] != tid_s[:-1]] | (ts_s >= np.r_[-np.inf, run[:-1]])
+    rows, tid_s = rows[order[top]], tid_s[top]
+    k = kind[rows]
+    if len(rows) < 3:
+        return out
+    hit = (
+        (k[:-2] == _M) & (k[1:-1] == _S) & (k[2:] == _M)
+        & (tid_s[:-2] == tid_s[1:-1]) & (tid_s[1:-1] == tid_s[2:])
+    )
+    first = np.flatnonzero(hit)
+    if len(first) == 0:
+        return out
+    dims = events["input_dims"] if "input_dims" in events.columns else None
+    if dims is not None:
+        a = take(dims, rows[first])
+        b = take(dims, rows[first + 2])
+        first = first[np.array([_shapes_agree(x, y) for x, y in zip(a, b, strict=True)], dtype=bool)]
+    step = point_step(events["ts"].to_numpy()[rows[first]], windows)
+    return out + np.bincount(step[step >= 0], minlength=n)[:n]
+
+
+def _shapes_agree(first: object, second: object) -> bool:
+    """``q @ k.T``'s output and ``weights @ v``'s first input share their last two dims (True when unknown)."""
+    try:
+        a = json.loads(first) if isinstance(first, str) else None
+        b = json.loads(second) if isinstance(second, str) else None
+    except ValueError:
+        return True
+    if not (isinstance(a, list) and isinstance(b, list) and len(a) >= 2 and len(b) >= 1):
+        return True
+    q, kt, w = a[0], a[1], b[0]
+    if not all(isinstance(x, list) and len(x) >= 2 for x in (q, kt, w)):
+        return True
+    return [q[-2], kt[-1]] == w[-2:]
