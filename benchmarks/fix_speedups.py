@@ -10,7 +10,8 @@ For each example with a hand-fixed twin (``examples/<name>.py`` and ``examples/f
    and the hand-tuned twin (the ceiling). Each script prints its own steady samples/s
    (``done: N steps, R samples/s``); the median over the repeats is used;
 3. print a table: advisor's reported speedup (with its interval) vs the plainly measured speedup
-   of the same fix vs the twin's.
+   of the same fix vs the twin's. A fix that is advice only (``host_reads``) is never run by
+   advisor: its row reads ``advice: not measured`` and the plain column times its diff.
 
 ``--script-args`` does the same for a fix made through the script's own arguments: advisor's
 ``script_args`` trial on ``tests/scripts/tiny_gpt.py --batch-size 8 --accum 40`` (nanoGPT-style
@@ -54,11 +55,12 @@ SUGGESTED: dict[str, tuple[str, ...]] = {
     "grad_accumulation": ("batch_fusion",),
     "tiny_model": ("torch_compile", "batch_fusion", "larger_batch"),
     "compute_bound": ("bf16_autocast", "torch_compile"),
-    "sync_logging": (),
+    "sync_logging": ("host_reads",),  # advice: never run, its diff is timed by hand below
     "pageable_copies": ("pin_memory", "non_blocking_copy"),
     "monai_segmentation": ("dataloader_workers", "cpu_threads", "bf16_autocast"),
     "transformer_lm": ("bf16_autocast", "torch_compile", "fused_optimizer"),
     "inference_autograd": ("inference_mode",),
+    "attention_lm": ("fused_attention",),
 }
 
 RATE = re.compile(r"([0-9.]+) samples/s")
@@ -99,7 +101,7 @@ def bench(name: str, repeats: int, plain_repeats: int, from_diagnose: bool, work
         suggested = suggested_from_diagnose(script, out)
     else:
         suggested = [FixRef(f, registry.safety_of(f)) for f in SUGGESTED.get(name, ())]
-    print(f"== {name}: trying {', '.join(r.id for r in suggested) or 'nothing'}", flush=True)
+    print(f"== {name}: trying {', '.join(r.id for r in suggested) or 'nothing'} ({load()})", flush=True)
 
     def show(e: TrialProgress) -> None:
         est = f" est {e.estimate:.2f}x" if e.estimate else ""
@@ -124,7 +126,13 @@ def bench(name: str, repeats: int, plain_repeats: int, from_diagnose: bool, work
     # plain timing checks a "no effect" verdict too).
     measured = [t for t in outcome.trials if t.speedup is not None and t.verdict != "failed"]
     shown = outcome.combined or (max(measured, key=lambda t: t.speedup) if measured else None)
-    checked = list(outcome.kept_trials) or ([shown] if shown is not None else [])
+    advice = [t for t in outcome.trials if t.verdict == "advice"]
+    checked = list(outcome.kept_trials) or ([shown] if shown is not None else []) or advice
+    if shown is None and advice:
+        # NOTE: advice is never run by advisor: it reports no figure, and the plain columns time
+        # its diff applied by hand.
+        result["advisor_verdict"] = "advice: not measured"
+        result["checked_fix"] = "+".join(t.fix for t in advice)
     if shown is not None:
         result["advisor_speedup"] = shown.speedup
         result["advisor_ci"] = [shown.ci_low, shown.ci_high]
@@ -213,7 +221,10 @@ def fmt(x: float | None) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--examples", nargs="*", default=["data_loading", "grad_accumulation"])
+    p.add_argument(
+        "--examples", nargs="*",
+        default=["data_loading", "grad_accumulation", "sync_logging", "inference_autograd", "attention_lm"],
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--plain-repeats", type=int, default=3)
     p.add_argument("--from-diagnose", action="store_true")
@@ -234,6 +245,7 @@ def main() -> None:
             continue
         results.append(bench(name, args.repeats, args.plain_repeats, args.from_diagnose, work))
     print()
+    print(load())
     print(f"{'example':18s} {'kept':20s} {'fix checked':20s} {'advisor (95% CI), verdict':36s} "
           f"{'plain, same fix':16s} {'twin (ceiling)':14s} loop")
     for r in results:

@@ -46,3 +46,21 @@ def test_workers_measurably_help_a_loading_bound_script(tmp_path: Path):
     runs = sorted(p.name for p in (tmp_path / "run" / "trials").iterdir())
     assert "baseline-1" in runs and any(r.startswith("dataloader_workers-w") for r in runs)
     assert all((tmp_path / "run" / "trials" / r / "capture.json").is_file() for r in runs)
+
+
+@pytest.mark.slow
+def test_fused_attention_rewrites_the_zoo_models_attention_in_the_child(tmp_path: Path):
+    """The child binds the rewritten forward on the model's first call; the losses stay the script's."""
+    script = Path(__file__).resolve().parents[2] / "examples" / "attention_lm.py"
+    before = script.read_text()
+    args = ("--batch-size", "2", "--context", "32", "--d-model", "16", "--vocab", "32", "--dropout", "0.1")
+    common = dict(script=script, args=args, warmup_steps=1, timed_steps=3, profiled_steps=0, seed=0,
+                  record_loss_steps=3, quiet=True, fix_installers=("advisor.fixes.runtime",))
+    base = capture_run.capture(RunSpec(out_dir=tmp_path / "base", **common))
+    cap = capture_run.capture(RunSpec(out_dir=tmp_path / "run", fixes=(FixRequest("fused_attention"),), **common))
+    assert base.ok and cap.ok, (base.error, cap.error)
+    note = str(cap.fix_notes["fused_attention"])
+    assert note.startswith("applied: CausalSelfAttention.forward rewritten to scaled_dot_product_attention"), note
+    # CPU SDPA draws its dropout masks as F.dropout does: the losses match to rounding.
+    assert cap.losses == pytest.approx(base.losses, rel=1e-4)
+    assert script.read_text() == before

@@ -11,7 +11,7 @@ from advisor.fixes.registry import FixContext, FixSpec, worker_ladder
 SAFE = {"dataloader_workers", "pin_memory", "persistent_workers", "prefetch_factor",
         "non_blocking_copy", "cpu_threads", "inference_mode", "host_reads"}
 UNSAFE = {"bf16_autocast", "fp16_amp", "batch_fusion", "torch_compile", "cudnn_benchmark", "tf32",
-          "channels_last", "fused_optimizer", "larger_batch", "script_args"}
+          "channels_last", "fused_optimizer", "larger_batch", "script_args", "fused_attention"}
 
 
 def test_every_shared_fix_id_is_registered_once_with_its_safety():
