@@ -93,6 +93,8 @@ class FixOptions:
         budget_s: Seconds the whole fix loop may take (``--budget``); None: no limit.
         exhaustive: Measure every suggested fix for every planned round with the full warm-up
             (``--exhaustive``): no Amdahl skips, no early stops, no shortened warm-up.
+        cold_start: Start every trial run in a fresh interpreter (``--cold-start``) instead of
+            forking it from the warm-start server (:mod:`advisor.capture.warm`).
     """
 
     enabled: bool = True
@@ -102,6 +104,7 @@ class FixOptions:
     write: bool = False
     budget_s: float | None = None
     exhaustive: bool = False
+    cold_start: bool = False
 
 
 @dataclass(frozen=True)
@@ -400,26 +403,40 @@ def try_fixes(
     """Measure the fixes the findings suggest (or ``options.only``); the loop also builds the diff.
 
     Trial runs go to ``<run>/trials/``; the user's script is only written with ``--write``.
+    Single-process trial runs are forked from a warm-start server unless ``options.cold_start``
+    (:func:`advisor.capture.warm.warm_runner`; it falls back to cold starts by itself).
     """
+    from advisor.capture.warm import warm_runner
     from advisor.fixes.diff import write_diff
-    from advisor.fixes.trials import run_trials
+    from advisor.fixes.trials import INSTALLER, run_trials
+    from advisor.rundir import TRIALS_DIR
 
-    outcome = run_trials(
-        replace(spec, quiet=True),
-        _suggested_fixes(diagnosis.findings),
-        unsafe=options.unsafe,
-        only=options.only,
-        repeats=options.repeats,
-        runner=_runner(spec),
-        progress=progress,
-        checkpoint=checkpoint,
-        breakdown=None if options.exhaustive else diagnosis.breakdown,
-        impacts=_fix_impacts(diagnosis.findings),
-        budget_s=options.budget_s,
-        early_stop=not options.exhaustive,
-        settle_warmup=not options.exhaustive,
-        profile_kept=spec.profiled_steps > 0,
+    trial_spec = replace(spec, quiet=True)
+    warm = warm_runner(
+        trial_spec, _runner(spec), enabled=not options.cold_start, modules=(INSTALLER,),
+        log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log",
     )
+    with warm as (runner, started):
+        outcome = run_trials(
+            trial_spec,
+            _suggested_fixes(diagnosis.findings),
+            unsafe=options.unsafe,
+            only=options.only,
+            repeats=options.repeats,
+            runner=runner,
+            progress=progress,
+            checkpoint=checkpoint,
+            breakdown=None if options.exhaustive else diagnosis.breakdown,
+            impacts=_fix_impacts(diagnosis.findings),
+            budget_s=options.budget_s,
+            early_stop=not options.exhaustive,
+            settle_warmup=not options.exhaustive,
+            profile_kept=spec.profiled_steps > 0,
+        )
+    if started.start_s:
+        # NOTE: the server's own start belongs to no run; it is overhead the loop paid once.
+        outcome = replace(outcome, phases_s={**outcome.phases_s, "server": round(started.start_s, 4)})
+    outcome = replace(outcome, notes=(*outcome.notes, *started.notes()))
     if outcome.diff and options.write:
         backup = write_diff(Path(spec.script), outcome.diff)
         outcome = replace(outcome, notes=(*outcome.notes, f"applied the diff to {spec.script} (backup: {backup})"))

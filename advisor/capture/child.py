@@ -500,8 +500,12 @@ def _kill_children() -> None:
     end_own_children()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``python -m advisor.capture.child CONFIG.json``."""
+def main(argv: list[str] | None = None, t0: float = _T0) -> None:
+    """Entry point: ``python -m advisor.capture.child CONFIG.json``.
+
+    ``t0`` is when the child started: this module's first line, or the fork of a warm start
+    (:mod:`advisor.capture.warm`), whose child comes here with everything already imported.
+    """
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m advisor.capture.child CONFIG.json", file=sys.stderr)
@@ -512,7 +516,7 @@ def main(argv: list[str] | None = None) -> None:
     die_with_parent(signal.SIGTERM)
     config = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     spec = from_dict(RunSpec, config["spec"])
-    session = ChildSession(spec, Path(config["run_dir"]))
+    session = ChildSession(spec, Path(config["run_dir"]), t0)
     code = session.run()
     if session.status in (RunStatus.STOPPED, RunStatus.TIMEOUT):
         # NOTE: advisor cut the script short: skip interpreter shutdown (the script's atexit

@@ -35,6 +35,12 @@ class RunStatus(Vocab):
     INTERRUPTED = "interrupted"  # advisor was interrupted (Ctrl-C, SIGTERM, SIGHUP) while it ran
 
 
+class StartKind(Vocab):
+    """How a run's child process started, as recorded in ``RunCapture.start``."""
+
+    COLD = "cold"  # a fresh interpreter: ``python -m advisor.capture.child``, imports and all
+    WARM = "warm"  # forked from the warm-start server, torch already imported (advisor.capture.warm)
+
 
 
 class NoteState(str, Enum):
@@ -403,7 +409,11 @@ class RunCapture:
         phases_s: Where the run's wall time went, in seconds: ``process`` (interpreter start
             and exit, outside the child's clock), ``imports``, ``setup`` (to the end of the first
             step), ``warmup``, ``timed``, ``profiled``, ``cprofile``, ``finishing`` (see
-            :meth:`advisor.capture.recorder.StepRecorder.phase_seconds`).
+            :meth:`advisor.capture.recorder.StepRecorder.phase_seconds`). A warm run's
+            ``process`` is the fork and the request to the server, its ``imports`` what was
+            not imported before the fork.
+        start: How the child process started (:class:`StartKind`): ``cold`` (a fresh
+            interpreter) or ``warm`` (forked from the warm-start server).
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -441,6 +451,7 @@ class RunCapture:
     user_code: UserCode | None = None
     phases_s: dict[str, float] = field(default_factory=dict)
     script_config: ScriptConfig = field(default_factory=ScriptConfig)
+    start: StartKind = StartKind.COLD
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

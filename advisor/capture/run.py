@@ -50,6 +50,7 @@ from advisor.capture.model import (
     RunSpec,
     RunStatus,
     ScriptError,
+    StartKind,
 )
 from advisor.capture.recorder import Phases
 from advisor.capture.sampler import UtilSampler
@@ -118,7 +119,8 @@ def prepare_run_dir(out_dir: Path) -> Path:
     return rundir.prepare(out_dir)
 
 
-def _child_env(spec: RunSpec) -> dict[str, str]:
+def child_env(spec: RunSpec) -> dict[str, str]:
+    """Return the run child's environment: advisor's, the spec's extra variables, advisor importable."""
     env = dict(os.environ)
     env.update(spec.env)
     try:
@@ -181,24 +183,32 @@ class EventRelay:
                     self.progress = None
 
 
+Spawn = Callable[[list[str], RunSpec, Any, Any], Any]
+"""Starts the child instead of Popen: ``(cmd, spec, stdout, stderr) -> a Popen-like process``
+(the warm start, :meth:`advisor.capture.warm.WarmServer.popen`)."""
+
+
 @contextlib.contextmanager
-def started(cmd: list[str], spec: RunSpec, run_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], ProcessTree]]:
+def started(
+    cmd: list[str], spec: RunSpec, run_dir: Path, spawn: Spawn | None = None,
+) -> Iterator[tuple[subprocess.Popen[bytes], ProcessTree]]:
     """Start the child in its own session; whatever happens, leave no process of it behind.
 
     Yields the process and its :class:`ProcessTree`, which the caller refreshes while waiting.
+    ``spawn`` starts it instead of Popen (a fork from the warm-start server), with the same logs.
     """
     try:
         logs = (run_dir / STDOUT_LOG).open("wb"), (run_dir / STDERR_LOG).open("wb")
     except OSError as exc:
         raise InputError(f"cannot create the logs in {run_dir} ({exc.strerror or exc}); choose another --out") from exc
     with logs[0] as out, logs[1] as err:
-        proc = subprocess.Popen(
+        proc = spawn(cmd, spec, out, err) if spawn is not None else subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             cwd=str(spec.cwd) if spec.cwd is not None else None,
-            env=_child_env(spec),
+            env=child_env(spec),
             start_new_session=True,  # own process group: we can end it whole; ^C is ours
             # NOTE: if advisor dies outright (SIGKILL), the child (torchrun too) gets SIGTERM.
             preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
@@ -216,13 +226,15 @@ def started(cmd: list[str], spec: RunSpec, run_dir: Path) -> Iterator[tuple[subp
         tree.kill_all()
 
 
-def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCapture:
+def capture(spec: RunSpec, progress: ProgressCallback | None = None, warm: Any = None) -> RunCapture:
     """Run ``spec.script`` in a child process, measured, and return (and save) its capture.
 
     Args:
         spec: What to run and how (phases, timeout, fixes, seed, output folder).
         progress: Called from a background thread with each :class:`ProgressEvent` (phase,
             steps, elapsed); the first has phase ``starting``, the last ``done``.
+        warm: A running :class:`advisor.capture.warm.WarmServer` to fork the child from
+            instead of starting a fresh interpreter (the caller checked it accepts ``spec``).
 
     Returns:
         The :class:`RunCapture`, also saved as ``<spec.out_dir>/capture.json``. Script failures
@@ -230,6 +242,7 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
 
     Raises:
         UsageError: The script is missing or not Python, or the spec is invalid.
+        WarmStartLost: The warm-start server died before the run ended (run it again cold).
     """
     script = validate_script(spec.script)
     validate_spec(spec)
@@ -245,7 +258,7 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
     ended_by: str | None = None
     interrupt: KeyboardInterrupt | None = None
     start = time.perf_counter()
-    with started(cmd, spec, run_dir) as (proc, tree):
+    with started(cmd, spec, run_dir, warm.popen if warm is not None else None) as (proc, tree):
         sampler = UtilSampler(proc.pid, SAMPLE_INTERVAL_S)
         sampler.start()
         relay.start()
@@ -259,8 +272,12 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None) -> RunCaptu
             wall_s = time.perf_counter() - start
             cpu, gpu = sampler.stop()
             relay.stop()
+    if getattr(proc, "lost", False):
+        from advisor.capture.warm import WarmStartLost
+
+        raise WarmStartLost(f"the warm-start server died during the run in {run_dir}")
     result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu, interrupt,
-                    over_memory=tree.over_budget if ended_by == "memory" else None)
+                    over_memory=tree.over_budget if ended_by == "memory" else None, warm=warm)
     result.save(run_dir)
     if interrupt is not None:
         raise interrupt
@@ -383,6 +400,7 @@ def _merge(
     gpu: Any,
     interrupt: KeyboardInterrupt | None = None,
     over_memory: int | None = None,
+    warm: Any = None,
 ) -> RunCapture:
     """Combine what the child wrote with what only the parent knows into one RunCapture."""
     child = rundir.read_child(run_dir) or {}
@@ -458,6 +476,7 @@ def _merge(
         "events_file": EVENTS_FILE,
         "wall_s": round(wall_s, 4),
         "notes": list(dict.fromkeys(notes)),
+        "start": StartKind.COLD if warm is None else StartKind.WARM,
     }
     if isinstance(child.get("phases_s"), dict) and isinstance(child.get("wall_s"), (int, float)):
         # NOTE: the child's clock starts at its first line: the rest of the parent's wall time

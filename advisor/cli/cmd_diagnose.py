@@ -72,6 +72,10 @@ def default_run_dir(script: Path) -> Path:
 @click.option("--exhaustive", is_flag=True,
               help="Measure every suggested fix for every --repeats round with the full warm-up "
               "(no Amdahl skips, no early stops): slower, for comparisons.")
+@click.option("--cold-start", is_flag=True,
+              help="Start every fix trial run in a fresh interpreter instead of forking it from a process "
+              "that has imported torch and the script's libraries once (the warm start; it falls back "
+              "to cold starts by itself where it cannot be used).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for loss-parity checks in fix trials.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff that makes the kept fixes permanent.")
 @click.option("--write", is_flag=True, help="Apply that diff to the script, keeping a .bak copy.")
@@ -105,6 +109,7 @@ def diagnose(
     repeats: int,
     budget_s: float | None,
     exhaustive: bool,
+    cold_start: bool,
     seed: int,
     show_diff: bool,
     write: bool,
@@ -183,7 +188,7 @@ def diagnose(
     )
     fix_options = FixOptions(
         enabled=not no_fixes, unsafe=unsafe_fixes, only=tuple(only_fixes), repeats=repeats, write=write,
-        budget_s=budget_s, exhaustive=exhaustive,
+        budget_s=budget_s, exhaustive=exhaustive, cold_start=cold_start,
     )
     progress, trial_progress, stop = _progress_sinks(quiet > 0, script.name)
     try:

@@ -109,6 +109,7 @@ class FixOutcome:
         phases_s: Those runs' ``RunCapture.phases_s`` summed: where the loop's time went.
         kept_run: The run directory, relative to the diagnosed run's, where the kept fixes ran
             once under the profiler (its trace is the "after" of the baseline's); "" when none.
+        starts: Trial runs per start kind (``cold``, ``warm``: :class:`~advisor.capture.model.StartKind`).
     """
 
     trials: tuple[Trial, ...] = ()
@@ -122,3 +123,4 @@ class FixOutcome:
     runs: int = 0
     phases_s: dict[str, float] = field(default_factory=dict)
     kept_run: str = ""
+    starts: dict[str, int] = field(default_factory=dict)

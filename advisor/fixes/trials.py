@@ -378,7 +378,7 @@ def run_trials(
             for f in wanted
         )
         return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started, clock),
-                          runs=loop.runs, phases_s=dict(loop.phases_s))
+                          runs=loop.runs, phases_s=dict(loop.phases_s), starts=dict(loop.starts))
     ctx = context_from_capture(base0)
     loop.base_step_ms = median(base0.timed.step_times_ms)
     warmup = settled_warmup(base0.timed.warmup_step_times_ms, base0.timed.step_times_ms, spec.warmup_steps)
@@ -448,6 +448,7 @@ def run_trials(
         wall_s=_since(started, clock),
         runs=loop.runs,
         phases_s=dict(loop.phases_s),
+        starts=dict(loop.starts),
         kept_run=kept_run,
     )
 
@@ -733,6 +734,7 @@ class Measurer:
         self.on_run: Callable[[], None] | None = None
         self.runs = 0
         self.phases_s: dict[str, float] = {}
+        self.starts: dict[str, int] = {}  # runs per start kind (cold, warm)
         self.walls: list[float] = []
         self.left: int | None = None
         self.current: list[_Variant] = []
@@ -804,6 +806,8 @@ class Measurer:
     def account(self, cap: RunCapture, timed: bool = True) -> None:
         """Count a finished run: its wall time (for the ETA, when ``timed``) and its phases."""
         self.runs += 1
+        start = str(getattr(cap, "start", "cold"))
+        self.starts[start] = self.starts.get(start, 0) + 1
         if cap.wall_s and timed:
             self.walls.append(float(cap.wall_s))
         for phase, seconds in (cap.phases_s or {}).items():
@@ -874,6 +878,7 @@ class Measurer:
         return FixOutcome(
             trials=tuple(known[f] for f in wanted if f in known), notes=tuple(notes),
             hidden_unsafe=hidden, wall_s=_since(started, self.clock), runs=self.runs, phases_s=dict(self.phases_s),
+            starts=dict(self.starts),
         )
 
     def unfinished(self, v: _Variant) -> Trial:

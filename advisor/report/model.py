@@ -353,7 +353,8 @@ def timing_of(total_s: float, capture: RunCapture | None, fixes: FixOutcome | No
     ``measured_s`` is the time spent in measured steps (:data:`MEASURED_PHASES`) of the capture
     and every trial run; ``overhead_s`` is the rest of ``total_s`` (processes starting,
     imports, the script's set-up, warm-up, exports, advisor's own analysis). ``phases_s`` sums
-    each phase over every run.
+    each phase over every run (``server``: starting the warm-start server, which no run holds);
+    ``starts`` counts the trial runs per start kind (``warm``, ``cold``).
     """
     phases: dict[str, float] = {}
     for part in ((capture.phases_s if capture else None) or {}, (fixes.phases_s if fixes else None) or {}):
@@ -365,6 +366,7 @@ def timing_of(total_s: float, capture: RunCapture | None, fixes: FixOutcome | No
         "capture_s": capture.wall_s if capture else None,
         "trials_s": fixes.wall_s if fixes else None,
         "trial_runs": fixes.runs if fixes else 0,
+        "starts": dict(fixes.starts) if fixes else {},
         "measured_s": measured,
         "overhead_s": round(max(total_s - measured, 0.0), 3),
         "phases_s": phases,

@@ -303,7 +303,9 @@ def timing_line(timing: Any) -> str | None:
     if isinstance(timing.get("capture_s"), (int, float)):
         parts.append(f"capture {timing['capture_s']:.1f} s")
     if timing.get("trial_runs"):
-        parts.append(f"{timing['trial_runs']} trial runs {float(timing.get('trials_s') or 0.0):.1f} s")
+        warm = (timing.get("starts") or {}).get("warm") if isinstance(timing.get("starts"), dict) else None
+        started = f" ({warm} warm-started)" if warm else ""
+        parts.append(f"{timing['trial_runs']} trial runs{started} {float(timing.get('trials_s') or 0.0):.1f} s")
     line = f"Diagnose took {total:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
     overhead = timing.get("overhead_s")
     if isinstance(overhead, (int, float)) and total > 0:

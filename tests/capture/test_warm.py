@@ -1,0 +1,265 @@
+"""The warm start (issue #16): a fork server whose children behave exactly like cold capture children.
+
+Real processes throughout (one server per test module where the test does not kill it): the
+script's imports read without running it, a forked run against a cold one (status, exit code,
+losses, threads, logs), the server's death mid-run and between runs (cold fallback), and advisor
+killed outright (no server or child left).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+
+from advisor.capture.model import RunCapture, RunSpec, RunStatus, StartKind
+from advisor.capture.run import capture
+from advisor.capture.warm import (
+    WarmServer,
+    WarmStartLost,
+    installed_module,
+    script_imports,
+    spec_refusal,
+    warm_runner,
+)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux-only")
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN_LOOP = REPO / "tests" / "scripts" / "train_loop.py"
+SLOW_LOADER = REPO / "tests" / "fixes" / "scripts" / "slow_loader.py"
+SMALL = {"warmup_steps": 1, "timed_steps": 3, "profiled_steps": 0, "cprofile_steps": 0}
+
+
+def _spec(out: Path, script: Path = TRAIN_LOOP, *args: str, **kw: object) -> RunSpec:
+    return RunSpec(script=script, args=tuple(args), out_dir=out, seed=0, record_loss_steps=3, quiet=True,
+                   cwd=out.parent, **{**SMALL, **kw})  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("warm")
+    with WarmServer(_spec(root / "run"), log=root / "server.log") as s:
+        assert s.start(), s.refused
+        yield s
+
+
+def test_the_scripts_top_level_imports_are_read_without_running_it(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        from __future__ import annotations
+        import os, numpy as np
+        import torch.nn
+        from torch.utils.data import DataLoader
+        from . import sibling
+        raise SystemExit("never run")
+        def f():
+            import json
+        try:
+            import yaml
+        except ImportError:
+            pass
+    """))
+    assert script_imports(script) == ["os", "numpy", "torch.nn", "torch.utils.data"]
+    (tmp_path / "broken.py").write_text("import (\n")
+    assert script_imports(tmp_path / "broken.py") == []
+    assert script_imports(tmp_path / "missing.py") == []
+
+
+def test_only_installed_modules_count_and_a_local_file_shadows_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from advisor.capture.usercode import library_roots
+
+    if "colorsys" in sys.modules:
+        pytest.skip("colorsys is already imported here; the shadowing check needs a module not yet loaded")
+    roots = library_roots()
+    assert installed_module("colorsys", roots)
+    (tmp_path / "mylocal.py").write_text("x = 1\n")
+    (tmp_path / "colorsys.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not installed_module("mylocal", roots)
+    assert not installed_module("colorsys", roots)  # the script's folder would win in its child
+    assert not installed_module("no_such_module_anywhere", roots)
+
+
+def test_runs_that_must_start_cold_say_why() -> None:
+    spec = _spec(Path("/tmp/x"))
+    assert spec_refusal(spec) is None
+    assert "profiled" in (spec_refusal(replace(spec, profiled_steps=2)) or "")
+    assert "torchrun" in (spec_refusal(replace(spec, nproc_per_node=2)) or "")
+
+
+def test_a_warm_run_is_the_cold_run(server: WarmServer, tmp_path: Path) -> None:
+    warm = capture(_spec(tmp_path / "warm"), warm=server)
+    cold = capture(_spec(tmp_path / "cold"))
+    assert (warm.start, cold.start) == (StartKind.WARM, StartKind.COLD)
+    for cap in (warm, cold):
+        assert (cap.status, cap.exit_code) == (RunStatus.STOPPED, 0), cap.error
+    assert warm.losses == cold.losses and len(warm.losses) == 3  # the same seeded training
+    assert warm.steps_seen == cold.steps_seen
+    # torch's intra-op pool was never started in the server: the child gets the cold default
+    assert warm.environment.intra_op_threads == cold.environment.intra_op_threads
+    assert "step 1 loss" in (tmp_path / "warm" / "stdout.log").read_text()
+    saved = json.loads((tmp_path / "warm" / "capture.json").read_text())
+    assert saved["start"] == "warm" and saved["phases_s"]["timed"] > 0
+    # torch was imported before the fork: the warm child's imports are a sliver of the cold one's
+    assert warm.phases_s["imports"] < cold.phases_s["imports"]
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "code", "error"),
+    [(("--exit-at", "2", "--exit-code", "3"), RunStatus.COMPLETED, 3, None),
+     (("--crash-at", "2"), RunStatus.CRASHED, 1, "ValueError")],
+    ids=["sys-exit-3", "crash"],
+)
+def test_a_warm_run_ends_with_the_scripts_own_exit(server: WarmServer, tmp_path: Path, args, status, code, error) -> None:  # type: ignore[no-untyped-def]
+    # NOTE: the same statuses and codes as a cold child's (tests/capture/test_capture_failures.py)
+    warm = capture(_spec(tmp_path / "warm", TRAIN_LOOP, *args), warm=server)
+    assert warm.start == StartKind.WARM
+    assert (warm.status, warm.exit_code) == (status, code), warm.error
+    assert (warm.error.type if warm.error else None) == error
+    if error:
+        assert "ValueError: boom in step 2" in (tmp_path / "warm" / "stderr.log").read_text()
+
+
+def test_a_warm_process_answers_like_popen(server: WarmServer, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spec = _spec(run_dir, TRAIN_LOOP, "--hang-at", "1")
+    config = run_dir / "config.json"
+    from advisor._serde import dump_json, to_jsonable
+
+    dump_json({"spec": {**to_jsonable(spec), "script": str(TRAIN_LOOP)}, "run_dir": str(run_dir)}, config)
+    with open(run_dir / "out.log", "wb") as out:
+        proc = server.popen(["python", str(config)], spec, out, out)
+    try:
+        assert proc.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.2)
+        assert os.getpgid(proc.pid) == proc.pid  # its own process group, as start_new_session gives
+        assert psutil.Process(proc.pid).ppid() == server.proc.pid  # type: ignore[union-attr]
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+HOLD = """
+import os, sys, time
+import torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(10_000):
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    while step == 0 and os.path.exists(sys.argv[1]):
+        time.sleep(0.02)  # held after its first step while the marker exists
+"""
+
+
+def test_the_servers_death_mid_run_reruns_it_cold(tmp_path: Path) -> None:
+    script, marker = tmp_path / "hold.py", tmp_path / "hold"
+    script.write_text(HOLD)
+    marker.touch()
+    base = _spec(tmp_path / "run", script, str(marker))
+    killed: list[psutil.Process] = []
+
+    def kill_server(event) -> None:  # type: ignore[no-untyped-def]
+        if event.step >= 1 and not killed:  # the warm child is held after its first step
+            child = psutil.Process(json.loads((tmp_path / "second" / "child.json").read_text())["pid"])
+            server = child.parent()
+            killed.extend([server, child])
+            server.kill()
+            marker.unlink()  # the cold re-run goes straight through
+
+    with warm_runner(base, capture) as (run, stats):
+        marker_kept = marker.read_text()
+        marker.unlink()
+        first = run(replace(base, out_dir=tmp_path / "first"))
+        marker.write_text(marker_kept)
+        second = run(replace(base, out_dir=tmp_path / "second"), progress=kill_server)
+        # later runs start cold without asking the dead server (tested with a real run in
+        # test_a_dead_server_refuses_new_runs)
+    assert first.start == StartKind.WARM and first.ok
+    assert killed, "the server was never killed"
+    assert second.start == StartKind.COLD and second.ok  # run again, cold, in full
+    assert (stats.warm, stats.cold) == (1, 1)
+    assert any("died" in reason for reason in stats.cold_reasons), stats.cold_reasons
+    _, alive = psutil.wait_procs(killed, timeout=30)
+    assert alive == [], "the server or its child outlived the server's death"
+    assert "warm-started" in stats.notes()[0] and "cold because" in stats.notes()[0]
+
+
+def test_a_dead_server_refuses_new_runs(tmp_path: Path) -> None:
+    with WarmServer(_spec(tmp_path / "run")) as s:
+        assert s.start(), s.refused
+        s.proc.kill()  # type: ignore[union-attr]
+        s.proc.wait()  # type: ignore[union-attr]
+        with pytest.raises(WarmStartLost):
+            capture(_spec(tmp_path / "after"), warm=s)
+        assert not s.alive and s.refusal(_spec(tmp_path / "x")) is not None
+
+
+PARENT = """
+import json, sys
+from pathlib import Path
+from advisor.capture.model import RunSpec
+from advisor.capture.run import capture
+from advisor.capture.warm import warm_runner
+out = Path(sys.argv[1])
+spec = RunSpec(script=Path(sys.argv[2]), args=("--hang-at", "1"), out_dir=out / "run", warmup_steps=1,
+               timed_steps=3, profiled_steps=0, cprofile_steps=0, quiet=True, cwd=out)
+def told(event):
+    if event.step >= 1:
+        child = json.loads((out / "run" / "child.json").read_text())
+        print(json.dumps({"child": child["pid"]}), flush=True)
+with warm_runner(spec, capture) as (run, _):
+    run(spec, progress=told)
+"""
+
+
+def test_advisor_killed_outright_leaves_neither_server_nor_child(tmp_path: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path), str(TRAIN_LOOP)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )
+    try:
+        line = parent.stdout.readline()  # type: ignore[union-attr]
+        assert line, parent.communicate()[1]
+        child = psutil.Process(json.loads(line)["child"])
+        server = child.parent()
+        assert server is not None and "advisor.capture.warm" in server.cmdline()
+        assert server.ppid() == parent.pid
+    finally:
+        parent.kill()
+        parent.wait()
+    gone, alive = psutil.wait_procs([server, child], timeout=60)
+    for proc in alive:
+        proc.kill()
+    assert alive == [], f"left behind: {[p.pid for p in alive]}"
+
+
+def test_cold_start_when_asked_or_when_the_capture_cannot_fork(tmp_path: Path) -> None:
+    calls: list[RunSpec] = []
+
+    def fake(spec: RunSpec, progress=None):  # type: ignore[no-untyped-def]
+        calls.append(spec)
+        return RunCapture(status=RunStatus.STOPPED)
+
+    for enabled in (False, True):
+        with warm_runner(_spec(tmp_path / "run"), fake, enabled=enabled) as (run, stats):
+            run(_spec(tmp_path / "a"))
+        assert (stats.warm, stats.cold) == (0, 1)
+        reason = next(iter(stats.cold_reasons))
+        assert ("--cold-start" in reason) if not enabled else ("cannot fork" in reason)
+    assert len(calls) == 2
+
