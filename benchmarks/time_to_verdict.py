@@ -18,7 +18,11 @@ Usage::
 ``--compare`` runs each example twice in the same session, with the loop's time cuts (Amdahl
 skips, sequential stops, warm-up read from the baseline) and with ``--exhaustive`` (every fix,
 every round, full warm-up: the loop as it was before them), alternating which goes first, and
-prints both rows, their ratio and whether they kept the same fixes.
+prints both rows, their ratio and whether they kept the same fixes. ``--starts`` does the same
+with ``--cold-start`` (every trial run a fresh interpreter) against the default warm start
+(trial runs forked from a server that imported torch once). Every row also gives the CPU time
+advisor and all its processes used (user + system, from ``getrusage``): on a shared machine it
+moves much less with the load than the wall time does.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -34,13 +39,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zoo import load_manifest, run_advisor  # noqa: E402 - a sibling script, not a package
 
-OVERHEAD_PHASES = ("process", "imports", "setup", "warmup", "finishing")
+OVERHEAD_PHASES = ("process", "imports", "setup", "warmup", "finishing", "server")
 
 
 def load() -> str:
     """The 1, 5 and 15 minute load averages, as ``uptime`` prints them."""
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def cpu_s() -> float:
+    """User + system CPU seconds of every child process waited for so far (advisor and its descendants)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def row(name: str, report: dict, wall: float) -> dict:
@@ -55,6 +66,7 @@ def row(name: str, report: dict, wall: float) -> dict:
         "total_s": total,
         "capture_s": timing.get("capture_s"),
         "trial_runs": timing.get("trial_runs", 0),
+        "warm_runs": (timing.get("starts") or {}).get("warm", 0),
         "trials_s": timing.get("trials_s"),
         "overhead_share": (timing.get("overhead_s") or 0.0) / total if total else None,
         "largest_overhead": f"{worst} {phases.get(worst, 0.0):.0f}s",
@@ -67,9 +79,10 @@ def show(r: dict) -> str:
     """One printed line."""
     share = "n/a" if r["overhead_share"] is None else f"{r['overhead_share']:.0%}"
     verdicts = ", ".join(f"{k}={v}" for k, v in r["verdicts"].items()) or "-"
+    cpu = f"  cpu {r['cpu_s']:>6.1f}s" if r.get("cpu_s") is not None else ""
     return (
-        f"{r['example']:<20} {r['total_s']:>7.1f}s  capture {r['capture_s'] or 0:>6.1f}s  "
-        f"{r['trial_runs']:>3} trial runs {r['trials_s'] or 0:>7.1f}s  overhead {share:>4}  "
+        f"{r['example']:<20} {r['total_s']:>7.1f}s{cpu}  capture {r['capture_s'] or 0:>6.1f}s  "
+        f"{r['trial_runs']:>3} trial runs ({r.get('warm_runs', 0)} warm) {r['trials_s'] or 0:>7.1f}s  overhead {share:>4}  "
         f"(largest: {r['largest_overhead']})  kept: {'+'.join(r['kept']) or '-'}  [{verdicts}]"
     )
 
@@ -82,6 +95,8 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
     p.add_argument("--compare", action="store_true",
                    help="also run each example with --exhaustive (the loop without its time cuts), side by side")
+    p.add_argument("--starts", action="store_true",
+                   help="also run each example with --cold-start (no warm start), side by side")
     p.add_argument("--budget", type=float, default=None, help="--budget passed to advisor diagnose")
     opts = p.parse_args()
     manifest = load_manifest()
@@ -90,46 +105,47 @@ def main() -> None:
     if unknown:
         p.error(f"unknown example(s) {', '.join(unknown)}; known: {', '.join(manifest)}")
     print(f"before: {load()}", flush=True)
-    rows: list[dict] = []
-    before: list[dict] = []
+    others = [("exhaustive", ["--exhaustive"])] if opts.compare else []
+    others += [("cold", ["--cold-start"])] if opts.starts else []
+    rows: dict[str, list[dict]] = {mode: [] for mode in ("now", *(m for m, _ in others))}
     base = ["--repeats", str(opts.repeats)] + ([] if opts.budget is None else ["--budget", str(opts.budget)])
     with tempfile.TemporaryDirectory(prefix="advisor-ttv-") as tmp:
         for i, name in enumerate(names):
             args = list(manifest[name].get("args", []))
-            modes = [("now", base)]
-            if opts.compare:
-                modes.append(("exhaustive", [*base, "--exhaustive"]))
-                if i % 2:  # alternate the order: drift of the machine must not favour one side
-                    modes.reverse()
+            modes = [("now", base), *((m, [*base, *extra]) for m, extra in others)]
+            if i % 2:  # alternate the order: drift of the machine must not favour one side
+                modes.reverse()
             got: dict[str, dict] = {}
             for mode, extra in modes:
+                cpu0 = cpu_s()
                 try:
                     report, wall = run_advisor(name, args, Path(tmp), extra, opts.timeout)
                 except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
                     print(f"{name:<20} {mode}: failed: {exc}", flush=True)
                     continue
-                got[mode] = row(name, report, wall) | {"mode": mode, "load": load()}
+                got[mode] = row(name, report, wall) | {"mode": mode, "load": load(), "cpu_s": round(cpu_s() - cpu0, 1)}
+                rows[mode].append(got[mode])
                 print(f"{mode:<10} " + show(got[mode]) + f"  ({got[mode]['load']})", flush=True)
-            if "now" in got:
-                rows.append(got["now"])
-            if "exhaustive" in got:
-                before.append(got["exhaustive"])
-            if len(got) == 2:
-                a, b = got["now"], got["exhaustive"]
-                same = "same kept fixes" if sorted(a["kept"]) == sorted(b["kept"]) else (
-                    f"DIFFERENT kept fixes: {'+'.join(a['kept']) or '-'} vs {'+'.join(b['kept']) or '-'}")
-                print(f"{'':<10} {name}: {a['total_s']:.1f}s vs {b['total_s']:.1f}s exhaustive "
-                      f"= {a['total_s'] / b['total_s']:.2f}x the time, {a['trial_runs']} vs "
-                      f"{b['trial_runs']} trial runs; {same}", flush=True)
-    for label, rs in (("zoo total", rows), ("exhaustive total", before)):
+            for mode, _ in others:
+                if "now" in got and mode in got:
+                    a, b = got["now"], got[mode]
+                    same = "same kept fixes" if sorted(a["kept"]) == sorted(b["kept"]) else (
+                        f"DIFFERENT kept fixes: {'+'.join(a['kept']) or '-'} vs {'+'.join(b['kept']) or '-'}")
+                    print(f"{'':<10} {name}: {a['total_s']:.1f}s vs {b['total_s']:.1f}s {mode} "
+                          f"= {a['total_s'] / b['total_s']:.2f}x the time, cpu {a['cpu_s']:.1f}s vs {b['cpu_s']:.1f}s "
+                          f"= {a['cpu_s'] / max(b['cpu_s'], 1e-9):.2f}x, {a['trial_runs']} vs "
+                          f"{b['trial_runs']} trial runs; {same}", flush=True)
+    for mode, rs in rows.items():
         if not rs:
             continue
         total = sum(r["total_s"] for r in rs)
         overhead = sum((r["overhead_share"] or 0.0) * r["total_s"] for r in rs)
-        print(f"{label} {total:.1f}s over {len(rs)} example(s), overhead {overhead / total:.0%}")
+        label = "zoo total" if mode == "now" else f"{mode} total"
+        print(f"{label} {total:.1f}s, cpu {sum(r['cpu_s'] for r in rs):.1f}s over {len(rs)} example(s), "
+              f"overhead {overhead / total:.0%}")
     print(f"after: {load()}")
     if opts.json:
-        out = {"rows": rows, "exhaustive": before, "load": load()}
+        out = {"rows": rows["now"], **{m: rs for m, rs in rows.items() if m != "now"}, "load": load()}
         opts.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
 
 

@@ -247,9 +247,25 @@ def serve(sock: socket.socket) -> _Job | None:
             return _Job(config=str(msg["config"]), t0=t0)
         for fd in fds:
             os.close(fd)
+        _, status = _report_run(sock, pid)
+        if status is None:
+            return None  # the parent is gone: so are we (the child has its own stop, SIGTERM)
+
+
+def _report_run(sock: socket.socket, pid: int) -> tuple[int, int | None]:
+    """Tell the parent the child's pid, reap the child, tell its exit code; None once the parent is gone."""
+    try:
         _send(sock, {"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        _send(sock, {"exit": os.waitstatus_to_exitcode(status)})
+    except OSError:
+        os.waitpid(pid, 0)
+        return pid, None
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    try:
+        _send(sock, {"exit": code})
+    except OSError:
+        return pid, None
+    return pid, code
 
 
 def _become_child(msg: dict[str, Any], fds: list[int], server: int) -> None:
@@ -452,6 +468,9 @@ class WarmServer:
 
     def refusal(self, spec: RunSpec) -> str | None:
         """Say why ``spec`` must start cold; None when this server can run it."""
+        code = self.proc.poll() if self.proc is not None else None
+        if code is not None and self.refused is None:
+            self.refused = f"the warm-start server died (exit code {code})"
         if not self.alive:
             return self.refused or "the warm-start server is not running"
         why = spec_refusal(spec)
@@ -562,6 +581,7 @@ class WarmStats:
 
     warm: int = 0
     cold: int = 0
+    server_pid: int | None = None
     start_s: float = 0.0
     imported: tuple[str, ...] = ()
     cold_reasons: dict[str, int] = field(default_factory=dict)
@@ -609,6 +629,7 @@ def warm_runner(
                 state["why"] = server.refused
                 return None
             stats.start_s, stats.imported = server.start_s, server.imported
+            stats.server_pid = server.proc.pid if server.proc is not None else None
         return server
 
     def cold(run: RunSpec, progress: Any, why: str | None) -> RunCapture:

@@ -166,6 +166,7 @@ for step in range(10_000):
 """
 
 
+@pytest.mark.slow
 def test_the_servers_death_mid_run_reruns_it_cold(tmp_path: Path) -> None:
     script, marker = tmp_path / "hold.py", tmp_path / "hold"
     script.write_text(HOLD)
@@ -197,6 +198,22 @@ def test_the_servers_death_mid_run_reruns_it_cold(tmp_path: Path) -> None:
     _, alive = psutil.wait_procs(killed, timeout=30)
     assert alive == [], "the server or its child outlived the server's death"
     assert "warm-started" in stats.notes()[0] and "cold because" in stats.notes()[0]
+
+
+def test_after_the_servers_death_runs_start_cold(tmp_path: Path) -> None:
+    base = _spec(tmp_path / "run")
+    with warm_runner(base, capture) as (run, stats):
+        first = run(replace(base, out_dir=tmp_path / "first"))
+        assert first.start == StartKind.WARM and first.ok
+        server = psutil.Process(stats.server_pid)
+        server.kill()
+        server.wait(30)
+        second = run(replace(base, out_dir=tmp_path / "second"))
+        third = run(replace(base, out_dir=tmp_path / "third"))
+    assert (second.start, third.start) == (StartKind.COLD, StartKind.COLD)
+    assert second.ok and third.ok and second.losses == first.losses
+    assert (stats.warm, stats.cold) == (1, 2)
+    assert any("gone" in reason or "died" in reason for reason in stats.cold_reasons), stats.cold_reasons
 
 
 def test_a_dead_server_refuses_new_runs(tmp_path: Path) -> None:

@@ -54,6 +54,14 @@ def test_config_sets_the_diagnose_options(tmp_path: Path, capsys, seen) -> None:
     assert seen["engine"].layers[-1].ignore == ("SK",)  # the selection keys still work beside them
 
 
+def test_config_can_ask_for_cold_starts(tmp_path: Path, capsys, seen) -> None:  # type: ignore[no-untyped-def]
+    _diagnose(capsys, "proj/train.py")
+    assert seen["fix"].cold_start is False  # the warm start is the default
+    (tmp_path / "proj" / "pyproject.toml").write_text("[tool.advisor]\ncold-start = true\n")
+    _diagnose(capsys, "proj/train.py")
+    assert seen["fix"].cold_start is True
+
+
 def test_the_command_line_wins(tmp_path: Path, capsys, seen) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "proj" / "advisor.toml").write_text("steps = 7\nrepeats = 5\nunsafe-fixes = true\n")
     _diagnose(capsys, "--steps", "11", "--repeats", "2", "proj/train.py")
