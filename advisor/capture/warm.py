@@ -162,14 +162,21 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
     """
     imported: list[str] = []
     failed: list[str] = []
+    refusal = None
+    base = None
     for name in modules:
         importlib.import_module(name)  # ours and torch: a failure here is the server's failure
         imported.append(name)
-    base = _threads()
+        # NOTE: loading torch's libraries starts one idle native thread (it waits on a futex);
+        # every cold child has it too. Any thread started after that is refused.
+        base = _threads() if base is None else base
+        if _threads() > base and refusal is None:
+            refusal = f"importing {name} started a thread, which a fork would not copy"
+    base = _threads() if base is None else base
     from advisor.capture.usercode import library_roots
 
     roots = library_roots()
-    refusal = gpu_visible()
+    refusal = refusal or gpu_visible()
     wanted = script_imports(Path(script)) if script else []
     saved = sys.path[0] if sys.path else None
     if sys.path:

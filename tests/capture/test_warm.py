@@ -89,6 +89,43 @@ def test_only_installed_modules_count_and_a_local_file_shadows_them(tmp_path: Pa
     assert not installed_module("no_such_module_anywhere", roots)
 
 
+def test_the_server_preloads_installed_imports_and_refuses_a_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from advisor.capture.warm import preload
+
+    if "wave" in sys.modules:
+        pytest.skip("wave is already imported here; the check needs a stdlib module not yet loaded")
+    (tmp_path / "mylocal.py").write_text("raise RuntimeError('the script's own module must not be imported')\n")
+    (tmp_path / "train.py").write_text("import mylocal\nimport wave\nfrom json import dumps\n")
+    (tmp_path / "spawns.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ready = preload(["json"], str(tmp_path / "train.py"), None)
+    assert ready["ready"] and "wave" in ready["imported"] and "mylocal" not in ready["imported"]
+    refused = preload(["json", "spawns"], None, None)
+    assert not refused["ready"] and "importing spawns started a thread" in refused["refusal"]
+
+
+def test_a_gpu_visible_to_a_cuda_build_means_cold_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from advisor.capture import warm
+
+    devices: list[str] = ["/dev/nvidia0"]
+    monkeypatch.setattr(warm.glob, "glob", lambda pattern: list(devices))
+    monkeypatch.setattr(warm.os.path, "exists", lambda path: False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(version=types.SimpleNamespace(cuda="12.4", hip=None)))
+    assert "GPU is visible" in (warm.gpu_visible() or "")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert warm.gpu_visible() is None  # the user hid every device
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    devices.clear()
+    assert warm.gpu_visible() is None  # a CUDA build on a machine without a GPU
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(version=types.SimpleNamespace(cuda=None, hip=None)))
+    devices.append("/dev/nvidia0")
+    assert warm.gpu_visible() is None  # a CPU build cannot use it
+
+
 def test_runs_that_must_start_cold_say_why() -> None:
     spec = _spec(Path("/tmp/x"))
     assert spec_refusal(spec) is None
