@@ -195,11 +195,32 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
             imported.append(name)
             if _threads() > base:
                 refusal = f"importing {name} started a thread, which a fork would not copy"
+        refusal = refusal or shadowed(sys.path[0] if sys.path else "")
     finally:
         if saved is not None:
             sys.path[0] = saved
     return {"ready": refusal is None, "refusal": refusal, "imported": imported, "failed": failed,
             "threads": _threads()}
+
+
+def shadowed(folder: str) -> str | None:
+    """Say which module of ``folder`` (the script's ``sys.path[0]``) the server already imported from elsewhere.
+
+    A cold child imports the script's own ``colorsys.py`` when the script asks for it; a warm
+    child would find the library's, imported in the server (torch._dynamo brings hundreds of
+    modules): such a script must start cold.
+    """
+    try:
+        entries = os.listdir(folder) if folder else []
+    except OSError:
+        return None
+    for entry in sorted(entries):
+        name = entry[:-3] if entry.endswith(".py") else entry
+        if not name.isidentifier() or name not in sys.modules:
+            continue
+        if entry.endswith(".py") or os.path.isfile(os.path.join(folder, entry, "__init__.py")):
+            return f"the script's folder has {entry}, and the server imported a module of that name from elsewhere"
+    return None
 
 
 @dataclass

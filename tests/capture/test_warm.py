@@ -77,16 +77,25 @@ def test_the_scripts_top_level_imports_are_read_without_running_it(tmp_path: Pat
 def test_only_installed_modules_count_and_a_local_file_shadows_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from advisor.capture.usercode import library_roots
 
-    if "colorsys" in sys.modules:
-        pytest.skip("colorsys is already imported here; the shadowing check needs a module not yet loaded")
+    if "tabnanny" in sys.modules:
+        pytest.skip("tabnanny is already imported here; the shadowing check needs a module not yet loaded")
     roots = library_roots()
-    assert installed_module("colorsys", roots)
+    assert installed_module("tabnanny", roots)
     (tmp_path / "mylocal.py").write_text("x = 1\n")
-    (tmp_path / "colorsys.py").write_text("x = 1\n")
+    (tmp_path / "tabnanny.py").write_text("x = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert not installed_module("mylocal", roots)
-    assert not installed_module("colorsys", roots)  # the script's folder would win in its child
+    assert not installed_module("tabnanny", roots)  # the script's folder would win in its child
     assert not installed_module("no_such_module_anywhere", roots)
+
+
+def test_a_local_file_named_like_a_module_the_server_imported_means_cold(tmp_path: Path) -> None:
+    from advisor.capture.warm import shadowed
+
+    (tmp_path / "train.py").write_text("import json\n")
+    assert shadowed(str(tmp_path)) is None
+    (tmp_path / "json.py").write_text("x = 1\n")  # json is imported here, as in the server
+    assert "json.py" in (shadowed(str(tmp_path)) or "")
 
 
 def test_the_server_preloads_installed_imports_and_refuses_a_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
