@@ -228,6 +228,7 @@ def diagnose_script(
     """
     import time
 
+    from advisor.fixes.fix import is_out_of_memory
     from advisor.metrics.compute import compute_metrics, load_run_traces
     from advisor.report.model import timing_of
 
@@ -243,7 +244,8 @@ def diagnose_script(
     report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces))
     report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None),
                      notes=(*report.notes, *_timeline_note(run_dir)))
-    if fix_options.enabled and capture.ok:
+    # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
+    if fix_options.enabled and (capture.ok or is_out_of_memory(capture)):
         report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started)
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)

@@ -13,6 +13,13 @@ For each example with a hand-fixed twin (``examples/<name>.py`` and ``examples/f
    of the same fix vs the twin's. A fix that is advice only (``host_reads``) is never run by
    advisor: its row reads ``advice: not measured`` and the plain column times its diff.
 
+``--memory`` does the same for the memory fixes on ``examples/memory_bound.py``: advisor's
+``activation_checkpointing`` and ``fit_accumulation`` trials under a ``--memory-budget`` set just
+above the plain baseline's peak (so the baseline is near the limit), each trial's speed and
+memory figures beside the same fix by hand (advisor's checkpointing diff applied to a copy; the
+script's own ``--accum K`` with advisor's k), the twin, and the baseline, interleaved plain runs
+that print their own samples/s and peak RSS.
+
 ``--script-args`` does the same for a fix made through the script's own arguments: advisor's
 ``script_args`` trial on ``tests/scripts/tiny_gpt.py --batch-size 8 --accum 40`` (nanoGPT-style
 accumulation, no DataLoader) beside the same script run by hand, interleaved, with the command
@@ -23,6 +30,7 @@ Usage:
     .venv/bin/python benchmarks/fix_speedups.py [--examples data_loading grad_accumulation]
         [--repeats 3] [--plain-repeats 3] [--json out.json]
     .venv/bin/python benchmarks/fix_speedups.py --script-args [--repeats 3] [--plain-repeats 3]
+    .venv/bin/python benchmarks/fix_speedups.py --memory [--repeats 2] [--plain-repeats 2]
 """
 
 from __future__ import annotations
@@ -215,6 +223,86 @@ def bench_script_args(repeats: int, plain_repeats: int, work: Path, plain_steps:
     return result
 
 
+PEAK = re.compile(r"peak rss ([0-9.]+) MiB")
+MEMORY_SCRIPT = REPO / "examples" / "memory_bound.py"
+
+
+def plain_run(script: Path, args: list[str]) -> tuple[float | None, float | None]:
+    """Run a script plainly; return its printed samples/s and peak RSS in MiB."""
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, cwd=script.parent)
+    rate, peak = RATE.findall(proc.stdout), PEAK.findall(proc.stdout)
+    if proc.returncode != 0 or not rate or not peak:
+        print(f"  ! {script.name} {' '.join(args)} failed (exit {proc.returncode}): {proc.stderr.strip()[-200:]}")
+        return None, None
+    return float(rate[-1]), float(peak[-1])
+
+
+def bench_memory(repeats: int, plain_repeats: int, work: Path, steps: int = 8) -> dict:
+    """The memory fixes' reported speed and memory beside the same fixes by hand, side by side."""
+    from advisor.fixes.fix import NEAR_LIMIT_FRAC
+
+    before = load()
+    steps_arg = ["--steps", str(steps)]
+    _, base_peak = plain_run(MEMORY_SCRIPT, steps_arg)
+    # NOTE: just above the plain peak, so advisor's baseline (the same script, plus the capture's
+    # hooks) sits near the limit: at 95% of the budget, above ME001's and the fix's 90%.
+    budget = int((base_peak or 1000) * 2**20 / 0.95) + 16 * 2**20
+    print(f"== memory fixes on {MEMORY_SCRIPT.name}: plain peak {base_peak} MiB, --memory-budget "
+          f"{budget / 2**20:.0f} MiB (near the limit above {NEAR_LIMIT_FRAC:.0%}) ({before})", flush=True)
+    spec = RunSpec(script=MEMORY_SCRIPT, args=("--steps", "100000"), out_dir=work / "memory" / "run", seed=0,
+                   quiet=True, warmup_steps=2, timed_steps=5, profiled_steps=0, memory_budget_bytes=budget)
+    t0 = time.perf_counter()
+    outcome = run_trials(spec, [FixRef("activation_checkpointing", "safe"), FixRef("fit_accumulation", "unsafe")],
+                         unsafe=True, repeats=repeats)
+    loop_s = time.perf_counter() - t0
+    result: dict = {"example": "memory_bound", "budget_mib": round(budget / 2**20), "loop_s": round(loop_s, 1),
+                    "load_before": before, "load_after_trials": load(), "kept": list(outcome.kept),
+                    "notes": list(outcome.notes), "trials": {}}
+    by_hand: dict[str, tuple[Path, list[str]]] = {"original": (MEMORY_SCRIPT, steps_arg)}
+    for t in outcome.trials:
+        mem = f"{t.memory_ratio:.2f}x" if t.memory_ratio else "-"
+        print(f"   advisor {t.fix:24s} {t.verdict:9s} speed {fmt(t.speedup)} [{t.ci_low or 0:.2f}, {t.ci_high or 0:.2f}] "
+              f"memory {mem} ({t.peak_memory_bytes and t.peak_memory_bytes / 2**20:.0f} MiB) {t.reason[:160]}", flush=True)
+        result["trials"][t.fix] = {"verdict": t.verdict, "speedup": t.speedup, "ci": [t.ci_low, t.ci_high],
+                                   "memory_ratio": t.memory_ratio, "peak_mib": (t.peak_memory_bytes or 0) / 2**20,
+                                   "params": t.params, "reason": t.reason}
+        if t.fix == "activation_checkpointing" and t.verdict not in ("skipped", "failed"):
+            src, manual = transform(MEMORY_SCRIPT.read_text(), [t])
+            copy = work / "memory" / "memory_bound_checkpointed.py"
+            copy.write_text(src)
+            by_hand[t.fix] = (copy, steps_arg)
+            result["trials"][t.fix]["diff_manual"] = manual
+        if t.fix == "fit_accumulation" and t.params.get("k"):
+            by_hand[t.fix] = (MEMORY_SCRIPT, [*steps_arg, "--accum", str(t.params["k"])])
+    by_hand["twin"] = (REPO / "examples" / "fixed" / "memory_bound.py", steps_arg)
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in by_hand}
+    for _ in range(plain_repeats):  # interleaved: original, each fix by hand, twin, ...
+        for key, (script, args) in by_hand.items():
+            rate, peak = plain_run(script, args)
+            if rate is not None and peak is not None:
+                runs[key].append((rate, peak))
+    med = {k: ((statistics.median(r for r, _ in v), statistics.median(m for _, m in v)) if v else None)
+           for k, v in runs.items()}
+    result.update(plain_runs=runs, load_after=load())
+    base = med.get("original")
+    print(f"\n{'fix':26s} {'advisor speed':22s} {'advisor memory':16s} {'by hand speed':14s} {'by hand memory':14s}")
+    for key in by_hand:
+        if key == "original":
+            continue
+        t = result["trials"].get(key, {})
+        hand = med.get(key)
+        hs = hand[0] / base[0] if hand and base else None
+        hm = hand[1] / base[1] if hand and base else None
+        ci = t.get("ci") or [None, None]
+        adv = fmt(t.get("speedup")) + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci[0] else "")
+        mem = f"{t['memory_ratio']:.2f}x" if t.get("memory_ratio") else "-"
+        print(f"{key:26s} {adv:22s} {mem:16s} {fmt(hs):14s} {fmt(hm):14s}")
+        result.setdefault("by_hand", {})[key] = {"speedup": hs, "memory_ratio": hm, "median": hand}
+    print(f"plain medians (samples/s, peak MiB): {med}")
+    print(f"({load()})")
+    return result
+
+
 def fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
@@ -231,8 +319,14 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     p.add_argument("--work", type=Path)
     p.add_argument("--script-args", action="store_true", help="the argument trial on an accumulating loop, vs by hand")
+    p.add_argument("--memory", action="store_true", help="the memory fixes under --memory-budget, vs by hand")
     args = p.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="advisor-fixbench-"))
+    if args.memory:
+        result = bench_memory(args.repeats, args.plain_repeats, work)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
+        return
     if args.script_args:
         result = bench_script_args(args.repeats, args.plain_repeats, work)
         if args.json:

@@ -414,6 +414,8 @@ class RunCapture:
             not imported before the fork.
         start: How the child process started (:class:`StartKind`): ``cold`` (a fresh
             interpreter) or ``warm`` (forked from the warm-start server).
+        memory_budget_bytes: The ``--memory-budget`` the run was held to (None: none); the
+            metrics read it as the device's memory, the limit the run has.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -452,6 +454,7 @@ class RunCapture:
     phases_s: dict[str, float] = field(default_factory=dict)
     script_config: ScriptConfig = field(default_factory=ScriptConfig)
     start: StartKind = StartKind.COLD
+    memory_budget_bytes: int | None = None
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

@@ -477,6 +477,7 @@ def _merge(
         "wall_s": round(wall_s, 4),
         "notes": list(dict.fromkeys(notes)),
         "start": StartKind.COLD if warm is None else StartKind.WARM,
+        "memory_budget_bytes": spec.memory_budget_bytes,
     }
     if isinstance(child.get("phases_s"), dict) and isinstance(child.get("wall_s"), (int, float)):
         # NOTE: the child's clock starts at its first line: the rest of the parent's wall time

@@ -16,6 +16,7 @@ from advisor.api import RunSpec, RunStatus
 from advisor.cli._common import emit_report, engine_config
 from advisor.cli.configured import ConfiguredCommand, given_as
 from advisor.cli.options import (
+    ByteSize,
     PositiveSeconds,
     output_options,
     rule_selection_options,
@@ -61,6 +62,9 @@ def default_run_dir(script: Path) -> Path:
 @click.option("--full", is_flag=True, help="Let the script run to its end instead of stopping after profiling.")
 @click.option("--timeout", type=PositiveSeconds(), default=None, metavar="SECONDS",
               help="Stop a hung script after SECONDS (exit 3, partial capture kept).")
+@click.option("--memory-budget", type=ByteSize(), default=None, metavar="SIZE",
+              help="Cap the script's memory (2GB, 512MiB): the CUDA process fraction on a GPU, a watchdog on its "
+              "resident memory on CPU; a run over it is out of memory, and the memory fixes are tried.")
 @click.option("--no-fixes", is_flag=True, help="Diagnose only; do not try fixes.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also try fixes that may change numerics or batch semantics (bf16, compile, batch fusion, larger batches...).")
 @click.option("--fix", "only_fixes", multiple=True, metavar="ID", help="Try only this fix (repeatable).")
@@ -103,6 +107,7 @@ def diagnose(
     profile_steps: int,
     full: bool,
     timeout: float | None,
+    memory_budget: int | None,
     no_fixes: bool,
     unsafe_fixes: bool,
     only_fixes: tuple[str, ...],
@@ -185,6 +190,7 @@ def diagnose(
         nnodes=nnodes,
         env=rdzv_env,
         module=module,
+        memory_budget_bytes=memory_budget,
     )
     fix_options = FixOptions(
         enabled=not no_fixes, unsafe=unsafe_fixes, only=tuple(only_fixes), repeats=repeats, write=write,

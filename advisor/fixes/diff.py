@@ -19,7 +19,9 @@ and makes the mechanical changes a kept fix stands for:
 - ``non_blocking_copy``: ``non_blocking=True`` on ``.to(device)`` calls inside loops;
 - ``fused_attention``: hand-written attention in a class's ``forward`` rewritten into
   ``scaled_dot_product_attention`` by :mod:`advisor.fixes.attention` (what the run-time install
-  binds too), ``attn_implementation="sdpa"`` on ``from_pretrained(...)`` calls.
+  binds too), ``attn_implementation="sdpa"`` on ``from_pretrained(...)`` calls;
+- ``activation_checkpointing``: in a loop over a list of blocks, ``x = layer(x)`` becomes
+  ``x = checkpoint(layer, x, use_reentrant=False)`` (and ``checkpoint`` is imported).
 
 What cannot be made mechanical (e.g. the gradient-accumulation count after batch fusion, the
 learning rate after a larger batch, fp16 loss scaling, input layout for channels_last) is said
@@ -248,6 +250,8 @@ class _Transformer(cst.CSTTransformer):
         self, original: cst.For, updated: cst.For
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         self.loop_depth -= 1
+        if self.plan.checkpoint_loops and not self._over_loader(original):
+            updated = self._checkpoint_calls(updated)
         before: list[cst.BaseStatement] = []
         if self.plan.read_every and "host_reads" not in self.done and self._over_loader(original):
             updated, before = self._read_every(updated)
@@ -283,6 +287,33 @@ class _Transformer(cst.CSTTransformer):
             else:
                 out.append(st)
         return loop.with_changes(body=loop.body.with_changes(body=out)), before
+
+    def _checkpoint_calls(self, loop: cst.For) -> cst.For:
+        """``h = layer(h, ...)`` -> ``h = checkpoint(layer, h, ..., use_reentrant=False)`` in a loop over blocks."""
+        if not isinstance(loop.target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
+            return loop
+        layer = loop.target.value
+        out: list[Any] = []
+        for st in loop.body.body:
+            small = st.body[0] if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 else None
+            call = small.value if isinstance(small, cst.Assign) else None
+            if (
+                isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == layer
+                and call.args and all(a.keyword is None and a.star == "" for a in call.args)
+            ):
+                args = [cst.Arg(cst.Name(layer)), *call.args]
+                args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in args]
+                args.append(cst.Arg(keyword=cst.Name("use_reentrant"), value=cst.Name("False"),
+                                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                          whitespace_after=cst.SimpleWhitespace(""))))
+                new = small.with_changes(value=call.with_changes(func=cst.Name("checkpoint"), args=args))
+                st = st.with_changes(body=[new])
+                self.done.add("checkpoint")
+            out.append(st)
+        imp = "from torch.utils.checkpoint import checkpoint"
+        if "checkpoint" in self.done and imp not in self.plan.header_statements:
+            self.plan.header_statements.append(imp)
+        return loop.with_changes(body=loop.body.with_changes(body=out))
 
     def _wrap_loop(self, original: cst.For, updated: cst.For) -> cst.BaseStatement:
         if self.plan.wrap_data_loop and "data_loop" not in self.done and self._over_loader(original):
@@ -512,6 +543,8 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
         )
     if plan.fused and "fused" not in tr.done:
         manual.append("fused_optimizer: pass fused=True to the optimizer")
+    if plan.checkpoint_loops and "checkpoint" not in tr.done:
+        manual.append(catalog.get("activation_checkpointing").manual)
     code = new.code
     if plan.header_statements and not re.search(r"^import torch\b|^from torch\b", source, re.M):
         code = "import torch\n" + code

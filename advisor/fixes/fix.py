@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from advisor.capture.model import DataLoaderInfo, RunCapture, RunSpec, ScriptConfig
+from advisor._vocab import Vocab
+from advisor.capture.model import OUT_OF_MEMORY, DataLoaderInfo, RunCapture, RunSpec, ScriptConfig
 from advisor.engine.model import Safety
 
 SAFE = Safety.SAFE
@@ -43,6 +44,27 @@ LOSS_RTOL_PRECISION = 0.25
 # samples): the first losses of a batch of 4 and of 64 differ by up to 31% on
 # examples/tiny_model.py (measured, same seed); 50% still catches a broken run.
 LOSS_RTOL_BATCH = 0.50
+
+# A memory-objective fix counts as saving memory when its peak is at least this much below the
+# reference's: peak RSS of two identical CPU runs differs by a few MiB of a few hundred (allocator
+# and import noise), so 5% is a change, not jitter.
+MIN_MEMORY_SAVING = 0.05
+
+# Peak memory above this share of the limit (the --memory-budget, or the CUDA device) is "near
+# the limit": the next longer sequence or larger batch will not fit (ME001 warns at 90%).
+NEAR_LIMIT_FRAC = 0.8
+
+
+class Objective(Vocab):
+    """What a fix is for, and so what its trial's verdict is decided on.
+
+    ``speed``: samples/s against the baseline (the default). ``memory``: peak memory against
+    the baseline, with loss parity; its speed cost is measured and reported, never the verdict.
+    """
+
+    SPEED = "speed"
+    MEMORY = "memory"
+
 
 # A larger-batch rung may time its steps for this long even when the baseline's timed phase is
 # shorter (see ladder_steps).
@@ -67,6 +89,10 @@ class FixContext:
         script_config: The script's own configuration surface (its argparse options or
             configurator globals), for fixes made through the script's arguments.
         intra_op_threads: torch's intra-op thread count in the baseline (None when unknown).
+        peak_memory_bytes: The baseline's peak memory (CUDA max allocated, or peak RSS on CPU).
+        memory_limit_bytes: What the run may use: the ``--memory-budget`` when given, else the
+            CUDA device's memory on a GPU run; None on a CPU run without a budget.
+        out_of_memory: The baseline itself ran out of memory (over the budget, or a CUDA OOM).
     """
 
     cuda: bool = False
@@ -79,6 +105,22 @@ class FixContext:
     micro_batch_samples: float | None = None
     script_config: ScriptConfig = field(default_factory=ScriptConfig)
     intra_op_threads: int | None = None
+    peak_memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    out_of_memory: bool = False
+
+    @property
+    def memory_used_frac(self) -> float | None:
+        """The baseline's peak over the limit (None when either is unknown)."""
+        if not self.peak_memory_bytes or not self.memory_limit_bytes:
+            return None
+        return self.peak_memory_bytes / self.memory_limit_bytes
+
+    @property
+    def near_memory_limit(self) -> bool:
+        """The baseline ran out of memory, or its peak is over :data:`NEAR_LIMIT_FRAC` of the limit."""
+        frac = self.memory_used_frac
+        return self.out_of_memory or (frac is not None and frac > NEAR_LIMIT_FRAC)
 
     @property
     def max_workers(self) -> int:
@@ -101,8 +143,16 @@ class FixContext:
         return next((d.batch_size for d in self.dataloaders if d.batch_size), None)
 
 
-def context_from_capture(capture: RunCapture) -> FixContext:
-    """Build a :class:`FixContext` from a (baseline) capture."""
+def is_out_of_memory(capture: RunCapture) -> bool:
+    """Tell whether a run failed for memory: over ``--memory-budget``, or torch's own OOM error."""
+    err = capture.error
+    if capture.ok or err is None:
+        return False
+    return err.type in (OUT_OF_MEMORY, "OutOfMemoryError") or "out of memory" in (err.message or "").lower()
+
+
+def context_from_capture(capture: RunCapture, memory_budget_bytes: int | None = None) -> FixContext:
+    """Build a :class:`FixContext` from a (baseline) capture and the run's ``--memory-budget``."""
     env = capture.environment
     samples = sorted(s for s in capture.timed.samples if s)
     per_step = float(samples[len(samples) // 2]) if samples else None
@@ -118,6 +168,11 @@ def context_from_capture(capture: RunCapture) -> FixContext:
         micro_batch_samples=capture.timed.micro_batch_samples,
         script_config=capture.script_config,
         intra_op_threads=env.intra_op_threads,
+        peak_memory_bytes=capture.peak_memory_bytes,
+        memory_limit_bytes=memory_budget_bytes or (
+            capture.gpu.total_memory_bytes if capture.memory_kind == "cuda" else None
+        ),
+        out_of_memory=is_out_of_memory(capture),
     )
 
 
@@ -168,6 +223,8 @@ class DiffPlan:
             (``torch.inference_mode()``).
         read_every: Move the loop's per-step host reads (``.item()``, ``float(t)``, ``.cpu()``,
             ``print``) under ``if step % N == 0`` (0: leave them).
+        checkpoint_loops: In loops over a list of blocks (``for layer in self.layers``), call
+            each block through ``torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)``.
         commands: New command lines that make a fix permanent through the script's own
             arguments (no source change).
         manual: What cannot be made mechanical, one line each.
@@ -188,6 +245,7 @@ class DiffPlan:
     header_statements: list[str] = field(default_factory=list)
     wrap_data_loop: list[str] = field(default_factory=list)
     read_every: int = 0
+    checkpoint_loops: bool = False
     commands: list[str] = field(default_factory=list)
     manual: list[str] = field(default_factory=list)
     fused_attention: bool = False
@@ -237,6 +295,10 @@ class Fix:
         manual: What to change by hand, for a fix with no mechanical diff.
         advice: Why no safe run-time change exists, for a fix that is only a diff: it is never
             run, its trial reads ``advice`` (never a measured win), and its diff is offered.
+        objective: What the trial's verdict is decided on (:class:`Objective`): ``speed``, or
+            ``memory`` (kept when it saves at least :data:`MIN_MEMORY_SAVING` of the peak with
+            loss parity; its speed cost is reported beside it). A memory fix is also tried
+            when the baseline itself ran out of memory.
         shrinks: The step-time categories (:class:`~advisor.engine.model.Category` words) the
             fix can shorten and nothing else: their share of the measured step bounds its gain
             (Amdahl), so a fix whose bound cannot reach the minimum effect is skipped unrun
@@ -264,6 +326,7 @@ class Fix:
     plan_diff: PlanDiff | None = None
     manual: str = ""
     advice: str = ""
+    objective: Objective = Objective.SPEED
     shrinks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -271,6 +334,10 @@ class Fix:
         if not isinstance(safety, Safety):
             raise ValueError(f"fix {self.id!r}: safety must be 'safe' or 'unsafe', not {self.safety!r}")
         object.__setattr__(self, "safety", safety)
+        objective = Objective.parse(self.objective)
+        if not isinstance(objective, Objective):
+            raise ValueError(f"fix {self.id!r}: objective must be 'speed' or 'memory', not {self.objective!r}")
+        object.__setattr__(self, "objective", objective)
 
     def plan_variants(self, ctx: FixContext, spec: RunSpec, step_ms: float | None = None) -> list[VariantPlan]:
         """Return the runs that measure this fix in ``ctx`` (one run without parameters by default)."""

@@ -93,17 +93,21 @@ from advisor.fixes import catalog
 from advisor.fixes.bounds import GainBound, by_gain, gain_bounds
 from advisor.fixes.fix import (
     MIN_LADDER_PHASE_S,
+    MIN_MEMORY_SAVING,
     SAFE,
     UNSAFE,
     FixContext,
+    Objective,
     context_from_capture,
     fusion_steps,
+    is_out_of_memory,
     ladder_steps,
 )
 from advisor.fixes.model import FixOutcome, Trial, Verdict
 from advisor.fixes.stats import (
     MIN_EFFECT,
     MIN_PAIRS,
+    Estimate,
     decided_early,
     estimate,
     loss_parity,
@@ -368,6 +372,8 @@ def run_trials(
 
     # Round 1's baseline comes first: it decides what can apply.
     base0 = loop.run_baseline("baseline", 1, flight=TrialProgress(fix="baseline", repeat=1, repeats=repeats))
+    if is_out_of_memory(base0):
+        return _out_of_memory(base0, wanted, hidden, notes, results, only, unsafe, loop, spec, make_diff_text)
     if not base0.ok or loop.rate(base0) is None:
         reason = _failure_reason(base0) if not base0.ok else "the baseline recorded no timed steps"
         notes.append(f"no fix measured: the baseline run failed ({reason})")
@@ -379,7 +385,7 @@ def run_trials(
         )
         return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started, clock),
                           runs=loop.runs, phases_s=dict(loop.phases_s), starts=dict(loop.starts))
-    ctx = context_from_capture(base0)
+    ctx = context_from_capture(base0, spec.memory_budget_bytes)
     loop.base_step_ms = median(base0.timed.step_times_ms)
     warmup = settled_warmup(base0.timed.warmup_step_times_ms, base0.timed.step_times_ms, spec.warmup_steps)
     if settle_warmup and warmup < spec.warmup_steps:
@@ -410,6 +416,11 @@ def run_trials(
         else:
             combined, kept, more = _best_alone(selection.chosen, on_top)
         notes.extend(more)
+    saver, more = pick_memory(trials)
+    notes.extend(more)
+    if saver is not None:
+        kept = [*kept, saver]
+        combined = combined or saver
     # A workers rung kept only as the base of an on-top fix keeps its own verdict; say why it is kept.
     tops = [t.fix for t in kept if t.fix in on_top]
     carried = {
@@ -1059,13 +1070,16 @@ class Measurer:
             return Trial(**common, verdict=FAILED, reason=v.failure, repeats=len(ratios))
         est = estimate(ratios, self.min_effect)
         used = [a for a in ref_rates if a]
-        reason = "; ".join(r for r in (_describe(v), est.reason) if r)
+        verdict, why = est.verdict, est.reason
+        if len(common["fixes"]) == 1 and catalog.get(v.fix).objective is Objective.MEMORY:
+            verdict, why = judge_memory(common["peak_memory_bytes"], common["baseline_peak_memory_bytes"], est)
+        reason = "; ".join(r for r in (_describe(v), why) if r)
         return Trial(
             **common,
             baseline_samples_per_s=median(used),
             samples_per_s=median([x for x in v.rates if x]),
             speedup=est.speedup, ci_low=est.ci_low, ci_high=est.ci_high,
-            verdict=est.verdict, reason=reason, repeats=est.pairs,
+            verdict=verdict, reason=reason, repeats=est.pairs,
         )
 
 
@@ -1105,7 +1119,10 @@ def collapse(trials: Sequence[Trial]) -> dict[str, Trial]:
             out[fix] = rungs[0]
             continue
         measured = [t for t in rungs if t.speedup is not None and t.verdict not in (FAILED, SKIPPED)]
-        if measured:
+        fits = [t for t in rungs if t.verdict == IMPROVED]
+        if for_memory(rungs[0]) and fits:
+            best = fits[0]  # NOTE: rungs come in ladder order: the first that fits holds the most per micro-batch
+        elif measured:
             best = max(measured, key=lambda t: (t.verdict == IMPROVED, t.speedup or 0.0))
         else:
             best = rungs[0]
@@ -1147,7 +1164,9 @@ def select_combination(
     """
     fixes = catalog.get_fixes()
     notes: list[str] = []
-    improved = [t for t in trials if t.verdict == IMPROVED]
+    # NOTE: a fix whose objective is memory is kept for the memory it saves, not combined for
+    # speed (it usually costs some): pick_memory decides it.
+    improved = [t for t in trials if t.verdict == IMPROVED and not for_memory(t)]
     chosen: list[Trial] = []
     for t in sorted(improved, key=lambda t: -(t.speedup or 0.0)):
         conflicts = set(fixes[t.fix].conflicts)
@@ -1236,6 +1255,147 @@ def pick_kept(
         f"the combination {label} measured {_fmt(combined.speedup)} ({combined.verdict}), "
         f"not better than {best.fix} alone ({_fmt(best.speedup)}): keeping {best.fix} only"
     ]
+
+
+# -- memory: fixes whose objective is memory ---------------------------------------------------
+
+
+def for_memory(t: Trial) -> bool:
+    """Tell whether a trial measures one fix whose objective is memory (its verdict is on memory)."""
+    fix = catalog.get_fixes().get(t.fix)
+    return len(t.fixes) == 1 and fix is not None and fix.objective is Objective.MEMORY
+
+
+def judge_memory(peak: int | None, base_peak: int | None, speed: Estimate) -> tuple[Verdict, str]:
+    """Decide a memory fix's verdict on its peak memory; the speed it costs goes in the reason.
+
+    ``improved`` when the peak falls by :data:`~advisor.fixes.fix.MIN_MEMORY_SAVING` or more,
+    ``no_effect`` when it does not; ``undecided`` when no peak was recorded.
+    """
+    cost = "n/a" if speed.speedup is None else f"{speed.speedup:.2f}x"
+    if speed.ci_low is not None and speed.ci_high is not None:
+        cost += f" [{speed.ci_low:.2f}, {speed.ci_high:.2f}]"
+    cost = f"speed {cost} ({speed.verdict}), the cost of the memory saved"
+    if not peak or not base_peak:
+        return UNDECIDED, f"objective memory: no peak memory was recorded; {cost}"
+    saved = 1.0 - peak / base_peak
+    change = f"peak {_mib(base_peak)} -> {_mib(peak)} ({saved:.0%} less)" if saved > 0 else (
+        f"peak {_mib(base_peak)} -> {_mib(peak)} ({-saved:.0%} more)")
+    if saved >= MIN_MEMORY_SAVING:
+        return IMPROVED, f"objective memory: {change}; {cost}"
+    return NO_EFFECT, f"objective memory: {change}, under the {MIN_MEMORY_SAVING:.0%} that counts as a saving; {cost}"
+
+
+def pick_memory(trials: Sequence[Trial]) -> tuple[Trial | None, list[str]]:
+    """Keep the memory fix that saves memory at the least speed cost (one: they were not measured together)."""
+    savers = [t for t in trials if for_memory(t) and t.verdict == IMPROVED]
+    if not savers:
+        return None, []
+    best = max(savers, key=lambda t: (t.speedup or 0.0, -(t.memory_ratio or 1.0)))
+    notes = [f"{best.fix} is kept for the memory it saves (its objective), not combined with the speed fixes"]
+    others = [t for t in savers if t is not best]
+    if others:
+        notes.append(
+            "also saves memory, not kept (the memory fixes were each measured alone, not together): "
+            + ", ".join(f"{t.fix} ({_fmt(t.speedup)}, memory {_ratio(t.memory_ratio)})" for t in others)
+        )
+    return best, notes
+
+
+def _out_of_memory(
+    base0: RunCapture, wanted: list[str], hidden: tuple[str, ...], notes: list[str], results: dict[str, Trial],
+    only: Sequence[str], unsafe: bool, loop: Measurer, spec: RunSpec, make_diff_text: bool,
+) -> FixOutcome:
+    """Try the memory fixes alone after the baseline ran out of memory: each runs until it fails, or ``repeats`` times.
+
+    There is no baseline throughput to pair with, so a fix that lets the script run is reported
+    with its own samples/s and peak memory and no speedup; it is ``improved`` (it fits) when every
+    run finished with finite losses. Other fixes are skipped: nothing measures them.
+    """
+    fixes = catalog.get_fixes()
+    memory_ids = [f for f in (only or fixes) if fixes[f].objective is Objective.MEMORY]
+    if not only:
+        shown = [f for f in memory_ids if unsafe or fixes[f].safety == SAFE]
+        hidden = (*hidden, *(f for f in memory_ids if f not in shown and f not in hidden))
+        memory_ids = shown
+    budget = spec.memory_budget_bytes
+    why = base0.error.message if base0.error is not None else "out of memory"
+    notes.append(f"the baseline ran out of memory ({why}); tried the fixes whose objective is memory: "
+                 + (", ".join(memory_ids) or "none allowed (use --unsafe-fixes for fit_accumulation)"))
+    ctx = context_from_capture(base0, budget)
+    plan = plan_trials(memory_ids, ctx, spec, None)
+    for v in plan.variants:
+        for r in range(loop.repeats):
+            cap = loop.run(f"{_safe_name(v.label)}-{r + 1}", v.requests, v.overrides,
+                           flight=TrialProgress(fix=v.label, repeat=r + 1, repeats=loop.repeats))
+            note = cap.fix_notes.get(v.fix)
+            v.note = note.detail if note is not None else v.note
+            if not cap.ok or loop.rate(cap) is None:
+                v.failure = _failure_reason(cap) if not cap.ok else "the run recorded no timed steps"
+            elif note is not None and note.state is NoteState.SKIPPED:
+                v.skip = note.detail
+            elif any(x is None or not math.isfinite(x) for x in cap.losses):
+                v.failure = "a loss was not finite"
+            else:
+                v.rates.append(loop.rate(cap))
+                v.peaks.append(int(cap.peak_memory_bytes or 0))
+                v.memory_kind = cap.memory_kind
+            loop.emit(TrialProgress(fix=v.label, repeat=r + 1, repeats=loop.repeats, samples_per_s=loop.rate(cap),
+                                    message=f"failed: {v.failure}" if v.failure else ""))
+            if not v.active:
+                break
+    measured: list[Trial] = []
+    for v in plan.variants:
+        peak = median([p for p in v.peaks if p])
+        common = dict(fix=v.fix, safety=v.safety, params=dict(v.params), fixes=(v.fix,), memory_kind=v.memory_kind,
+                      peak_memory_bytes=None if peak is None else int(peak),
+                      baseline_peak_memory_bytes=base0.peak_memory_bytes)
+        if v.skip is not None:
+            measured.append(Trial(**common, verdict=SKIPPED, reason=v.skip))
+        elif v.failure is not None:
+            measured.append(Trial(**common, verdict=FAILED, reason=v.failure, repeats=len(v.rates)))
+        else:
+            fits = f"fits: peak {_mib(peak)}" + (f" of the {_mib(budget)} budget" if budget else "")
+            measured.append(Trial(
+                **common, verdict=IMPROVED, samples_per_s=median(v.rates), repeats=len(v.rates),
+                reason="; ".join(x for x in (v.note, f"the baseline ran out of memory, {fits}; no speedup: the "
+                                             "baseline never ran its timed steps") if x),
+            ))
+    results.update({**plan.skipped, **collapse(measured)})
+    for f in wanted:
+        results.setdefault(f, Trial(fix=f, safety=fixes[f].safety, verdict=SKIPPED,
+                                    reason="the baseline ran out of memory: only fixes whose objective is memory "
+                                    "can run, and none of them made it fit" if fixes[f].objective is Objective.MEMORY
+                                    else "the baseline ran out of memory: only fixes whose objective is memory can run"))
+    order = [*wanted, *(f for f in memory_ids if f not in wanted)]
+    trials = tuple(results[f] for f in order if f in results)
+    fitting = [t for t in trials if for_memory(t) and t.verdict == IMPROVED]
+    best = max(fitting, key=lambda t: t.samples_per_s or 0.0) if fitting else None
+    if best is not None and len(fitting) > 1:
+        notes.append(f"keeping {best.fix}: the fastest of the fixes that fit ("
+                     + ", ".join(f"{t.fix} {t.samples_per_s or 0:.1f}" for t in fitting)
+                     + " samples/s, runs not interleaved)")
+    diff = ""
+    if make_diff_text and best is not None:
+        try:
+            from advisor.fixes.diff import make_diff
+
+            diff = make_diff(Path(spec.script), [best])
+        except Exception as exc:  # noqa: BLE001 - a diff problem must not lose the measurements
+            notes.append(f"no diff: {type(exc).__name__}: {exc}")
+    return FixOutcome(
+        trials=trials, combined=best, kept=(best.fix,) if best else (), diff=diff, notes=tuple(notes),
+        hidden_unsafe=tuple(hidden), kept_trials=(best,) if best else (), wall_s=_since(loop.started, loop.clock),
+        runs=loop.runs, phases_s=dict(loop.phases_s), starts=dict(loop.starts),
+    )
+
+
+def _mib(n: float | None) -> str:
+    return "n/a" if not n else f"{n / 2**20:,.0f} MiB"
+
+
+def _ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
 
 
 # -- small helpers -----------------------------------------------------------------------------

@@ -175,6 +175,14 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     if summary.get("device_memory_bytes") is None:
         total = capture.gpu.total_memory_bytes if capture.memory_kind == "cuda" else capture.cpu.total_memory_bytes
         out["device_memory_bytes"] = finite(total)
+    budget = getattr(capture, "memory_budget_bytes", None)
+    if budget:
+        # NOTE: --memory-budget is the memory the user says the run has: the limit the memory
+        # rules measure the peak against, on CPU (the watchdog) and on a GPU (its fraction).
+        known = out.get("device_memory_bytes") or summary.get("device_memory_bytes")
+        out["device_memory_bytes"] = float(min(budget, known) if known else budget)
+        if capture.peak_memory_bytes:  # the watchdog holds the process's peak to the budget
+            out["peak_memory_bytes"] = float(max(capture.peak_memory_bytes, summary.get("peak_memory_bytes") or 0))
     return out
 
 

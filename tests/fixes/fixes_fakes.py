@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from advisor.capture.model import (
+    OUT_OF_MEMORY,
     DataLoaderInfo,
     Environment,
     RunCapture,
@@ -39,7 +40,7 @@ class FakeRunner:
     device: str = "cpu"
     cpu_count: int = 2
     step_source: dict[str, str] = field(default_factory=dict)  # fix id -> step source it causes
-    memory: dict[str, float] = field(default_factory=dict)  # fix id -> factor on the peak memory
+    memory: dict[str, Effect] = field(default_factory=dict)  # fix id -> factor on the peak memory
     base_memory: int = 100 * 2**20
     calls: list[RunSpec] = field(default_factory=list)
 
@@ -65,6 +66,8 @@ class FakeRunner:
             loader = replace(loader, batch_size=8 * applied["batch_fusion"]["factor"])
         if "larger_batch" in applied:
             loader = replace(loader, batch_size=loader.batch_size * applied["larger_batch"]["factor"])
+        if "fit_accumulation" in applied:
+            loader = replace(loader, batch_size=loader.batch_size // applied["fit_accumulation"]["k"])
         loaders = (loader,)
         if notes and all(n.startswith("not applied") for n in notes.values()):
             notes = {k: "not applied: " + v.split(": ", 1)[1] for k, v in notes.items()}
@@ -88,7 +91,14 @@ class FakeRunner:
         n = spec.timed_steps
         peak = float(self.base_memory)
         for fix_id in applied:
-            peak *= self.memory.get(fix_id, 1.0)
+            m = self.memory.get(fix_id, 1.0)
+            peak *= m(applied[fix_id]) if callable(m) else m
+        if spec.memory_budget_bytes and peak > spec.memory_budget_bytes:
+            return RunCapture(
+                run_dir=run_dir, status="crashed", exit_code=-15, environment=env, dataloaders=loaders,
+                fix_notes=notes, peak_memory_bytes=int(peak), memory_kind="rss",
+                error=ScriptError(type=OUT_OF_MEMORY, message="over the memory budget"),
+            )
         source = next((self.step_source[i] for i in ids if i in self.step_source), "optimizer")
         return RunCapture(
             run_dir=run_dir,

@@ -10,8 +10,10 @@ from advisor.fixes.registry import FixContext, FixSpec, worker_ladder
 
 SAFE = {"dataloader_workers", "pin_memory", "persistent_workers", "prefetch_factor",
         "non_blocking_copy", "cpu_threads", "inference_mode", "host_reads"}
+SAFE |= {"activation_checkpointing"}
 UNSAFE = {"bf16_autocast", "fp16_amp", "batch_fusion", "torch_compile", "cudnn_benchmark", "tf32",
           "channels_last", "fused_optimizer", "larger_batch", "script_args", "fused_attention"}
+UNSAFE |= {"fit_accumulation"}
 
 
 def test_every_shared_fix_id_is_registered_once_with_its_safety():

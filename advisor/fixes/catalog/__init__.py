@@ -35,6 +35,8 @@ MODULES: tuple[str, ...] = (
     "larger_batch",
     "inference_mode",
     "host_reads",
+    "activation_checkpointing",
+    "fit_accumulation",
 )
 """Catalog modules, in the order fixes are listed and applied."""
 

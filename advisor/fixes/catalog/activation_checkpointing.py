@@ -1,0 +1,147 @@
+"""``activation_checkpointing``: recompute each repeated block's activations in the backward pass.
+
+A training step keeps every intermediate activation of the forward pass alive until backward
+uses it; for a stack of identical blocks that is most of the peak memory. Checkpointing a block
+keeps only its input and recomputes its inside during backward (``torch.utils.checkpoint``,
+``use_reentrant=False``, which also restores the RNG state, so dropout draws the same masks and
+the numerics are unchanged). It costs about one more forward pass per step: the fix trades speed
+for memory, so its objective is memory (:class:`~advisor.fixes.fix.Objective`): the trial is
+kept when it saves memory with loss parity, and the speed it costs is reported beside it.
+
+At run time, on the model's first call, the blocks are found without reading the source:
+
+- a model with a ``gradient_checkpointing_enable()`` method (Hugging Face ``PreTrainedModel``)
+  is asked to do it itself, with ``use_reentrant=False`` where the method takes it;
+- otherwise the repeated blocks: the children of an ``nn.ModuleList`` or ``nn.Sequential``
+  that are at least two instances of one composite module class (a class with submodules:
+  checkpointing a single ``Linear`` saves nothing), outermost containers first. Each block's
+  ``forward`` is replaced on the instance by a checkpointed call, while gradients are enabled.
+
+The diff rewrites the mechanical case, a loop ``for layer in self.layers: x = layer(x)``, into
+``x = checkpoint(layer, x, use_reentrant=False)``; anything else gets a note saying what to
+change by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, Objective
+
+MANUAL = (
+    "activation_checkpointing: call each repeated block through "
+    "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) in the model's forward "
+    "(torch.utils.checkpoint.checkpoint_sequential for an nn.Sequential stack; "
+    "model.gradient_checkpointing_enable() on a Hugging Face model)"
+)
+
+
+def check(ctx: FixContext) -> str | None:
+    """Needs a training loop (a backward pass keeps activations; an inference loop keeps none)."""
+    if ctx.step_source == "dataloader":
+        return "the loop runs no optimizer step: without a backward pass there are no activations to recompute"
+    return None
+
+
+def install(state: Any, params: dict[str, Any]) -> None:
+    """Child side: find and wrap the repeated blocks on the model's first call."""
+    state.want_model("activation_checkpointing", params)
+
+
+def repeated_blocks(model: Any) -> list[tuple[str, list[Any]]]:
+    """Return ``(container name, blocks)`` for each container of repeated composite blocks.
+
+    Containers are ``nn.ModuleList`` / ``nn.Sequential`` modules holding at least two children
+    of one class that has submodules of its own; a container inside an already chosen block is
+    left out (its block is checkpointed whole).
+    """
+    from torch import nn
+
+    found: list[tuple[str, list[Any]]] = []
+    inside: set[int] = set()
+    for name, module in model.named_modules():
+        if id(module) in inside or not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            continue
+        by_class: dict[type, list[Any]] = {}
+        for child in module.children():
+            if next(child.children(), None) is not None:  # composite: worth checkpointing
+                by_class.setdefault(type(child), []).append(child)
+        blocks = max(by_class.values(), key=len, default=[])
+        if len(blocks) < 2:
+            continue
+        found.append((name or type(model).__name__, blocks))
+        for block in blocks:
+            inside.update(id(m) for m in block.modules())
+    return found
+
+
+def checkpointed(forward: Any) -> Any:
+    """Wrap a bound ``forward`` so that, with gradients on, it runs under non-reentrant checkpointing."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():  # eval / no_grad: nothing is kept for backward anyway
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    return run
+
+
+def on_model(state: Any, module: Any) -> None:
+    """Checkpoint the model's repeated blocks (or let a Hugging Face model do it)."""
+    enable = getattr(module, "gradient_checkpointing_enable", None)
+    if callable(enable):
+        try:
+            takes = "gradient_checkpointing_kwargs" in inspect.signature(enable).parameters
+        except (TypeError, ValueError):
+            takes = False
+        if takes:
+            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            enable()
+        state.applied("activation_checkpointing", f"{type(module).__name__}.gradient_checkpointing_enable()")
+        return
+    stacks = repeated_blocks(module)
+    if not stacks:
+        state.skipped(
+            "activation_checkpointing",
+            f"{type(module).__name__} has no repeated blocks (an nn.ModuleList or nn.Sequential of "
+            "identical composite modules) to checkpoint",
+        )
+        return
+    for _, blocks in stacks:
+        for block in blocks:
+            block.forward = checkpointed(block.forward)
+    what = ", ".join(f"{len(b)} {type(b[0]).__name__} blocks of {n}" for n, b in stacks)
+    state.applied("activation_checkpointing", f"checkpointed {what} (use_reentrant=False)")
+
+
+def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
+    """Checkpoint the calls in loops over a block list (``x = checkpoint(layer, x, ...)``)."""
+    plan.checkpoint_loops = True
+
+
+FIX = Fix(
+    id="activation_checkpointing",
+    safety=SAFE,
+    description=(
+        "recompute the activations of each repeated block (nn.ModuleList / nn.Sequential of identical "
+        "blocks, or a Hugging Face model's gradient_checkpointing_enable()) in the backward pass "
+        "instead of keeping them: less peak memory for about one more forward pass"
+    ),
+    applies_when="peak memory is near the limit (the --memory-budget, or the GPU) in a model built of repeated blocks",
+    measured=(
+        "one run against the interleaved baseline runs; its objective is memory: kept when the peak "
+        "falls by 5% or more with loss parity, the speed it costs reported beside the memory saved"
+    ),
+    check=check,
+    objective=Objective.MEMORY,
+    install=install,
+    on_model=on_model,
+    plan_diff=plan_diff,
+    manual=MANUAL,
+)
