@@ -265,6 +265,8 @@ def _trials(report: Report, view: ReportView) -> str:
         else ""
     )
     kept = '<p>Kept: ' + ", ".join(f"<code>{esc(k)}</code>" for k in view.kept) + "</p>" if view.kept else ""
+    if view.case_study:
+        kept += f"<p><strong>Case study:</strong> {esc(view.case_study)}</p>"
     return (
         "<h2>Before and after each fix</h2>"
         '<p class="muted">Interleaved repeats against the baseline; a change within noise is <em>no measurable effect</em>, never a win.'

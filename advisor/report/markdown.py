@@ -146,6 +146,8 @@ def _trials(view: ReportView) -> list[str]:
     ]
     if view.kept:
         out += ["", "**Kept:** " + ", ".join(md_code(k) for k in view.kept)]
+    if view.case_study:
+        out += ["", "**Case study:** " + md_text(view.case_study)]
     return out
 
 

@@ -287,6 +287,8 @@ def _trials(view: ReportView) -> RenderableType | None:
         parts.append(notes)
     if view.kept:
         parts.append(Text.assemble("Kept: ", _t(", ".join(view.kept), "bold green")))
+    if view.case_study:
+        parts.append(Text.assemble(_t("Case study: ", "bold"), _t(view.case_study)))
     return Group(*parts)
 
 

@@ -206,6 +206,7 @@ class ReportView:
     kept: tuple[str, ...]
     locations: tuple[LocationRow, ...]
     locations_total: int
+    case_study: str = ""
 
 
 def category_step_frac(report: Report, category: str) -> float | None:
@@ -293,6 +294,53 @@ def _trial_row(t: Trial, combined: bool) -> TrialRow:
     )
 
 
+def _step_figures(t: Trial) -> str:
+    """``memory −25%, loss Δ 0.12%`` for one measured step of the case study ("" when neither is known)."""
+    parts = []
+    if t.memory_ratio is not None:
+        change = t.memory_ratio - 1.0
+        parts.append(f"memory {'+' if change > 0 else '−' if change < 0 else '±'}{abs(change) * 100:.0f}%")
+    if t.loss_max_rel_diff is not None:
+        parts.append(f"loss Δ {s.pct(t.loss_max_rel_diff, 2)}")
+    return ", ".join(parts)
+
+
+def case_study(report: Report) -> str:
+    """Read the kept fixes as a case study: each kept fix in order and what its own trial measured.
+
+    ``baseline 120 samples/s → +dataloader_workers 1.80× (alone) → +persistent_workers 1.05× more
+    (on top of dataloader_workers@2) → together 1.92× [1.80–2.01] (measured)``. Every figure is a
+    measured trial: a fix alone against the baseline, a fix on top of the one it needs against
+    that fix's run, and the kept set together against the baseline. The steps are *not* each
+    measured on top of all the fixes before them (that would take a run per prefix), so they are
+    labelled by what they were measured against and never multiplied into a cumulative figure.
+    A kept fix outside the combined measurement (a memory fix, kept for the memory it saves)
+    comes last, apart. "" when fewer than two fixes were kept (the trials table says it all).
+    """
+    kept = [t for t in report.trials if t.fix in report.kept_fixes]
+    if len(kept) < 2:
+        return ""
+    together = report.kept_trial if report.kept_trial is not None and len(report.kept_trial.fixes) > 1 else None
+    if together is None and report.combined is not None and len(report.combined.fixes) > 1:
+        together = report.combined if set(report.combined.fixes) <= set(report.kept_fixes) else None
+    inside = set(together.fixes) if together is not None else {t.fix for t in kept}
+    base = next((t.baseline_samples_per_s for t in kept if t.reference is None and t.baseline_samples_per_s), None)
+    steps = [f"baseline {s.rate(base)} samples/s" if base else "baseline"]
+    apart = []
+    for t in kept:
+        against = f"on top of {t.reference}" if t.reference else "alone"
+        speed = s.times(t.speedup) + (" more" if t.reference and t.speedup is not None else "")
+        figures = ", ".join(x for x in (against, _step_figures(t)) if x)
+        (steps if t.fix in inside else apart).append(f"+{t.fix} {speed} ({figures})")
+    if together is not None:
+        figures = ", ".join(x for x in ("measured together against the baseline", _step_figures(together)) if x)
+        steps.append(f"together {s.times(together.speedup)} {s.ci(together.ci_low, together.ci_high)} ({figures})".replace("  ", " "))
+    text = " → ".join(steps)
+    if apart:
+        text += "; kept apart (not in the combined run): " + "; ".join(apart)
+    return text
+
+
 def build_view(report: Report) -> ReportView:
     """Build the view model of ``report``; the renderers format nothing but this."""
     shares = part_shares(report)
@@ -325,4 +373,5 @@ def build_view(report: Report) -> ReportView:
             for loc in locs
         ),
         locations_total=len(report.locations),
+        case_study=case_study(report),
     )

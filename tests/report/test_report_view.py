@@ -132,3 +132,31 @@ def test_a_category_without_a_breakdown_part_names_the_measured_parts_it_lies_in
     out = plain(render(overhead_report(), fmt), fmt)
     assert "its time lies in Other 71.5% + CPU ops 28.0% of step time (measured)" in out
     assert "not measured for this category" not in out
+
+
+def test_the_kept_fixes_read_as_a_case_study_of_measured_trials_in_every_format():
+    """Each kept fix with what its own trial measured (alone, or on top of the fix it needs), then together."""
+    workers = Trial("dataloader_workers", "safe", 100.0, 180.0, 1.8, 1.6, 2.0, "improved", loss_max_rel_diff=0.0,
+                    params={"num_workers": 2}, peak_memory_bytes=120, baseline_peak_memory_bytes=100)
+    persistent = Trial("persistent_workers", "safe", 180.0, 189.0, 1.05, 1.02, 1.08, "improved",
+                       reference="dataloader_workers@2")
+    saver = Trial("activation_checkpointing", "safe", 100.0, 85.0, 0.85, 0.8, 0.9, "improved",
+                  peak_memory_bytes=60, baseline_peak_memory_bytes=100)
+    combined = Trial("dataloader_workers+persistent_workers", "safe", 100.0, 192.0, 1.92, 1.8, 2.01, "improved",
+                     fixes=("dataloader_workers", "persistent_workers"))
+    report = dataclasses.replace(
+        make_report(), trials=(workers, persistent, saver), combined=combined,
+        kept_fixes=("dataloader_workers", "persistent_workers", "activation_checkpointing"),
+    )
+    text = build_view(report).case_study
+    assert text == (
+        "baseline 100 samples/s → +dataloader_workers 1.80× (alone, memory +20%, loss Δ 0.00%) → "
+        "+persistent_workers 1.05× more (on top of dataloader_workers@2) → together 1.92× [1.80–2.01] "
+        "(measured together against the baseline); kept apart (not in the combined run): "
+        "+activation_checkpointing 0.85× (alone, memory −40%)"
+    )
+    for fmt in FORMATS:
+        out = render(report, fmt)
+        assert "1.05× more (on top of dataloader_workers@2)" in html.unescape(out).replace("\\_", "_"), fmt
+    single = dataclasses.replace(report, trials=(workers,), combined=workers, kept_fixes=("dataloader_workers",))
+    assert build_view(single).case_study == ""
