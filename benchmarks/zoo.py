@@ -4,7 +4,7 @@ For every example named in examples/expected.json this:
 
 1. times the example and its hand-fixed twin (examples/fixed/<name>.py) *plainly*, side by side,
    interleaved (A B, B A, ...), parsing each run's final ``done: N steps, X samples/s`` line;
-2. runs ``advisor diagnose --format json -o <file> examples/<name>.py [args]`` and reads the
+2. runs ``advisor diagnose --format json -o <file> [advisor_args] examples/<name>.py [args]`` and reads the
    report: primary category, the kept fixes' trial (the combined trial of the kept fixes, else
    the one kept fix's trial) with its baseline and after samples/s and speedup, and how long the
    advisor took (with nothing kept, both rates are the diagnose run's);
@@ -185,7 +185,7 @@ def score(name: str, entry: dict, opts: argparse.Namespace, device: str) -> Row:
             )
         if not opts.no_advisor:
             report, row.advisor_s = run_advisor(
-                name, args, opts.out, opts.advisor_args, opts.timeout
+                name, args, opts.out, [*opts.advisor_args, *entry.get("advisor_args", [])], opts.timeout
             )
             primary = report.get("primary") or {}
             row.found = primary.get("category")

@@ -21,6 +21,7 @@ E2E: tuple[str, ...] = (
     "capture/test_warm.py::test_advisor_killed_outright_leaves_neither_server_nor_child",
     "cli/test_diagnose_e2e.py",
     "cli/test_diagnose_interrupt_e2e.py",
+    "cli/test_memory_budget_e2e.py",
     "cli/test_right_answers_e2e.py",
     "cli/test_entrypoints.py",
     "cli/test_script_own_failures.py",

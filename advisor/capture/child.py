@@ -29,6 +29,7 @@ import cProfile  # noqa: E402
 import importlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import platform  # noqa: E402
 import random  # noqa: E402
 import runpy  # noqa: E402
 import signal  # noqa: E402
@@ -327,6 +328,10 @@ class ChildSession:
         """Seed, install the hooks and the run-time fixes (before the script runs)."""
         if self.spec.seed is not None:
             seed_everything(self.spec.seed)
+        # NOTE: platform.processor() runs `uname -p` once and caches it; environment() asks at
+        # the end, when a fork of this process (its pages counted twice in the tree's resident
+        # memory) put a checkpointed run 300 MiB over its --memory-budget. Asked now, it is small.
+        platform.processor()
         from advisor.capture.hooks import TorchHooks
 
         self.script_config.install()

@@ -83,3 +83,17 @@ def test_the_sweep_format_follows_the_output_extension_and_fails_before_any_run(
         api.sweep_format(None, tmp_path / "s.docx")
     with pytest.raises(UsageError, match="advisor sweep writes"):
         api.sweep_format("sarif", None)
+
+
+def test_diagnose_memory_budget_reaches_the_run_spec(capsys, monkeypatch, script, tmp_path):
+    seen = {}
+
+    def fake(spec, **kwargs):
+        seen["spec"] = spec
+        raise Stop
+
+    monkeypatch.setattr(api, "diagnose_script", fake)
+    invoke(capsys, "diagnose", "--out", str(tmp_path / "run"), "--memory-budget", "600MB", str(script))
+    assert seen["spec"].memory_budget_bytes == 600 * 2**20
+    code, _, err = invoke(capsys, "diagnose", "--memory-budget", "lots", str(script))
+    assert code == 2 and "--memory-budget" in err
