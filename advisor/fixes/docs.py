@@ -93,6 +93,7 @@ def doc(fix: Fix) -> dict[str, Any]:
         "changes": fix.description,
         "applies_when": fix.applies_when,
         "measured": fix.measured,
+        "objective": fix.objective.value,
         "loss_tolerance": fix.loss_rtol,
         "requires": fix.requires,
         "conflicts": list(fix.conflicts),
@@ -121,6 +122,8 @@ def explain(fix: Fix) -> str:
         f"# {fix.id}",
         "",
         f"Safety: {fix.safety.value} ({safety})",
+        *([f"Objective: {fix.objective.value} (its verdict is decided on peak memory; the speed it costs is "
+           "reported beside it)"] if fix.objective.value != "speed" else []),
         "",
         "## What it changes",
         fix.description,
