@@ -245,7 +245,7 @@ def bench_memory(repeats: int, plain_repeats: int, work: Path, steps: int = 8) -
     steps_arg = ["--steps", str(steps)]
     _, base_peak = plain_run(MEMORY_SCRIPT, steps_arg)
     # NOTE: just above the plain peak, so advisor's baseline (the same script, plus the capture's
-    # hooks) sits near the limit: at 95% of the budget, above ME001's and the fix's 90%.
+    # hooks) sits near the limit: about 95% of the budget, above ME001's 90% and the fix's 80%.
     budget = int((base_peak or 1000) * 2**20 / 0.95) + 16 * 2**20
     print(f"== memory fixes on {MEMORY_SCRIPT.name}: plain peak {base_peak} MiB, --memory-budget "
           f"{budget / 2**20:.0f} MiB (near the limit above {NEAR_LIMIT_FRAC:.0%}) ({before})", flush=True)

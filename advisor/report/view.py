@@ -277,6 +277,16 @@ def build_headline(report: Report) -> Headline:
     )
 
 
+def _verdict_label(t: Trial) -> str:
+    """Return the verdict in words: ``faster`` for a speed win, ``saves memory`` for a memory fix's win."""
+    from advisor.fixes import catalog
+
+    fix = catalog.get_fixes().get(t.fix)
+    if t.verdict == "improved" and len(t.fixes) == 1 and fix is not None and fix.objective == "memory":
+        return "saves memory"
+    return s.VERDICT_LABELS.get(t.verdict, t.verdict)
+
+
 def _trial_row(t: Trial, combined: bool) -> TrialRow:
     return TrialRow(
         trial=t,
@@ -286,7 +296,7 @@ def _trial_row(t: Trial, combined: bool) -> TrialRow:
         before=s.rate(t.baseline_samples_per_s),
         after=s.rate(t.samples_per_s),
         speedup=f"{s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)}".strip(),
-        verdict=s.VERDICT_LABELS.get(t.verdict, t.verdict),
+        verdict=_verdict_label(t),
         loss=s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—",
         memory=s.trial_memory(t),
         note=t.reason or "",

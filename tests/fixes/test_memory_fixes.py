@@ -313,3 +313,11 @@ def test_without_a_block_loop_the_diff_says_what_to_change_by_hand():
     assert new == "import torch\nmodel = build()\n"
     assert any("gradient_checkpointing_enable()" in m for m in manual)
     assert any(m.startswith("fit_accumulation: load micro-batches of 16") and "every 4 micro-batches" in m for m in manual)
+
+
+def test_the_report_calls_a_memory_fix_that_improved_saves_memory_not_faster():
+    from advisor.report.view import _verdict_label
+
+    assert _verdict_label(Trial("activation_checkpointing", "safe", speedup=0.8, verdict="improved")) == "saves memory"
+    assert _verdict_label(Trial("dataloader_workers", "safe", speedup=1.8, verdict="improved")) == "faster"
+    assert _verdict_label(Trial("fit_accumulation", "unsafe", verdict="failed")) == "failed"
