@@ -1275,7 +1275,7 @@ def judge_memory(peak: int | None, base_peak: int | None, speed: Estimate) -> tu
     cost = "n/a" if speed.speedup is None else f"{speed.speedup:.2f}x"
     if speed.ci_low is not None and speed.ci_high is not None:
         cost += f" [{speed.ci_low:.2f}, {speed.ci_high:.2f}]"
-    cost = f"speed {cost} ({speed.verdict}), the cost of the memory saved"
+    cost = f"its speed: {cost} ({speed.verdict})"
     if not peak or not base_peak:
         return UNDECIDED, f"objective memory: no peak memory was recorded; {cost}"
     saved = 1.0 - peak / base_peak

@@ -220,7 +220,7 @@ def test_judge_memory_decides_on_the_peak_and_reports_the_speed_cost():
     slower = Estimate(speedup=0.8, ci_low=0.75, ci_high=0.85, verdict="slower", pairs=3)
     verdict, why = judge_memory(60 * MiB, 100 * MiB, slower)
     assert verdict == "improved"
-    assert "peak 100 MiB -> 60 MiB (40% less)" in why and "speed 0.80x [0.75, 0.85] (slower)" in why
+    assert "peak 100 MiB -> 60 MiB (40% less)" in why and "its speed: 0.80x [0.75, 0.85] (slower)" in why
     verdict, why = judge_memory(98 * MiB, 100 * MiB, slower)
     assert verdict == "no_effect" and "under the 5%" in why
     assert judge_memory(None, 100 * MiB, slower)[0] == "undecided"
@@ -236,7 +236,7 @@ def test_a_slower_checkpointing_that_saves_memory_is_kept_beside_a_speed_win(spe
     t = by_fix(out)["activation_checkpointing"]
     assert t.verdict == "improved" and t.speedup == pytest.approx(0.8, rel=0.03)
     assert t.memory_ratio == pytest.approx(0.6, rel=0.01)
-    assert "objective memory" in t.reason and "the cost of the memory saved" in t.reason
+    assert "objective memory: peak 100 MiB -> 60 MiB (40% less); its speed: 0." in t.reason
     assert out.kept == ("dataloader_workers", "activation_checkpointing")
     assert out.combined.fix == "dataloader_workers"  # the speed fixes' measurement; memory is kept apart
     assert any("kept for the memory it saves" in n for n in out.notes)
