@@ -257,7 +257,9 @@ def _trials(view: ReportView) -> RenderableType | None:
     table.add_column("Before", justify="right", no_wrap=True)
     table.add_column("After", justify="right", no_wrap=True)
     table.add_column("Speedup [95% CI]", justify="right", no_wrap=True)
-    table.add_column("Verdict", no_wrap=True)
+    # NOTE: the verdict wraps at spaces ("no measurable / effect"): seven unwrappable columns
+    # were 101 columns wide and rich cropped the last one (Peak mem read "275.3 Mi").
+    table.add_column("Verdict", min_width=10)
     table.add_column("Loss Δ", justify="right", no_wrap=True)
     if view.has_memory:
         table.add_column("Peak mem", justify="right", no_wrap=True)

@@ -160,3 +160,18 @@ def test_the_kept_fixes_read_as_a_case_study_of_measured_trials_in_every_format(
         assert "1.05× more (on top of dataloader_workers@2)" in html.unescape(out).replace("\\_", "_"), fmt
     single = dataclasses.replace(report, trials=(workers,), combined=workers, kept_fixes=("dataloader_workers",))
     assert build_view(single).case_study == ""
+
+
+def test_the_text_trials_table_fits_its_width_with_memory_and_long_verdicts() -> None:
+    """Seven unwrappable columns were 101 wide: rich cropped Peak mem to '275.3 Mi' in every demo report."""
+    report = issue_report()
+    mem = {"peak_memory_bytes": 288_700_000, "baseline_peak_memory_bytes": 291_000_000, "memory_kind": "rss"}
+    trials = (
+        Trial("dataloader_workers", "safe", 312.0, 377.0, 1.18, 1.03, 1.30, "improved", loss_max_rel_diff=0.0, **mem),
+        Trial("persistent_workers", "safe", 338.0, 374.0, 1.08, 0.96, 1.18, "no_effect", loss_max_rel_diff=0.0, **mem),
+        Trial("prefetch_factor", "safe", 338.0, 338.0, 0.86, 0.50, 1.95, "undecided", loss_max_rel_diff=0.0, **mem),
+    )
+    out = render(dataclasses.replace(report, trials=trials), "text")
+    table = out[out.index("Fix trials"):]
+    assert "Peak mem" in table and table.count("275.3 MiB") == 3  # no cell cropped
+    assert all(len(line) <= 100 for line in out.splitlines())
