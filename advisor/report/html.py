@@ -272,7 +272,7 @@ def _trials(report: Report, view: ReportView) -> str:
         '<p class="muted">Interleaved repeats against the baseline; a change within noise is <em>no measurable effect</em>, never a win.'
         " In the chart each fix is drawn against its own baseline run (the dashed mark and the thin grey bar): "
         f"repeats run at different times, so baselines differ between fixes.{on_top}</p>"
-        f'<div class="panel">{svg.trials_plot(report.trials, report.combined)}</div>'
+        f'<div class="panel">{svg.trials_plot(report.trials, report.combined, unit=view.headline.rate_unit)}</div>'
         '<div class="tw"><table class="trials">'
         '<tr><th>Fix</th><th>Safety</th><th class="n">Before</th><th class="n">After</th>'
         '<th class="n">Speedup [95% CI]</th><th>Verdict</th><th class="n">Loss Δ</th>'

@@ -138,7 +138,7 @@ def _trials(view: ReportView) -> list[str]:
         ),
         "",
         md_table(
-            ["Fix", "Safety", "Before (samples/s)", "After (samples/s)", "Speedup [95% CI]", "Verdict", "Loss Δ",
+            ["Fix", "Safety", f"Before ({view.headline.rate_unit})", f"After ({view.headline.rate_unit})", "Speedup [95% CI]", "Verdict", "Loss Δ",
              *(["Peak memory"] if view.has_memory else []), "Note"],
             rows,
             "llrrrlr" + ("r" if view.has_memory else "") + "l",

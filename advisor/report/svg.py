@@ -166,7 +166,9 @@ def share_bar(breakdown: dict[str, float]) -> str:
     return "".join(out)
 
 
-def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label: str = "baseline") -> str:
+def trials_plot(
+    trials: Sequence[Trial], combined: Trial | None, baseline_label: str = "baseline", unit: str = "samples/s",
+) -> str:
     """Before/after samples/s: each measured trial against its own baseline, with its confidence interval.
 
     Each trial is drawn against its own baseline run: a thin grey bar under its bar and a dashed
@@ -239,7 +241,7 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top - 6}" y2="{H - 26}" class="grid"/>'
             f'<text x="{x:.1f}" y="{H - 10}" font-size="11" text-anchor="middle" class="muted">{_tick_label(t)}</text>'
         )
-    out.append(f'<text x="{left + plot_w / 2:.1f}" y="14" font-size="11" text-anchor="middle" class="muted">samples/s (median; whisker = 95% CI)</text>')
+    out.append(f'<text x="{left + plot_w / 2:.1f}" y="14" font-size="11" text-anchor="middle" class="muted">{esc(unit)} (median; whisker = 95% CI)</text>')
     ref_lines: list[tuple[float, int, int]] = []  # (value, first row, last row) of each reference group
     for i, (kind, name, t, ref_value) in enumerate(rows):
         y = top + i * row_h
@@ -253,10 +255,10 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
                 continue
             is_ref = kind == "reference"
             tip = (
-                f"{name}: {s.rate(ref_value)} samples/s, measured in the same interleaved repeats as the "
+                f"{name}: {s.rate(ref_value)} {unit}, measured in the same interleaved repeats as the "
                 "fixes below, which are compared with it (not with the baseline)"
                 if is_ref
-                else f"baseline: {s.rate(ref_value)} samples/s"
+                else f"baseline: {s.rate(ref_value)} {unit}"
             )
             # NOTE: the reference is a translucent, outlined bar so it never reads as one more
             # fix's result (a "no effect" bar is grey too).
@@ -284,7 +286,7 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
             continue
         against = s.trial_reference(t) or "baseline"
         tip = (
-            f"{t.fix}: {s.rate(v)} samples/s, {s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)} vs {against} "
+            f"{t.fix}: {s.rate(v)} {unit}, {s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)} vs {against} "
             f"({s.VERDICT_LABELS.get(t.verdict, t.verdict)})"
         )
         out.append(
@@ -299,7 +301,7 @@ def trials_plot(trials: Sequence[Trial], combined: Trial | None, baseline_label:
             bx = xpos(b)
             out.append(
                 f'<rect x="{left}" y="{y + 25}" width="{max(1.0, bx - left):.1f}" height="4" rx="1" fill="#8a8a8a">'
-                f"<title>{esc(against)} in the same repeats: {esc(s.rate(b))} samples/s</title></rect>"
+                f"<title>{esc(against)} in the same repeats: {esc(s.rate(b))} {esc(unit)}</title></rect>"
                 f'<line x1="{bx:.1f}" x2="{bx:.1f}" y1="{y + 3}" y2="{y + 29}" class="baseline"/>'
             )
         lo, hi = s.finite(t.ci_low), s.finite(t.ci_high)

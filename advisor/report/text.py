@@ -279,7 +279,7 @@ def _trials(view: ReportView) -> RenderableType | None:
             *([_t(r.memory.replace(" (", "\n("))] if view.has_memory else []),
             end_section=i == combined_at - 1,
         )
-    title = Text("Fix trials (samples/s; interleaved repeats against the baseline)", style="bold")
+    title = Text(f"Fix trials ({view.headline.rate_unit}; interleaved repeats against the baseline)", style="bold")
     if view.has_reference:
         # NOTE: an "on top of X" trial's Before and speedup are X's run, not the baseline.
         title.append("\nRows noted 'on top of X' were measured against X's run, not the baseline.", style="dim")

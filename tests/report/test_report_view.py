@@ -175,3 +175,13 @@ def test_the_text_trials_table_fits_its_width_with_memory_and_long_verdicts() ->
     table = out[out.index("Fix trials"):]
     assert "Peak mem" in table and table.count("275.3 MiB") == 3  # no cell cropped
     assert all(len(line) <= 100 for line in out.splitlines())
+
+
+@pytest.mark.parametrize(("fmt", "marker"), [("text", "Fix trials (steps/s;"), ("markdown", "Before (steps/s)"),
+                                             ("html", "steps/s (median; whisker")])
+def test_trials_without_counted_samples_are_in_steps_per_second(fmt: str, marker: str) -> None:
+    report = issue_report()
+    report = dataclasses.replace(report, run=dataclasses.replace(report.run, timed_samples=(), samples_per_s=None))
+    assert build_view(report).headline.rate_unit == "steps/s"
+    out = render(report, fmt)
+    assert marker in out and "samples/s" not in out.replace("samples/s in the trial", "")
