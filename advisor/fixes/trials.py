@@ -129,6 +129,11 @@ DEFAULT_SEED = 0
 # larger_batch speedup to 19.8x against 11.4x timed plainly over the whole script (tiny_model,
 # benchmarks/fix_speedups.py). Slow steps already fill it; only fast ones run longer.
 MIN_TRIAL_WINDOW_S = 1.0
+# A trial run times this many steps (fewer when the user asked for fewer), extended to
+# MIN_TRIAL_WINDOW_S: each run yields one rate for the paired test, and the window, not a fixed
+# 20 steps, is what steadies it. 20 steps of a 95 ms step were 1.9 s per run, 74 of the demo's
+# 104 s; the capture still times the user's --steps.
+TRIAL_TIMED_STEPS = 8
 # Trial runs keep at least this many warm-up steps however stable the baseline's steps were:
 # a variant pays its own one-time costs (worker start-up, a compile) that the baseline cannot
 # show, and they land in its first step or two.
@@ -779,6 +784,7 @@ class Measurer:
             record_loss_steps=self.loss_steps,
             quiet=True,
             timeout_s=self.base_timeout,
+            timed_steps=min(self.spec.timed_steps, TRIAL_TIMED_STEPS),
             min_timed_s=MIN_TRIAL_WINDOW_S,
             fix_installers=(INSTALLER,) if fixes else (),
         )

@@ -284,3 +284,15 @@ def test_nothing_kept_means_no_profiled_run_and_a_missing_trace_is_said(spec):
     out = run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=inner, make_diff_text=False,
                      profile_kept=True)
     assert out.kept_run == "" and any("left no trace" in n for n in out.notes)
+
+
+@pytest.mark.parametrize(("asked", "timed"), [(20, 8), (5, 5)])
+def test_trial_runs_time_a_window_not_the_captures_step_count(tmp_path: Path, asked: int, timed: int) -> None:
+    from advisor.fixes.trials import MIN_TRIAL_WINDOW_S, TRIAL_TIMED_STEPS, Measurer
+
+    spec = RunSpec(script=tmp_path / "train.py", out_dir=tmp_path / "run", timed_steps=asked)
+    loop = Measurer(spec, lambda s: None, None, repeats=1, min_effect=0.03, loss_steps=0)
+    trial = loop.trial_spec("baseline-1", (), {})
+    # 8 steps or 1 s, whichever is longer; never more steps than the user asked the capture for
+    assert TRIAL_TIMED_STEPS == 8 and (trial.timed_steps, trial.min_timed_s) == (timed, MIN_TRIAL_WINDOW_S)
+    assert loop.trial_spec("x", (), {"timed_steps": 5}).timed_steps == 5  # a ladder rung's own count wins
