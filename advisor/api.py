@@ -171,7 +171,8 @@ def analyze_report(
     job, merged (:mod:`advisor.distributed.nodes`); the report names each rank's node.
     ``inline_ignores=False`` (``--no-inline-ignores``) keeps findings that comments suppress.
     ``jobs`` rank files are analysed at a time, in worker processes (None: one per core; see
-    :mod:`advisor.distributed.parallel`).
+    :mod:`advisor.distributed.parallel`). ``engine_config`` may be a function returning it: it is
+    then called while the workers run (a bad selection still stops them, and is raised).
 
     Raises:
         InputError: the path is missing or holds no readable trace (TraceError).
@@ -186,8 +187,14 @@ def analyze_report(
         raise InputError("no path given; pass a .json/.json.gz trace, a folder of traces or a run directory")
     job = locate_job(paths)
     capture = job.capture
+    resolved: dict[str, Any] = {}
+
+    def meanwhile() -> None:
+        resolved["config"] = engine_config() if callable(engine_config) else engine_config
+        _load_evaluation()
+
     digests = analyze_files(job.files, default_jobs() if jobs is None else jobs, user_predicate(capture),
-                            meanwhile=_load_evaluation)
+                            meanwhile=meanwhile)
     source = " ".join(map(str, paths))
     metrics = with_nodes(merge_digests(digests, capture=capture, pstats_path=job.pstats, source=source), job)
     # NOTE: profiler stacks name bare files (``train.py``): look beside the trace and the script too.
@@ -196,7 +203,7 @@ def analyze_report(
         *(p if p.is_dir() else p.parent for p in paths),
         *([Path(capture.script).parent] if capture and capture.script else []),
     )
-    diagnosis = evaluate(metrics, engine_config, dirs, inline_ignores)
+    diagnosis = evaluate(metrics, resolved["config"], dirs, inline_ignores)
     lead = digests[0].lead if digests else None
     return build_report(metrics, diagnosis, capture=capture, timeline=lead.timeline if lead else ())
 

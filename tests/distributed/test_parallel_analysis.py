@@ -157,3 +157,13 @@ def test_cli_jobs_must_be_positive(job: Path) -> None:
 
     out = CliRunner().invoke(cli, ["analyze", str(job), "--jobs", "0"])
     assert out.exit_code == 2 and "--jobs" in out.output
+
+
+def test_a_bad_selection_read_while_the_workers_run_stops_them(job: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import multiprocessing
+
+    from tests.cli_helpers import invoke, one_line_error
+
+    line = one_line_error(*invoke(capsys, "analyze", str(job), "--jobs", "2", "--select", "ZZ999")[::2])
+    assert "unknown rule code 'ZZ999'" in line
+    assert multiprocessing.active_children() == []  # the workers started before the selection was read
