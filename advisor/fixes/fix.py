@@ -329,6 +329,11 @@ class Fix:
     objective: Objective = Objective.SPEED
     shrinks: tuple[str, ...] = ()
 
+    @property
+    def needs_no_run(self) -> bool:
+        """Advice whose applicability needs no baseline: it is offered without running the script."""
+        return bool(self.advice) and self.check is _no_check
+
     def __post_init__(self) -> None:
         safety = Safety.parse(self.safety)
         if not isinstance(safety, Safety):

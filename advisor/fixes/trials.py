@@ -375,6 +375,19 @@ def run_trials(
         return FixOutcome(trials=tuple(results[f] for f in wanted), notes=tuple(notes),
                           hidden_unsafe=hidden, wall_s=_since(started, clock))
 
+    if all(catalog.get(f).needs_no_run for f in todo):
+        # NOTE: advice is never run; a baseline measured for it would be read by nobody
+        # (examples/sync_logging.py ran three baseline runs for host_reads alone).
+        plan = plan_trials(todo, FixContext(), spec)
+        results.update(plan.advice)
+        advice = list(plan.advice.values())
+        notes.append(_advice_note(advice))
+        return FixOutcome(
+            trials=tuple(results[f] for f in wanted if f in results),
+            diff=_diff_text(spec, advice, notes) if make_diff_text else "",
+            notes=tuple(notes), hidden_unsafe=hidden, wall_s=_since(started, clock),
+        )
+
     # Round 1's baseline comes first: it decides what can apply.
     base0 = loop.run_baseline("baseline", 1, flight=TrialProgress(fix="baseline", repeat=1, repeats=repeats))
     if is_out_of_memory(base0):
@@ -439,20 +452,12 @@ def run_trials(
     diff = ""
     advice = [results[f] for f in wanted if f in plan.advice]
     if advice:
-        notes.append(
-            f"advice, not measured: {', '.join(t.fix for t in advice)} (no safe run-time change; "
-            "the diff includes it)"
-        )
+        notes.append(_advice_note(advice))
     kept_run = ""
     if profile_kept and kept:
         kept_run = _profile_kept(kept, loop, ctx, spec, notes)
     if make_diff_text and (kept or advice):
-        try:
-            from advisor.fixes.diff import make_diff
-
-            diff = make_diff(Path(spec.script), [*kept, *advice])
-        except Exception as exc:  # noqa: BLE001 - a diff problem must not lose the measurements
-            notes.append(f"no diff: {type(exc).__name__}: {exc}")
+        diff = _diff_text(spec, [*kept, *advice], notes)
     return FixOutcome(
         trials=trials,
         combined=combined,
@@ -717,6 +722,21 @@ def _measure_on_top(
         loop.measure(stage2, reference=ref, ref_label=ref_label, stage="on-top")
         out.update(collapse([loop.trial(v) for v in stage2]))
     return out
+
+
+def _advice_note(advice: Sequence[Trial]) -> str:
+    return f"advice, not measured: {', '.join(t.fix for t in advice)} (no safe run-time change; the diff includes it)"
+
+
+def _diff_text(spec: RunSpec, trials: Sequence[Trial], notes: list[str]) -> str:
+    """Return the diff making ``trials`` permanent; a failure is a note, never a lost measurement."""
+    try:
+        from advisor.fixes.diff import make_diff
+
+        return make_diff(Path(spec.script), list(trials))
+    except Exception as exc:  # noqa: BLE001 - a diff problem must not lose the measurements
+        notes.append(f"no diff: {type(exc).__name__}: {exc}")
+        return ""
 
 
 def _label_of(t: Trial) -> str:

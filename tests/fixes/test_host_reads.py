@@ -54,6 +54,7 @@ def test_it_is_advice_never_run_and_its_diff_is_offered(tmp_path: Path):
     assert t.verdict == "advice" and t.speedup is None and t.reason.startswith("advice, not measured")
     assert out.kept == () and out.combined is None
     assert runner.runs_with("host_reads") == 0
+    assert runner.calls == []  # advice alone needs no baseline either: nothing is run
     assert "+    if advisor_step % 20 == 0:" in out.diff
     assert any(n.startswith("advice, not measured: host_reads") for n in out.notes)
     assert catalog.get("host_reads").install is None
