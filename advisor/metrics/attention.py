@@ -29,7 +29,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from advisor.metrics.events import name_mask, take
+from advisor.metrics.events import name_mask, outermost, take
 from advisor.metrics.intervals import Windows, point_step
 
 BATCHED_MATMUL = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm"})
@@ -60,15 +60,7 @@ def hand_attention_count(events: pd.DataFrame, cpu_op: np.ndarray, windows: Wind
     out = np.zeros(n, dtype=np.float64)
     if len(rows) < 3:
         return out
-    tid = events["tid"].cat.codes.to_numpy()[rows]
-    ts = events["ts"].to_numpy()[rows]
-    end = events["end"].to_numpy()[rows]
-    # Outermost on each thread (parents first when two start together, as in top_level_ops).
-    order = np.lexsort((-end, ts, tid))
-    tid_s, ts_s, end_s = tid[order], ts[order], end[order]
-    run = pd.Series(end_s).groupby(tid_s).cummax().to_numpy()
-    top = np.r_[True, tid_s[1:] != tid_s[:-1]] | (ts_s >= np.r_[-np.inf, run[:-1]])
-    rows, tid_s = rows[order[top]], tid_s[top]
+    rows, tid_s = outermost(events, rows)  # a matmul inside a linear layer is not attention's
     k = kind[rows]
     if len(rows) < 3:
         return out

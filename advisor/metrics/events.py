@@ -70,6 +70,23 @@ def take(series: pd.Series, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def outermost(events: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return the ``rows`` not nested inside another of ``rows`` on their thread, and their thread codes.
+
+    Both arrays are in (thread, start) order. When two rows start together the longer one is the
+    parent (it comes first, and the shorter one is nested in it).
+    """
+    tid = events["tid"].cat.codes.to_numpy()[rows]
+    ts = events["ts"].to_numpy()[rows]
+    end = events["end"].to_numpy()[rows]
+    order = np.lexsort((-end, ts, tid))
+    tid_s, ts_s, end_s = tid[order], ts[order], end[order]
+    run = pd.Series(end_s).groupby(tid_s).cummax().to_numpy()
+    new_thread = np.r_[True, tid_s[1:] != tid_s[:-1]]
+    top = new_thread | (ts_s >= np.r_[-np.inf, run[:-1]])
+    return rows[order[top]], tid_s[top]
+
+
 def cat_mask(cats: pd.Series, wanted: tuple[str, ...]) -> np.ndarray:
     """Rows whose (normalised) category is one of ``wanted``."""
     return name_mask(cats, lambda c: c in wanted)

@@ -16,7 +16,14 @@ import pandas as pd
 
 from advisor.metrics.attention import hand_attention_count
 from advisor.metrics.breakdown import breakdown
-from advisor.metrics.events import Classified, classify, find_windows, launch_ts, name_mask
+from advisor.metrics.events import (
+    Classified,
+    classify,
+    find_windows,
+    launch_ts,
+    name_mask,
+    outermost,
+)
 from advisor.metrics.flops import FlopsResult, compute_flops, peak_tflops
 from advisor.metrics.intervals import (
     Pieces,
@@ -78,17 +85,7 @@ def top_level_ops(events: pd.DataFrame, cls: Classified) -> np.ndarray:
     rows = np.flatnonzero(cls.cpu_op)
     if len(rows) == 0:
         return rows
-    tid = events["tid"].cat.codes.to_numpy()[rows]
-    ts = events["ts"].to_numpy()[rows]
-    end = events["end"].to_numpy()[rows]
-    # parents first when two ops start together (longer first)
-    order = np.lexsort((-end, ts, tid))
-    tid_s, ts_s, end_s = tid[order], ts[order], end[order]
-    run = pd.Series(end_s).groupby(tid_s).cummax().to_numpy()
-    prev = np.r_[-np.inf, run[:-1]]
-    new_thread = np.r_[True, tid_s[1:] != tid_s[:-1]]
-    top = new_thread | (ts_s >= prev)
-    return np.sort(rows[order[top]])
+    return np.sort(outermost(events, rows)[0])
 
 
 def _h2d_blocking(events: pd.DataFrame, cls: Classified, h2d_rows: np.ndarray) -> np.ndarray:
