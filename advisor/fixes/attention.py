@@ -86,11 +86,12 @@ def code(node: cst.CSTNode) -> str:
     return _EMPTY.code_for_node(node)
 
 
-def _dotted(node: cst.BaseExpression) -> str:
+def dotted(node: cst.BaseExpression) -> str:
+    """Dotted name of a name or attribute chain (``torch.nn.functional``); empty for anything else."""
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Attribute):
-        base = _dotted(node.value)
+        base = dotted(node.value)
         return f"{base}.{node.attr.value}" if base else ""
     return ""
 
@@ -159,7 +160,7 @@ def _is_number(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.BinaryOperation):
         return _is_number(node.left) and _is_number(node.right)
     if isinstance(node, cst.Call):
-        callee = _dotted(node.func)
+        callee = dotted(node.func)
         if callee.startswith("math.") or callee in {"int", "float"}:
             return True  # math.* and int()/float() return Python numbers, whatever they read
         return isinstance(node.func, cst.Attribute) and node.func.attr.value == "size" and len(node.args) == 1
@@ -183,7 +184,7 @@ def _last_dim_of(node: cst.BaseExpression) -> str | None:
 def _sqrt_of_last_dim(node: cst.BaseExpression) -> str | None:
     """``x`` for ``math.sqrt(x.size(-1))`` or ``x.size(-1) ** 0.5``."""
     node = _strip(node)
-    if isinstance(node, cst.Call) and _dotted(node.func) == "math.sqrt" and len(node.args) == 1:
+    if isinstance(node, cst.Call) and dotted(node.func) == "math.sqrt" and len(node.args) == 1:
         return _last_dim_of(node.args[0].value)
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
         if code(_strip(node.right)) == "0.5":
@@ -215,7 +216,7 @@ class _ClassFacts:
 
 def _module_ctor(node: cst.BaseExpression, name: str) -> cst.Call | None:
     node = _strip(node)
-    if isinstance(node, cst.Call) and _dotted(node.func).split(".")[-1] == name:
+    if isinstance(node, cst.Call) and dotted(node.func).split(".")[-1] == name:
         return node
     return None
 
@@ -230,7 +231,7 @@ def _class_facts(cls: cst.ClassDef) -> _ClassFacts:
         def visit_Assign(self, node: cst.Assign) -> None:  # noqa: N802
             for t in node.targets:
                 target = t.target
-                if not (isinstance(target, cst.Attribute) and _dotted(target.value) == "self"):
+                if not (isinstance(target, cst.Attribute) and dotted(target.value) == "self"):
                     continue
                 attr = target.attr.value
                 if _module_ctor(node.value, "Dropout") is not None:
@@ -247,7 +248,7 @@ def _class_facts(cls: cst.ClassDef) -> _ClassFacts:
                     facts.tril_buffers.add(attr)
 
         def visit_Call(self, node: cst.Call) -> None:  # noqa: N802
-            if _dotted(node.func) == "self.register_buffer" and len(node.args) >= 2:
+            if dotted(node.func) == "self.register_buffer" and len(node.args) >= 2:
                 name = _strip(node.args[0].value)
                 if isinstance(name, cst.SimpleString) and _is_tril_ones(node.args[1].value):
                     facts.tril_buffers.add(name.evaluated_value if isinstance(name.evaluated_value, str) else "")
@@ -259,7 +260,7 @@ def _class_facts(cls: cst.ClassDef) -> _ClassFacts:
 def _ones_square(node: cst.BaseExpression) -> bool:
     """``torch.ones(n, n, ...)`` with the same size expression twice."""
     node = _strip(node)
-    if not (isinstance(node, cst.Call) and _dotted(node.func).split(".")[-1] == "ones"):
+    if not (isinstance(node, cst.Call) and dotted(node.func).split(".")[-1] == "ones"):
         return False
     sizes = [a.value for a in node.args if a.keyword is None and not a.star]
     if len(sizes) == 1 and isinstance(_strip(sizes[0]), cst.Tuple):
@@ -273,7 +274,7 @@ def _tri(node: cst.BaseExpression, which: str) -> bool:
     if not isinstance(node, cst.Call):
         return False
     want = 0 if which == "tril" else 1
-    if _dotted(node.func) == f"torch.{which}" and node.args:
+    if dotted(node.func) == f"torch.{which}" and node.args:
         diag = next((a.value for a in node.args[1:] if a.keyword is None or a.keyword.value == "diagonal"), None)
         return _ones_square(node.args[0].value) and (_int(diag) if diag is not None else 0) == want
     if isinstance(node.func, cst.Attribute) and node.func.attr.value == which:
@@ -471,7 +472,7 @@ class _Forward:
         node = _strip(node)
         if not isinstance(node, cst.Call):
             return None
-        callee = _dotted(node.func)
+        callee = dotted(node.func)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "softmax" and callee.split(".")[0] not in {
             "F", "torch", "nn", "functional"
         }:
@@ -497,7 +498,7 @@ class _Forward:
         node = _strip(node)
         if not isinstance(node, cst.Call):
             return None
-        callee = _dotted(node.func)
+        callee = dotted(node.func)
         if callee in {"F.dropout", "nn.functional.dropout", "torch.nn.functional.dropout", "functional.dropout"}:
             a = _args(node, ("input", "p", "training", "inplace"))
             p = code(a["p"]) if "p" in a else "0.5"
@@ -549,7 +550,7 @@ class _Forward:
         if _tri(peeled, "tril"):
             return True
         return (
-            isinstance(peeled, cst.Attribute) and _dotted(peeled.value) == "self"
+            isinstance(peeled, cst.Attribute) and dotted(peeled.value) == "self"
             and peeled.attr.value in self.facts.tril_buffers
         )
 
@@ -558,7 +559,7 @@ def _matmul(node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpre
     node = _strip(node)
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
         return node.left, node.right
-    if isinstance(node, cst.Call) and _dotted(node.func) in {"torch.matmul", "torch.bmm"} and len(node.args) == 2:
+    if isinstance(node, cst.Call) and dotted(node.func) in {"torch.matmul", "torch.bmm"} and len(node.args) == 2:
         if all(a.keyword is None and not a.star for a in node.args):
             return node.args[0].value, node.args[1].value
     return None
@@ -574,9 +575,9 @@ def _untranspose(node: cst.BaseExpression) -> cst.BaseExpression | None:
         if sorted(d for d in dims if d is not None) != [-2, -1]:
             return None
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "transpose" and len(node.args) == 2:
-            if _dotted(node.func) != "torch.transpose":
+            if dotted(node.func) != "torch.transpose":
                 return node.func.value
-        if _dotted(node.func) == "torch.transpose" and len(node.args) == 3:
+        if dotted(node.func) == "torch.transpose" and len(node.args) == 3:
             return node.args[0].value
     return None
 
@@ -709,7 +710,7 @@ class _Transformer(cst.CSTTransformer):
         """``attn_implementation="sdpa"`` on a Hugging Face model's ``from_pretrained(...)``."""
         if not (isinstance(u.func, cst.Attribute) and u.func.attr.value == "from_pretrained"):
             return u
-        owner = _dotted(u.func.value).split(".")[-1]
+        owner = dotted(u.func.value).split(".")[-1]
         # NOTE: tokenizers, configs and processors load with from_pretrained too; only models
         # (BertModel, AutoModelForCausalLM, GPT2LMHeadModel) take attn_implementation.
         if "Model" not in owner or any(a.star or (a.keyword and a.keyword.value == "attn_implementation") for a in u.args):
@@ -766,9 +767,9 @@ def sdpa_callee(module: cst.Module) -> str:
         for small in stmt.body:
             if isinstance(small, cst.Import):
                 for alias in small.names:
-                    if _dotted(alias.name) == "torch.nn.functional" and alias.asname is not None:
+                    if dotted(alias.name) == "torch.nn.functional" and alias.asname is not None:
                         return f"{code(alias.asname.name)}.scaled_dot_product_attention"
-            if isinstance(small, cst.ImportFrom) and small.module is not None and _dotted(small.module) == "torch.nn":
+            if isinstance(small, cst.ImportFrom) and small.module is not None and dotted(small.module) == "torch.nn":
                 names = small.names if isinstance(small.names, (list, tuple)) else []
                 for alias in names:
                     if alias.name.value == "functional":

@@ -43,6 +43,7 @@ import libcst as cst
 
 from advisor.errors import InputError
 from advisor.fixes import catalog
+from advisor.fixes.attention import dotted
 from advisor.fixes.fix import DiffPlan
 from advisor.fixes.model import Trial
 
@@ -86,16 +87,7 @@ def _plan(kept: Sequence[Trial]) -> DiffPlan:
 
 def _callee(node: cst.Call) -> str:
     """Dotted name of a call's function, e.g. ``torch.optim.SGD`` (empty when not a name)."""
-
-    def name(n: cst.BaseExpression) -> str:
-        if isinstance(n, cst.Name):
-            return n.value
-        if isinstance(n, cst.Attribute):
-            base = name(n.value)
-            return f"{base}.{n.attr.value}" if base else ""
-        return ""
-
-    return name(node.func)
+    return dotted(node.func)
 
 
 def _is_loader(node: cst.Call) -> bool:
