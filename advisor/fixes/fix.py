@@ -364,6 +364,20 @@ class Fix:
 # -- shared applicability checks ---------------------------------------------------------------
 
 
+def loader_batch_size(state: Any, fix_id: str, a: dict[str, Any], verb: str) -> int | None:
+    """Return the ``batch_size`` of one DataLoader call a fix would ``verb``, or None after saying why it has none.
+
+    Child side (an ``adjust_loader`` hook): a loader built from a ``batch_sampler`` or with
+    ``batch_size=None`` has no batch size to change, and the fix is skipped for it.
+    """
+    if a.get("batch_sampler") is not None or a.get("batch_size") is None:
+        state.loader_skip(
+            fix_id, f"the DataLoader uses a batch_sampler or batch_size=None: there is no batch_size to {verb}"
+        )
+        return None
+    return int(a["batch_size"])
+
+
 def needs_cuda(what: str) -> Check:
     """Return a check that refuses a CUDA-only fix on a CPU-only run."""
 

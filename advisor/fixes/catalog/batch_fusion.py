@@ -14,6 +14,7 @@ from advisor.fixes.fix import (
     FixContext,
     VariantPlan,
     fusion_steps,
+    loader_batch_size,
     needs_loader,
 )
 
@@ -57,10 +58,7 @@ def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None
     factor = int(params.get("factor", 1))
     if factor <= 1:
         state.loader_skip("batch_fusion", "fusion factor 1")
-    elif a.get("batch_sampler") is not None or a.get("batch_size") is None:
-        state.loader_skip("batch_fusion", "the DataLoader uses a batch_sampler or batch_size=None")
-    else:
-        old = int(a["batch_size"])
+    elif (old := loader_batch_size(state, "batch_fusion", a, "scale")) is not None:
         a["batch_size"] = old * factor
         state.loader_ok(
             "batch_fusion",

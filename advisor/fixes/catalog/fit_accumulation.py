@@ -37,6 +37,7 @@ from advisor.fixes.fix import (
     Objective,
     VariantPlan,
     ladder_steps,
+    loader_batch_size,
     needs_loader,
 )
 
@@ -147,10 +148,9 @@ def install(state: Any, params: dict[str, Any]) -> None:
 def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None:
     """Divide one DataLoader call's ``batch_size`` by k (only when k divides it)."""
     k = int(params.get("k", 1))
-    if a.get("batch_sampler") is not None or a.get("batch_size") is None:
-        state.loader_skip("fit_accumulation", "the DataLoader uses a batch_sampler or batch_size=None: no batch_size to split")
+    old = loader_batch_size(state, "fit_accumulation", a, "split")
+    if old is None:
         return
-    old = int(a["batch_size"])
     if k <= 1 or old % k:
         state.loader_skip("fit_accumulation", f"a batch of {old} cannot be split into {k} equal micro-batches")
         return

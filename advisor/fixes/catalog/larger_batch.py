@@ -14,6 +14,7 @@ from advisor.fixes.fix import (
     FixContext,
     VariantPlan,
     ladder_steps,
+    loader_batch_size,
     needs_loader,
 )
 
@@ -98,12 +99,9 @@ def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None
     if factor <= 1:
         state.loader_skip("larger_batch", "factor 1")
         return
-    if a.get("batch_sampler") is not None or a.get("batch_size") is None:
-        state.loader_skip(
-            "larger_batch", "the DataLoader uses a batch_sampler or batch_size=None: there is no batch_size to scale"
-        )
+    old = loader_batch_size(state, "larger_batch", a, "scale")
+    if old is None:
         return
-    old = int(a["batch_size"])
     k = min(factor, cap // max(old, 1))
     size = dataset_len(a.get("dataset"))
     if size is not None:
