@@ -109,6 +109,58 @@ def patch(owner: Any, attr: str, new: Any) -> None:
 _patch = patch
 
 
+def accumulate_steps(
+    k: int, *, active: Callable[[], bool] = lambda: True, on_real_step: Callable[[Any], None] | None = None,
+) -> None:
+    """Make every optimizer step real only on each ``k``-th call, so gradients accumulate between.
+
+    Optimizers created from now on get a ``step`` that returns without stepping on all but each
+    ``k``-th call (``on_real_step(optimizer)`` runs just before the real one) and a ``zero_grad``
+    skipped while that optimizer is between real steps; ``nn.Module.zero_grad`` is skipped while
+    any optimizer is. Nothing changes while ``active()`` is False. Used by ``fit_accumulation``
+    (micro-batches of a split batch) and the sweep's accumulation axis (k whole batches).
+    """
+    import types
+
+    import torch
+
+    counts: list[list[int]] = []  # one [micro-steps since the last real step] per optimizer
+    original_init = torch.optim.Optimizer.__init__
+    original_module_zero = torch.nn.Module.zero_grad
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        original_init(self, *args, **kwargs)
+        inner_step, inner_zero = self.step, self.zero_grad
+        count = [0]
+        counts.append(count)
+
+        def step(opt: Any, *a: Any, **kw: Any) -> Any:
+            if not active():
+                return inner_step(*a, **kw)
+            count[0] += 1
+            if count[0] < k:
+                return None  # NOTE: the gradients keep accumulating until the k-th call
+            count[0] = 0
+            if on_real_step is not None:
+                on_real_step(opt)
+            return inner_step(*a, **kw)
+
+        def zero_grad(opt: Any, *a: Any, **kw: Any) -> Any:
+            return None if active() and count[0] else inner_zero(*a, **kw)
+
+        # NOTE: bound methods, as torch's own: an LR scheduler re-wraps ``opt.step.__func__``
+        # (a plain function there made StepLR(opt) raise AttributeError).
+        self.step, self.zero_grad = types.MethodType(step, self), types.MethodType(zero_grad, self)
+
+    def module_zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if active() and any(c[0] for c in counts):
+            return None
+        return original_module_zero(self, *args, **kwargs)
+
+    patch(torch.optim.Optimizer, "__init__", __init__)
+    patch(torch.nn.Module, "zero_grad", module_zero_grad)
+
+
 def cores() -> int:
     """Cores this process may run on (affinity-aware)."""
     try:

@@ -21,8 +21,6 @@ makes:
 from __future__ import annotations
 
 import json
-import threading
-import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,51 +51,25 @@ def _accumulate(notes: dict[str, FixNote], k: int) -> None:
     """Make every optimizer step a real one only on each ``k``-th call (see the module doc)."""
     import torch
 
-    from advisor.fixes.runtime import patch
+    from advisor.fixes.runtime import accumulate_steps
 
     if k <= 1:
         notes[ACCUMULATE] = FixNote(NoteState.APPLIED, "accumulation 1: every optimizer step is real")
         return
     notes[ACCUMULATE] = FixNote(NoteState.PENDING, "waiting for a torch.optim optimizer")
-    # NOTE: one flag for the process: while any optimizer is summing micro-batches, a zero_grad
-    # (the optimizer's or model.zero_grad()) would throw the sum away.
-    summing = threading.Event()
-    original_init = torch.optim.Optimizer.__init__
-    original_module_zero = torch.nn.Module.zero_grad
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        original_init(self, *args, **kwargs)
-        inner_step, inner_zero = self.step, self.zero_grad
-        calls = [0]
+    def mean_of_sum(opt: Any) -> None:
+        with torch.no_grad():
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.div_(k)
+        notes[ACCUMULATE] = FixNote(
+            NoteState.APPLIED,
+            f"gradients summed over {k} micro-batches per optimizer step (divided by {k}: their mean)",
+        )
 
-        def step(opt: Any, *a: Any, **kw: Any) -> Any:
-            calls[0] += 1
-            if calls[0] % k:
-                summing.set()
-                return None
-            summing.clear()
-            with torch.no_grad():
-                for group in opt.param_groups:
-                    for p in group["params"]:
-                        if p.grad is not None:
-                            p.grad.div_(k)
-            notes[ACCUMULATE] = FixNote(
-                NoteState.APPLIED,
-                f"gradients summed over {k} micro-batches per optimizer step (divided by {k}: their mean)",
-            )
-            return inner_step(*a, **kw)
-
-        def zero_grad(opt: Any, *a: Any, **kw: Any) -> Any:
-            return None if summing.is_set() else inner_zero(*a, **kw)
-
-        # NOTE: bound methods, as torch's own: an LR scheduler re-wraps ``opt.step.__func__``.
-        self.step, self.zero_grad = types.MethodType(step, self), types.MethodType(zero_grad, self)
-
-    def module_zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return None if summing.is_set() else original_module_zero(self, *args, **kwargs)
-
-    patch(torch.optim.Optimizer, "__init__", __init__)
-    patch(torch.nn.Module, "zero_grad", module_zero_grad)
+    accumulate_steps(k, on_real_step=mean_of_sum)
 
 
 def _count_flops(path: Path, at_step: int) -> None:

@@ -170,13 +170,15 @@ def test_a_hugging_face_style_model_is_asked_to_checkpoint_itself():
 # -- fit_accumulation at run time ---------------------------------------------------------------
 
 
-def train(epochs: int = 1) -> tuple[list[torch.Tensor], int, list[int]]:
-    """A plain loop: zero_grad, forward, backward, step per DataLoader batch of 8."""
+def train(epochs: int = 1, scheduler: bool = False) -> tuple[list[torch.Tensor], int, list[int]]:
+    """A plain loop: zero_grad, forward, backward, step per DataLoader batch of 8 (and an LR scheduler's step)."""
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(32, 8), torch.randn(32, 1))
     loader = DataLoader(data, batch_size=8, shuffle=False)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    # gamma 1: the scheduler changes nothing, but it wraps opt.step as schedulers do
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=1.0) if scheduler else None
     steps = [0]
     handle = register_optimizer_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
     sizes = []
@@ -187,6 +189,8 @@ def train(epochs: int = 1) -> tuple[list[torch.Tensor], int, list[int]]:
                 opt.zero_grad()
                 nn.functional.mse_loss(model(x), y).backward()
                 opt.step()
+                if sched is not None:
+                    sched.step()
     finally:
         handle.remove()
     return [p.detach().clone() for p in model.parameters()], steps[0], sizes
@@ -201,6 +205,16 @@ def test_micro_batches_accumulate_to_the_same_optimizer_steps_as_the_full_batch(
     for a, b in zip(expected, got, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert "batch_size 8->4 with 2 micro-batches" in notes["fit_accumulation"].detail
+
+
+def test_an_lr_scheduler_built_on_the_optimizer_still_works():
+    # a plain function as opt.step made StepLR(opt) raise AttributeError ('__func__')
+    expected, _, _ = train(scheduler=True)
+    runtime.install([FixRequest("fit_accumulation", {"k": 2, "micro_batch": 4})])
+    got, steps, sizes = train(scheduler=True)
+    assert sizes == [4] * 8 and steps == 4
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_a_batch_k_does_not_divide_is_left_alone_and_nothing_accumulates():

@@ -88,9 +88,8 @@ def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[Vari
 def install(state: Any, params: dict[str, Any]) -> None:
     """Child side: split every DataLoader's batch; accumulate over k backward calls per optimizer step."""
     import torch
-    from torch import nn
 
-    from advisor.fixes.runtime import patch
+    from advisor.fixes.runtime import accumulate_steps, patch
 
     k = int(params.get("k", 1))
     state.want_loader("fit_accumulation", params)
@@ -100,7 +99,6 @@ def install(state: Any, params: dict[str, Any]) -> None:
         return k > 1 and bool(state.loader_counts.get("fit_accumulation"))
 
     original_backward = torch.Tensor.backward
-    pending: list[list[int]] = []  # one [micro-steps since the last real step] per optimizer
 
     def backward(self: Any, gradient: Any = None, *args: Any, **kwargs: Any) -> Any:
         if active() and self.dim() == 0 and self.requires_grad:
@@ -109,40 +107,7 @@ def install(state: Any, params: dict[str, Any]) -> None:
 
     patch(torch.Tensor, "backward", backward)
 
-    original_init = torch.optim.Optimizer.__init__
-
-    def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        original_init(opt, *args, **kwargs)
-        inner_step, inner_zero = opt.step, opt.zero_grad
-        count = [0]
-        pending.append(count)
-
-        def step(*a: Any, **kw: Any) -> Any:
-            if not active():
-                return inner_step(*a, **kw)
-            count[0] += 1
-            if count[0] < k:
-                return None  # NOTE: the gradients keep accumulating until the k-th micro-batch
-            count[0] = 0
-            return inner_step(*a, **kw)
-
-        def zero_grad(*a: Any, **kw: Any) -> Any:
-            if active() and count[0]:
-                return None
-            return inner_zero(*a, **kw)
-
-        opt.step, opt.zero_grad = step, zero_grad
-
-    patch(torch.optim.Optimizer, "__init__", __init__)
-
-    original_module_zero = nn.Module.zero_grad
-
-    def module_zero_grad(module: Any, *args: Any, **kwargs: Any) -> Any:
-        if active() and any(c[0] for c in pending):
-            return None
-        return original_module_zero(module, *args, **kwargs)
-
-    patch(nn.Module, "zero_grad", module_zero_grad)
+    accumulate_steps(k, active=active)
 
 
 def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None:
