@@ -92,7 +92,8 @@ class FixOptions:
         write: Apply the diff to the user's script, keeping a ``.bak`` copy (``--write``).
         budget_s: Seconds the whole fix loop may take (``--budget``); None: no limit.
         exhaustive: Measure every suggested fix for every planned round with the full warm-up
-            (``--exhaustive``): no Amdahl skips, no early stops, no shortened warm-up.
+            (``--exhaustive``): no Amdahl skips, no early stops, no shortened warm-up, no fix
+            skipped as inert on top of its rung.
         cold_start: Start every trial run in a fresh interpreter (``--cold-start``) instead of
             forking it from the warm-start server (:mod:`advisor.capture.warm`).
     """
@@ -440,6 +441,7 @@ def try_fixes(
             budget_s=options.budget_s,
             early_stop=not options.exhaustive,
             settle_warmup=not options.exhaustive,
+            skip_inert=not options.exhaustive,
             profile_kept=spec.profiled_steps > 0,
         )
     if started.start_s:

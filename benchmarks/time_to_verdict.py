@@ -14,11 +14,15 @@ Usage::
     .venv/bin/python benchmarks/time_to_verdict.py tiny_model --repeats 2
     .venv/bin/python benchmarks/time_to_verdict.py --json ttv.json
     .venv/bin/python benchmarks/time_to_verdict.py data_loading --compare   # before/after side by side
+    .venv/bin/python benchmarks/time_to_verdict.py --against ../old/.venv/bin/advisor   # an older checkout
 
 ``--compare`` runs each example twice in the same session, with the loop's time cuts (Amdahl
 skips, sequential stops, warm-up read from the baseline) and with ``--exhaustive`` (every fix,
 every round, full warm-up: the loop as it was before them), alternating which goes first, and
-prints both rows, their ratio and whether they kept the same fixes. ``--starts`` does the same
+prints both rows, their ratio and whether they kept the same fixes. ``--against EXE`` does the
+same with another advisor executable (an older checkout's ``.venv/bin/advisor``: the loop as it
+was before a change, measured in the same run; its report may lack ``timing``, and then its row
+gives the wall time). ``--starts`` does the same
 with ``--cold-start`` (every trial run a fresh interpreter) against the default warm start
 (trial runs forked from a server that imported torch once). Every row also gives the CPU time
 advisor and all its processes used (user + system, from ``getrusage``): on a shared machine it
@@ -97,6 +101,8 @@ def main() -> None:
                    help="also run each example with --exhaustive (the loop without its time cuts), side by side")
     p.add_argument("--starts", action="store_true",
                    help="also run each example with --cold-start (no warm start), side by side")
+    p.add_argument("--against", metavar="EXE",
+                   help="also run each example with this advisor executable (e.g. an older checkout's), side by side")
     p.add_argument("--budget", type=float, default=None, help="--budget passed to advisor diagnose")
     opts = p.parse_args()
     manifest = load_manifest()
@@ -107,6 +113,7 @@ def main() -> None:
     print(f"before: {load()}", flush=True)
     others = [("exhaustive", ["--exhaustive"])] if opts.compare else []
     others += [("cold", ["--cold-start"])] if opts.starts else []
+    others += [("before", [])] if opts.against else []
     rows: dict[str, list[dict]] = {mode: [] for mode in ("now", *(m for m, _ in others))}
     base = ["--repeats", str(opts.repeats)] + ([] if opts.budget is None else ["--budget", str(opts.budget)])
     with tempfile.TemporaryDirectory(prefix="advisor-ttv-") as tmp:
@@ -119,7 +126,8 @@ def main() -> None:
             for mode, extra in modes:
                 cpu0 = cpu_s()
                 try:
-                    report, wall = run_advisor(name, args, Path(tmp), extra, opts.timeout)
+                    exe = opts.against if mode == "before" else None
+                    report, wall = run_advisor(name, args, Path(tmp), extra, opts.timeout, exe)
                 except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
                     print(f"{name:<20} {mode}: failed: {exc}", flush=True)
                     continue

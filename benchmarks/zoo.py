@@ -148,14 +148,18 @@ def run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 def run_advisor(
-    name: str, args: list[str], out_dir: Path, advisor_args: list[str], timeout: float
+    name: str, args: list[str], out_dir: Path, advisor_args: list[str], timeout: float, exe: str | None = None,
 ) -> tuple[dict, float]:
-    """Run ``advisor diagnose`` on one example; return (JSON report, wall seconds)."""
+    """Run ``advisor diagnose`` on one example; return (JSON report, wall seconds).
+
+    ``exe`` is another advisor executable to run (an older checkout's, for a before/after);
+    by default the one installed beside this interpreter.
+    """
     run_dir = out_dir / name
     json_path = out_dir / f"{name}.json"
     shutil.rmtree(run_dir, ignore_errors=True)
     json_path.unlink(missing_ok=True)
-    exe = shutil.which("advisor", path=str(Path(sys.executable).parent)) or "advisor"
+    exe = exe or shutil.which("advisor", path=str(Path(sys.executable).parent)) or "advisor"
     cmd = [
         exe, "diagnose", "--format", "json", "-o", str(json_path), "--out", str(run_dir), "-q",
         *advisor_args, str(EXAMPLES / f"{name}.py"), *args,

@@ -204,6 +204,8 @@ class TimedPhase:
             ``backwards / optimizers_per_step``.
         warmup_step_times_ms: Wall time of each warm-up step (the fix loop reads from them
             how many warm-up steps this script needs before its step time is stable).
+        epoch_ends: DataLoader epochs that ended while the timed steps ran. At 0, nothing that
+            happens between epochs (loader workers starting again) was inside the measurement.
     """
 
     step_times_ms: tuple[float, ...] = ()
@@ -215,6 +217,7 @@ class TimedPhase:
     backwards: tuple[int, ...] = ()
     optimizers_per_step: int = 0
     warmup_step_times_ms: tuple[float, ...] = ()
+    epoch_ends: int = 0
 
     @property
     def backwards_per_step(self) -> float | None:

@@ -201,6 +201,7 @@ class StepRecorder:
     _optimizers: _Cycle = field(default_factory=_Cycle)
     _modules: _Cycle = field(default_factory=_Cycle)
     _epoch_ended: bool = False
+    _timed_epoch_ends: int = 0  # DataLoader epochs that ended while the timed steps ran
     _optimizer_created: bool = False
     _backwards_awaiting: int = 0  # backward calls seen while awaiting the first optimizer step
     _timed_ms: float = 0.0  # sum of step_times_ms (kept as we go: no O(n) sum per step)
@@ -331,6 +332,8 @@ class StepRecorder:
     def epoch_ended(self) -> None:
         """Note that a DataLoader iterator raised StopIteration (the epoch ended)."""
         self._epoch_ended = True
+        if self.phase == Phase.TIMED:
+            self._timed_epoch_ends += 1
 
     def wants_loss(self) -> bool:
         """Return True while the step in progress is one whose loss should be recorded."""
@@ -379,6 +382,7 @@ class StepRecorder:
             backwards=tuple(self.step_backwards),
             optimizers_per_step=self._optimizers.members if self.source == SOURCE_OPTIMIZER else 0,
             warmup_step_times_ms=tuple(round(t, 3) for t in self.warmup_times_ms),
+            epoch_ends=self._timed_epoch_ends,
         )
 
     def snapshot(self) -> dict[str, Any]:

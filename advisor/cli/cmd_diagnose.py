@@ -75,7 +75,7 @@ def default_run_dir(script: Path) -> Path:
               "and the report names those left untried.")
 @click.option("--exhaustive", is_flag=True,
               help="Measure every suggested fix for every --repeats round with the full warm-up "
-              "(no Amdahl skips, no early stops): slower, for comparisons.")
+              "(no Amdahl skips, no fix skipped as inert, no early stops): slower, for comparisons.")
 @click.option("--cold-start", is_flag=True,
               help="Start every fix trial run in a fresh interpreter instead of forking it from a process "
               "that has imported torch and the script's libraries once (the warm start; it falls back "

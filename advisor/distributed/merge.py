@@ -144,6 +144,7 @@ def merge_timed(timed: Sequence[TimedPhase]) -> TimedPhase:
         time_to_first_step_s=max(ttfs) if ttfs else None,
         batches=tuple(first.batches[:n]),
         backwards=tuple(first.backwards[:n]),
+        epoch_ends=max(t.epoch_ends for t in usable),
     )
 
 

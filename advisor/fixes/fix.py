@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,6 +251,30 @@ class DiffPlan:
     fused_attention: bool = False
 
 
+@dataclass(frozen=True)
+class RungRuns:
+    """What the runs of a measured rung saw: the evidence a fix measured on top of it reads.
+
+    A fix that ``requires`` another is measured against that fix's best rung (loader fixes on
+    top of ``dataloader_workers@2``). Those rung runs have already shown whether the fix could
+    move the measurement at all (:attr:`Fix.inert`), before a run of it is paid for.
+
+    Attributes:
+        label: The rung's run name (``dataloader_workers@2``).
+        step_ms: Median over its runs of each run's median timed step (None without steps).
+        epoch_ends: Per run, the DataLoader epochs that ended during its timed steps.
+        base_step_ms: The plain baseline's median timed step.
+        shares: The baseline's step-time breakdown (category word -> share of the step);
+            empty when the loop does not read it (``--exhaustive``).
+    """
+
+    label: str
+    step_ms: float | None = None
+    epoch_ends: tuple[int, ...] = ()
+    base_step_ms: float | None = None
+    shares: Mapping[str, float] = field(default_factory=dict)
+
+
 Check = Callable[[FixContext], "str | None"]
 Variants = Callable[[FixContext, RunSpec, "float | None"], "list[VariantPlan]"]
 StepOverrides = Callable[[dict[str, Any], RunSpec, FixContext, "float | None"], "dict[str, Any]"]
@@ -258,6 +282,7 @@ Install = Callable[[Any, dict[str, Any]], None]
 AdjustLoader = Callable[[Any, dict[str, Any], dict[str, Any]], None]
 OnModel = Callable[[Any, Any], None]
 PlanDiff = Callable[[DiffPlan, dict[str, Any]], None]
+Inert = Callable[[RungRuns], "str | None"]
 
 
 def _no_check(ctx: FixContext) -> str | None:
@@ -304,6 +329,10 @@ class Fix:
             (Amdahl), so a fix whose bound cannot reach the minimum effect is skipped unrun
             (:mod:`advisor.fixes.bounds`). Empty (the default) for a fix whose gain is not
             confined to a category (batch size, compile, threads): it is never skipped so.
+        inert: For a fix that ``requires`` another: why, from the runs of the rung it would be
+            measured on top of (:class:`RungRuns`), a trial of it could not measure any change
+            (None: it could). Such a trial is skipped unrun with that reason, unless the
+            user named the fix (``--fix``) or asked for ``--exhaustive``.
     """
 
     id: str
@@ -328,6 +357,7 @@ class Fix:
     advice: str = ""
     objective: Objective = Objective.SPEED
     shrinks: tuple[str, ...] = ()
+    inert: Inert | None = None
 
     @property
     def needs_no_run(self) -> bool:

@@ -98,6 +98,7 @@ from advisor.fixes.fix import (
     UNSAFE,
     FixContext,
     Objective,
+    RungRuns,
     context_from_capture,
     fusion_steps,
     is_out_of_memory,
@@ -297,6 +298,7 @@ def run_trials(
     budget_s: float | None = None,
     early_stop: bool = True,
     settle_warmup: bool = True,
+    skip_inert: bool = True,
     profile_kept: bool = False,
     clock: Callable[[], float] = time.perf_counter,
 ) -> FixOutcome:
@@ -331,6 +333,9 @@ def run_trials(
             :func:`~advisor.fixes.stats.decided_early`); False runs every planned round.
         settle_warmup: Let trial runs warm up for only as many steps as the first baseline
             needed to reach a stable step time (:func:`settled_warmup`); False keeps the spec's.
+        skip_inert: Skip a fix measured on top of another's rung when that rung's runs show it
+            could not change the measurement (:attr:`~advisor.fixes.fix.Fix.inert`); never for
+            fixes named in ``only``.
         profile_kept: Run the kept fixes once more under the profiler, into
             ``<out_dir>/kept/``, so the run leaves a before/after pair of traces.
         clock: The clock the budget is kept with (tests pass a fake).
@@ -420,7 +425,8 @@ def run_trials(
     results.update({**plan.skipped, **plan.advice})
     results.update(collapse([loop.trial(v) for v in plan.variants]))
     if plan.on_top:
-        results.update(_measure_on_top(plan.on_top, results, ctx, spec, loop, bounds, notes))
+        results.update(_measure_on_top(plan.on_top, results, ctx, spec, loop, bounds, notes,
+                                       shares=breakdown, skip_inert=skip_inert and not only))
 
     trials = tuple(results[f] for f in wanted if f in results)
     on_top = frozenset(plan.on_top)
@@ -683,11 +689,13 @@ def variants_of(
 def _measure_on_top(
     on_top: Sequence[str], results: dict[str, Trial], ctx: FixContext, spec: RunSpec, loop: Measurer,
     bounds: Mapping[str, GainBound] | None = None, notes: list[str] | None = None,
+    shares: Mapping[str, float] | None = None, skip_inert: bool = True,
 ) -> dict[str, Trial]:
     """Stage 2: fixes that build on another fix, measured on top of its best measured rung.
 
     They are measured whenever the required fix *ran* -- a no_effect workers trial may still be
-    half of a winning pair.
+    half of a winning pair -- unless that rung's runs show the fix could not change what its
+    trial measures (:attr:`Fix.inert`, with ``skip_inert``).
     """
     out: dict[str, Trial] = {}
     by_need: dict[str, list[str]] = {}
@@ -709,6 +717,15 @@ def _measure_on_top(
         ref = (FixRequest(need_id, dict(need.params)),)
         ref_label = _label_of(need)
         alone = f"{need_id} alone: {need.verdict}, {_fmt(need.speedup)}"
+        if skip_inert:
+            evidence = loop.evidence(ref_label, shares)
+            for fix_id in list(fixes):
+                inert = catalog.get(fix_id).inert
+                if inert is not None and (why := inert(evidence)) is not None:
+                    out[fix_id] = Trial(fix=fix_id, safety=catalog.get(fix_id).safety, verdict=SKIPPED, reason=why)
+                    fixes.remove(fix_id)
+            if not fixes:
+                continue
         stage2 = [v for fix_id in fixes for v in variants_of(fix_id, ctx, spec, on_top_of=ref)]
         if loop.deadline is not None:
             stage = TrialPlan(variants=stage2)
@@ -767,6 +784,9 @@ class Measurer:
         self.base_timeout: float | None = spec.timeout_s
         self.max_repeats = repeats
         self.base_step_ms: float | None = None
+        # per variant label, each measured run's (median timed step ms, epochs ended while timed):
+        # what fixes measured on top of that rung read before they run (Fix.inert)
+        self.rung_runs: dict[str, list[tuple[float | None, int]]] = {}
         self.on_run: Callable[[], None] | None = None
         self.runs = 0
         self.phases_s: dict[str, float] = {}
@@ -813,6 +833,14 @@ class Measurer:
         if hasattr(s, "cprofile_steps"):
             s = replace(s, cprofile_steps=0)
         return replace(s, **overrides) if overrides else s
+
+    def evidence(self, label: str, shares: Mapping[str, float] | None) -> RungRuns:
+        """Return what the measured runs of the rung ``label`` saw (for :attr:`Fix.inert`)."""
+        runs = self.rung_runs.get(label, [])
+        return RungRuns(
+            label=label, step_ms=median([ms for ms, _ in runs if ms is not None]),
+            epoch_ends=tuple(n for _, n in runs), base_step_ms=self.base_step_ms, shares=dict(shares or {}),
+        )
 
     def run(
         self, name: str, fixes: tuple[FixRequest, ...], overrides: dict[str, Any] | None = None,
@@ -1053,6 +1081,7 @@ class Measurer:
             rate = self.rate(cap)
             if rate is None:
                 v.failure = "the run recorded no timed steps"
+            self.rung_runs.setdefault(v.label, []).append((median(cap.timed.step_times_ms), cap.timed.epoch_ends))
             while len(v.rates) < r:
                 v.rates.append(None)
             v.rates.append(rate)

@@ -114,6 +114,22 @@ def test_epoch_gap_is_not_a_step():
     assert rec.step_times_ms == pytest.approx([10.0, 10.0, 10.0])
 
 
+def test_only_epochs_ending_in_the_timed_steps_are_counted():
+    # 1 warm-up step, 3 timed; an epoch ends in the warm-up step and one in the timed steps
+    rec, clock, *_ = make(warmup=1, timed=3, profiled=0, cprofile=0, full=True)
+    rec.batch_requested()
+    rec.epoch_ended()  # still warming up: not counted
+    assert rec.phase == "warmup"
+    for _ in range(3):
+        clock.advance(0.01)
+        rec.batch_requested()
+    assert rec.phase == "timed"
+    rec.epoch_ended()
+    clock.advance(0.01)
+    rec.batch_requested()
+    assert rec.timed_phase().epoch_ends == 1
+
+
 def test_gradient_accumulation_switch_in_warmup_is_silent():
     rec, clock, *_ = make(warmup=3, timed=1, profiled=0, cprofile=0, full=True)
     for _ in range(2):  # 2 micro-batches, then the optimizer step

@@ -43,6 +43,8 @@ class FakeRunner:
     memory: dict[str, Effect] = field(default_factory=dict)  # fix id -> factor on the peak memory
     base_memory: int = 100 * 2**20
     calls: list[RunSpec] = field(default_factory=list)
+    epoch_ends: int = 1  # epochs ended in each run's timed steps (0: persistent_workers is inert)
+    step_ms: dict[str, float] = field(default_factory=dict)  # fix id -> median step ms of its runs
 
     def __call__(self, spec: RunSpec) -> RunCapture:
         self.calls.append(spec)
@@ -112,7 +114,8 @@ class FakeRunner:
             peak_memory_bytes=int(peak),
             memory_kind="rss",
             timed=TimedPhase(
-                step_times_ms=(8000.0 / rate,) * n,
+                step_times_ms=(next((self.step_ms[i] for i in ids if i in self.step_ms), 8000.0 / rate),) * n,
+                epoch_ends=self.epoch_ends,
                 samples=(loader.batch_size * self.batches_per_step,) * n,
                 samples_per_s=rate,
                 steps_per_s=rate / (loader.batch_size * self.batches_per_step),

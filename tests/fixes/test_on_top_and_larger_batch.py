@@ -313,3 +313,55 @@ def test_conflicting_wins_keep_the_faster_one(spec):
     assert out.kept == ("fp16_amp",)
     assert any("bf16_autocast conflicts with a faster kept fix" in n for n in out.notes)
     assert not any(s.out_dir.name.startswith("combined") for s in runner.calls)
+
+
+# -- fixes that their rung's runs show to be inert -------------------------------------------------
+
+
+def test_persistent_workers_is_not_run_when_no_rung_run_reached_an_epoch_end(spec):
+    runner = FakeRunner(effects={"dataloader_workers": 1.5, "persistent_workers": 1.3}, epoch_ends=0)
+    out = run_trials(spec, refs("dataloader_workers", "persistent_workers"), runner=runner, make_diff_text=False)
+    t = by_fix(out)["persistent_workers"]
+    assert t.verdict == "skipped"
+    assert runner.runs_with("persistent_workers") == 0
+    rung_runs = sum(1 for s in runner.calls if [(f.id, f.params.get("num_workers")) for f in s.fixes]
+                    == [("dataloader_workers", 2)])
+    assert f"none of the {rung_runs} dataloader_workers@2 runs" in t.reason
+    assert "end of an epoch" in t.reason
+    # named with --fix, or with the inert skips off (--exhaustive), it is measured anyway
+    for kwargs in ({"only": ["dataloader_workers", "persistent_workers"]}, {"skip_inert": False}):
+        runner = FakeRunner(effects={"dataloader_workers": 1.5, "persistent_workers": 1.3}, epoch_ends=0)
+        out = run_trials(spec, refs("dataloader_workers", "persistent_workers"), runner=runner,
+                         make_diff_text=False, **kwargs)
+        assert by_fix(out)["persistent_workers"].verdict == "improved", kwargs
+        assert runner.runs_with("persistent_workers") > 0
+
+
+def test_persistent_workers_is_measured_when_a_rung_run_crossed_an_epoch(spec):
+    runner = FakeRunner(effects={"dataloader_workers": 1.5, "persistent_workers": 1.3}, epoch_ends=1)
+    out = run_trials(spec, refs("dataloader_workers", "persistent_workers"), runner=runner, make_diff_text=False)
+    assert by_fix(out)["persistent_workers"].verdict == "improved"
+
+
+@pytest.mark.parametrize(("rung_ms", "skipped"), [(69.0, True), (15.0, False)])
+def test_prefetch_is_not_run_when_the_workers_fall_behind_on_average(spec, rung_ms, skipped):
+    # baseline 89.7 ms a step, 90.2% of it data loading: 8.8 ms of everything else
+    # (examples/data_loading.py); with 2 workers a step of 69 ms means the workers are behind.
+    runner = FakeRunner(effects={"dataloader_workers": 1.3, "prefetch_factor": 1.2},
+                        step_ms={"dataloader_workers": rung_ms})
+    base_ms = 8000.0 / runner.base
+    breakdown = {"data_loading": 1.0 - 8.8 / base_ms, "cpu_ops": 8.8 / base_ms}
+    out = run_trials(spec, refs("dataloader_workers", "prefetch_factor"), runner=runner,
+                     make_diff_text=False, breakdown=breakdown)
+    t = by_fix(out)["prefetch_factor"]
+    if skipped:
+        assert t.verdict == "skipped"
+        assert runner.runs_with("prefetch_factor") == 0
+        assert re.search(r"a step still takes 69\.0 ms, 7\.[89]x the 8\.[78] ms the baseline spent on everything "
+                         "but data loading", t.reason), t.reason
+    else:
+        assert t.verdict == "improved"
+    # without the breakdown (--exhaustive reads none) nothing says the workers are behind
+    runner.calls.clear()
+    out = run_trials(spec, refs("dataloader_workers", "prefetch_factor"), runner=runner, make_diff_text=False)
+    assert by_fix(out)["prefetch_factor"].verdict == "improved"

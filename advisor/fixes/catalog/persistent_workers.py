@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, needs_loader
+from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, RungRuns, needs_loader
 
 
 def check(ctx: FixContext) -> str | None:
@@ -37,6 +37,21 @@ def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
     plan.loader_kwargs["persistent_workers"] = "True"
 
 
+def inert(rung: RungRuns) -> str | None:
+    """Inert when no run of the rung it is measured on saw an epoch end during its timed steps."""
+    # NOTE: persistent workers change one thing, the worker start-up when the next epoch's
+    # iterator is made; timed steps inside one epoch never contain it (data_loading.py's trial
+    # runs time 8-17 steps of a 64-batch epoch: three interleaved pairs measured only noise).
+    if not rung.epoch_ends or any(rung.epoch_ends):
+        return None
+    runs = len(rung.epoch_ends)
+    return (
+        f"not run: none of the {runs} {rung.label} run{'s' if runs != 1 else ''} it would be measured "
+        "against reached the end of an epoch during its timed steps, and persistent workers only "
+        "save the workers' start at a new epoch (in a full run, once per epoch)"
+    )
+
+
 FIX = Fix(
     id="persistent_workers",
     safety=SAFE,
@@ -50,4 +65,5 @@ FIX = Fix(
     adjust_loader=adjust_loader,
     plan_diff=plan_diff,
     shrinks=("data_loading",),
+    inert=inert,
 )
