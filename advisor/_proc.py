@@ -105,7 +105,7 @@ class ProcessTree:
 
     def __init__(self, pid: int) -> None:
         self.seen: dict[int, Any] = {}
-        self.over_budget: int | None = None  # the resident memory that broke a memory budget
+        self.over_budget: int | None = None  # the memory (PSS sum) that broke a memory budget
         try:
             import psutil
 
@@ -122,7 +122,11 @@ class ProcessTree:
                 self.seen.setdefault(child.pid, child)
 
     def rss_bytes(self) -> int:
-        """Resident memory of the root and every remembered descendant still running, summed."""
+        """Resident memory of the root and every remembered descendant still running, summed.
+
+        An upper bound of :meth:`memory_bytes` (a shared page counts in every process that maps
+        it), read in microseconds where PSS takes milliseconds per process.
+        """
         total = 0
         for proc in (self._root, *self.seen.values()):
             if proc is None:
@@ -131,12 +135,44 @@ class ProcessTree:
                 total += int(proc.memory_info().rss)
         return total
 
+    def memory_bytes(self) -> int:
+        """Memory the root and every remembered descendant still running hold together.
+
+        Each process counts its proportional set size (PSS: a page shared by n processes counts
+        1/n in each), so the sum is what the tree takes from the machine. Resident sizes (RSS)
+        would count every shared page once per process: DataLoader workers forked from a
+        training process that imported torch each show its few hundred MiB again, and a
+        ``--memory-budget`` would stop a run that fits. Where PSS cannot be read (no
+        ``/proc/PID/smaps_rollup``, or no permission) the process counts its RSS.
+        """
+        total = 0
+        for proc in (self._root, *self.seen.values()):
+            if proc is None:
+                continue
+            with contextlib.suppress(Exception):
+                total += _proportional_bytes(proc)
+        return total
+
     def kill_all(self) -> None:
         """Kill every remembered process still running."""
         for child in self.seen.values():
             with contextlib.suppress(Exception):
                 if child.is_running():
                     child.kill()
+
+
+def _proportional_bytes(proc: Any) -> int:
+    """One process's PSS in bytes, or its RSS where PSS cannot be read."""
+    try:
+        return int(proc.memory_full_info().pss)
+    except AttributeError:  # pragma: no cover - psutil on a platform without PSS
+        return int(proc.memory_info().rss)
+    except Exception as exc:  # noqa: BLE001 - AccessDenied and the like: RSS is still readable
+        import psutil
+
+        if isinstance(exc, psutil.NoSuchProcess):
+            raise
+        return int(proc.memory_info().rss)
 
 
 class Interrupted(KeyboardInterrupt):

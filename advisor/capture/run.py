@@ -328,16 +328,18 @@ def _wait(
 
     Returns:
         None when the child ended by itself, ``"timeout"`` or ``"memory"`` when it was stopped
-        (the process tree's resident memory over ``memory_budget``, checked every poll: the
-        ``--memory-budget`` watchdog of a CPU run; the RSS seen is left in ``tree.over_budget``).
+        (the process tree's memory over ``memory_budget``, checked every poll: the
+        ``--memory-budget`` watchdog of a CPU run; the memory seen, shared pages counted once
+        (:meth:`ProcessTree.memory_bytes`), is left in ``tree.over_budget``).
     """
     deadline = None if timeout_s is None else start + timeout_s
     while True:
         tree.refresh()
         if memory_budget is not None:
-            rss = tree.rss_bytes()
-            if rss > memory_budget:
-                tree.over_budget = rss
+            # NOTE: RSS bounds PSS from above: only a tree whose RSS is over the budget pays
+            # for reading PSS (~3 ms per process a poll, against ~20 us for RSS).
+            if tree.rss_bytes() > memory_budget and (held := tree.memory_bytes()) > memory_budget:
+                tree.over_budget = held
                 _ask_to_save(proc, tree)
                 return "memory"
         remaining = _POLL_S if deadline is None else min(_POLL_S, deadline - time.perf_counter())

@@ -63,8 +63,8 @@ def default_run_dir(script: Path) -> Path:
 @click.option("--timeout", type=PositiveSeconds(), default=None, metavar="SECONDS",
               help="Stop a hung script after SECONDS (exit 3, partial capture kept).")
 @click.option("--memory-budget", type=ByteSize(), default=None, metavar="SIZE",
-              help="Cap the script's memory (2GB, 512MiB): the CUDA process fraction on a GPU, a watchdog on its "
-              "resident memory on CPU; a run over it is out of memory, and the memory fixes are tried.")
+              help="Cap the script's memory (2GB, 512MiB): the CUDA process fraction on a GPU, a watchdog on the memory "
+              "its processes hold on CPU (shared pages counted once); a run over it is out of memory, and the memory fixes are tried.")
 @click.option("--no-fixes", is_flag=True, help="Diagnose only; do not try fixes.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also try fixes that may change numerics or batch semantics (bf16, compile, batch fusion, larger batches...).")
 @click.option("--fix", "only_fixes", multiple=True, metavar="ID", help="Try only this fix (repeatable).")

@@ -41,8 +41,8 @@ def _ints(text: str, option: str) -> list[int]:
               help="Micro-batches per optimizer step: the script's own accumulation option when it has one, "
               "else applied at run time (optimizer steps every A-th batch, gradients averaged).")
 @click.option("--memory-budget", type=ByteSize(), default=None, metavar="SIZE",
-              help="Cap each run's memory (2GB, 512MiB): on CPU a watchdog on the script's resident "
-              "memory stops a cell that goes over and marks it out_of_memory.")
+              help="Cap each run's memory (2GB, 512MiB): on CPU a watchdog on the memory the "
+              "script's processes hold (shared pages counted once) stops a cell that goes over and marks it out_of_memory.")
 @click.option("--repeats", default=2, show_default=True, type=click.IntRange(min=1, max=20),
               help="Interleaved runs per cell.")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=0), help="Warm-up steps per run.")
