@@ -457,7 +457,7 @@ def try_fixes(
 def sweep_script(
     spec: RunSpec, batch_sizes: Sequence[int], precisions: Sequence[str], repeats: int = 2,
     progress: Callable[[Any], None] | None = None, accumulations: Sequence[int] = (1,),
-    runner: Callable[..., RunCapture] | None = None,
+    runner: Callable[..., RunCapture] | None = None, cold_start: bool = False,
 ) -> Any:
     """Run ``advisor sweep``: every batch size x precision x accumulation cell at run time; return the SweepTable.
 
@@ -466,10 +466,14 @@ def sweep_script(
     ``sweep.diff``. Ctrl-C or SIGTERM stops the run in flight (the capture stage ends its process
     group), saves the table with the cells finished so far and status ``interrupted``, and raises
     :class:`~advisor.errors.Interrupted` (exit 130).
+
+    Cell runs are forked from a warm-start server, as the fix loop's trial runs are, unless
+    ``cold_start`` (or a ``runner`` of the caller's is given).
     """
+    from advisor.capture.warm import warm_runner
     from advisor.errors import Interrupted
-    from advisor.fixes.trials import default_runner
-    from advisor.rundir import SWEEP_DIFF_FILE, SWEEP_FILE, create_unique
+    from advisor.fixes.trials import INSTALLER
+    from advisor.rundir import SWEEP_DIFF_FILE, SWEEP_FILE, TRIALS_DIR, create_unique
     from advisor.sweep.model import CellStatus, SweepStatus, SweepTable
     from advisor.sweep.render import render_json
     from advisor.sweep.run import parse_cells, run_sweep
@@ -489,12 +493,18 @@ def sweep_script(
             raise KeyboardInterrupt  # a swallowed signal still stops the sweep at the next run's end
 
     save(last[0])
+    cell_spec = replace(spec, out_dir=out, quiet=True)
+    warm = warm_runner(
+        cell_spec, _runner(spec), enabled=runner is None and not cold_start, modules=(INSTALLER,),
+        log=out / TRIALS_DIR / "warm-start.log",
+    )
     try:
-        with _sigterm_interrupts(asked_to_stop):
+        with _sigterm_interrupts(asked_to_stop), warm as (warm_run, started):
             table = run_sweep(
-                replace(spec, out_dir=out, quiet=True), cells, repeats=repeats, runner=runner or default_runner,
+                cell_spec, cells, repeats=repeats, runner=runner or warm_run,
                 progress=progress, checkpoint=checkpoint,
             )
+            table = replace(table, notes=(*table.notes, *started.notes("cell runs")))
     except KeyboardInterrupt:
         with _signals_ignored():  # a second ^C must not cut the final write short
             done = replace(last[0], status=SweepStatus.INTERRUPTED)

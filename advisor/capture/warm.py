@@ -614,12 +614,12 @@ class WarmStats:
     imported: tuple[str, ...] = ()
     cold_reasons: dict[str, int] = field(default_factory=dict)
 
-    def notes(self) -> list[str]:
-        """One line for the report."""
+    def notes(self, runs: str = "trial runs") -> list[str]:
+        """One line for the report; ``runs`` names the runs (``cell runs`` in a sweep)."""
         if not self.warm and not self.cold:
             return []
         why = "; ".join(f"{reason} ({n})" for reason, n in self.cold_reasons.items())
-        line = f"trial runs: {self.warm} warm-started, {self.cold} cold"
+        line = f"{runs}: {self.warm} warm-started, {self.cold} cold"
         if self.warm:
             shown = ", ".join(m for m in self.imported if not m.startswith("advisor."))
             line += f" (forked from a server that imported {shown} once, in {self.start_s:.1f} s)"

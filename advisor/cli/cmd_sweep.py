@@ -48,6 +48,10 @@ def _ints(text: str, option: str) -> list[int]:
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=0), help="Warm-up steps per run.")
 @click.option("--steps", "timed_steps", default=20, show_default=True, type=click.IntRange(min=1), help="Timed steps per run.")
 @click.option("--timeout", type=PositiveSeconds(), default=None, metavar="SECONDS", help="Stop a hung run after SECONDS.")
+@click.option("--cold-start", is_flag=True,
+              help="Start every cell run in a fresh interpreter instead of forking it from a process that has "
+              "imported torch and the script's libraries once (the warm start; it falls back to cold starts "
+              "by itself where it cannot be used).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory (default: advisor-runs/<script>-sweep-<timestamp>).")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json", "html"]), default=None,
@@ -57,7 +61,8 @@ def _ints(text: str, option: str) -> list[int]:
 def sweep(
     script: Path | None, script_args: tuple[str, ...], batch_sizes: str | None, load: Path | None, precisions: str,
     accumulation: str,
-    memory_budget: int | None, repeats: int, warmup: int, timed_steps: int, timeout: float | None, out_dir: Path | None,
+    memory_budget: int | None, repeats: int, warmup: int, timed_steps: int, timeout: float | None, cold_start: bool,
+    out_dir: Path | None,
     fmt: str | None,
     output: Path | None, quiet: bool,
 ) -> int:
@@ -83,7 +88,7 @@ def sweep(
     on_event, stop = (None, lambda: None) if quiet else api.sweep_progress()
     try:
         table = api.sweep_script(spec, sizes, [p.strip() for p in precisions.split(",") if p.strip()], repeats,
-                                 on_event, accumulations)
+                                 on_event, accumulations, cold_start=cold_start)
     finally:
         stop()
     _emit(table, fmt, output)

@@ -58,14 +58,16 @@ def test_sizes_parse_with_binary_units():
 def test_sweep_accumulation_and_format_reach_the_api(capsys, monkeypatch, script, tmp_path):
     seen = {}
 
-    def fake(spec, sizes, precisions, repeats, progress, accumulations):
-        seen.update(sizes=sizes, precisions=precisions, accumulations=accumulations)
+    def fake(spec, sizes, precisions, repeats, progress, accumulations, cold_start=False):
+        seen.update(sizes=sizes, precisions=precisions, accumulations=accumulations, cold_start=cold_start)
         raise Stop
 
     monkeypatch.setattr(api, "sweep_script", fake)
     invoke(capsys, "sweep", "--batch-sizes", "8,32", "--accumulation", "1,4", "-q", "-o", str(tmp_path / "s.html"),
            str(script))
-    assert seen == {"sizes": [8, 32], "precisions": ["fp32", "bf16"], "accumulations": [1, 4]}
+    assert seen == {"sizes": [8, 32], "precisions": ["fp32", "bf16"], "accumulations": [1, 4], "cold_start": False}
+    invoke(capsys, "sweep", "--batch-sizes", "8", "--cold-start", "-q", str(script))
+    assert seen["cold_start"] is True
 
 
 def test_a_bad_accumulation_is_a_usage_error(capsys, script):

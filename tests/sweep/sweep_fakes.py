@@ -20,7 +20,7 @@ from advisor.capture.peak import MatmulPeak
 from advisor.sweep.child import ACCUMULATE, COUNT_FLOPS
 
 FLOPS_PER_SAMPLE = 3e9
-PEAKS = (MatmulPeak("fp32", 2, 0.1), MatmulPeak("bf16", 2, 0.02))
+PEAKS = (MatmulPeak("fp32", 2, 2.0), MatmulPeak("bf16", 2, 4.0))  # above what the fake cells reach
 
 
 class MemoryRunner:
@@ -33,13 +33,14 @@ class MemoryRunner:
 
     def __init__(
         self, budget: int | None = None, stop_at: int | None = None, options: tuple[ScriptOption, ...] = (),
-        own_accumulation: int = 1, flops: bool = True,
+        own_accumulation: int = 1, flops: bool = True, peaks: tuple[MatmulPeak, ...] = PEAKS,
     ) -> None:
         self.budget = budget
         self.stop_at = stop_at  # raise KeyboardInterrupt on this call (1-based): a Ctrl-C mid-run
         self.options = options  # the script's own command-line options, as the capture records them
         self.own_accumulation = own_accumulation  # backward calls per optimizer step in the script's loop
         self.flops = flops  # write the FLOP count where the child would
+        self.peaks = peaks  # the matmul rates the capture says it measured
         self.calls: list[RunSpec] = []
 
     def __call__(self, spec: RunSpec) -> RunCapture:
@@ -66,7 +67,7 @@ class MemoryRunner:
         return RunCapture(
             run_dir=str(spec.out_dir), status="stopped", step_source="optimizer", wall_s=1.0,
             dataloaders=(DataLoaderInfo(batch_size=8 * factor),), peak_memory_bytes=peak, memory_kind="rss",
-            environment=Environment(device="cpu", matmul_peaks=PEAKS),
+            environment=Environment(device="cpu", matmul_peaks=self.peaks),
             script_config=ScriptConfig(options=self.options),
             # NOTE: the capture sums a step's micro-batch losses; a script divides them by its
             # accumulation itself, the run-time accumulation does not.

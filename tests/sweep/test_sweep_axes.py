@@ -8,7 +8,7 @@ import textwrap
 import pytest
 from sweep_fakes import FLOPS_PER_SAMPLE, PEAKS, MemoryRunner
 
-from advisor.capture.model import Environment, RunSpec, ScriptOption
+from advisor.capture.model import Environment, MatmulPeak, RunSpec, ScriptOption
 from advisor.errors import UsageError
 from advisor.fixes.fix import ladder_steps
 from advisor.sweep.child import ACCUMULATE, COUNT_FLOPS
@@ -160,3 +160,21 @@ def test_a_script_with_a_batch_size_option_gets_a_command_line_not_a_patch(tmp_p
     assert table.diff.startswith("# advisor: run with the script's own arguments: python train.py --batch-size 32 --accum 2\n")
     assert "larger_batch: each optimizer step now sees 4x the samples" in table.diff  # the learning-rate note stays
     assert "--- a/" not in table.diff  # nothing in the source changes
+
+
+def test_a_cell_faster_than_its_peak_gets_no_mfu_and_says_why(tmp_path):
+    # the bf16 "peak" below what the cells reach: on this CPU torch.mm in bf16 ran at 0.001 TFLOP/s
+    # while MONAI's bf16 convolutions did 2.3x that (issue #16 session: MFU 233% was printed)
+    slow_bf16 = (MatmulPeak("fp32", 2, 2.0), MatmulPeak("bf16", 2, 0.01))
+    table = run_sweep(_spec(tmp_path), parse_cells([8], ["fp32", "bf16"]), repeats=1,
+                      runner=MemoryRunner(peaks=slow_bf16))
+    r = {str(x.cell.precision): x for x in table.results}
+    assert r["fp32"].mfu is not None and 0 < r["fp32"].mfu < 1
+    bf16 = r["bf16"]
+    assert bf16.tflops is not None and bf16.tflops > 0.01
+    assert bf16.mfu is None and bf16.peak_tflops is None
+    assert "is above the bf16 peak it would be measured against (0.01 TFLOP/s, measured)" in bf16.not_measured
+    for fmt in ("text", "markdown", "html"):
+        out = RENDERERS[fmt](table)
+        assert "no peak known" in out and "that figure is no peak for this model" in out, fmt
+        assert "MFU in bf16" not in out, fmt

@@ -50,6 +50,10 @@ def test_a_real_sweep_accumulates_at_run_time_and_counts_flops(tmp_path: Path) -
     cell_run = json.loads((out / "trials" / "bs8-acc2-fp32-1" / "capture.json").read_text())
     assert set(cell_run["timed"]["samples"]) == {16}
     assert cell_run["fix_notes"]["sweep_accumulation"]["state"] == "applied"
+    # cell runs fork from the warm-start server, as the fix loop's trial runs do
+    starts = [json.loads(p.read_text())["start"] for p in (out / "trials").glob("*/capture.json")]
+    assert starts and set(starts) == {"warm"}, starts
+    assert any(n.startswith("cell runs: ") and "warm-started, 0 cold" in n for n in data["notes"]), data["notes"]
     # 2 micro-batches of 8 on their mean gradient train as one batch of 16 (same samples, SGD): the
     # first losses, against batch 8's, deviate as batch 16's do
     assert rows[(8, 2)]["loss_delta"] == pytest.approx(rows[(16, 1)]["loss_delta"], rel=1e-3)
