@@ -105,7 +105,7 @@ class ProcessTree:
 
     def __init__(self, pid: int) -> None:
         self.seen: dict[int, Any] = {}
-        self.over_budget: int | None = None  # the memory (PSS sum) that broke a memory budget
+        self.over_budget: int | None = None  # the memory (memory_bytes) that broke a memory budget
         try:
             import psutil
 
@@ -125,7 +125,7 @@ class ProcessTree:
         """Resident memory of the root and every remembered descendant still running, summed.
 
         An upper bound of :meth:`memory_bytes` (a shared page counts in every process that maps
-        it), read in microseconds where PSS takes milliseconds per process.
+        it), read in microseconds where USS takes milliseconds per process.
         """
         total = 0
         for proc in (self._root, *self.seen.values()):
@@ -136,21 +136,24 @@ class ProcessTree:
         return total
 
     def memory_bytes(self) -> int:
-        """Memory the root and every remembered descendant still running hold together.
+        """Memory the process tree would hold on a machine of its own, shared pages counted once.
 
-        Each process counts its proportional set size (PSS: a page shared by n processes counts
-        1/n in each), so the sum is what the tree takes from the machine. Resident sizes (RSS)
-        would count every shared page once per process: DataLoader workers forked from a
-        training process that imported torch each show its few hundred MiB again, and a
-        ``--memory-budget`` would stop a run that fits. Where PSS cannot be read (no
-        ``/proc/PID/smaps_rollup``, or no permission) the process counts its RSS.
+        The root counts its resident size (RSS): everything it maps, libraries included, as it
+        would hold them alone (its pages shared with advisor's warm-start server, or any process
+        outside the tree, are its own on the user's machine). Each descendant still running adds
+        only the memory it does not share (USS): a DataLoader worker forked from the training
+        process shares that process's torch and heap pages, which the root's RSS already
+        counts. Summing RSS instead counted them once per worker, and a ``--memory-budget``
+        stopped runs that fit. A descendant whose USS cannot be read (no
+        ``/proc/PID/smaps_rollup``, no permission) counts its RSS.
         """
         total = 0
-        for proc in (self._root, *self.seen.values()):
-            if proc is None:
-                continue
+        if self._root is not None:
             with contextlib.suppress(Exception):
-                total += _proportional_bytes(proc)
+                total += int(self._root.memory_info().rss)
+        for proc in self.seen.values():
+            with contextlib.suppress(Exception):
+                total += _unshared_bytes(proc)
         return total
 
     def kill_all(self) -> None:
@@ -161,11 +164,11 @@ class ProcessTree:
                     child.kill()
 
 
-def _proportional_bytes(proc: Any) -> int:
-    """One process's PSS in bytes, or its RSS where PSS cannot be read."""
+def _unshared_bytes(proc: Any) -> int:
+    """One process's USS in bytes (memory no other process maps), or its RSS where USS cannot be read."""
     try:
-        return int(proc.memory_full_info().pss)
-    except AttributeError:  # pragma: no cover - psutil on a platform without PSS
+        return int(proc.memory_full_info().uss)
+    except AttributeError:  # pragma: no cover - psutil on a platform without USS
         return int(proc.memory_info().rss)
     except Exception as exc:  # noqa: BLE001 - AccessDenied and the like: RSS is still readable
         import psutil

@@ -336,8 +336,8 @@ def _wait(
     while True:
         tree.refresh()
         if memory_budget is not None:
-            # NOTE: RSS bounds PSS from above: only a tree whose RSS is over the budget pays
-            # for reading PSS (~3 ms per process a poll, against ~20 us for RSS).
+            # NOTE: the RSS sum bounds memory_bytes from above: only a tree whose RSS is over the
+            # budget pays for reading USS (~3 ms per process a poll, against ~20 us for RSS).
             if tree.rss_bytes() > memory_budget and (held := tree.memory_bytes()) > memory_budget:
                 tree.over_budget = held
                 _ask_to_save(proc, tree)

@@ -1,4 +1,4 @@
-"""ProcessTree.memory_bytes: what a process tree takes from the machine, shared pages counted once."""
+"""ProcessTree.memory_bytes: what a process tree would hold on its own machine, shared pages counted once."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ time.sleep(60)
 """
 
 
-@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"), reason="needs Linux smaps_rollup (PSS)")
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"), reason="needs Linux smaps_rollup (USS)")
 def test_pages_shared_by_forked_children_are_counted_once():
     proc = subprocess.Popen([sys.executable, "-c", FORKING], stdout=subprocess.PIPE, start_new_session=True)
     try:
@@ -46,11 +46,26 @@ def test_pages_shared_by_forked_children_are_counted_once():
         procs = [psutil.Process(proc.pid), *tree.seen.values()]
         rss = sum(p.memory_info().rss for p in procs)
         held = tree.memory_bytes()
-        # RSS counts the 96 MiB three times; the tree holds it once (plus three interpreters)
+        # RSS counts the 96 MiB three times; the tree holds it once: the parent's RSS, plus what
+        # each child does not share with it (a few pages of its own)
         assert rss > 3 * 96 * MIB
         assert 96 * MIB < held < rss - 150 * MIB, (held / MIB, rss / MIB)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_lone_process_counts_all_it_maps_even_pages_another_process_shares():
+    # the root is measured as it would run alone: its RSS, whatever it shares outside the tree
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; print('ready', flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        tree = ProcessTree(proc.pid)
+        rss = psutil.Process(proc.pid).memory_info().rss
+        assert abs(tree.memory_bytes() - rss) < 4 * MIB
+    finally:
+        proc.kill()
         proc.wait()
 
 
@@ -60,12 +75,12 @@ def test_a_tree_whose_root_is_gone_holds_nothing():
     assert ProcessTree(proc.pid).memory_bytes() == 0
 
 
-@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"), reason="needs Linux smaps_rollup (PSS)")
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"), reason="needs Linux smaps_rollup (USS)")
 @pytest.mark.parametrize(("budget_mib", "ended_by"), [(200, "timeout"), (64, "memory")])
 def test_the_memory_budget_watchdog_counts_shared_pages_once(budget_mib, ended_by):
     from advisor.capture.run import _wait
 
-    # RSS sums to ~3 x 96 MiB: over 200 MiB; the tree holds ~96 MiB and three interpreters: under
+    # RSS sums to ~3 x 96 MiB: over 200 MiB; the tree holds ~96 MiB and an interpreter: under
     proc = subprocess.Popen([sys.executable, "-c", FORKING], stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
