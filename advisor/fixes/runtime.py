@@ -117,8 +117,11 @@ def accumulate_steps(
     Optimizers created from now on get a ``step`` that returns without stepping on all but each
     ``k``-th call (``on_real_step(optimizer)`` runs just before the real one) and a ``zero_grad``
     skipped while that optimizer is between real steps; ``nn.Module.zero_grad`` is skipped while
-    any optimizer is. Nothing changes while ``active()`` is False. Used by ``fit_accumulation``
-    (micro-batches of a split batch) and the sweep's accumulation axis (k whole batches).
+    any optimizer is. An LR scheduler of such an optimizer steps at most once per real step: a
+    loop that steps its scheduler every iteration would otherwise run the schedule k times too
+    fast, while one that steps it every epoch is left alone. Nothing changes while ``active()``
+    is False. Used by ``fit_accumulation`` (micro-batches of a split batch) and the sweep's
+    accumulation axis (k whole batches).
     """
     import types
 
@@ -127,12 +130,14 @@ def accumulate_steps(
     counts: list[list[int]] = []  # one [micro-steps since the last real step] per optimizer
     original_init = torch.optim.Optimizer.__init__
     original_module_zero = torch.nn.Module.zero_grad
+    original_sched_step = torch.optim.lr_scheduler.LRScheduler.step
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         original_init(self, *args, **kwargs)
         inner_step, inner_zero = self.step, self.zero_grad
         count = [0]
         counts.append(count)
+        real = self._advisor_real_steps = [0]  # real steps taken while accumulating (for schedulers)
 
         def step(opt: Any, *a: Any, **kw: Any) -> Any:
             if not active():
@@ -141,6 +146,7 @@ def accumulate_steps(
             if count[0] < k:
                 return None  # NOTE: the gradients keep accumulating until the k-th call
             count[0] = 0
+            real[0] += 1
             if on_real_step is not None:
                 on_real_step(opt)
             return inner_step(*a, **kw)
@@ -157,8 +163,19 @@ def accumulate_steps(
             return None
         return original_module_zero(self, *args, **kwargs)
 
+    def sched_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        real = getattr(getattr(self, "optimizer", None), "_advisor_real_steps", None)
+        # NOTE: torch counts the scheduler's steps in _step_count, its constructor's own first
+        # step included (always let through). After it, a scheduler may step once per real
+        # optimizer step: a per-iteration scheduler then moves right after each real step and
+        # never between, and a per-epoch one (fewer steps than real ones) is never held back.
+        if active() and real is not None and getattr(self, "_step_count", 0) >= 1 and self._step_count - 1 >= real[0]:
+            return None
+        return original_sched_step(self, *args, **kwargs)
+
     patch(torch.optim.Optimizer, "__init__", __init__)
     patch(torch.nn.Module, "zero_grad", module_zero_grad)
+    patch(torch.optim.lr_scheduler.LRScheduler, "step", sched_step)
 
 
 def cores() -> int:

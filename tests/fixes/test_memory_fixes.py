@@ -170,7 +170,9 @@ def test_a_hugging_face_style_model_is_asked_to_checkpoint_itself():
 # -- fit_accumulation at run time ---------------------------------------------------------------
 
 
-def train(epochs: int = 1, scheduler: bool = False) -> tuple[list[torch.Tensor], int, list[int]]:
+def train(
+    epochs: int = 1, scheduler: bool = False, gamma: float = 1.0, per_epoch: bool = False,
+) -> tuple[list[torch.Tensor], int, list[int]]:
     """A plain loop: zero_grad, forward, backward, step per DataLoader batch of 8 (and an LR scheduler's step)."""
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(32, 8), torch.randn(32, 1))
@@ -178,7 +180,7 @@ def train(epochs: int = 1, scheduler: bool = False) -> tuple[list[torch.Tensor],
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     # gamma 1: the scheduler changes nothing, but it wraps opt.step as schedulers do
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=1.0) if scheduler else None
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=gamma) if scheduler else None
     steps = [0]
     handle = register_optimizer_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
     sizes = []
@@ -189,8 +191,10 @@ def train(epochs: int = 1, scheduler: bool = False) -> tuple[list[torch.Tensor],
                 opt.zero_grad()
                 nn.functional.mse_loss(model(x), y).backward()
                 opt.step()
-                if sched is not None:
+                if sched is not None and not per_epoch:
                     sched.step()
+            if sched is not None and per_epoch:
+                sched.step()
     finally:
         handle.remove()
     return [p.detach().clone() for p in model.parameters()], steps[0], sizes
@@ -213,6 +217,18 @@ def test_an_lr_scheduler_built_on_the_optimizer_still_works():
     runtime.install([FixRequest("fit_accumulation", {"k": 2, "micro_batch": 4})])
     got, steps, sizes = train(scheduler=True)
     assert sizes == [4] * 8 and steps == 4
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("per_epoch", [False, True], ids=["per-iteration", "per-epoch"])
+def test_an_lr_schedule_follows_the_real_optimizer_steps(per_epoch):
+    # halving the LR at every scheduler step: stepped per micro-batch, the schedule would run
+    # twice as fast under 2 micro-batches and the weights would differ; per epoch it is untouched
+    expected, _, _ = train(epochs=2, scheduler=True, gamma=0.5, per_epoch=per_epoch)
+    runtime.install([FixRequest("fit_accumulation", {"k": 2, "micro_batch": 4})])
+    got, steps, sizes = train(epochs=2, scheduler=True, gamma=0.5, per_epoch=per_epoch)
+    assert sizes == [4] * 16 and steps == 8
     for a, b in zip(expected, got, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 

@@ -18,9 +18,10 @@ At run time, with no edit to the script:
 The trial is a ladder, k = 2, 4, 8: the rungs that still run out of memory fail on their first
 run, and the largest micro-batch that fits (the smallest k) is reported. Its objective is memory
 (:class:`~advisor.fixes.fix.Objective`): kept when it saves memory (or fits where the baseline
-did not) with loss parity, its speed cost reported beside it. Per-batch statistics change
-(BatchNorm sees micro-batches, a scheduler stepped per iteration runs k times faster), so the fix
-is unsafe. The diff is a note: the loop's accumulation is the user's to write.
+did not) with loss parity, its speed cost reported beside it. An LR scheduler steps at most once
+per real optimizer step in the trial (a schedule stepped per iteration would run k times too
+fast); per-batch statistics still change (BatchNorm sees micro-batches), so the fix is unsafe.
+The diff is a note: the loop's accumulation is the user's to write.
 """
 
 from __future__ import annotations
@@ -134,8 +135,8 @@ def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
     plan.manual.append(
         f"fit_accumulation: load micro-batches of {micro or f'batch_size // {k}'} (DataLoader batch_size "
         f"divided by {k}), divide each micro-batch's loss by {k}, and call optimizer.step() and "
-        f"zero_grad() once every {k} micro-batches: the effective batch stays the same at about 1/{k} "
-        "of the activation memory"
+        f"zero_grad() once every {k} micro-batches (and a scheduler stepped per iteration with them): "
+        f"the effective batch stays the same at about 1/{k} of the activation memory"
     )
 
 
