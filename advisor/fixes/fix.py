@@ -263,6 +263,7 @@ class RungRuns:
         label: The rung's run name (``dataloader_workers@2``).
         step_ms: Median over its runs of each run's median timed step (None without steps).
         epoch_ends: Per run, the DataLoader epochs that ended during its timed steps.
+        step_source: What its steps were counted from (``optimizer``, ``dataloader``...).
         base_step_ms: The plain baseline's median timed step.
         shares: The baseline's step-time breakdown (category word -> share of the step);
             empty when the loop does not read it (``--exhaustive``).
@@ -271,6 +272,7 @@ class RungRuns:
     label: str
     step_ms: float | None = None
     epoch_ends: tuple[int, ...] = ()
+    step_source: str | None = None
     base_step_ms: float | None = None
     shares: Mapping[str, float] = field(default_factory=dict)
 

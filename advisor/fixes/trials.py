@@ -786,7 +786,7 @@ class Measurer:
         self.base_step_ms: float | None = None
         # per variant label, each measured run's (median timed step ms, epochs ended while timed):
         # what fixes measured on top of that rung read before they run (Fix.inert)
-        self.rung_runs: dict[str, list[tuple[float | None, int]]] = {}
+        self.rung_runs: dict[str, list[tuple[float | None, int, str | None]]] = {}
         self.on_run: Callable[[], None] | None = None
         self.runs = 0
         self.phases_s: dict[str, float] = {}
@@ -838,8 +838,9 @@ class Measurer:
         """Return what the measured runs of the rung ``label`` saw (for :attr:`Fix.inert`)."""
         runs = self.rung_runs.get(label, [])
         return RungRuns(
-            label=label, step_ms=median([ms for ms, _ in runs if ms is not None]),
-            epoch_ends=tuple(n for _, n in runs), base_step_ms=self.base_step_ms, shares=dict(shares or {}),
+            label=label, step_ms=median([ms for ms, _, _ in runs if ms is not None]),
+            epoch_ends=tuple(n for _, n, _ in runs), base_step_ms=self.base_step_ms, shares=dict(shares or {}),
+            step_source=next((src for _, _, src in runs if src), None),
         )
 
     def run(
@@ -1081,7 +1082,8 @@ class Measurer:
             rate = self.rate(cap)
             if rate is None:
                 v.failure = "the run recorded no timed steps"
-            self.rung_runs.setdefault(v.label, []).append((median(cap.timed.step_times_ms), cap.timed.epoch_ends))
+            self.rung_runs.setdefault(v.label, []).append(
+                (median(cap.timed.step_times_ms), cap.timed.epoch_ends, cap.step_source))
             while len(v.rates) < r:
                 v.rates.append(None)
             v.rates.append(rate)

@@ -365,3 +365,18 @@ def test_prefetch_is_not_run_when_the_workers_fall_behind_on_average(spec, rung_
     runner.calls.clear()
     out = run_trials(spec, refs("dataloader_workers", "prefetch_factor"), runner=runner, make_diff_text=False)
     assert by_fix(out)["prefetch_factor"].verdict == "improved"
+
+
+def test_persistent_workers_is_not_run_when_steps_are_counted_from_loader_batches(spec):
+    # the gap between epochs, where workers start again, belongs to no step then
+    class LoaderSteps(FakeRunner):
+        def __call__(self, s):
+            from dataclasses import replace
+
+            return replace(super().__call__(s), step_source="dataloader")
+
+    runner = LoaderSteps(effects={"dataloader_workers": 1.5, "persistent_workers": 1.3}, epoch_ends=1)
+    out = run_trials(spec, refs("dataloader_workers", "persistent_workers"), runner=runner, make_diff_text=False)
+    t = by_fix(out)["persistent_workers"]
+    assert t.verdict == "skipped" and runner.runs_with("persistent_workers") == 0
+    assert "count their steps from DataLoader batches" in t.reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from advisor.capture.recorder import SOURCE_DATALOADER
 from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, RungRuns, needs_loader
 
 
@@ -42,6 +43,14 @@ def inert(rung: RungRuns) -> str | None:
     # NOTE: persistent workers change one thing, the worker start-up when the next epoch's
     # iterator is made; timed steps inside one epoch never contain it (data_loading.py's trial
     # runs time 8-17 steps of a 64-batch epoch: three interleaved pairs measured only noise).
+    if rung.step_source == SOURCE_DATALOADER:
+        # NOTE: with steps counted from DataLoader batches, the gap between two epochs (where the
+        # next iterator starts its workers) belongs to no step (advisor.capture.recorder).
+        return (
+            f"not run: the {rung.label} runs count their steps from DataLoader batches, so the gap "
+            "between epochs, where workers start again, is in no timed step; persistent workers "
+            "only save that start (in a full run, once per epoch)"
+        )
     if not rung.epoch_ends or any(rung.epoch_ends):
         return None
     runs = len(rung.epoch_ends)
