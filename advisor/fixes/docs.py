@@ -107,6 +107,9 @@ def _relations(fix: Fix) -> list[str]:
     out = []
     if fix.requires:
         out.append(f"Requires `{fix.requires}` (measured on top of it when the baseline lacks it).")
+    if fix.inert is not None and fix.inert.__doc__:
+        # NOTE: the condition is the inert function's own first docstring line, so it cannot drift
+        out.append(f"Skipped unrun: {fix.inert.__doc__.strip().splitlines()[0]}")
     if fix.conflicts:
         out.append("Conflicts with " + ", ".join(f"`{c}`" for c in fix.conflicts) + " (the faster one is kept).")
     return out

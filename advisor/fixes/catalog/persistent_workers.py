@@ -39,7 +39,7 @@ def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
 
 
 def inert(rung: RungRuns) -> str | None:
-    """Inert when no run of the rung it is measured on saw an epoch end during its timed steps."""
+    """Inert when the rung's runs saw no epoch end in their timed steps, or count steps from loader batches."""
     # NOTE: persistent workers change one thing, the worker start-up when the next epoch's
     # iterator is made; timed steps inside one epoch never contain it (data_loading.py's trial
     # runs time 8-17 steps of a 64-batch epoch: three interleaved pairs measured only noise).
