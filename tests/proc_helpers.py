@@ -20,22 +20,31 @@ def pids_with_args(*args: str) -> list[int]:
     return found
 
 
-def gone_within(*args: str, timeout_s: float = 30.0) -> list[int]:
-    """Wait for the processes matching ``args`` to end; SIGKILL and return any still left.
+def gone_within(*args: str, timeout_s: float = 30.0) -> list[str]:
+    """Wait for the processes matching ``args`` to end; SIGKILL and describe any still left.
 
     The kill keeps a failing test from leaking a hung script or a server into the next ones;
-    the caller asserts the returned list is empty.
+    the caller asserts the returned list is empty. Each leftover is ``PID (parent PPID, STATE):
+    COMMAND LINE``, so a failure says which process outlived its run.
     """
     deadline = time.monotonic() + timeout_s
     while pids_with_args(*args) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = pids_with_args(*args)
-    for pid in left:
+    left = [_describe(pid) for pid in pids_with_args(*args)]
+    for pid in pids_with_args(*args):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     return left
+
+
+def _describe(pid: int) -> str:
+    try:
+        p = psutil.Process(pid)
+        return f"{pid} (parent {p.ppid()}, {p.status()}): {' '.join(p.cmdline())[:300]}"
+    except psutil.Error:
+        return f"{pid} (gone)"
 
 
 def survivors(run_dir: Path) -> list[int]:

@@ -427,6 +427,12 @@ class ChildSession:
                 log="stderr.log",
                 step=rec.steps_seen + 1,
             )
+        if outcome == "terminated":
+            # NOTE: a SIGTERM (advisor killed outright, a timeout, torchrun ending the job) gives
+            # this process a grace before SIGKILL; the script's processes are ended first, so
+            # that a slow export on a busy machine cannot leave them behind (a setsid'd one whose
+            # parent is gone is no longer anyone's to end).
+            _kill_children()
         try:
             rec.finish()
         except Exception as e:  # noqa: BLE001 - keep what was measured even if export fails
