@@ -784,8 +784,8 @@ class Measurer:
         self.base_timeout: float | None = spec.timeout_s
         self.max_repeats = repeats
         self.base_step_ms: float | None = None
-        # per variant label, each measured run's (median timed step ms, epochs ended while timed):
-        # what fixes measured on top of that rung read before they run (Fix.inert)
+        # per variant label, each measured run's (median timed step ms, epochs ended while timed,
+        # step source): what fixes measured on top of that rung read before they run (Fix.inert)
         self.rung_runs: dict[str, list[tuple[float | None, int, str | None]]] = {}
         self.on_run: Callable[[], None] | None = None
         self.runs = 0
