@@ -5,7 +5,8 @@ source:
 
 * a CPU run: the matmul rate advisor measured on the machine that ran the capture
   (:mod:`advisor.capture.peak`, recorded in ``capture.environment.matmul_peaks``) for the
-  trace's dominant matmul dtype and the script's thread count;
+  trace's dominant matmul dtype and the script's thread count, or fp32's where that dtype
+  was not measured or measured slower (the device does at least its fp32 rate);
 * a GPU run: the datasheet peak of the device for that dtype (``mfu_frac``'s peak,
   :data:`advisor.metrics.flops.PEAK_TFLOPS`), or any other peak a later module supplies
   through ``peak_tflops``.
@@ -33,9 +34,10 @@ class PeakShare:
     Attributes:
         achieved_tflops: FLOPs per step / step time (TFLOP/s).
         peak_tflops: The peak it is compared with.
-        share: achieved / peak (0..1, may exceed 1 when the peak was measured low).
+        share: achieved / peak (0..1; above 1 only when the peak was measured low, e.g. on a
+            machine busy during the probe).
         source: ``measured`` (this machine's CPU, benchmarked) or ``datasheet`` (GPU table).
-        dtype: The dtype whose peak was used.
+        dtype: The dtype whose peak was used (``fp32`` for a slower dtype's run on CPU).
         step_basis: ``timed`` or ``profiled``: which steps' time the rate divides by.
     """
 
@@ -47,12 +49,21 @@ class PeakShare:
     step_basis: str
 
 
-def _measured_peak(capture: RunCapture | None, dtype: str) -> float | None:
-    """Return the capture's measured CPU matmul peak for ``dtype`` (float32 when that dtype was not measured)."""
+def _measured_peak(capture: RunCapture | None, dtype: str) -> tuple[float | None, str]:
+    """Return the capture's measured CPU matmul peak for ``dtype`` and the dtype it was measured in.
+
+    fp32's rate where ``dtype`` was not measured or measured slower: a CPU without native bf16
+    runs torch.mm in bf16 a hundred times slower than in fp32 (0.001 against 0.115 TFLOP/s on
+    this project's machine) while a model's bf16 convolutions outrun that; the device still does
+    at least its fp32 rate.
+    """
     if capture is None:
-        return None
+        return None, dtype
     peaks = {p.dtype: p.tflops for p in capture.environment.matmul_peaks if p.tflops and p.tflops > 0}
-    return peaks.get(dtype) or peaks.get("fp32")
+    own, fp32 = peaks.get(dtype), peaks.get("fp32")
+    if fp32 and (not own or own < fp32):
+        return fp32, "fp32"
+    return own, dtype
 
 
 def peak_share(
@@ -78,7 +89,7 @@ def peak_share(
     if on_gpu:
         peak, source = datasheet_tflops, "datasheet"
     else:
-        peak, source = _measured_peak(capture, dtype), "measured"
+        (peak, dtype), source = _measured_peak(capture, dtype), "measured"
     if not peak or peak <= 0:
         return None
     timed = [t for t in (capture.timed.step_times_ms if capture is not None else ()) if t and t > 0]

@@ -82,7 +82,8 @@ class CellResult:
         flops_per_sample: The counted FLOPs of one step over the samples that step held.
         peak_tflops: The device's peak for the cell's precision (a GPU's datasheet, or the
             matmul rate advisor measured on this CPU); None when none is known.
-        peak_source: ``datasheet`` or ``measured`` (what ``peak_tflops`` is).
+        peak_source: ``datasheet``, ``measured``, or ``measured_fp32`` (on a CPU whose
+            matmul in the cell's precision measured slower than in fp32: fp32's rate).
         mfu: ``tflops / peak_tflops`` (model FLOPs utilisation against that peak).
         not_measured: Why ``tflops`` or ``mfu`` is missing, shown in their place.
         repeats: Runs that measured it.

@@ -116,8 +116,11 @@ def _flops_lines(t: SweepTable) -> list[str]:
                    "and convolutions) per sample, times samples/s")
     peaks = sorted({(str(x.cell.precision), x.peak_tflops, x.peak_source) for x in ok if x.peak_tflops})
     for precision, peak, source in peaks:
-        what = ("the matmul rate advisor measured on this CPU (torch.mm; not a datasheet figure)"
-                if source == "measured" else "the device's datasheet peak")
+        what = {
+            "measured": "the matmul rate advisor measured on this CPU (torch.mm; not a datasheet figure)",
+            "measured_fp32": f"the fp32 matmul rate advisor measured on this CPU, faster than its {precision} "
+                             "rate (torch.mm; not a datasheet figure)",
+        }.get(str(source), "the device's datasheet peak")
         out.append(f"MFU in {precision}: against {_tflops(peak or 0.0)} TFLOP/s, {what}")
     whys: dict[str, list[str]] = {}
     for x in ok:

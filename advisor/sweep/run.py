@@ -390,6 +390,10 @@ def _flops_per_sample(cap: RunCapture, path: Path) -> tuple[float | None, str]:
     return flops / samples, ""
 
 
+MEASURED_FP32 = "measured_fp32"
+"""``peak_source`` of a cell whose precision ran torch.mm slower than fp32 here: fp32's rate is its peak."""
+
+
 def _peak(env: Environment, precision: str) -> tuple[float | None, str | None, str]:
     """Return the device's peak TFLOP/s for a precision, its source, or why none is known."""
     from advisor.metrics.devices import peak_tflops
@@ -401,8 +405,14 @@ def _peak(env: Environment, precision: str) -> tuple[float | None, str | None, s
             return peak, "datasheet", ""
         return None, None, f"no datasheet peak is known for {env.device_name or 'this GPU'} in {dtype}"
     measured = {p.dtype: p.tflops for p in env.matmul_peaks if p.tflops and p.tflops > 0}
-    if measured.get(dtype):
-        return measured[dtype], "measured", ""
+    own, fp32 = measured.get(dtype), measured.get("fp32")
+    if fp32 and dtype != "fp32" and (not own or own < fp32):
+        # NOTE: a CPU without native bf16 runs torch.mm in bf16 a hundred times slower than in
+        # fp32 (0.001 against 0.115 TFLOP/s here) while a model's bf16 convolutions outrun that:
+        # the device still does at least its fp32 rate, which is then the peak.
+        return fp32, MEASURED_FP32, ""
+    if own:
+        return own, "measured", ""
     return None, None, f"no {dtype} matmul peak was measured on this CPU"
 
 

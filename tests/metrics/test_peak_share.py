@@ -26,11 +26,18 @@ def test_cpu_share_uses_the_measured_peak_and_the_timed_median() -> None:
 
 
 def test_cpu_share_picks_the_dtype_and_falls_back_to_fp32() -> None:
+    # bf16 measured a hundred times slower than fp32 (a CPU without native bf16): the device
+    # still does fp32's rate, so that is the peak (against bf16's, 1 GFLOP in 20 ms was 5000%)
     cap = _capture((20.0,), PEAKS)
     bf16 = peak_share({"flops_per_step": 1e9, "has_gpu_flag": 0.0}, cap, "bf16", None)
     fp16 = peak_share({"flops_per_step": 1e9, "has_gpu_flag": 0.0}, cap, "fp16", None)
-    assert bf16 is not None and bf16.peak_tflops == 0.001
-    assert fp16 is not None and fp16.peak_tflops == 0.1
+    assert bf16 is not None and (bf16.peak_tflops, bf16.dtype) == (0.1, "fp32")
+    assert bf16.share == pytest.approx(0.5)
+    assert fp16 is not None and (fp16.peak_tflops, fp16.dtype) == (0.1, "fp32")
+    # a CPU whose bf16 is the faster (AMX): its own rate
+    amx = _capture((20.0,), (MatmulPeak("fp32", 2, 0.1), MatmulPeak("bf16", 2, 0.4)))
+    fast = peak_share({"flops_per_step": 1e9, "has_gpu_flag": 0.0}, amx, "bf16", None)
+    assert fast is not None and (fast.peak_tflops, fast.dtype) == (0.4, "bf16")
 
 
 def test_without_timed_steps_the_profiled_rate_is_used() -> None:
