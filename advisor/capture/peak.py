@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,21 @@ class MatmulPeak:
     cpu_model: str = ""
     load_avg: float | None = None
     cached: bool = False
+
+
+def peak_for(peaks: Sequence[MatmulPeak], dtype: str) -> tuple[float | None, str]:
+    """Return the measured peak a ``dtype`` run is compared with, and the dtype it was measured in.
+
+    fp32's rate where ``dtype`` was not measured or measured slower: a CPU without native bf16
+    runs torch.mm in bf16 a hundred times slower than in fp32 (0.001 against 0.115 TFLOP/s on
+    this project's machine) while a model's bf16 convolutions outrun that; the device still does
+    at least its fp32 rate. (None, dtype) when neither was measured.
+    """
+    rates = {p.dtype: p.tflops for p in peaks if p.tflops and p.tflops > 0}
+    own, fp32 = rates.get(dtype), rates.get("fp32")
+    if fp32 and (not own or own < fp32):
+        return fp32, "fp32"
+    return own, dtype
 
 
 def cpu_model() -> str:

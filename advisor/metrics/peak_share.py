@@ -25,6 +25,7 @@ import numpy as np
 
 from advisor._num import finite
 from advisor.capture.model import RunCapture
+from advisor.capture.peak import peak_for
 
 
 @dataclass(frozen=True)
@@ -50,20 +51,10 @@ class PeakShare:
 
 
 def _measured_peak(capture: RunCapture | None, dtype: str) -> tuple[float | None, str]:
-    """Return the capture's measured CPU matmul peak for ``dtype`` and the dtype it was measured in.
-
-    fp32's rate where ``dtype`` was not measured or measured slower: a CPU without native bf16
-    runs torch.mm in bf16 a hundred times slower than in fp32 (0.001 against 0.115 TFLOP/s on
-    this project's machine) while a model's bf16 convolutions outrun that; the device still does
-    at least its fp32 rate.
-    """
+    """Return the capture's measured CPU matmul peak for ``dtype`` and the dtype it was measured in."""
     if capture is None:
         return None, dtype
-    peaks = {p.dtype: p.tflops for p in capture.environment.matmul_peaks if p.tflops and p.tflops > 0}
-    own, fp32 = peaks.get(dtype), peaks.get("fp32")
-    if fp32 and (not own or own < fp32):
-        return fp32, "fp32"
-    return own, dtype
+    return peak_for(capture.environment.matmul_peaks, dtype)
 
 
 def peak_share(

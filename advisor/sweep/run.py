@@ -396,6 +396,7 @@ MEASURED_FP32 = "measured_fp32"
 
 def _peak(env: Environment, precision: str) -> tuple[float | None, str | None, str]:
     """Return the device's peak TFLOP/s for a precision, its source, or why none is known."""
+    from advisor.capture.peak import peak_for
     from advisor.metrics.devices import peak_tflops
 
     dtype = str(precision)
@@ -404,15 +405,9 @@ def _peak(env: Environment, precision: str) -> tuple[float | None, str | None, s
         if peak:
             return peak, "datasheet", ""
         return None, None, f"no datasheet peak is known for {env.device_name or 'this GPU'} in {dtype}"
-    measured = {p.dtype: p.tflops for p in env.matmul_peaks if p.tflops and p.tflops > 0}
-    own, fp32 = measured.get(dtype), measured.get("fp32")
-    if fp32 and dtype != "fp32" and (not own or own < fp32):
-        # NOTE: a CPU without native bf16 runs torch.mm in bf16 a hundred times slower than in
-        # fp32 (0.001 against 0.115 TFLOP/s here) while a model's bf16 convolutions outrun that:
-        # the device still does at least its fp32 rate, which is then the peak.
-        return fp32, MEASURED_FP32, ""
-    if own:
-        return own, "measured", ""
+    peak, measured_in = peak_for(env.matmul_peaks, dtype)
+    if peak:
+        return peak, MEASURED_FP32 if measured_in != dtype else "measured", ""
     return None, None, f"no {dtype} matmul peak was measured on this CPU"
 
 
