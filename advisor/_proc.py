@@ -166,15 +166,11 @@ class ProcessTree:
 
 def _unshared_bytes(proc: Any) -> int:
     """One process's USS in bytes (memory no other process maps), or its RSS where USS cannot be read."""
+    import psutil
+
     try:
         return int(proc.memory_full_info().uss)
-    except AttributeError:  # pragma: no cover - psutil on a platform without USS
-        return int(proc.memory_info().rss)
-    except Exception as exc:  # noqa: BLE001 - AccessDenied and the like: RSS is still readable
-        import psutil
-
-        if isinstance(exc, psutil.NoSuchProcess):
-            raise
+    except (psutil.AccessDenied, AttributeError):  # smaps unreadable, or a psutil without USS
         return int(proc.memory_info().rss)
 
 
