@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
+
+T = TypeVar("T")
 
 
 def pids_with_args(*args: str) -> list[int]:
@@ -60,3 +65,39 @@ def survivors(run_dir: Path) -> list[int]:
         if str(run_dir).encode() in cmd:
             found.append(int(entry.name))
     return found
+
+
+def survivors_after(run_dir: Path, timeout_s: float = 30.0) -> list[int]:
+    """Wait (bounded, never a fixed sleep) for the run's processes to end; return those still there.
+
+    A run's process group is sent SIGKILL as advisor exits; its DataLoader workers may take a
+    moment to be reaped.
+    """
+    gone_by = time.monotonic() + timeout_s
+    while survivors(run_dir) and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    return survivors(run_dir)
+
+
+def signal_when(
+    proc: subprocess.Popen[str], ready: Callable[[], T | None], sig: int, waiting_for: str, give_up_s: float,
+) -> tuple[T, str]:
+    """Poll ``ready()`` while ``proc`` runs; once it returns a value, send ``sig`` and wait for the exit.
+
+    Returns that value and the process's stderr. ``proc`` is killed if it is still running when
+    this returns or fails (a broken build must not leave it behind); ``give_up_s`` only bounds a
+    wait for a condition that never comes.
+    """
+    try:
+        deadline = time.monotonic() + give_up_s
+        while (value := ready()) is None:
+            assert proc.poll() is None, f"advisor ended before {waiting_for}: {proc.communicate()}"
+            assert time.monotonic() < deadline, f"{waiting_for}: not in {give_up_s:.0f} s"
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        return value, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -12,11 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from proc_helpers import survivors
+from proc_helpers import signal_when, survivors_after
 
 REPO = Path(__file__).resolve().parents[2]
 SLOW_LOADER = REPO / "tests" / "fixes" / "scripts" / "slow_loader.py"
@@ -39,22 +38,14 @@ def test_a_stopped_diagnose_keeps_the_diagnosis_and_the_finished_trials(tmp_path
          str(SLOW_LOADER), "--steps", "400"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    try:
-        deadline = time.monotonic() + GIVE_UP_S
-        while True:
-            report = _report(run_dir)
-            if report and report["status"] == "running" and any(t["repeats"] >= 1 for t in report["trials"]):
-                break
-            assert proc.poll() is None, f"diagnose ended before a trial run finished: {proc.communicate()}"
-            assert time.monotonic() < deadline, "no trial run finished in time"
-            time.sleep(0.2)
-        assert report["status"] == "running" and report["pid"] == proc.pid
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    def trial_finished() -> dict | None:
+        report = _report(run_dir)
+        running = report and report["status"] == "running" and any(t["repeats"] >= 1 for t in report["trials"])
+        return report if running else None
+
+    report, err = signal_when(proc, trial_finished, sig, "a trial run finished", GIVE_UP_S)
+    assert report["status"] == "running" and report["pid"] == proc.pid
     assert proc.returncode == 130, err
     assert "interrupted during the fix trials" in err and str(run_dir) in err
     final = _report(run_dir)
@@ -64,12 +55,7 @@ def test_a_stopped_diagnose_keeps_the_diagnosis_and_the_finished_trials(tmp_path
     trials = {t["fix"]: t for t in final["trials"]}
     assert trials["dataloader_workers"]["repeats"] >= 1
     assert final["kept_fixes"] == []
-    # NOTE: the trial's process group was sent SIGKILL before advisor exited; its DataLoader
-    # workers may take a moment to be reaped, so wait for that (bounded), never a fixed sleep.
-    gone_by = time.monotonic() + 30.0
-    while survivors(run_dir) and time.monotonic() < gone_by:
-        time.sleep(0.1)
-    assert survivors(run_dir) == [], "a process of the run outlived advisor"
+    assert survivors_after(run_dir) == [], "a process of the run outlived advisor"
     # advisor report renders it and says it was interrupted
     shown = subprocess.run([sys.executable, "-m", "advisor", "report", str(run_dir)],
                            capture_output=True, text=True, cwd=tmp_path, timeout=120)

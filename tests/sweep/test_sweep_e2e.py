@@ -11,11 +11,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from proc_helpers import survivors
+from proc_helpers import signal_when, survivors_after
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "scripts" / "sweep_memory.py"
@@ -70,28 +69,17 @@ def test_a_stopped_sweep_keeps_its_finished_cells(tmp_path: Path, sig: int) -> N
          "--steps", "100000"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    try:
-        deadline = time.monotonic() + GIVE_UP_S
-        while True:
-            table = _table(run_dir)
-            if table and table["status"] == "running" and any(r["repeats"] >= 1 for r in table["results"]):
-                break
-            assert proc.poll() is None, f"the sweep ended before a cell ran: {proc.communicate()}"
-            assert time.monotonic() < deadline, "no cell run finished in time"
-            time.sleep(0.2)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    def cell_finished() -> dict | None:
+        table = _table(run_dir)
+        running = table and table["status"] == "running" and any(r["repeats"] >= 1 for r in table["results"])
+        return table if running else None
+
+    _, err = signal_when(proc, cell_finished, sig, "a cell run finished", GIVE_UP_S)
     assert proc.returncode == 130, err
     assert "interrupted" in err and str(run_dir) in err
     final = _table(run_dir)
     assert final is not None and final["status"] == "interrupted"
     ran = [r for r in final["results"] if r["repeats"] >= 1]
     assert ran and all(r["status"] == "ok" and r["samples_per_s"] > 0 for r in ran)
-    gone_by = time.monotonic() + 30.0
-    while survivors(run_dir) and time.monotonic() < gone_by:
-        time.sleep(0.1)
-    assert survivors(run_dir) == [], "a process of the run outlived advisor"
+    assert survivors_after(run_dir) == [], "a process of the run outlived advisor"
