@@ -105,6 +105,33 @@ def rank_collectives(analysis: TraceAnalysis) -> pd.DataFrame:
     return frame[cols].reset_index(drop=True)
 
 
+def _calls(allr: pd.DataFrame) -> pd.DataFrame:
+    """One row per collective call seen by at least two ranks (calls matched by kind and index).
+
+    NOTE: whole-column group operations, not a loop over the groups: a 64-rank DLRM job has
+    hundreds of calls, and this runs in the merge, after the rank workers, in series.
+    """
+    keys = ["collective", "index"]
+    g = allr.groupby(keys, sort=False)
+    last = g["start"].transform("max")
+    rows = allr.assign(wait=last - allr["start"], took=allr["end"] - allr["start"])
+    per = rows.groupby(keys, sort=False)
+    # the late rank: the first row holding its call's latest start (as idxmax picks it)
+    late = rows.loc[per["start"].idxmax()].set_index(keys)
+    c = pd.DataFrame({
+        "bytes": per["bytes"].max(),
+        "wait_us": per["wait"].mean(),
+        "wait_total_us": per["wait"].sum(),
+        "time_total_us": per["took"].sum(),
+        "ranks": per.size(),
+    })
+    c["transfer_us"] = late["took"]
+    c["late_rank"] = late["rank"].astype(int)
+    c = c[c["ranks"] >= 2].reset_index()
+    return c.astype({"bytes": float, "wait_us": float, "wait_total_us": float, "time_total_us": float,
+                     "transfer_us": float})
+
+
 def merge_collectives(
     frames: Sequence[pd.DataFrame], steps_per_rank: int
 ) -> tuple[pd.DataFrame, dict[str, float | None]]:
@@ -120,29 +147,9 @@ def merge_collectives(
         return empty, none
     allr = pd.concat(per_rank, ignore_index=True)
     steps = max(steps_per_rank, 1)
-    calls = []
-    for (kind, idx), g in allr.groupby(["collective", "index"], sort=False):
-        if len(g) < 2:
-            continue
-        last = float(g["start"].max())
-        late = g.loc[g["start"].idxmax()]
-        wait = (last - g["start"]).to_numpy()
-        calls.append(
-            {
-                "collective": kind,
-                "index": idx,
-                "bytes": float(g["bytes"].max()) if g["bytes"].notna().any() else np.nan,
-                "wait_us": float(wait.mean()),
-                "wait_total_us": float(wait.sum()),
-                "time_total_us": float((g["end"] - g["start"]).sum()),
-                "transfer_us": float(late["end"] - late["start"]),
-                "late_rank": int(late["rank"]),
-                "ranks": len(g),
-            }
-        )
-    if not calls:
+    c = _calls(allr)
+    if c.empty:
         return empty, none
-    c = pd.DataFrame(calls)
     # all_gather's nccl-tests size is the gathered output: n times the input
     size = np.where(c["collective"].str.contains("all_gather"), c["bytes"] * c["ranks"], c["bytes"])
     factor = np.array([bus_factor(k, r) for k, r in zip(c["collective"], c["ranks"], strict=True)])
