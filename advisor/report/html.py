@@ -169,7 +169,9 @@ def _cards(report: Report, view: ReportView) -> str:
         out.append(
             card("Recoverable (estimate)", f"up to {s.pct(b.recoverable_frac)}", f"of step time → {b.speedup_text}")
         )
-    else:
+    if h.most_of_step is not None:
+        out.append(card("Most of the step", h.most_of_step.label, h.most_of_step.text))
+    if b is None:
         out.append(card("Primary bottleneck", "none found", "no rule fired above its threshold"))
     if h.rate is not None:
         out.append(card("Throughput", s.rate(h.rate), f"{h.rate_unit} · {h.rate_caption}"))

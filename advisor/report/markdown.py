@@ -78,7 +78,9 @@ def _summary(report: Report, view: ReportView) -> list[str]:
     if b is not None:
         rows.append(["**Primary bottleneck**", f"**{md_text(b.label)}**: {md_text(b.measured_text)}"])
         rows.append(["**Recoverable**", md_text(b.estimate_text)])
-    else:
+    if h.most_of_step is not None:
+        rows.append(["**Most of the step**", f"**{md_text(h.most_of_step.label)}**: {md_text(h.most_of_step.text)}"])
+    if b is None:
         rows.append(["**Primary bottleneck**", "none found"])
     if h.rate is not None:
         rows.append(["**Throughput**", f"{md_text(h.rate_text)} ({md_text(h.rate_caption)})"])

@@ -170,7 +170,10 @@ def _summary_panel(report: Report, view: ReportView) -> Panel:
             Text.assemble(_t(b.label, "bold red"), " — ", _t(b.measured_text)),
         )
         grid.add_row("Recoverable", _t(b.estimate_text))
-    else:
+    if h.most_of_step is not None:
+        m = h.most_of_step
+        grid.add_row("Most of the step", Text.assemble(_t(m.label, "bold"), " — ", _t(m.text)))
+    if b is None:
         grid.add_row("Primary bottleneck", Text("none found", style="green"))
     if h.rate is not None:
         grid.add_row("Throughput", _t(f"{h.rate_text} ({h.rate_caption})"))

@@ -51,6 +51,9 @@ CATEGORY_HOST_PARTS: dict[str, tuple[str, ...]] = {
 MIN_PART_SHARE = 0.01
 """Parts below this share of the step are left out of the headline's list."""
 
+MOST_OF_STEP = 0.5
+"""A category holding at least this share of the step, more than the primary, is named beside it."""
+
 
 @dataclass(frozen=True)
 class Bottleneck:
@@ -96,6 +99,42 @@ class Bottleneck:
 
 
 @dataclass(frozen=True)
+class MostOfStep:
+    """The category that takes most of the step when the primary is another (measured).
+
+    The primary is the category with the most *recoverable* time, the rules' estimates; a
+    category whose findings carry no estimate (CO004's autograd bookkeeping: the trials measure
+    it) or that no rule explains can hold most of the step and still not be primary. An
+    inference loop spending 77.5% of its step in CPU ops had "Data loading — 8.6%" as its only
+    verdict line, which read as where the step's time goes.
+
+    Attributes:
+        category: Category word.
+        label: Its display name.
+        step_frac: Measured share of the step its breakdown parts take.
+        codes: Codes of the findings in it (empty: no rule fired on it).
+        estimated: Whether any of those findings estimates a recoverable share.
+    """
+
+    category: str
+    label: str
+    step_frac: float
+    codes: tuple[str, ...]
+    estimated: bool
+
+    @property
+    def text(self) -> str:
+        """``77.5% of step time (measured); finding CO004: recoverable share not estimated, ...``."""
+        measured = f"{s.pct(self.step_frac)} of step time (measured)"
+        if not self.codes:
+            return f"{measured}; no rule found a cause to fix in it"
+        found = f"finding{'s' if len(self.codes) > 1 else ''} {', '.join(self.codes)}"
+        if self.estimated:
+            return f"{measured}; {found}, with less to recover than the primary"
+        return f"{measured}; {found}: recoverable share not estimated, the fix trials measure it"
+
+
+@dataclass(frozen=True)
 class MeasuredSpeedup:
     """The kept fixes' trial: before, after and ratio from the same interleaved repeats."""
 
@@ -130,6 +169,7 @@ class Headline:
 
     title: str
     bottleneck: Bottleneck | None
+    most_of_step: MostOfStep | None
     rate: float | None
     rate_unit: str
     rate_caption: str
@@ -240,6 +280,31 @@ def _bottleneck(report: Report) -> Bottleneck | None:
     )
 
 
+def _most_of_step(report: Report, bottleneck: Bottleneck | None) -> MostOfStep | None:
+    """Return the category holding most of the step when it is not the primary (see :class:`MostOfStep`)."""
+    # NOTE: only beside a primary with a part of its own: per-op overhead (small_kernels) lies in
+    # the CPU ops, so the compute share around it is its own time, not another category's.
+    if bottleneck is None or bottleneck.step_frac is None:
+        return None
+    shares: dict[str, float] = {}
+    for part, share in part_shares(report).items():
+        category = BREAKDOWN_TO_CATEGORY.get(part, "other")
+        shares[category] = shares.get(category, 0.0) + share
+    if not shares:
+        return None
+    top, frac = max(shares.items(), key=lambda kv: kv[1])
+    if top == bottleneck.category or frac < MOST_OF_STEP or frac <= bottleneck.step_frac:
+        return None
+    found = [f for f in report.findings if f.category == top]
+    return MostOfStep(
+        category=top,
+        label=s.category_label(top),
+        step_frac=frac,
+        codes=tuple(dict.fromkeys(f.code for f in found)),
+        estimated=any((s.finite(f.impact_frac) or 0.0) > 0.0 for f in found),
+    )
+
+
 def _speedup(report: Report, unit: str) -> MeasuredSpeedup | None:
     kept = report.kept_trial
     if kept is None or s.finite(kept.speedup) is None:
@@ -262,9 +327,11 @@ def build_headline(report: Report) -> Headline:
     rate, unit = _headline.rate(report)
     step = _headline.step_time(report)
     timed = step.basis == "timed"
+    bottleneck = _bottleneck(report)
     return Headline(
         title=title_of(report),
-        bottleneck=_bottleneck(report),
+        bottleneck=bottleneck,
+        most_of_step=_most_of_step(report, bottleneck),
         rate=rate,
         rate_unit=unit,
         rate_caption=(f"capture: {step.steps} timed step{'s' if step.steps != 1 else ''}, no profiler"

@@ -185,3 +185,59 @@ def test_trials_without_counted_samples_are_in_steps_per_second(fmt: str, marker
     assert build_view(report).headline.rate_unit == "steps/s"
     out = render(report, fmt)
     assert marker in out and "samples/s" not in out.replace("samples/s in the trial", "")
+
+
+def lever_report(co004_impact: float = 0.0):
+    """An inference loop: the primary (the largest estimated lever) is an 8.6% data-loading share,
+    while CPU ops take 77.5% of the step and CO004's recoverable share is not estimated."""
+    from advisor.engine.model import Finding, FixRef
+
+    report = make_report()
+    steps = tuple(
+        {"rank": 0, "step": 10 + i, "step_time_ms": 10.0, "data_loading_ms": 0.86, "cpu_ops_ms": 7.75, "other_ms": 1.39}
+        for i in range(5)
+    )
+    co004 = Finding(
+        code="CO004", name="inference-records-autograd", category="compute", severity="info",
+        message="32 operators per step record autograd graph nodes, but no step runs a backward pass.",
+        evidence={}, locations=(), fixes=(FixRef("inference_mode", "safe"),), impact_frac=co004_impact,
+    )
+    dl001 = dataclasses.replace(report.findings[0], impact_frac=0.086)
+    return dataclasses.replace(
+        report, steps=steps, findings=(dl001, co004), primary=Primary("data_loading", 0.086, 1.094),
+        breakdown={"data_loading": 0.086, "compute": 0.775, "other": 0.139},
+    )
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_most_of_the_step_is_named_beside_a_smaller_primary(fmt: str) -> None:
+    m = build_view(lever_report()).headline.most_of_step
+    assert m is not None
+    assert (m.category, m.codes, m.estimated) == ("compute", ("CO004",), False)
+    assert m.step_frac == pytest.approx(0.775)
+    out = plain(render(lever_report(), fmt), fmt)
+    assert "8.6% of step time (measured)" in out  # the primary stays the lever
+    assert re.search(r"Most of the step\W+Compute\W", out), out
+    assert "77.5% of step time (measured); finding CO004: recoverable share not estimated" in out
+
+
+def test_most_of_the_step_says_when_its_findings_estimate_less() -> None:
+    m = build_view(lever_report(co004_impact=0.05)).headline.most_of_step
+    assert m is not None and m.estimated
+    assert m.text.endswith("finding CO004, with less to recover than the primary")
+
+
+def test_most_of_the_step_says_when_no_rule_explains_it() -> None:
+    report = lever_report()
+    report = dataclasses.replace(report, findings=report.findings[:1])
+    m = build_view(report).headline.most_of_step
+    assert m is not None and m.codes == ()
+    assert m.text.endswith("no rule found a cause to fix in it")
+
+
+def test_no_second_line_when_the_primary_holds_most_of_the_step_or_lies_in_it() -> None:
+    assert build_view(issue_report()).headline.most_of_step is None  # the primary is compute itself
+    assert build_view(overhead_report()).headline.most_of_step is None  # per-op overhead lies in the CPU ops
+    assert build_view(make_report()).headline.most_of_step is None  # data loading 42%: nothing holds half the step
+    for fmt in FORMATS:
+        assert "Most of the step" not in plain(render(issue_report(), fmt), fmt)
