@@ -232,8 +232,9 @@ def test_fix_trials_run_in_every_rank(tmp_path: Path) -> None:
     (trial,) = out.trials
     # a failed run leaves no rate: say why (make test-all once saw None here at load ~4)
     assert trial.baseline_samples_per_s is not None, (trial.verdict, trial.reason, out.notes)
-    # 2 ranks x 32 samples per step at about 60 ms a step (the slow rank's 40 ms loader)
-    assert 600 < trial.baseline_samples_per_s < 1400
+    # 2 ranks x 32 samples per step, each step at least the slow rank's 40 ms loader: at most
+    # 1,600 samples/s (about 1,000 measured quiet); no lower bound, which would be the load's
+    assert 0 < trial.baseline_samples_per_s < 1600
     # workers load the slow rank's batches in the background: the job speeds up
     assert trial.verdict == "improved" and trial.speedup > 1.15
     assert trial.loss_max_rel_diff is not None and trial.loss_max_rel_diff < 1e-3
