@@ -1,7 +1,7 @@
-"""Where GPU time goes, per trace: idle attribution, roofline per operator, modules, collectives.
+"""Where GPU time goes, per trace: idle attribution, roofline per operator, modules, operators, collectives.
 
 Per rank, :func:`rank_view` runs the analyses of :mod:`advisor.metrics.idle`,
-:mod:`advisor.metrics.roofline`, :mod:`advisor.metrics.modules` and
+:mod:`advisor.metrics.roofline`, :mod:`advisor.metrics.modules`, :mod:`advisor.metrics.operators` and
 :mod:`advisor.metrics.collectives` and :func:`merge_views` merges the ranks' views into what
 :func:`advisor.metrics.compute.compute_metrics` adds to :class:`~advisor.metrics.model.Metrics`:
 extra step columns, run-level values, JSON-able tables (``Metrics.extra``), source locations
@@ -21,6 +21,7 @@ from advisor.metrics.collectives import merge_collectives
 from advisor.metrics.idle import attribute_idle
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.modules import module_times, top_modules
+from advisor.metrics.operators import operator_times
 from advisor.metrics.roofline import TOP_OPS, compute_roofline
 from advisor.metrics.sources import UserPredicate, looks_like_user_file
 from advisor.metrics.tensorcore import misaligned
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 TOP_FUNCTIONS = 10
 """Rows of the idle-by-function table kept in the report."""
 
-TABLE_KEYS: tuple[str, ...] = ("idle_functions", "roofline", "modules", "collectives", "misaligned_ops")
+TABLE_KEYS: tuple[str, ...] = ("idle_functions", "roofline", "modules", "operators", "collectives", "misaligned_ops")
 """Keys of ``Metrics.extra`` (and ``Report.tables``) this module fills, in display order."""
 
 
@@ -98,6 +99,9 @@ def rank_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, l
     if len(modules):
         ordered = top_modules(modules)
         tables["modules"] = _records(ordered, len(ordered))
+    operators = operator_times(a)
+    if len(operators):
+        tables["operators"] = _records(operators, len(operators))
     return RankView(
         steps=steps, locations=(*idle.locations, *tc_locations), tables=tables, notes=tuple(roof.notes)
     )

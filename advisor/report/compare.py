@@ -56,6 +56,33 @@ class PartDelta:
 
 
 @dataclass(frozen=True)
+class OpDelta:
+    """One operator's host self time and calls per step, before and after.
+
+    None on a side whose report's operator table does not list it: the table keeps the
+    operators with the most self time, so an absent one took less than the table's last row
+    (or did not run), not zero.
+    """
+
+    operator: str
+    before_ms: float | None
+    after_ms: float | None
+    before_calls: float | None
+    after_calls: float | None
+
+    @property
+    def delta_ms(self) -> float | None:
+        """After minus before, in ms per step (None when either side lacks it)."""
+        if self.before_ms is None or self.after_ms is None:
+            return None
+        return self.after_ms - self.before_ms
+
+
+MAX_OP_DELTAS = 10
+"""Operators a comparison lists: those whose self time changed most."""
+
+
+@dataclass(frozen=True)
 class Comparison:
     """What changed between two runs or traces (``before`` -> ``after``).
 
@@ -69,6 +96,8 @@ class Comparison:
         verdict: ``faster``, ``slower``, ``no measurable effect``, ``not comparable``, ``unknown``.
         step_time_before_ms / step_time_after_ms: Median step times.
         parts: Per-part breakdown before and after, in display order.
+        operators: The operators whose host self time per step changed most (both reports
+            have an operator table), largest change first.
         disappeared / appeared / persisting: Findings by rule code (after's version when persisting).
         not_comparable: What cannot be compared, and why; empty when the sides match.
         notes: Other remarks (how the speedup was computed, few steps, ...).
@@ -88,6 +117,7 @@ class Comparison:
     step_time_before_ms: float | None = None
     step_time_after_ms: float | None = None
     parts: tuple[PartDelta, ...] = ()
+    operators: tuple[OpDelta, ...] = ()
     disappeared: tuple[Finding, ...] = ()
     appeared: tuple[Finding, ...] = ()
     persisting: tuple[Finding, ...] = ()
@@ -102,6 +132,8 @@ class Comparison:
         for part, d in zip(self.parts, data["parts"], strict=True):
             d["delta_ms"] = part.delta_ms
             d["delta_frac"] = part.delta_frac
+        for op, d in zip(self.operators, data["operators"], strict=True):
+            d["delta_ms"] = op.delta_ms
         return data
 
     def to_json(self) -> str:
@@ -223,6 +255,24 @@ def _parts(a: Report, b: Report) -> tuple[PartDelta, ...]:
             continue
         out.append(PartDelta(p, fa, fb, _part_ms(a, p), _part_ms(b, p)))
     return tuple(out)
+
+
+def _op_deltas(a: Report, b: Report, limit: int = MAX_OP_DELTAS) -> tuple[OpDelta, ...]:
+    """Return the operators whose self time changed most between two reports' operator tables."""
+    ta, tb = ({str(r.get("operator")): r for r in rep.tables.get("operators", ())} for rep in (a, b))
+    if not ta or not tb:
+        return ()
+    out = []
+    for name in dict.fromkeys((*ta, *tb)):
+        ra, rb = ta.get(name) or {}, tb.get(name) or {}
+        out.append(OpDelta(name, s.finite(ra.get("self_ms")), s.finite(rb.get("self_ms")),
+                           s.finite(ra.get("calls")), s.finite(rb.get("calls"))))
+    # NOTE: an operator listed on one side only ranks by what that side measured: the other
+    # side's time is below its table's last row, unknown, so its change is at most that much.
+    def size(d: OpDelta) -> float:
+        return abs(d.delta_ms) if d.delta_ms is not None else (d.before_ms or d.after_ms or 0.0)
+
+    return tuple(sorted(out, key=lambda d: (-size(d), d.operator))[:limit])
 
 
 def _verdict(speedup: float | None, ci: tuple[float, float] | None) -> str:
@@ -350,6 +400,7 @@ def compare_reports(before: Report, after: Report) -> Comparison:
         step_time_before_ms=step_a,
         step_time_after_ms=step_b,
         parts=parts,
+        operators=_op_deltas(before, after),
         disappeared=tuple(f for c, f in codes_a.items() if c not in codes_b),
         appeared=tuple(f for c, f in codes_b.items() if c not in codes_a),
         persisting=tuple(f for c, f in codes_b.items() if c in codes_a),

@@ -26,6 +26,8 @@ from advisor.report.text import WIDTH, _t, make_console
 
 _VERDICT_KEYS = {"faster": "improved", "slower": "slower", "no measurable effect": "no_effect"}
 METRIC_LABELS = {"samples_per_s": "samples/s", "step_time_ms": "median step time"}
+OPS_TITLE = "Operators that changed most (host self time per step)"
+OPS_NOTE = "— : not among that side's operators with the most self time (less than its table's last row, or not run)."
 
 
 def _value(metric: str | None, v: float | None) -> str:
@@ -89,6 +91,20 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
                 _t(s.signed_pts(p.delta_frac)),
             )
         sections.append(Group(Text("Per-part change (mean per step)", style="bold"), table))
+    if cmp.operators:
+        otable = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+        otable.add_column("Operator", overflow="fold")
+        for h in ("Before", "After", "Δ per step", "Calls before", "Calls after"):
+            otable.add_column(h, justify="right", no_wrap=True)
+        for o in cmp.operators:
+            d = o.delta_ms
+            otable.add_row(
+                _t(o.operator), _t(s.ms(o.before_ms)), _t(s.ms(o.after_ms)),
+                _t(s.signed_ms(d), "green" if (d or 0) < 0 else "red" if (d or 0) > 0 else ""),
+                _t(s.number(o.before_calls) if o.before_calls is not None else "—"),
+                _t(s.number(o.after_calls) if o.after_calls is not None else "—"),
+            )
+        sections.append(Group(Text(OPS_TITLE, style="bold"), otable, Text(OPS_NOTE)))
     rows = [("gone", "green", f) for f in cmp.disappeared]
     rows += [("new", "red", f) for f in cmp.appeared]
     rows += [("still", "", f) for f in cmp.persisting]
@@ -153,6 +169,16 @@ def render_comparison_markdown(cmp: Comparison, *, color: bool = False) -> str:
         ]
         out += ["", "### Per-part change (mean per step)", ""]
         out.append(md_table(["Part", "Before", "After", "Δ per step", "Share before", "Share after", "Δ share"], prow, "lrrrrrr"))
+    if cmp.operators:
+        orow = [
+            [md_code(o.operator), s.ms(o.before_ms), s.ms(o.after_ms), s.signed_ms(o.delta_ms),
+             s.number(o.before_calls) if o.before_calls is not None else "—",
+             s.number(o.after_calls) if o.after_calls is not None else "—"]
+            for o in cmp.operators
+        ]
+        out += ["", f"### {OPS_TITLE}", ""]
+        out.append(md_table(["Operator", "Before", "After", "Δ per step", "Calls before", "Calls after"], orow, "lrrrrr"))
+        out += ["", f"<sub>{md_text(OPS_NOTE)}</sub>"]
     out += ["", "### Findings", ""]
     frows = [["✅ gone", f] for f in cmp.disappeared] + [["🆕 new", f] for f in cmp.appeared] + [["➖ still", f] for f in cmp.persisting]
     if frows:
@@ -235,6 +261,20 @@ def render_comparison_html(cmp: Comparison, *, color: bool = False) -> str:
             '<table style="margin-top:10px"><tr><th>Part</th><th class="n">Before</th><th class="n">After</th>'
             '<th class="n">Δ per step</th><th class="n">Share before</th><th class="n">Share after</th><th class="n">Δ share</th></tr>'
             f"{rows}</table>"
+        )
+    if cmp.operators:
+        orows = "".join(
+            f"<tr><td><code>{esc(o.operator)}</code></td><td class='n'>{esc(s.ms(o.before_ms))}</td>"
+            f"<td class='n'>{esc(s.ms(o.after_ms))}</td><td class='n'>{esc(s.signed_ms(o.delta_ms))}</td>"
+            f"<td class='n'>{esc(s.number(o.before_calls) if o.before_calls is not None else '—')}</td>"
+            f"<td class='n'>{esc(s.number(o.after_calls) if o.after_calls is not None else '—')}</td></tr>"
+            for o in cmp.operators
+        )
+        body.append(
+            f"<h2>{esc(OPS_TITLE)}</h2>"
+            '<table><tr><th>Operator</th><th class="n">Before</th><th class="n">After</th><th class="n">Δ per step</th>'
+            f'<th class="n">Calls before</th><th class="n">Calls after</th></tr>{orows}</table>'
+            f"<p class='note'>{esc(OPS_NOTE)}</p>"
         )
     items = []
     for tag, colour, group in (("gone", "#59a14f", cmp.disappeared), ("new", "#e15759", cmp.appeared), ("still there", "#9d9d9d", cmp.persisting)):

@@ -1,4 +1,4 @@
-"""The GPU-time tables of a report (idle by function, roofline, modules, collectives, shapes), formatted once.
+"""The time tables of a report (idle by function, roofline, modules, operators, collectives, shapes), formatted once.
 
 :func:`gpu_sections` turns ``Report.tables`` into :class:`Section` values (title, column
 headers, rows of display strings, a note); the text, Markdown and HTML renderers each draw
@@ -132,6 +132,21 @@ def _modules(rows: list[dict[str, Any]]) -> Section:
     )
 
 
+def _operators(rows: list[dict[str, Any]]) -> Section:
+    return Section(
+        "operators",
+        "Time per operator (host, per step)",
+        ("Operator", "Calls", "Self time", "Share of op time", "Total time"),
+        (False, True, True, True, True),
+        tuple(
+            (_op(r["operator"]), s.number(r["calls"]), s.ms(r["self_ms"]), _pct(r.get("self_frac")), s.ms(r["total_ms"]))
+            for r in rows
+        ),
+        "Self: the operator's own host time, the operators it called taken out (the self times add up to "
+        "the time operators ran); total: with them. The operators with the most self time first.",
+    )
+
+
 def _collectives(rows: list[dict[str, Any]]) -> Section:
     return Section(
         "collectives",
@@ -171,6 +186,7 @@ BUILDERS: dict[str, Callable[[list[dict[str, Any]]], Section]] = {
     "idle_functions": _idle,
     "roofline": _roofline,
     "modules": _modules,
+    "operators": _operators,
     "collectives": _collectives,
     "misaligned_ops": _misaligned,
 }

@@ -87,3 +87,36 @@ def test_comparison_golden(fmt: str, name: str, golden) -> None:
 
 def test_not_comparable_golden(golden) -> None:
     golden("compare_not_comparable.md", render_comparison(compare_reports(make_gpu_trace_report(), make_report()), "markdown"))
+
+
+def _with_ops(report, rows):
+    return dataclasses.replace(report, tables={**report.tables, "operators": tuple(rows)})
+
+
+def _op(name, self_ms, calls=1.0):
+    return {"operator": name, "calls": calls, "self_ms": self_ms, "total_ms": self_ms, "self_frac": None}
+
+
+def test_operators_that_changed_most_are_listed_largest_change_first() -> None:
+    before = _with_ops(make_report(), [_op("aten::convolution_backward", 4.0, 2), _op("aten::cat", 0.3), _op("aten::addmm", 0.12)])
+    after = _with_ops(make_after_report(), [_op("aten::convolution_backward", 11.0, 2), _op("aten::addmm", 0.04),
+                                           _op("AddmmBackward0", 0.42)])
+    cmp = compare_reports(before, after)
+    assert [o.operator for o in cmp.operators] == ["aten::convolution_backward", "AddmmBackward0", "aten::cat", "aten::addmm"]
+    conv, backward, cat, addmm = cmp.operators
+    assert conv.delta_ms == pytest.approx(7.0) and conv.before_calls == conv.after_calls == 2
+    # listed on one side only: unknown on the other (below its table), never a change from zero
+    assert (backward.before_ms, backward.delta_ms) == (None, None) and (cat.after_ms, cat.delta_ms) == (None, None)
+    assert addmm.delta_ms == pytest.approx(-0.08)
+    data = json.loads(render_comparison(cmp, "json"))
+    assert data["operators"][0]["delta_ms"] == pytest.approx(7.0) and data["operators"][1]["delta_ms"] is None
+    for fmt in ("text", "markdown", "html"):
+        out = render_comparison(cmp, fmt)
+        assert "Operators that changed most" in out and "+7.00 ms" in out, fmt
+
+
+def test_no_operator_section_without_both_tables() -> None:
+    only_before = _with_ops(make_report(), [_op("aten::addmm", 1.0)])
+    cmp = compare_reports(only_before, make_after_report())
+    assert cmp.operators == ()
+    assert "Operators that changed most" not in render_comparison(cmp, "text")
