@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from advisor.metrics.events import take
-
 if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis
 
@@ -38,7 +36,7 @@ def operator_times(analysis: TraceAnalysis, limit: int = TOP_OPERATORS) -> pd.Da
     Empty when no operator ran inside a profiled step. Sorted by self time, largest first.
     """
     ev, cls, windows = analysis.trace.events, analysis.cls, analysis.windows
-    rows = np.flatnonzero(cls.cpu_op)
+    rows = np.flatnonzero(cls.cpu_op & (ev["name"].cat.codes.to_numpy() >= 0))
     if not len(rows) or not len(windows):
         return pd.DataFrame(columns=list(COLUMNS))
     ts = ev["ts"].to_numpy()[rows]
@@ -50,46 +48,88 @@ def operator_times(analysis: TraceAnalysis, limit: int = TOP_OPERATORS) -> pd.Da
         return pd.DataFrame(columns=list(COLUMNS))
     end = ev["end"].to_numpy()[rows]
     tid = ev["tid"].cat.codes.to_numpy()[rows]
-    names, codes = np.unique(take(ev["name"], rows).astype(str), return_inverse=True)
-    self_us, outermost = _self_time(tid, ts, end, codes)
-    frame = pd.DataFrame({"code": codes, "self_us": self_us, "total_us": np.where(outermost, end - ts, 0.0)})
-    g = frame.groupby("code").agg(calls=("code", "size"), self_us=("self_us", "sum"), total_us=("total_us", "sum"))
+    # the name column is categorical: group by its integer codes, not by the strings
+    used, codes = np.unique(ev["name"].cat.codes.to_numpy()[rows], return_inverse=True)
+    names = np.asarray(ev["name"].cat.categories, dtype=object)[used].astype(str)
+    calls = np.bincount(codes, minlength=len(used)).astype(np.float64)
+    self_us = np.bincount(codes, weights=_self_time(tid, ts, end), minlength=len(used))
+    total_us = _union_per_group(codes, tid, ts, end)
     steps = len(windows)
-    all_self = float(g["self_us"].sum())
+    all_self = float(self_us.sum())
     out = pd.DataFrame({
-        "operator": names[g.index.to_numpy()],
-        "calls": g["calls"].to_numpy() / steps,
-        "self_ms": g["self_us"].to_numpy() / 1e3 / steps,
-        "total_ms": g["total_us"].to_numpy() / 1e3 / steps,
-        "self_frac": g["self_us"].to_numpy() / all_self if all_self > 0 else np.nan,
+        "operator": names,
+        "calls": calls / steps,
+        "self_ms": self_us / 1e3 / steps,
+        "total_ms": total_us / 1e3 / steps,
+        "self_frac": self_us / all_self if all_self > 0 else np.nan,
     })
     out = out.sort_values(["self_ms", "operator"], ascending=[False, True], kind="stable")
     return out.head(limit).reset_index(drop=True)
 
 
-def _self_time(tid: np.ndarray, ts: np.ndarray, end: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each operator's time less its direct children's, and whether no open operator shares its name.
+def _keys(tid: np.ndarray, values: np.ndarray, base: float, span: float) -> np.ndarray:
+    """One sortable float per (thread, time): threads apart by more than the trace's span."""
+    return tid.astype(np.float64) * (2.0 * span + 1.0) + (values - base)
 
-    One pass in start order with a stack of the operators still open on the thread: events of
-    one thread nest, so the top of the stack that has not ended is the direct parent.
+
+def _self_time(tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each operator's time less the time of its direct children (operators nest per thread).
+
+    NOTE: vectorised by nesting depth instead of a Python stack over the events (1.6 us per
+    event: 0.4 s on a 354 MB trace, a fifth of its whole analysis). In start order (longest
+    first on a tie), an operator's depth is how many earlier operators of its thread are still
+    open when it starts, and its direct parent is the last operator one level up started
+    before it.
     """
+    out = np.zeros(len(ts))
+    # NOTE: a zero-length event has no time and no children; left in, one starting where a
+    # longer one starts would sort after it yet count as ended before it, one level too few
+    timed = np.flatnonzero(end > ts)
+    if not len(timed):
+        return out
+    tid, ts, end = tid[timed], ts[timed], end[timed]
     n = len(ts)
-    order = np.lexsort((-end, ts, tid)).tolist()
-    t, s, e, c = tid.tolist(), ts.tolist(), end.tolist(), codes.tolist()
-    children = [0.0] * n
-    outermost = [True] * n
-    open_names: dict[int, int] = {}
-    stack: list[int] = []
-    for i in order:
-        while stack and (t[stack[-1]] != t[i] or e[stack[-1]] <= s[i]):
-            top = stack.pop()
-            open_names[c[top]] -= 1
-        if stack:
-            parent = stack[-1]
-            children[parent] += min(e[i], e[parent]) - s[i]
-        if open_names.get(c[i], 0):
-            outermost[i] = False
-        open_names[c[i]] = open_names.get(c[i], 0) + 1
-        stack.append(i)
-    self_us = np.maximum(end - ts - np.asarray(children), 0.0)
-    return self_us, np.asarray(outermost, dtype=bool)
+    order = np.lexsort((-end, ts, tid))
+    t, s, e = tid[order], ts[order], end[order]
+    base, span = float(min(s.min(), e.min())), float(max(s.max(), e.max()) - min(s.min(), e.min()))
+    ends = np.sort(_keys(t, e, base, span))
+    # events of a thread before position i that have ended by its start (all of them started
+    # earlier: an event ending at or before s_i with a positive duration starts before s_i)
+    ended = np.searchsorted(ends, _keys(t, s, base, span), side="right") - np.searchsorted(ends, _keys(t, np.full(n, base), base, span), side="left")
+    first = np.searchsorted(t, t, side="left")
+    depth = (np.arange(n) - first) - ended
+    children = np.zeros(n)
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        kids, ups = np.flatnonzero(depth == d), np.flatnonzero(depth == d - 1)
+        if not len(kids) or not len(ups):
+            continue
+        j = np.searchsorted(ups, kids) - 1
+        ok = j >= 0
+        kids, parent = kids[ok], ups[j[ok]]
+        ok = (t[parent] == t[kids]) & (e[parent] > s[kids])
+        kids, parent = kids[ok], parent[ok]
+        np.add.at(children, parent, np.minimum(e[kids], e[parent]) - s[kids])
+    own = np.empty(n)
+    own[order] = np.maximum(e - s - children, 0.0)
+    out[timed] = own
+    return out
+
+
+def _union_per_group(codes: np.ndarray, tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per operator name: the length of the union of its calls' intervals, thread by thread.
+
+    A call nested in another of the same name (``aten::to`` inside ``aten::to``) lies inside
+    that call's interval, so the union counts it once: the total time of the outermost calls.
+    """
+    group = codes.astype(np.int64) * (int(tid.max(initial=0)) + 1) + tid
+    order = np.lexsort((ts, group))
+    g, s, e = group[order], ts[order], end[order]
+    # running max of the ends within each group: shift every group above the previous one
+    base, span = float(min(s.min(), e.min())), float(max(s.max(), e.max()) - min(s.min(), e.min()))
+    rank = np.cumsum(np.r_[0, (np.diff(g) != 0).astype(np.int64)])
+    lift = rank.astype(np.float64) * (span + 1.0)
+    reach = np.maximum.accumulate(e - base + lift) - lift
+    before = np.r_[-np.inf, reach[:-1]]
+    before[np.r_[True, np.diff(g) != 0]] = -np.inf
+    covered = np.maximum(e - np.maximum(s, before + base), 0.0)
+    return np.bincount(codes[order], weights=covered, minlength=int(codes.max(initial=-1)) + 1).astype(np.float64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import tracegen
 
@@ -79,3 +80,60 @@ def test_real_gpu_trace_operators(shared_traces):
     names = {r["operator"] for r in rows}
     assert "aten::cudnn_convolution" in names  # ResNet-50's convolutions on cuDNN
     assert all(r["total_ms"] >= r["self_ms"] - 1e-9 for r in rows)
+
+
+def _brute_self(tid, ts, end):
+    """Reference: one event at a time with a stack of the open operators of its thread."""
+    order = sorted(range(len(ts)), key=lambda i: (tid[i], ts[i], -end[i]))
+    children = [0.0] * len(ts)
+    stack: list[int] = []
+    for i in order:
+        while stack and (tid[stack[-1]] != tid[i] or end[stack[-1]] <= ts[i]):
+            stack.pop()
+        if stack:
+            children[stack[-1]] += min(end[i], end[stack[-1]]) - ts[i]
+        stack.append(i)
+    return [max(end[i] - ts[i] - children[i], 0.0) for i in range(len(ts))]
+
+
+def _random_forest(rng, n_roots=30):
+    """Properly nested intervals on three threads, some zero-length, some touching end to start."""
+    tid, ts, end = [], [], []
+
+    def grow(t, lo, hi, depth):
+        cursor = lo
+        while cursor < hi and rng.random() < 0.7:
+            start = cursor + float(rng.integers(0, 3))
+            stop = min(hi, start + float(rng.integers(0, 40)))
+            if start > hi:
+                break
+            tid.append(t), ts.append(start), end.append(stop)
+            if depth < 6 and stop > start:
+                grow(t, start, stop, depth + 1)
+            cursor = stop  # the next sibling may start exactly where this one ended
+
+    for t in (0, 1, 2):
+        for r in range(n_roots):
+            grow(t, r * 100.0, r * 100.0 + 90.0, 0)
+    return np.array(tid), np.array(ts), np.array(end)
+
+
+def test_vectorised_self_time_matches_a_stack_walk():
+    from advisor.metrics.operators import _self_time
+
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        tid, ts, end = _random_forest(rng)
+        assert len(ts) > 50
+        np.testing.assert_allclose(_self_time(tid, ts, end), _brute_self(tid, ts, end), atol=1e-9)
+
+
+def test_total_counts_nested_calls_of_one_name_once():
+    from advisor.metrics.operators import _union_per_group
+
+    # name 0: [0,10) with [2,5) nested inside and [20,30) later; name 1 on another thread overlapping
+    codes = np.array([0, 0, 0, 1, 1])
+    tid = np.array([0, 0, 0, 1, 1])
+    ts = np.array([0.0, 2.0, 20.0, 0.0, 5.0])
+    end = np.array([10.0, 5.0, 30.0, 8.0, 6.0])
+    assert _union_per_group(codes, tid, ts, end).tolist() == [20.0, 8.0]
