@@ -28,24 +28,39 @@ class StepTime:
 
     Attributes:
         ms: Median step time (None when unknown).
-        steps: How many steps the median is over.
+        steps: How many steps the median is over (per rank for profiled steps).
         basis: ``timed`` (no profiler) or ``profiled``.
+        ranks: Ranks whose profiled steps the median pools (1 for one process).
     """
 
     ms: float | None
     steps: int
     basis: str
+    ranks: int = 1
 
     def caption(self) -> str:
         """Say which steps the median covers, e.g. ``median of 20 timed steps (no profiler)``."""
         plural = "s" if self.steps != 1 else ""
         if self.basis == "timed":
             return f"median of {self.steps} timed step{plural} (no profiler)"
-        return f"median of {self.steps} profiled step{plural}"
+        return f"median of {_steps_text(self.steps, self.ranks)}"
 
 
-def _profiled_steps(report: Report) -> int:
-    return report.run.steps_measured or len({(r.get("rank"), r.get("step")) for r in report.steps})
+def _steps_text(steps: int, ranks: int) -> str:
+    """``8 profiled steps``, or ``1 profiled step × 256 ranks`` when ranks are pooled."""
+    text = f"{steps} profiled step{'s' if steps != 1 else ''}"
+    return f"{text} × {ranks} ranks" if ranks > 1 else text
+
+
+def _profiled(report: Report) -> tuple[int, int]:
+    """(profiled steps per rank, ranks) of the report's step rows."""
+    # NOTE: a job's rows hold each rank's steps; counting (rank, step) pairs read "256 profiled
+    # steps" for one step of 256 ranks.
+    ranks = len({r.get("rank") for r in report.steps}) or 1
+    steps = len({r.get("step") for r in report.steps})
+    if ranks == 1:
+        return report.run.steps_measured or steps, 1
+    return steps, ranks
 
 
 def step_time(report: Report) -> StepTime:
@@ -53,7 +68,8 @@ def step_time(report: Report) -> StepTime:
     timed = [t for t in (s.finite(x) for x in report.run.timed_step_times_ms) if t is not None and t > 0]
     if timed:
         return StepTime(statistics.median(timed), len(timed), "timed")
-    return StepTime(_text.median_step_ms(report), _profiled_steps(report), "profiled")
+    steps, ranks = _profiled(report)
+    return StepTime(_text.median_step_ms(report), steps, "profiled", ranks)
 
 
 def part_ms(report: Report) -> dict[str, float | None]:
@@ -66,11 +82,10 @@ def part_ms(report: Report) -> dict[str, float | None]:
 
 def breakdown_caption(report: Report) -> str:
     """Say where the breakdown's shares and milliseconds come from."""
-    profiled = _profiled_steps(report)
-    plural = "s" if profiled != 1 else ""
+    profiled = _steps_text(*_profiled(report))
     if step_time(report).basis == "timed":
-        return f"shares of the {profiled} profiled step{plural}; ms are those shares of the timed median step"
-    return f"mean share of a step's wall time over the {profiled} profiled step{plural}"
+        return f"shares of the {profiled}; ms are those shares of the timed median step"
+    return f"mean share of a step's wall time over the {profiled}"
 
 
 def rate_unit(report: Report) -> str:

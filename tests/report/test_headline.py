@@ -51,3 +51,15 @@ def test_rate_is_steps_per_second_when_no_samples_were_counted() -> None:
     for fmt in ("text", "markdown", "html"):
         out = render(no_samples, fmt)
         assert "steps/s" in out, fmt
+
+
+def test_a_jobs_profiled_steps_are_counted_per_rank() -> None:
+    """One profiled step of 8 ranks is not "8 profiled steps" (the DLRM traces of ../shared)."""
+    report = make_report()
+    rows = tuple({**r, "rank": rank, "step": 12} for rank in range(8) for r in report.steps[:1])
+    job = dataclasses.replace(report, steps=rows, run=dataclasses.replace(report.run, timed_step_times_ms=()))
+    step = headline.step_time(job)
+    assert (step.basis, step.steps, step.ranks) == ("profiled", 1, 8)
+    assert step.caption() == "median of 1 profiled step × 8 ranks"
+    assert headline.breakdown_caption(job) == "mean share of a step's wall time over the 1 profiled step × 8 ranks"
+    assert "8 profiled steps" not in render(job, "text")
