@@ -114,7 +114,7 @@ def _calls(allr: pd.DataFrame) -> pd.DataFrame:
     keys = ["collective", "index"]
     g = allr.groupby(keys, sort=False)
     last = g["start"].transform("max")
-    rows = allr.assign(wait=last - allr["start"], took=allr["end"] - allr["start"])
+    rows = allr.assign(wait=last - allr["start"], took=allr["end"] - allr["start"], at_last=allr["start"] == last)
     per = rows.groupby(keys, sort=False)
     # the late rank: the first row holding its call's latest start (as idxmax picks it)
     late = rows.loc[per["start"].idxmax()].set_index(keys)
@@ -124,12 +124,24 @@ def _calls(allr: pd.DataFrame) -> pd.DataFrame:
         "wait_total_us": per["wait"].sum(),
         "time_total_us": per["took"].sum(),
         "ranks": per.size(),
+        "at_last": per["at_last"].sum(),
     })
     c["transfer_us"] = late["took"]
-    c["late_rank"] = late["rank"].astype(int)
+    # NOTE: a call that several ranks reached at the same last moment has no late rank (-1):
+    # back-to-back collectives start together on every rank once the first has synchronised
+    # them, and picking the first such row named rank 0 as "last to arrive" in a job whose
+    # straggler was rank 37.
+    c["late_rank"] = np.where(c["at_last"] == 1, late["rank"].astype(int), -1)
+    c = c.drop(columns="at_last")
     c = c[c["ranks"] >= 2].reset_index()
     return c.astype({"bytes": float, "wait_us": float, "wait_total_us": float, "time_total_us": float,
                      "transfer_us": float})
+
+
+def _most_often_late(late: pd.Series) -> int | None:
+    """The rank most often last to reach a collective's calls, over the calls that had one."""
+    known = late[late >= 0]
+    return int(known.mode().iloc[0]) if len(known) else None
 
 
 def merge_collectives(
@@ -169,7 +181,7 @@ def merge_collectives(
                 "skew_ms": float(g["wait_us"].mean()) / 1e3,
                 "transfer_ms": t / len(g) / 1e3,
                 "busbw_gbps": busbw,  # bytes/us / 1e3 = GB/s
-                "late_rank": int(g["late_rank"].mode().iloc[0]),
+                "late_rank": _most_often_late(g["late_rank"]),
             }
         )
     table = pd.DataFrame(rows).sort_values(["skew_ms", "collective"], ascending=[False, True], kind="stable")

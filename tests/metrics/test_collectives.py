@@ -42,3 +42,27 @@ def test_dlrm_ranks_wait_for_rank_7_most_of_the_collective_time(shared_traces):
     assert rows["all_to_all"]["late_rank"] == 7
     assert m.summary["collective_wait_frac"] > 0.5
     assert rows["all_reduce"]["busbw_gbps"] > 0
+
+
+def _calls(collective, starts_by_call, end_by_call):
+    import pandas as pd
+
+    rows = [
+        {"rank": rank, "collective": collective, "index": i, "start": start, "end": end_by_call[i], "bytes": 1024.0}
+        for i, starts in enumerate(starts_by_call) for rank, start in enumerate(starts)
+    ]
+    frame = pd.DataFrame(rows)
+    return [frame[frame["rank"] == r].reset_index(drop=True) for r in sorted(frame["rank"].unique())]
+
+
+def test_calls_reached_together_name_no_late_rank():
+    """Back-to-back calls start together once the first synchronised the ranks: no one is late."""
+    from advisor.metrics.collectives import merge_collectives
+
+    # call 0: rank 2 arrives 50 us after the others; calls 1 and 2 start on every rank at once
+    frames = _calls("all_to_all", [(0.0, 0.0, 50.0), (60.0, 60.0, 60.0), (70.0, 70.0, 70.0)], [60.0, 70.0, 80.0])
+    table, _ = merge_collectives(frames, 1)
+    assert table.loc[0, "late_rank"] == 2  # not rank 0, the first row of the two tied calls
+    tied = _calls("all_reduce", [(5.0, 5.0), (9.0, 9.0)], [8.0, 12.0])
+    table, _ = merge_collectives(tied, 1)
+    assert table.loc[0, "late_rank"] is None
