@@ -139,7 +139,7 @@ def _calls(allr: pd.DataFrame) -> pd.DataFrame:
 
 
 def _most_often_late(late: pd.Series) -> int | None:
-    """The rank most often last to reach a collective's calls, over the calls that had one."""
+    """Return the rank most often last to reach a collective's calls, over the calls that had one."""
     known = late[late >= 0]
     return int(known.mode().iloc[0]) if len(known) else None
 
