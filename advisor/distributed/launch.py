@@ -289,6 +289,9 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
         "wall_s": round(wall_s, 4),
         "notes": list(dict.fromkeys(notes)),
     }
+    if data.get("phases_s"):
+        ranks_s = sum(data["phases_s"].values())
+        data["phases_s"] = {"process": round(max(wall_s - ranks_s, 0.0), 4), **data["phases_s"]}
     result = from_dict(RunCapture, data)
     result.save(run_dir)
     if spec.nnodes > 1:

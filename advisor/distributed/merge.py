@@ -148,6 +148,20 @@ def merge_timed(timed: Sequence[TimedPhase]) -> TimedPhase:
     )
 
 
+def merge_phases(phases: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Return the job's phases: each the longest rank's, since the ranks run them side by side.
+
+    The parent adds ``process`` (torchrun and the interpreters starting and ending) from its
+    own wall time; without the phases a job's diagnose read as 100% overhead.
+    """
+    out: dict[str, float] = {}
+    for ph in phases:
+        for name, seconds in (ph or {}).items():
+            if name != "process":
+                out[name] = max(out.get(name, 0.0), float(seconds))
+    return out
+
+
 def _failed(r: RankRun) -> bool:
     c = r.capture
     if c.status == RunStatus.CRASHED:
@@ -304,6 +318,7 @@ def merge_ranks(
         "profiled_steps": min(c.profiled_steps for c in caps),
         "cprofiled_steps": min(c.cprofiled_steps for c in caps),
         "timed": merge_timed([c.timed for c in caps]),
+        "phases_s": merge_phases([c.phases_s for c in caps]),
         "losses": lead.losses,
         "peak_memory_bytes": max(peaks) if peaks else None,
         "memory_kind": lead.memory_kind,

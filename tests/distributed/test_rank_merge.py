@@ -57,6 +57,16 @@ def test_merge_timed_takes_the_slowest_rank_for_step_time_and_throughput() -> No
     assert merge_timed([a, TimedPhase(step_times_ms=(1.0,), samples=(None,))]).samples_per_s is None
 
 
+def test_a_jobs_phases_are_the_longest_ranks(tmp_path: Path) -> None:
+    """Ranks run side by side: each phase lasts as long as its slowest rank's (a job's diagnose
+    once read as 100% overhead because the job had no phases at all)."""
+    _child(tmp_path / "rank0", phases_s={"process": 0.3, "imports": 1.4, "setup": 1.6, "timed": 0.9})
+    _child(tmp_path / "rank1", phases_s={"process": 0.5, "imports": 1.3, "setup": 1.7, "timed": 1.0, "cprofile": 0.5})
+    merged = merge_ranks(_ranks(tmp_path))
+    # "process" is the parent's to add, from its own wall time (torchrun and the interpreters)
+    assert merged["phases_s"] == {"imports": 1.4, "setup": 1.7, "timed": 1.0, "cprofile": 0.5}
+
+
 def test_read_rank_makes_paths_relative_to_the_rank_folder(tmp_path: Path) -> None:
     _child(tmp_path / "rank1")
     (r,) = _ranks(tmp_path)

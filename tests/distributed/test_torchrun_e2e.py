@@ -89,6 +89,9 @@ def test_every_rank_writes_a_run_dir_and_the_job_merges_them(slow_run) -> None:
     )
     assert cap.timed.samples_per_s == pytest.approx(len(ranks) * min(r.timed.samples_per_s for r in ranks))
     assert cap.timed.samples == (32, 32, 32)
+    # the job's phases: the slowest rank's each, plus the parent's own (torchrun, interpreters)
+    assert cap.phases_s["timed"] == max(r.phases_s["timed"] for r in ranks)
+    assert 0 < sum(cap.phases_s.values()) <= cap.wall_s + 1e-3 and "process" in cap.phases_s
     assert RunCapture.load(run_dir) == cap
     assert events[0].phase == "starting" and events[-1].phase == "done" and events[-1].message == RunStatus.STOPPED
 
