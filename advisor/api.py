@@ -117,14 +117,15 @@ class DiagnoseResult:
     run_dir: Path
 
 
-def _timeline(traces: Sequence[Any]) -> tuple[dict[str, Any], ...]:
-    """Events of one representative step of the first rank, for the HTML timeline."""
+def _timeline(traces: Sequence[Any], rank: int | None = None) -> tuple[dict[str, Any], ...]:
+    """Events of one representative step of ``rank`` (the first rank by default), for the HTML timeline."""
     if not traces:
         return ()
     from advisor.metrics.timeline import step_timeline
 
+    trace = next((t for t in traces if t.rank == rank), traces[0])
     try:
-        return tuple(step_timeline(traces[0]))
+        return tuple(step_timeline(trace))
     except Exception:  # NOTE: the timeline is decoration; never fail a report over it
         return ()
 
@@ -179,7 +180,7 @@ def analyze_report(
         InputError: the path is missing or holds no readable trace (TraceError).
     """
     from advisor.distributed.nodes import locate_job, with_nodes
-    from advisor.distributed.parallel import analyze_files, default_jobs
+    from advisor.distributed.parallel import analyze_job, default_jobs
     from advisor.metrics.compute import merge_digests
     from advisor.metrics.sources import user_predicate
 
@@ -194,10 +195,10 @@ def analyze_report(
         resolved["config"] = engine_config() if callable(engine_config) else engine_config
         _load_evaluation()
 
-    digests = analyze_files(job.files, default_jobs() if jobs is None else jobs, user_predicate(capture),
-                            meanwhile=meanwhile)
+    digests, focus = analyze_job(job.files, default_jobs() if jobs is None else jobs, user_predicate(capture),
+                                 meanwhile=meanwhile)
     source = " ".join(map(str, paths))
-    metrics = with_nodes(merge_digests(digests, capture=capture, pstats_path=job.pstats, source=source), job)
+    metrics = with_nodes(merge_digests(digests, capture=capture, pstats_path=job.pstats, source=source, focus=focus), job)
     # NOTE: profiler stacks name bare files (``train.py``): look beside the trace and the script too.
     dirs = (
         Path.cwd(),
@@ -205,8 +206,9 @@ def analyze_report(
         *([Path(capture.script).parent] if capture and capture.script else []),
     )
     diagnosis = evaluate(metrics, resolved["config"], dirs, inline_ignores)
-    lead = digests[0].lead if digests else None
-    return build_report(metrics, diagnosis, capture=capture, timeline=lead.timeline if lead else ())
+    lead = (focus or (digests[0] if digests else None))
+    extras = lead.lead if lead is not None else None
+    return build_report(metrics, diagnosis, capture=capture, timeline=extras.timeline if extras else ())
 
 
 def _load_evaluation() -> None:
@@ -249,7 +251,7 @@ def diagnose_script(
     pstats = run_dir / capture.pstats_file if capture.pstats_file else None
     metrics = compute_metrics(traces, capture=capture, pstats_path=pstats if pstats and pstats.is_file() else None)
     diagnosis = evaluate(metrics, engine_config, (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
-    report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces))
+    report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces, metrics.extra.get("focus_rank")))
     report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None),
                      notes=(*report.notes, *_timeline_note(run_dir)))
     # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.

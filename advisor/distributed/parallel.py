@@ -35,6 +35,7 @@ from pathlib import Path
 
 from advisor._proc import die_with_parent
 from advisor.errors import AdvisorError, UsageError
+from advisor.metrics.compute import straggler_focus
 from advisor.metrics.digest import RankDigest, digest
 from advisor.metrics.sources import UserPredicate, looks_like_user_file
 from advisor.metrics.steps import analyze_trace
@@ -184,3 +185,25 @@ def analyze_files(
         task = replace(tasks[order[0]], lead=True)
         digests[0] = _analyse(task).relabel(digests[0].rank)
     return digests
+
+
+def analyze_job(
+    files: Sequence[Path],
+    jobs: int = 1,
+    is_user: UserPredicate = looks_like_user_file,
+    meanwhile: Callable[[], object] = lambda: None,
+) -> tuple[list[RankDigest], RankDigest | None]:
+    """Analyse a job's rank files (:func:`analyze_files`), and its straggler's once more as a lead.
+
+    Returns:
+        The digests by rank, and the straggler's digest with the lead extras (tables, source
+        locations, timeline) when :func:`advisor.metrics.compute.straggler_focus` names one:
+        the workers computed those for the first rank only, and which rank holds the others
+        up is known only once every digest is in. Pass it to ``merge_digests(focus=...)``.
+    """
+    digests = analyze_files(files, jobs, is_user, meanwhile)
+    i = straggler_focus(digests)
+    if i is None:
+        return digests, None
+    rank = digests[i].rank
+    return digests, _analyse(_Task(rank, Path(digests[i].path), True, is_user)).relabel(rank)

@@ -248,8 +248,35 @@ def compute_metrics(
             raise TraceError("no traces to analyse; pass a torch.profiler trace file or folder")
         return _capture_only(capture, source)
     is_user = user_predicate(capture)
-    digests = [digest(analyze_trace(t), is_user, lead=i == 0) for i, t in enumerate(_unique_ranks(traces))]
-    return merge_digests(digests, capture=capture, pstats_path=pstats_path, source=source)
+    ranked = _unique_ranks(traces)
+    digests = [digest(analyze_trace(t), is_user, lead=i == 0) for i, t in enumerate(ranked)]
+    i = straggler_focus(digests)
+    focus = digest(analyze_trace(ranked[i]), is_user, lead=True) if i is not None else None
+    return merge_digests(digests, capture=capture, pstats_path=pstats_path, source=source, focus=focus)
+
+
+FOCUS_RATIO = 1.2
+FOCUS_WAIT = 0.1
+"""A rank is the job's focus when it is busy this many times as long as the least busy rank,
+which waits for it at least this share of its step: CM002's thresholds, so the report shows the
+tables of the rank its straggler finding names."""
+
+
+def straggler_focus(digests: Sequence[RankDigest]) -> int | None:
+    """Return the index of the straggler's digest when it is not the first, else None.
+
+    The job runs at the straggler's pace, so where *its* time goes is what the report should
+    show: a 2-rank DDP job whose rank 1 slept 40 ms per batch in its loader listed rank 0's
+    loader line at 0.21 ms per step.
+    """
+    if len(digests) < 2:
+        return None
+    balance = rank_balance(_ranks_frame(digests))
+    if (balance.straggler_rank is None or (balance.busy_ratio or 0.0) < FOCUS_RATIO
+            or (balance.wait_frac or 0.0) < FOCUS_WAIT):
+        return None
+    index = next((i for i, d in enumerate(digests) if d.rank == balance.straggler_rank), None)
+    return index if index else None
 
 
 def merge_digests(
@@ -257,11 +284,14 @@ def merge_digests(
     capture: RunCapture | None = None,
     pstats_path: Path | None = None,
     source: str = "",
+    focus: RankDigest | None = None,
 ) -> Metrics:
     """Merge the ranks' digests (in rank order, the first with its lead extras) into :class:`Metrics`.
 
     :func:`compute_metrics` is this over digests it computes in-process; ranks analysed in
-    other processes (:mod:`advisor.distributed.parallel`) send their digests here.
+    other processes (:mod:`advisor.distributed.parallel`) send their digests here. ``focus``,
+    the straggler's digest with lead extras (:func:`straggler_focus`), gives the source
+    locations, the time tables and the top kernels instead of the first rank.
 
     Raises:
         TraceError: No digest and no capture.
@@ -270,8 +300,10 @@ def merge_digests(
         if capture is None:
             raise TraceError("no traces to analyse; pass a torch.profiler trace file or folder")
         return _capture_only(capture, source)
-    lead = digests[0].lead or LeadExtras()
-    views = merge_views([d.view for d in digests], [d.collectives for d in digests], max(d.windows for d in digests))
+    shown = focus if focus is not None and focus.lead is not None else digests[0]
+    lead = shown.lead or LeadExtras()
+    views = merge_views([d.view for d in digests], [d.collectives for d in digests], max(d.windows for d in digests),
+                        lead_view=shown.view)
     steps = pd.concat([d.steps for d in digests], ignore_index=True)
     steps = pd.concat([steps, views.steps.drop(columns=[c for c in views.steps.columns if c in steps.columns])], axis=1)
     has_gpu = any(d.has_gpu for d in digests)
@@ -311,8 +343,15 @@ def merge_digests(
     peak, total = summary.get("peak_memory_bytes"), summary.get("device_memory_bytes")
     summary["memory_used_frac"] = float(peak / total) if peak is not None and total else None
 
-    found = (list(lead.locations), lead.has_stacks) if digests[0].lead is not None else None
-    locations, loc_notes = finish_locations(found, len(digests[0].steps), pstats_path, capture)
+    found = (list(lead.locations), lead.has_stacks) if shown.lead is not None else None
+    # NOTE: cProfile runs in the first rank only: its hot spots would be another rank's
+    profile = pstats_path if shown is digests[0] else None
+    locations, loc_notes = finish_locations(found, len(shown.steps), profile, capture)
+    if shown is not digests[0]:
+        notes.append(
+            f"source locations, time tables and top kernels are rank {shown.rank}'s, the straggler: "
+            f"the job runs at its pace (rank {digests[0].rank}'s are in its own trace)"
+        )
     locations = [*locations, *views.locations]
     notes.extend(loc_notes)
     notes.extend(views.notes)
@@ -328,6 +367,7 @@ def merge_digests(
         "peak_tflops": next((d.run["peak_tflops"] for d in digests if d.run.get("peak_tflops")), None),
         "top_kernels": list(lead.top_kernels),
         "breakdown_mode": "gpu" if has_gpu else "cpu",
+        "focus_rank": shown.rank,
         **views.tables,
     }
     share = peak_share(summary, capture, extra["dominant_dtype"], extra["peak_tflops"])

@@ -107,16 +107,21 @@ def rank_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, l
     )
 
 
-def merge_views(views: Sequence[RankView], collectives: Sequence[pd.DataFrame], steps_per_rank: int) -> GpuViews:
+def merge_views(
+    views: Sequence[RankView], collectives: Sequence[pd.DataFrame], steps_per_rank: int,
+    lead_view: RankView | None = None,
+) -> GpuViews:
     """Merge the ranks' views (the first is the lead) with the collectives matched across ranks.
 
     Args:
         views: One per rank, in rank order.
         collectives: Each rank's :func:`~advisor.metrics.collectives.rank_collectives` frame.
         steps_per_rank: The most profiler steps any rank has.
+        lead_view: Where the tables and locations come from instead of the first view (the
+            straggler's, analysed as a lead: see :func:`advisor.metrics.compute.straggler_focus`).
     """
     steps = pd.concat([v.steps for v in views], ignore_index=True) if views else pd.DataFrame()
-    lead = views[0] if views else RankView(steps=pd.DataFrame())
+    lead = lead_view or (views[0] if views else RankView(steps=pd.DataFrame()))
     tables = dict(lead.tables)
     coll, run = merge_collectives(collectives, steps_per_rank)
     if len(coll):

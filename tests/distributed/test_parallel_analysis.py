@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "metrics"))
 import tracegen  # noqa: E402
 
 from advisor.api import analyze_report  # noqa: E402
-from advisor.distributed.parallel import analyze_files  # noqa: E402
+from advisor.distributed.parallel import analyze_files, analyze_job  # noqa: E402
 from advisor.errors import TraceError  # noqa: E402
 from advisor.metrics.compute import compute_metrics, merge_digests  # noqa: E402
 from advisor.trace.load import find_trace_files, load_traces  # noqa: E402
@@ -52,10 +52,13 @@ def _same_metrics(a, b) -> None:
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_jobs_give_the_metrics_of_one_process(job: Path, reference, jobs: int) -> None:
-    digests = analyze_files(find_trace_files(job), jobs=jobs)
-    merged = merge_digests(digests, source=str(job))
+    digests, focus = analyze_job(find_trace_files(job), jobs=jobs)
+    merged = merge_digests(digests, source=str(job), focus=focus)
     _same_metrics(reference, merged)
     assert merged.summary["straggler_rank"] == STRAGGLER
+    # the tables and locations are the straggler's, in both paths
+    assert focus is not None and focus.rank == STRAGGLER and merged.extra["focus_rank"] == STRAGGLER
+    assert any(f"rank {STRAGGLER}'s, the straggler" in n for n in merged.notes)
     assert merged.summary["rank_count"] == RANKS
     assert len(merged.extra["collectives"]) == 2  # all_to_all and all_reduce matched across ranks
 
@@ -72,14 +75,15 @@ def test_only_a_small_digest_travels_back(job: Path) -> None:
 
 
 def test_lead_is_the_lowest_rank_even_when_its_file_is_not_first(job: Path, tmp_path: Path) -> None:
-    """File names that sort rank 1 first: the lead's tables must still be rank 0's."""
+    """File names that sort rank 1 first: the same metrics as one process (tables: the straggler's)."""
     renamed = tmp_path / "renamed"
     renamed.mkdir()
     for f in find_trace_files(job):
         rank = int(f.name.removeprefix("worker").split(".")[0])
         shutil.copy(f, renamed / f"r{(rank + 3) % RANKS}_{f.name}")
     reference = compute_metrics(load_traces(renamed), source="x")
-    merged = merge_digests(analyze_files(find_trace_files(renamed), jobs=2), source="x")
+    digests, focus = analyze_job(find_trace_files(renamed), jobs=2)
+    merged = merge_digests(digests, source="x", focus=focus)
     _same_metrics(reference, merged)
 
 
