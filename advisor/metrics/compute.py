@@ -255,11 +255,12 @@ def compute_metrics(
     return merge_digests(digests, capture=capture, pstats_path=pstats_path, source=source, focus=focus)
 
 
+# NOTE: rules/communication/CM002.yaml's thresholds, so the report shows the tables of the rank
+# its straggler finding names.
 FOCUS_RATIO = 1.2
+"""A straggler is the job's focus when it is busy at least this many times as long as the least busy rank..."""
 FOCUS_WAIT = 0.1
-"""A rank is the job's focus when it is busy this many times as long as the least busy rank,
-which waits for it at least this share of its step: CM002's thresholds, so the report shows the
-tables of the rank its straggler finding names."""
+"""...which waits for it at least this share of its step."""
 
 
 def straggler_focus(digests: Sequence[RankDigest]) -> int | None:
