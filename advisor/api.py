@@ -861,9 +861,11 @@ def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], No
                     status["spinner"].update(f"[dim]fix trial[/dim] {text}")
             elif status["last"] != (event.run, event.in_flight):
                 status["last"] = (event.run, event.in_flight)
-                console.print(f"[dim]fix trial[/dim] {text}", highlight=False)
+                console.print(f"[dim]fix trial[/dim] {text}", highlight=False, soft_wrap=True)
             return
-        console.print(f"[dim]fix trial[/dim] {text}", highlight=False)
+        # NOTE: soft_wrap: one event, one line, however long; a log cut at rich's 80 columns
+        # split "running: starting" across two lines
+        console.print(f"[dim]fix trial[/dim] {text}", highlight=False, soft_wrap=True)
 
     return live, on_trial, stop
 
@@ -896,7 +898,7 @@ def sweep_progress() -> tuple[Callable[[Any], None], Callable[[], None]]:
             else:
                 status["spinner"].update(f"[dim]sweep[/dim] {text}")
             return
-        console.print(f"[dim]sweep[/dim] {text}", highlight=False)
+        console.print(f"[dim]sweep[/dim] {text}", highlight=False, soft_wrap=True)
 
     return on_event, stop
 
