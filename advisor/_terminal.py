@@ -9,7 +9,9 @@ instead. Line breaks and tabs are kept.
 
 from __future__ import annotations
 
+import os
 import re
+from typing import Any
 
 # C0 controls but tab and line feed, DEL, C1 controls, the Unicode bidirectional controls (which
 # can make text display in another order than it is read: "Trojan Source"), and lone surrogates
@@ -25,3 +27,13 @@ def _escape(match: re.Match[str]) -> str:
 def printable(text: str) -> str:
     """Return ``text`` with control characters (ESC, BEL, CR, bidi overrides...) escaped."""
     return _CONTROL.sub(_escape, text)
+
+
+def silence_stream(stream: Any) -> None:
+    """Point a closed output stream's file descriptor at /dev/null: later writes vanish instead of failing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # NOTE: no descriptor (a test's capture): nothing to point
+        pass

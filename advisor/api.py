@@ -11,6 +11,7 @@ Stage modules are imported inside the functions so that reading traces never imp
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -536,8 +537,6 @@ def sweep_format(fmt: str | None, output: Path | None) -> str:
             write, HTML bound for a terminal, or ``-o`` naming a run directory's own file; all
             before any run is spent.
     """
-    import sys
-
     from advisor.report.render import resolve_format
     from advisor.rundir import SWEEP_FILE, is_managed_name, refuse_managed_output
     from advisor.sweep.render import RENDERERS
@@ -825,12 +824,11 @@ def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], No
     Returns:
         ``(on_capture_event, on_trial_line, stop)``; ``stop`` ends the bar and may be called twice.
     """
-    from rich.console import Console
     from rich.markup import escape
 
-    from advisor.capture.progress import LiveProgress
+    from advisor.capture.progress import LiveProgress, ProgressConsole
 
-    console = Console(stderr=True)
+    console = ProgressConsole()
     live = LiveProgress(console=console, title=title)
     live.__enter__()
     state = {"live": True}
@@ -878,10 +876,11 @@ def sweep_progress() -> tuple[Callable[[Any], None], Callable[[], None]]:
     Returns:
         ``(on_event, stop)``; ``stop`` ends the status line and may be called twice.
     """
-    from rich.console import Console
     from rich.markup import escape
 
-    console = Console(stderr=True)
+    from advisor.capture.progress import ProgressConsole
+
+    console = ProgressConsole()
     status: dict[str, Any] = {"spinner": None}
 
     def stop() -> None:

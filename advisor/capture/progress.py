@@ -11,6 +11,7 @@ On a non-terminal stderr rich prints nothing animated, so logs stay clean.
 
 from __future__ import annotations
 
+import sys
 from types import TracebackType
 
 from rich.console import Console
@@ -25,6 +26,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from advisor._terminal import silence_stream
 from advisor.capture.model import (
     Phase,
     ProgressEvent,
@@ -66,6 +68,26 @@ class StepsColumn(ProgressColumn):
         return Text(f"{done} steps" if done else "")
 
 
+class ProgressConsole(Console):
+    """A stderr console whose closed pipe ends the progress, not the program.
+
+    ``advisor diagnose train.py 2>&1 | head`` closes stderr after a few lines. rich's default
+    answer to the broken pipe is ``SystemExit(1)`` (after pointing *stdout* at /dev/null): it
+    ended the fix loop with its report still saying ``running``, and would have hidden the final
+    report. Progress is decoration; the run directory is the result: this console goes quiet,
+    points stderr at /dev/null (rich's refresh thread and later lines write nowhere) and the
+    program goes on.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(stderr=True)
+
+    def on_broken_pipe(self) -> None:
+        """Go quiet on a closed stderr instead of exiting."""
+        self.quiet = True
+        silence_stream(sys.stderr)
+
+
 class LiveProgress:
     """A rich progress bar on stderr fed by :class:`ProgressEvent` callbacks.
 
@@ -75,7 +97,7 @@ class LiveProgress:
     """
 
     def __init__(self, console: Console | None = None, title: str = "capture") -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or ProgressConsole()
         self.title = title
         self._progress = Progress(
             TextColumn("[bold]{task.fields[title]}[/bold]"),

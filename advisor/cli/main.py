@@ -17,7 +17,7 @@ import click
 
 from advisor import __version__
 from advisor._proc import Interrupted, signals_interrupt
-from advisor._terminal import printable
+from advisor._terminal import printable, silence_stream
 from advisor.errors import EXIT_USAGE, AdvisorError
 
 # command name -> "module:attribute"; modules are imported only when the command runs.
@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt as exc:
         _interrupted(exc)
     except BrokenPipeError:
+        # NOTE: stdout closed by the reader (`advisor report RUN | head`): the exit flush would
+        # fail again and print "Exception ignored"; point it at /dev/null first
+        silence_stream(sys.stdout)
         sys.exit(0)
     except Exception as exc:  # the one boundary: never a stack trace for the user
         click.echo(
