@@ -270,6 +270,9 @@ def test_the_kept_fixes_run_once_under_the_profiler_into_the_kept_folder(spec):
     assert len(profiled) == 1 and profiled[0].out_dir == spec.out_dir / "kept"
     assert [f.id for f in profiled[0].fixes] == ["bf16_autocast"] and profiled[0].cprofile_steps == 0
     assert all(s.profiled_steps == 0 for s in inner.calls if s is not profiled[0])  # trials stay unprofiled
+    # the diagnosed run's phases, not a trial's >= 1 s window (a short script ended inside it)
+    assert (profiled[0].timed_steps, profiled[0].min_timed_s) == (spec.timed_steps, spec.min_timed_s)
+    assert all(s.min_timed_s > 0 for s in inner.calls if s is not profiled[0])
     assert any("kept/" in n and "advisor compare" in n for n in out.notes)
     assert out.runs == len(inner.calls)
 
