@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from advisor.report import style as s
@@ -193,5 +193,17 @@ BUILDERS: dict[str, Callable[[list[dict[str, Any]]], Section]] = {
 
 
 def gpu_sections(report: Report) -> list[Section]:
-    """Build the report's GPU-time tables in display order (absent ones skipped)."""
-    return [BUILDERS[k](list(rows)) for k, rows in report.tables.items() if k in BUILDERS and rows]
+    """Build the report's GPU-time tables in display order (absent ones skipped).
+
+    Every table but the collectives (matched across ranks) comes from one rank's trace: the
+    straggler's, when the report names one (``Report.focus_rank``), and its title says so.
+    """
+    out = []
+    for key, rows in report.tables.items():
+        if key not in BUILDERS or not rows:
+            continue
+        sec = BUILDERS[key](list(rows))
+        if key != "collectives":
+            sec = replace(sec, title=sec.title + s.rank_suffix(report.focus_rank))
+        out.append(sec)
+    return out

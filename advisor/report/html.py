@@ -314,7 +314,7 @@ def _locations(view: ReportView) -> str:
         for loc in view.locations
     )
     return (
-        "<h2>Where in the code</h2>"
+        f"<h2>{esc(view.locations_title)}</h2>"
         '<div class="tw"><table><tr><th>Kind</th><th>Where</th><th class="n">Count/step</th><th class="n">Time/step</th><th>From</th></tr>'
         f"{rows}</table></div>"
     )

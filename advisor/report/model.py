@@ -134,6 +134,10 @@ class Report:
         pid: The advisor process writing a ``running`` report (None otherwise): ``advisor runs``
             tells a run still going from one that was killed by whether it is alive.
         timing: Where the diagnose's time went (:func:`timing_of`); empty for ``analyze``.
+        focus_rank: The rank whose trace gave the source locations, the time tables, the top
+            kernels and the timeline when it is not the lowest: the job's straggler
+            (:func:`advisor.metrics.compute.straggler_focus`). None otherwise. A new field:
+            older reports load with none.
     """
 
     schema_version: int = REPORT_SCHEMA_VERSION
@@ -161,6 +165,7 @@ class Report:
     status: str = ReportStatus.COMPLETE
     pid: int | None = None
     timing: dict[str, Any] = field(default_factory=dict)
+    focus_rank: int | None = None
 
     @property
     def kept_trial(self) -> Trial | None:
@@ -339,6 +344,7 @@ def build_report(
         warnings=warnings,
         device=tuple(metrics.device),
         tables={k: tuple(metrics.extra[k]) for k in TABLE_KEYS if metrics.extra.get(k)},
+        focus_rank=metrics.extra.get("focus_rank"),
     )
     return with_fixes(report, fixes) if fixes else report
 

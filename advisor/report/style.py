@@ -312,3 +312,8 @@ def timing_line(timing: Any) -> str | None:
         line += (f"; overhead {overhead:.1f} s ({overhead / total:.0%}): everything but the measured steps "
                  "(process start, imports, set-up, warm-up, exports, analysis)")
     return line + "."
+
+
+def rank_suffix(focus_rank: Any) -> str:
+    """`` (rank 37, the straggler)`` for a table taken from the straggler's trace, else ""."""
+    return f" (rank {focus_rank}, the straggler)" if isinstance(focus_rank, int) else ""

@@ -340,7 +340,7 @@ def _locations(view: ReportView) -> RenderableType | None:
     for loc in view.locations[:TEXT_LOCATIONS]:
         table.add_row(_t(loc.kind), _t(loc.where), _t(loc.count), _t(loc.time))
     more = view.locations_total - TEXT_LOCATIONS
-    items: list[RenderableType] = [Text("Where in the code", style="bold"), table]
+    items: list[RenderableType] = [Text(view.locations_title, style="bold"), table]
     if more > 0:
         items.append(Text(f"… and {more} more (see --format json)"))
     return Group(*items)

@@ -247,6 +247,7 @@ class ReportView:
     locations: tuple[LocationRow, ...]
     locations_total: int
     case_study: str = ""
+    locations_title: str = "Where in the code"
 
 
 def category_step_frac(report: Report, category: str) -> float | None:
@@ -451,4 +452,5 @@ def build_view(report: Report) -> ReportView:
         ),
         locations_total=len(report.locations),
         case_study=case_study(report),
+        locations_title="Where in the code" + s.rank_suffix(report.focus_rank),
     )

@@ -152,6 +152,7 @@ def test_report_json_is_the_same_at_any_jobs(job: Path) -> None:
     one = as_json(1)
     assert one == as_json(2)
     assert one["timeline"], "the lead rank's timeline is in the report"
+    assert one["focus_rank"] == STRAGGLER  # its tables and timeline are the straggler's
 
 
 def test_cli_jobs_must_be_positive(job: Path) -> None:

@@ -241,3 +241,18 @@ def test_no_second_line_when_the_primary_holds_most_of_the_step_or_lies_in_it() 
     assert build_view(make_report()).headline.most_of_step is None  # data loading 42%: nothing holds half the step
     for fmt in FORMATS:
         assert "Most of the step" not in plain(render(issue_report(), fmt), fmt)
+
+
+def test_tables_from_the_stragglers_trace_say_so_in_their_titles() -> None:
+    op = {"operator": "aten::addmm", "calls": 1.0, "self_ms": 1.0, "total_ms": 1.0, "self_frac": 1.0}
+    coll = {"collective": "all_reduce", "calls": 3.0, "bytes": 1024.0, "skew_ms": 0.2, "transfer_ms": 0.1,
+            "busbw_gbps": 10.0, "late_rank": 37}
+    report = dataclasses.replace(make_report(), tables={"operators": (op,), "collectives": (coll,)}, focus_rank=37)
+    text = plain(render(report, "text"), "text")
+    assert "Where in the code (rank 37, the straggler)" in text
+    assert "Time per operator (host, per step) (rank 37, the straggler)" in text
+    assert "Collectives across ranks (rank" not in text  # matched across every rank
+    html_out = plain(render(report, "html"), "html")
+    assert "Where in the code (rank 37, the straggler)" in html_out
+    plain_report = dataclasses.replace(report, focus_rank=None)
+    assert "the straggler" not in plain(render(plain_report, "text"), "text")
