@@ -297,9 +297,11 @@ def _most_of_step(report: Report, bottleneck: Bottleneck | None) -> MostOfStep |
     if top == bottleneck.category or frac < MOST_OF_STEP or frac <= bottleneck.step_frac:
         return None
     found = [f for f in report.findings if f.category == top]
+    # NOTE: idle and other are no bottleneck category: they read as their breakdown part does
+    label = {"idle": s.part_label("gpu_idle"), "other": s.part_label("other")}.get(top) or s.category_label(top)
     return MostOfStep(
         category=top,
-        label=s.category_label(top),
+        label=label,
         step_frac=frac,
         codes=tuple(dict.fromkeys(f.code for f in found)),
         estimated=any((s.finite(f.impact_frac) or 0.0) > 0.0 for f in found),

@@ -235,6 +235,13 @@ def test_most_of_the_step_says_when_no_rule_explains_it() -> None:
     assert m.text.endswith("no rule found a cause to fix in it")
 
 
+def test_most_of_the_step_in_no_category_reads_as_its_part() -> None:
+    report = lever_report()
+    steps = tuple({**r, "cpu_ops_ms": 1.39, "other_ms": 7.75} for r in report.steps)
+    m = build_view(dataclasses.replace(report, steps=steps)).headline.most_of_step
+    assert m is not None and (m.category, m.label, m.codes) == ("other", "Other", ())
+
+
 def test_no_second_line_when_the_primary_holds_most_of_the_step_or_lies_in_it() -> None:
     assert build_view(issue_report()).headline.most_of_step is None  # the primary is compute itself
     assert build_view(overhead_report()).headline.most_of_step is None  # per-op overhead lies in the CPU ops
