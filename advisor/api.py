@@ -207,8 +207,9 @@ def analyze_report(
         *([Path(capture.script).parent] if capture and capture.script else []),
     )
     diagnosis = evaluate(metrics, resolved["config"], dirs, inline_ignores)
-    lead = (focus or (digests[0] if digests else None))
-    extras = lead.lead if lead is not None else None
+    # the timeline is the straggler's when the tables are (merge_digests' focus)
+    shown = focus or (digests[0] if digests else None)
+    extras = shown.lead if shown is not None else None
     return build_report(metrics, diagnosis, capture=capture, timeline=extras.timeline if extras else ())
 
 
