@@ -41,10 +41,11 @@ run compile advisor's sources again); one unmeasured run fills it.
 Memory (the target: no higher than one rank's analysis plus the merge): the largest worker's
 peak RSS at ``--jobs 2`` is compared with the peak RSS of analysing one rank alone in one process
 (rank 0, the lead, whose analysis is the largest; that process also holds the imports, the
-one-rank merge and the report). The parent holds no rank's events, only the digests and the
-merge of all ranks: its peak is compared with the larger of that one-rank process and the
-``--jobs 1`` process, which holds one rank's analysis at a time plus the same digests and merge
-(at one step per rank the 64-rank merge outgrew the one-rank process by 1 MB: 85 against 84).
+one-rank merge and the report). The parent holds the digests, the merge of all ranks and, when
+the job has a straggler, that one rank's second analysis (for its tables): its peak is compared
+with the larger of that one-rank process and the ``--jobs 1`` process, which holds one rank's
+analysis at a time plus the same digests and merge (at one step per rank the 64-rank merge
+outgrew the one-rank process by 1 MB: 85 against 84).
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ def main() -> None:
     ok_memory = worker_peak <= one["parent_rss_mb"] and parent_peak <= max(one["parent_rss_mb"], serial_peak)
     print(f"VERDICT memory: {'PASS' if ok_memory else 'FAIL'}: at --jobs 2 the largest worker peaks at "
           f"{worker_peak:.0f} MB against {one['parent_rss_mb']:.0f} MB for one rank's analysis alone, and the "
-          f"parent (digests, merge, report) at {parent_peak:.0f} MB against {serial_peak:.0f} MB for --jobs 1 "
+          f"parent (digests, merge, the straggler's tables, report) at {parent_peak:.0f} MB against {serial_peak:.0f} MB for --jobs 1 "
           "(one rank's analysis at a time plus the same merge)")
     busy = max(load_before[0], load_after[0]) > (os.cpu_count() or 1)
     if busy and _autogroup():

@@ -60,7 +60,7 @@ _RANK_COLUMNS = (
 
 def _step_summary(steps: pd.DataFrame) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    step_scope = [name for name in (n for n, spec in METRICS.items() if spec.scope == "step") if name in steps.columns]
+    step_scope = [name for name, spec in METRICS.items() if spec.scope == "step" and name in steps.columns]
     # NOTE: one median over the columns, not one per column: per-call pandas overhead, in the
     # merge that runs after the rank workers. NaN (no value, or none numeric) becomes None.
     medians = steps[step_scope].apply(pd.to_numeric, errors="coerce").astype(float).median()

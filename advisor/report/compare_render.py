@@ -101,8 +101,7 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
             otable.add_row(
                 _t(o.operator), _t(s.ms(o.before_ms)), _t(s.ms(o.after_ms)),
                 _t(s.signed_ms(d), "green" if (d or 0) < 0 else "red" if (d or 0) > 0 else ""),
-                _t(s.number(o.before_calls) if o.before_calls is not None else "—"),
-                _t(s.number(o.after_calls) if o.after_calls is not None else "—"),
+                _t(s.number(o.before_calls)), _t(s.number(o.after_calls)),
             )
         sections.append(Group(Text(OPS_TITLE, style="bold"), otable, Text(OPS_NOTE)))
     rows = [("gone", "green", f) for f in cmp.disappeared]
@@ -172,8 +171,7 @@ def render_comparison_markdown(cmp: Comparison, *, color: bool = False) -> str:
     if cmp.operators:
         orow = [
             [md_code(o.operator), s.ms(o.before_ms), s.ms(o.after_ms), s.signed_ms(o.delta_ms),
-             s.number(o.before_calls) if o.before_calls is not None else "—",
-             s.number(o.after_calls) if o.after_calls is not None else "—"]
+             s.number(o.before_calls), s.number(o.after_calls)]
             for o in cmp.operators
         ]
         out += ["", f"### {OPS_TITLE}", ""]
@@ -266,8 +264,7 @@ def render_comparison_html(cmp: Comparison, *, color: bool = False) -> str:
         orows = "".join(
             f"<tr><td><code>{esc(o.operator)}</code></td><td class='n'>{esc(s.ms(o.before_ms))}</td>"
             f"<td class='n'>{esc(s.ms(o.after_ms))}</td><td class='n'>{esc(s.signed_ms(o.delta_ms))}</td>"
-            f"<td class='n'>{esc(s.number(o.before_calls) if o.before_calls is not None else '—')}</td>"
-            f"<td class='n'>{esc(s.number(o.after_calls) if o.after_calls is not None else '—')}</td></tr>"
+            f"<td class='n'>{esc(s.number(o.before_calls))}</td><td class='n'>{esc(s.number(o.after_calls))}</td></tr>"
             for o in cmp.operators
         )
         body.append(

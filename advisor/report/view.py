@@ -250,12 +250,20 @@ class ReportView:
     locations_title: str = "Where in the code"
 
 
+def _category_shares(report: Report) -> dict[str, float]:
+    """Measured share of the step per category that has breakdown parts: their shares, summed."""
+    out: dict[str, float] = {}
+    for part, share in part_shares(report).items():
+        category = BREAKDOWN_TO_CATEGORY.get(part, "other")
+        out[category] = out.get(category, 0.0) + share
+    return out
+
+
 def category_step_frac(report: Report, category: str) -> float | None:
     """Measured share of the step in ``category``: its breakdown parts' shares, summed."""
-    shares = part_shares(report)
-    parts = [p for p in shares if BREAKDOWN_TO_CATEGORY.get(p) == category]
-    if parts:
-        return sum(shares[p] for p in parts)
+    shares = _category_shares(report)
+    if category in shares:
+        return shares[category]
     return s.finite(report.breakdown.get(category))
 
 
@@ -287,10 +295,7 @@ def _most_of_step(report: Report, bottleneck: Bottleneck | None) -> MostOfStep |
     # the CPU ops, so the compute share around it is its own time, not another category's.
     if bottleneck is None or bottleneck.step_frac is None:
         return None
-    shares: dict[str, float] = {}
-    for part, share in part_shares(report).items():
-        category = BREAKDOWN_TO_CATEGORY.get(part, "other")
-        shares[category] = shares.get(category, 0.0) + share
+    shares = _category_shares(report)
     if not shares:
         return None
     top, frac = max(shares.items(), key=lambda kv: kv[1])
