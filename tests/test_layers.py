@@ -19,7 +19,7 @@ ADVISOR = Path(__file__).resolve().parents[1] / "advisor"
 
 ROOT = "(root)"
 """``advisor/__init__.py`` (``__version__``, ``advisor.step``): imports nothing of ours."""
-SHARED = frozenset({ROOT, "errors", "_serde", "_vocab", "_num", "_paths", "_proc", "_files", "_terminal", "rundir"})
+SHARED = frozenset({ROOT, "errors", "_serde", "_vocab", "_num", "_paths", "_proc", "_files", "_terminal", "_steady", "rundir"})
 """Small leaf modules every layer may use (errors, JSON helpers, vocabularies, path display, processes,
 safe file writers, terminal-safe text, the run directory's names)."""
 
@@ -49,6 +49,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "_serde": frozenset({"errors", "_files"}),
     "_vocab": frozenset(),
     "_num": frozenset(),
+    "_steady": frozenset({"_vocab"}),
     "_paths": frozenset({"errors"}),
     "_proc": frozenset({"errors"}),
     "_files": frozenset({"errors"}),

@@ -190,8 +190,9 @@ class TimedPhase:
         step_times_ms: Wall time of each timed step.
         samples: Samples per timed step, counted from the batches the DataLoader yielded
             (None where no DataLoader batch was seen in that step).
-        samples_per_s: Steady throughput over the timed steps (None without sample counts).
-        steps_per_s: Steps per second over the timed steps.
+        samples_per_s: Throughput over the timed steps' steady part (:mod:`advisor._steady`:
+            without the first steps when they were still warming up; None without sample counts).
+        steps_per_s: Steps per second over the same steps.
         time_to_first_step_s: From the script's start to the end of its first step
             (includes imports, data set-up and any compile).
         batches: DataLoader batches fetched in each timed step (more than 1 per optimizer

@@ -34,6 +34,10 @@ loop is seen without a change to the script:
   backward calls, model calls and DataLoader batches end no step. A loop accumulating 40
   micro-batches per optimizer step (nanoGPT) would otherwise fill every phase with micro-batch
   "steps" and be stopped before its first real step.
+
+The timed window must be steady before it counts (:mod:`advisor._steady`): when its first steps
+are still warming up (slower, then a steady level), it is extended until the steady part holds
+the steps asked for, by at most as many again; consumers then time the steady part only.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from advisor._steady import SteadyState, assess, steady_rate
 from advisor.capture.model import (
     Phase,
     RunSpec,
@@ -55,6 +60,9 @@ SOURCE_BACKWARD = "backward"
 SOURCE_OPTIMIZER = "optimizer"
 SOURCE_MARKER = "marker"
 
+MIN_SETTLE_EXTRA = 10
+"""A timed window whose first steps were still warming up may grow by this many steps at least
+(else by as many as it held): short windows need room to show their steady part."""
 ACCUMULATION_GRACE = 256
 """Backward calls awaited for a created optimizer's first step before backward calls end steps.
 
@@ -206,6 +214,7 @@ class StepRecorder:
     _backwards_awaiting: int = 0  # backward calls seen while awaiting the first optimizer step
     _timed_ms: float = 0.0  # sum of step_times_ms (kept as we go: no O(n) sum per step)
     _asked_timed: int | None = None  # phases.timed before a min_timed_s extension
+    _settle_target: int = 0  # timed steps the window held when it first was complete
 
     # ----- events from the hooks -------------------------------------------------------------
 
@@ -364,17 +373,15 @@ class StepRecorder:
     def timed_phase(self) -> TimedPhase:
         """Return the timed phase's measurements so far."""
         times = tuple(self.step_times_ms)
-        total_s = sum(times) / 1000.0
         samples = tuple(self.step_samples)
-        known = [s for s in samples if s is not None]
-        samples_per_s = None
-        if known and len(known) == len(samples) and total_s > 0:
-            samples_per_s = sum(known) / total_s
+        # NOTE: the rates are over the window's steady part: steps still warming up at its
+        # start (see _settling) are kept in step_times_ms but not timed.
+        samples_per_s, steps_per_s = steady_rate(times, samples)
         return TimedPhase(
             step_times_ms=times,
             samples=samples,
             samples_per_s=samples_per_s,
-            steps_per_s=len(times) / total_s if total_s > 0 else None,
+            steps_per_s=steps_per_s,
             time_to_first_step_s=(
                 self.first_step_end - self.start_time if self.first_step_end is not None else None
             ),
@@ -554,6 +561,13 @@ class StepRecorder:
                 self._asked_timed = p.timed
             p.timed = self.steps - p.warmup + 1
             return
+        if self.phase == Phase.TIMED and self.steps >= ends[Phase.TIMED] and self._settling():
+            # NOTE: the window's first steps were still warming up: time more steps, so the
+            # steady part holds as many as were asked (bounded by _settling).
+            if self._asked_timed is None:
+                self._asked_timed = p.timed
+            p.timed = self.steps - p.warmup + 1
+            return
         # NOTE: a loop, not a chain of ifs: phases asked with 0 steps are passed straight through.
         while self.phase in ends and self.steps >= ends[self.phase]:
             if self.open_window is not None:
@@ -574,6 +588,25 @@ class StepRecorder:
                 self.open_window = Phase.CPROFILE
         if self.phase == Phase.FINISHING and not p.full:
             self.stop_requested = True
+
+    def _settling(self) -> bool:
+        """Whether the timed window needs more steps because its first ones were still warming up.
+
+        The window is extended while its slow start leaves fewer steady steps than it was meant
+        to time, by at most as many steps again (then the window is used as it is, and the
+        report says where its steady part starts).
+        """
+        target = self._settle_target or len(self.step_times_ms)
+        self._settle_target = target
+        extra = len(self.step_times_ms) - target
+        if extra >= max(target, MIN_SETTLE_EXTRA):
+            return False
+        n = len(self.step_times_ms)
+        # NOTE: a long window of fast steps is re-tested every n/100 steps, not every step.
+        if n > 500 and extra % (n // 100) != 0:
+            return True
+        verdict = assess(self.step_times_ms)
+        return verdict.state is SteadyState.SETTLED_LATE and verdict.used < target
 
     def _close_window(self, export: bool) -> None:
         control = self.profiler if self.open_window == Phase.PROFILED else self.cprofiler
@@ -637,6 +670,7 @@ class StepRecorder:
         self._timed_ms = 0.0
         if self._asked_timed is not None:  # undo a min_timed_s extension: timing starts over
             self.phases.timed = self._asked_timed
+        self._settle_target = 0
         self.step_samples.clear()
         self.step_batches.clear()
         self.step_backwards.clear()

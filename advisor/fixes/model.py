@@ -14,10 +14,18 @@ class Verdict(Vocab):
     IMPROVED = "improved"  # faster beyond noise
     NO_EFFECT = "no_effect"  # within noise: never reported as a win
     UNDECIDED = "undecided"  # measured, but the interval is too wide to tell: never a win, never "no effect"
+    UNMEASURABLE = "unmeasurable"  # runs of one setting disagreed, and every run against every other could not tell
     SLOWER = "slower"
     FAILED = "failed"  # the run crashed, or the loss drifted from the baseline's
     SKIPPED = "skipped"  # not run (not applicable, unsafe without the flag, baseline failed)
     ADVICE = "advice"  # a fix with no safe run-time change: its diff is offered, never measured
+
+
+class Interval(Vocab):
+    """What a trial's interval on its speedup is."""
+
+    CI95 = "ci95"  # a 95% confidence interval over paired runs
+    RUN_RANGE = "run_range"  # runs disagreed: every run against every other, slowest to fastest
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,10 @@ class Trial:
         baseline_samples_per_s: Median baseline throughput over the interleaved repeats.
         samples_per_s: Median throughput with the fix.
         speedup: Median of paired ratios variant/baseline.
-        ci_low / ci_high: Confidence interval on the speedup.
+        ci_low / ci_high: Interval on the speedup, of the kind ``interval`` names.
+        interval: ``ci95``: a 95% confidence interval over paired runs; ``run_range``: runs of
+            one setting disagreed, and the interval is the range of every run against every
+            other (:func:`advisor.fixes.stats.range_estimate`).
         verdict: What the measurement found (:class:`Verdict`).
         loss_max_rel_diff: Largest relative loss deviation from the baseline over the first steps.
         reason: Why it was skipped/failed, or what it changed.
@@ -59,6 +70,7 @@ class Trial:
     speedup: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    interval: Interval = Interval.CI95
     verdict: Verdict = Verdict.SKIPPED
     loss_max_rel_diff: float | None = None
     reason: str = ""
@@ -76,6 +88,7 @@ class Trial:
     def __post_init__(self) -> None:
         # NOTE: producers may pass the plain words ("improved", "safe"); hold the members.
         object.__setattr__(self, "verdict", Verdict.parse(self.verdict))
+        object.__setattr__(self, "interval", Interval.parse(self.interval))
         object.__setattr__(self, "safety", Safety.parse(self.safety))
         if not self.fixes and self.fix:
             object.__setattr__(self, "fixes", (self.fix,))

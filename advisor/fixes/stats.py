@@ -52,7 +52,8 @@ class Estimate:
     Attributes:
         speedup: Median of the paired ratios (None without pairs).
         ci_low / ci_high: 95% interval (None with fewer than two pairs).
-        verdict: ``improved``, ``no_effect``, ``undecided`` or ``slower``.
+        verdict: ``improved``, ``no_effect``, ``undecided``, ``slower`` or (from
+            :func:`range_estimate`) ``unmeasurable``.
         pairs: Number of pairs used.
         reason: Why the verdict is ``undecided`` ("" otherwise).
     """
@@ -188,6 +189,44 @@ def estimate(ratios: Sequence[float], min_effect: float = MIN_EFFECT, alpha: flo
 
 MIN_PAIRS = 2
 """A trial is never decided on fewer pairs: one pair has no noise estimate at all."""
+
+
+def range_estimate(
+    baseline: Sequence[float | None], variant: Sequence[float | None], min_effect: float = MIN_EFFECT,
+) -> Estimate:
+    """Judge a fix from every run against every other, for runs that are not one population.
+
+    When runs of one setting disagree (:func:`advisor.fixes.agreement.disagreement`), pairs of
+    neighbouring runs no longer cancel the machine's changes, and a t interval over them means
+    nothing. What still holds without any model of the noise is the range: the fix's speedup
+    lies between its slowest run over the baseline's fastest and its fastest over the
+    baseline's slowest. The fix is ``improved`` only when even the first clears the minimum
+    effect, ``slower`` when even the second loses it, and otherwise ``unmeasurable`` ("not
+    measurable here"), never ``no_effect``: the runs could not tell. The point estimate is the
+    median of the usual paired ratios, which always lies inside that range.
+
+    Args:
+        baseline: Baseline throughputs of the measurement (None where a run failed).
+        variant: The fix's throughputs.
+        min_effect: Smallest relative change counted as an effect.
+    """
+    refs = [a for a in baseline if a and a > 0 and math.isfinite(a)]
+    vals = [b for b in variant if b and b > 0 and math.isfinite(b)]
+    if not refs or not vals:
+        return Estimate(None, None, None, "no_effect", 0)
+    lo, hi = min(vals) / max(refs), max(vals) / min(refs)
+    ratios = paired_ratios(baseline, variant)
+    med = statistics.median(ratios) if ratios else statistics.median(vals) / statistics.median(refs)
+    med = min(max(med, lo), hi)
+    pairs = len(ratios) or min(len(refs), len(vals))
+    if lo >= 1.0 + min_effect:
+        return Estimate(med, lo, hi, "improved", pairs)
+    if hi <= 1.0 - min_effect:
+        return Estimate(med, lo, hi, "slower", pairs)
+    return Estimate(
+        med, lo, hi, "unmeasurable", pairs,
+        f"not measurable here: every run against every other gives {lo:.2f}x to {hi:.2f}x",
+    )
 
 
 def decided_early(ratios: Sequence[float], looks: int, min_effect: float = MIN_EFFECT) -> bool:

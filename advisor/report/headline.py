@@ -1,7 +1,9 @@
 """The report's headline numbers, the same in every format: step time, its breakdown, throughput.
 
 * **Step time** is the median of the *timed* steps (run without the profiler) when the run has
-  them: that is the script's real speed. The profiled steps are slower (the profiler records
+  them: that is the script's real speed. Only their steady part counts (:mod:`advisor._steady`):
+  steps still warming up at the window's start are left out and counted in the caption, which
+  also gives the spread (p10-p90) and says when the window was not steady. The profiled steps are slower (the profiler records
   every op, with shapes and stacks), so their median is used only for a bare trace.
 * **Breakdown**: the shares come from the profiled steps (only they are broken down); their
   milliseconds are the shares of the headline step, so the parts add up to the number shown
@@ -15,6 +17,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from advisor._steady import assess, steady_times
 from advisor.report import style as s
 from advisor.report import (
     text as _text,  # NOTE: a module reference: text.py imports this module too
@@ -37,13 +40,24 @@ class StepTime:
     steps: int
     basis: str
     ranks: int = 1
+    p10_ms: float | None = None
+    p90_ms: float | None = None
+    skipped: int = 0
+    steady: bool = True
 
     def caption(self) -> str:
-        """Say which steps the median covers, e.g. ``median of 20 timed steps (no profiler)``."""
+        """Say which steps the median covers, e.g. ``median of 20 timed steps (no profiler), p10-p90 ...``."""
         plural = "s" if self.steps != 1 else ""
-        if self.basis == "timed":
-            return f"median of {self.steps} timed step{plural} (no profiler)"
-        return f"median of {_steps_text(self.steps, self.ranks)}"
+        if self.basis != "timed":
+            return f"median of {_steps_text(self.steps, self.ranks)}"
+        what = "steady timed" if self.skipped else "timed"
+        text = f"median of {self.steps} {what} step{plural} (no profiler"
+        if self.p10_ms is not None and self.p90_ms is not None and self.steps >= 5:
+            text += f"; p10–p90 {s.ms(self.p10_ms).removesuffix(' ms')}–{s.ms(self.p90_ms)}"
+        text += ")"
+        if self.skipped:
+            text += f"; the {self.skipped} before them were still warming up"
+        return text if self.steady else text + "; not steady"
 
 
 def _steps_text(steps: int, ranks: int) -> str:
@@ -65,7 +79,14 @@ def _profiled(report: Report) -> tuple[int, int]:
 
 def step_time(report: Report) -> StepTime:
     """Return the headline step time: the timed steps' median, else the profiled steps'."""
-    timed = [t for t in (s.finite(x) for x in report.run.timed_step_times_ms) if t is not None and t > 0]
+    times = report.run.timed_step_times_ms
+    if all(s.finite(x) is not None and x > 0 for x in times) and times:
+        verdict = assess(times)
+        return StepTime(
+            verdict.median_ms, verdict.used, "timed", p10_ms=verdict.p10_ms, p90_ms=verdict.p90_ms,
+            skipped=verdict.start, steady=verdict.steady,
+        )
+    timed = [t for t in (s.finite(x) for x in times) if t is not None and t > 0]
     if timed:
         return StepTime(statistics.median(timed), len(timed), "timed")
     steps, ranks = _profiled(report)
@@ -98,5 +119,5 @@ def rate(report: Report) -> tuple[float | None, str]:
     """Return the run's throughput and its unit (samples/s when samples are known, else steps/s)."""
     if rate_unit(report) == "samples/s":
         return _text.throughput(report), "samples/s"
-    timed = [t for t in (s.finite(x) for x in report.run.timed_step_times_ms) if t is not None and t > 0]
+    timed = [t for t in (s.finite(x) for x in steady_times(report.run.timed_step_times_ms)) if t is not None and t > 0]
     return (len(timed) / (sum(timed) / 1e3) if timed else None), "steps/s"

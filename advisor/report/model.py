@@ -11,12 +11,14 @@ import dataclasses
 import datetime as _dt
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from advisor import __version__
 from advisor._serde import check_types, dump_json, from_dict, to_jsonable
+from advisor._steady import assess
 from advisor._vocab import Vocab
 from advisor.capture.model import RunCapture
 from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
@@ -238,6 +240,22 @@ class Report:
         return from_dict(cls, data)
 
 
+
+def steadiness_warnings(timed_ms: Sequence[float]) -> tuple[str, ...]:
+    """Return the report's warning when its timed steps were not one steady population.
+
+    A slow start that settled is not warned about: the step time already leaves it out and its
+    caption says so (:func:`advisor.report.headline.step_time`).
+    """
+    verdict = assess(timed_ms)
+    if verdict.steady:
+        return ()
+    spread = f"p10–p90 {verdict.p10_ms:.4g} to {verdict.p90_ms:.4g} ms" if verdict.p10_ms and verdict.p90_ms else ""
+    return (
+        f"the timed steps were not steady: {verdict.detail}; the step time is the median of all "
+        f"{verdict.used} ({spread}), and a re-run may measure another level",
+    )
+
 def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """Bring an older report document to the current layout (see :data:`REPORT_SCHEMA_VERSION`)."""
     try:
@@ -323,7 +341,9 @@ def build_report(
     else:
         run = RunInfo(status="analyzed", steps_measured=int(len(steps_df)))
     primary = diagnosis.primary.category if diagnosis.primary else None
-    warnings = tuple(dict.fromkeys((*diagnosis.warnings, *contention_warnings(metrics.summary, primary))))
+    warnings = tuple(dict.fromkeys((
+        *diagnosis.warnings, *contention_warnings(metrics.summary, primary), *steadiness_warnings(run.timed_step_times_ms),
+    )))
     categories: dict[str, float] = {}
     for f in diagnosis.findings:
         categories[f.category] = max(categories.get(f.category, 0.0), f.impact_frac)

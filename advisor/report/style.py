@@ -63,6 +63,7 @@ VERDICT_LABELS: dict[str, str] = {
     "improved": "faster",
     "no_effect": "no measurable effect",
     "undecided": "undecided (too noisy)",
+    "unmeasurable": "not measurable here",
     "slower": "slower",
     "failed": "failed",
     "skipped": "skipped",
@@ -74,6 +75,7 @@ VERDICT_COLORS: dict[str, str] = {
     "improved": "#59a14f",
     "no_effect": "#9d9d9d",
     "undecided": "#b07aa1",
+    "unmeasurable": "#b07aa1",
     "slower": "#e15759",
     "failed": "#b22222",
     "skipped": "#c8c8c8",
@@ -211,6 +213,12 @@ def ci(low: Any, high: Any) -> str:
     if lo is None or hi is None:
         return ""
     return f"[{lo:.2f}–{hi:.2f}]"
+
+
+def trial_interval(trial: Any) -> str:
+    """Return a trial's interval (``[1.21–1.40]``), with ``range`` after it when it spans every run against every other."""
+    text = ci(getattr(trial, "ci_low", None), getattr(trial, "ci_high", None))
+    return f"{text} range" if text and getattr(trial, "interval", "ci95") == "run_range" else text
 
 
 

@@ -286,7 +286,7 @@ def trials_plot(
             continue
         against = s.trial_reference(t) or "baseline"
         tip = (
-            f"{t.fix}: {s.rate(v)} {unit}, {s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)} vs {against} "
+            f"{t.fix}: {s.rate(v)} {unit}, {s.times(t.speedup)} {s.trial_interval(t)} vs {against} "
             f"({s.VERDICT_LABELS.get(t.verdict, t.verdict)})"
         )
         out.append(
@@ -312,7 +312,7 @@ def trials_plot(
                 f'<line x1="{x1:.1f}" x2="{x1:.1f}" y1="{y + 9}" y2="{y + 21}"/>'
                 f'<line x1="{x2:.1f}" x2="{x2:.1f}" y1="{y + 9}" y2="{y + 21}"/></g>'
             )
-        text = f"{s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)} · {s.VERDICT_SHORT.get(t.verdict, t.verdict)}"
+        text = f"{s.times(t.speedup)} {s.trial_interval(t)} · {s.VERDICT_SHORT.get(t.verdict, t.verdict)}"
         out.append(f'<text x="{W - right + 8}" y="{y + 19}" font-size="12" class="fg">{esc(text)}</text>')
     for value, first, last in ref_lines:
         x = xpos(value)

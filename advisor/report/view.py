@@ -145,12 +145,15 @@ class MeasuredSpeedup:
     speedup: float
     ci_low: float | None
     ci_high: float | None
+    interval: str = "ci95"
 
     @property
     def ci_text(self) -> str:
-        """``[1.51–1.66] 95% CI``, or "" when the trial has no interval."""
+        """``[1.51–1.66] 95% CI`` (``... range over runs`` when runs disagreed), or "" without an interval."""
         ci = s.ci(self.ci_low, self.ci_high)
-        return f"{ci} 95% CI" if ci else ""
+        if not ci:
+            return ""
+        return f"{ci} range over runs" if self.interval == "run_range" else f"{ci} 95% CI"
 
     @property
     def ratio_text(self) -> str:
@@ -327,6 +330,7 @@ def _speedup(report: Report, unit: str) -> MeasuredSpeedup | None:
         speedup=float(kept.speedup),
         ci_low=s.finite(kept.ci_low),
         ci_high=s.finite(kept.ci_high),
+        interval=str(kept.interval),
     )
 
 
@@ -370,7 +374,7 @@ def _trial_row(t: Trial, combined: bool) -> TrialRow:
         safety=t.safety,
         before=s.rate(t.baseline_samples_per_s),
         after=s.rate(t.samples_per_s),
-        speedup=f"{s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)}".strip(),
+        speedup=f"{s.times(t.speedup)} {s.trial_interval(t)}".strip(),
         verdict=_verdict_label(t),
         loss=s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—",
         memory=s.trial_memory(t),
@@ -419,7 +423,7 @@ def case_study(report: Report) -> str:
         (steps if t.fix in inside else apart).append(f"+{t.fix} {speed} ({figures})")
     if together is not None:
         figures = ", ".join(x for x in ("measured together against the baseline", _step_figures(together)) if x)
-        steps.append(f"together {s.times(together.speedup)} {s.ci(together.ci_low, together.ci_high)} ({figures})".replace("  ", " "))
+        steps.append(f"together {s.times(together.speedup)} {s.trial_interval(together)} ({figures})".replace("  ", " "))
     text = " → ".join(steps)
     if apart:
         text += "; kept apart (not in the combined run): " + "; ".join(apart)

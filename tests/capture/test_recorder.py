@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from advisor._steady import SteadyState, assess
 from advisor.capture.recorder import Phases, StepRecorder, StopScript
 
 
@@ -264,3 +265,42 @@ def test_phase_seconds_without_warmup_count_the_first_step_as_setup():
     got = rec.phase_seconds()
     assert got["setup"] == pytest.approx(3.5) and got["timed"] == pytest.approx(0.5)
     assert "warmup" not in got  # asked with 0 steps
+
+
+def _run_steps(rec, clock, seconds):
+    with pytest.raises(StopScript):
+        for t in seconds:
+            opt_step(rec, clock, seconds=t)
+
+
+def test_a_window_still_warming_up_is_extended_until_its_steady_part_holds_the_asked_steps():
+    # 20 timed steps asked; the first 8 are 5x slower (warm-up still going): timing goes on
+    # until 20 steady steps follow them.
+    clock = FakeClock()
+    rec = StepRecorder(Phases(1, 20, 0, 0), clock=clock, start_time=90.0)
+    rec.script_started()
+    slow = [0.5 + 0.01 * (i % 3) for i in range(8)]
+    steady = [0.1 + 0.001 * (i % 5) for i in range(200)]
+    _run_steps(rec, clock, [0.5, *slow, *steady])
+    times = rec.timed_phase().step_times_ms
+    assert len(times) == 28
+    verdict = assess(times)
+    assert verdict.state is SteadyState.SETTLED_LATE
+    assert (verdict.start, verdict.used) == (8, 20)
+
+
+def test_a_steady_window_keeps_the_asked_steps():
+    clock = FakeClock()
+    rec = StepRecorder(Phases(1, 20, 0, 0), clock=clock, start_time=90.0)
+    rec.script_started()
+    _run_steps(rec, clock, [0.1 + 0.002 * (i % 7) for i in range(200)])
+    assert len(rec.timed_phase().step_times_ms) == 20
+
+
+def test_a_window_that_never_settles_grows_by_at_most_as_many_steps_again():
+    # Every step slower than the one before: no steady part ever appears.
+    clock = FakeClock()
+    rec = StepRecorder(Phases(1, 20, 0, 0), clock=clock, start_time=90.0)
+    rec.script_started()
+    _run_steps(rec, clock, [2.0 / (1 + 0.05 * i) for i in range(300)])
+    assert len(rec.timed_phase().step_times_ms) <= 40

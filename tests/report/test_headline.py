@@ -24,7 +24,7 @@ def test_step_time_is_the_timed_median_and_the_breakdown_adds_up_to_it() -> None
     parts = headline.part_ms(report)
     assert sum(v for v in parts.values() if v) == pytest.approx(step.ms)
     text = render(report, "text")
-    assert f"median of {len(timed)} timed steps (no profiler)" in text
+    assert f"median of {len(timed)} timed steps (no profiler; p10–p90" in text
     assert "shares of the 5 profiled steps; ms are those shares of the timed median step" in text
 
 

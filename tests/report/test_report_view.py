@@ -78,7 +78,7 @@ def test_every_format_prints_the_same_headline(fmt: str) -> None:
         "11.63×",
         "[11.10–12.20]",
         "17.9 → 208 samples/s in the trial's interleaved repeats",
-        "6,150 ms median of 20 timed steps (no profiler)",
+        "6,150 ms median of 20 timed steps (no profiler; p10–p90",
     ]
     missing = [e for e in expected if e not in out]
     assert missing == [], f"{fmt} lacks {missing}"

@@ -1,0 +1,157 @@
+"""Whether runs of the same setting agree, and, when they do not, what the runs that differ shared.
+
+The paired interval of :mod:`advisor.fixes.stats` assumes that runs of one setting differ only
+by noise. On a machine whose other work comes and goes that fails: an unchanged script measured
+31, 54, 94 and 1,070 samples/s in four runs of one diagnose, and an interval over pairs of such
+runs can "show" any speedup. So every measurement first compares the runs of each setting with
+each other (:func:`disagreement`): when the slowest and the fastest differ by
+:data:`~advisor.fixes.stats.DECISIVE_EFFECT` or more, the runs are not one population, the
+verdict is taken from every run against every other instead
+(:func:`~advisor.fixes.stats.range_estimate`: a fix is faster only when its slowest run beats
+the baseline's fastest), and :func:`explain` looks for what the slow runs had in common in what
+each run recorded: how it started (forked warm or cold), the machine's load and the CPU other
+processes took while it ran, the threads it held, and whether its own steps were steady.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from advisor._steady import SteadyState, assess
+from advisor.fixes.stats import DECISIVE_EFFECT
+
+__all__ = ["RunFacts", "disagreement", "explain", "facts_of", "rate_range"]
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What one measured run recorded besides its rate, for telling why runs differ.
+
+    Attributes:
+        rate: Its throughput (None: the run measured nothing).
+        start: ``warm`` (forked from the warm-start server) or ``cold``.
+        load: Mean load average while it ran.
+        other_frac: Share of the machine's CPU other processes used while it ran.
+        threads: Most threads its process tree held.
+        steadiness: Its own steps' verdict (:class:`~advisor._steady.SteadyState`).
+        steady_detail: What was unsteady about its steps ("" when steady).
+    """
+
+    rate: float | None
+    start: str = "cold"
+    load: float | None = None
+    other_frac: float | None = None
+    threads: int | None = None
+    steadiness: SteadyState = SteadyState.STEADY
+    steady_detail: str = ""
+
+
+def facts_of(cap: Any, rate: float | None) -> RunFacts:
+    """Read a finished capture's :class:`RunFacts` (missing fields stay None)."""
+    cpu = getattr(cap, "cpu", None)
+    timed = getattr(cap, "timed", None)
+    verdict = assess(tuple(getattr(timed, "step_times_ms", ()) or ()))
+    return RunFacts(
+        rate=rate,
+        start=str(getattr(cap, "start", "cold") or "cold"),
+        load=_num(getattr(cpu, "load_avg_mean", None)),
+        other_frac=_num(getattr(cpu, "other_util_frac", None)),
+        threads=getattr(cpu, "max_threads", None),
+        steadiness=verdict.state,
+        steady_detail=verdict.detail,
+    )
+
+
+def rate_range(rates: Sequence[float | None]) -> tuple[float, float] | None:
+    """Return (slowest, fastest) of the positive rates, None with fewer than two."""
+    xs = [r for r in rates if r is not None and r > 0 and math.isfinite(r)]
+    return (min(xs), max(xs)) if len(xs) >= 2 else None
+
+
+def disagreement(rates: Sequence[float | None], limit: float = DECISIVE_EFFECT) -> tuple[float, float] | None:
+    """Return (slowest, fastest) when runs of one setting differ by ``limit`` or more, else None.
+
+    A difference that large between runs of the *same* thing is more than the noise a paired
+    interval can absorb: it is a change in the machine or in the run, not in the fix.
+    """
+    span = rate_range(rates)
+    if span is None or span[1] < span[0] * (1.0 + limit):
+        return None
+    return span
+
+
+def explain(runs: Sequence[RunFacts], unit: str = "samples/s") -> str:
+    """Say what the slow runs of one setting had in common, from what each run recorded.
+
+    The runs are split at the geometric middle of their slowest and fastest rate; a recorded
+    condition explains the split when it separates the two groups completely (every slow run
+    started cold and every fast one warm; every slow run shared the machine with more other
+    work than any fast one). Runs whose own steps were unsteady are named too. Returns "" when
+    nothing recorded separates them.
+    """
+    measured = [r for r in runs if r.rate is not None and r.rate > 0]
+    span = rate_range([r.rate for r in measured])
+    if span is None:
+        return ""
+    mid = math.sqrt(span[0] * span[1])
+    slow = [r for r in measured if r.rate is not None and r.rate < mid]
+    fast = [r for r in measured if r.rate is not None and r.rate >= mid]
+    found: list[str] = []
+    starts_slow, starts_fast = {r.start for r in slow}, {r.start for r in fast}
+    if len(starts_slow) == 1 and len(starts_fast) == 1 and starts_slow != starts_fast:
+        found.append(f"the {next(iter(starts_slow))}-started runs were the slow ones, the "
+                     f"{next(iter(starts_fast))}-started the fast ones")
+    other = _separates(slow, fast, "other_frac")
+    if other is not None:
+        (s_lo, s_hi), (f_lo, f_hi) = other
+        found.append(
+            f"other processes took {_pct(s_lo, s_hi)} of the CPU during the slow runs against "
+            f"{_pct(f_lo, f_hi)} during the fast ones"
+        )
+    load = _separates(slow, fast, "load")
+    if load is not None and other is None:
+        (s_lo, s_hi), (f_lo, f_hi) = load
+        found.append(f"the load average was {_span(s_lo, s_hi)} during the slow runs against "
+                     f"{_span(f_lo, f_hi)} during the fast ones")
+    threads = _separates(slow, fast, "threads")
+    if threads is not None:
+        (s_lo, s_hi), (f_lo, f_hi) = threads
+        found.append(f"the slow runs held {_span(s_lo, s_hi, 0)} threads, the fast ones {_span(f_lo, f_hi, 0)}")
+    unsteady = [r for r in measured if r.steadiness not in (SteadyState.STEADY, SteadyState.SETTLED_LATE)]
+    if unsteady:
+        worst = min(unsteady, key=lambda r: r.rate or 0.0)
+        found.append(f"{len(unsteady)} of the {len(measured)} runs were not steady inside "
+                     f"(in the slowest of them, {worst.steady_detail})")
+    return "; ".join(found)
+
+
+def _num(value: Any) -> float | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _separates(
+    slow: Sequence[RunFacts], fast: Sequence[RunFacts], attr: str,
+) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """Return the two groups' ranges of ``attr`` when every slow run's value exceeds every fast run's."""
+    s = [v for v in (getattr(r, attr) for r in slow) if v is not None]
+    f = [v for v in (getattr(r, attr) for r in fast) if v is not None]
+    if not s or not f or len(s) < len(slow) or len(f) < len(fast):
+        return None
+    if min(s) <= max(f):
+        return None
+    return (min(s), max(s)), (min(f), max(f))
+
+
+def _pct(lo: float, hi: float) -> str:
+    return f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}–{hi:.0%}"
+
+
+def _span(lo: float, hi: float, digits: int = 1) -> str:
+    return f"{lo:.{digits}f}" if round(lo, digits) == round(hi, digits) else f"{lo:.{digits}f}–{hi:.{digits}f}"
