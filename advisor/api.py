@@ -422,7 +422,7 @@ def try_fixes(
     """
     from advisor.capture.warm import warm_runner
     from advisor.fixes.diff import write_diff
-    from advisor.fixes.trials import INSTALLER, run_trials
+    from advisor.fixes.loop import INSTALLER, run_trials
     from advisor.rundir import TRIALS_DIR
 
     trial_spec = replace(spec, quiet=True)
@@ -476,7 +476,7 @@ def sweep_script(
     """
     from advisor.capture.warm import warm_runner
     from advisor.errors import Interrupted
-    from advisor.fixes.trials import INSTALLER
+    from advisor.fixes.loop import INSTALLER
     from advisor.rundir import SWEEP_DIFF_FILE, SWEEP_FILE, TRIALS_DIR, create_unique
     from advisor.sweep.model import CellStatus, SweepStatus, SweepTable
     from advisor.sweep.render import render_json

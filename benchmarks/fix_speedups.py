@@ -53,7 +53,7 @@ from advisor.capture.model import RunSpec  # noqa: E402
 from advisor.engine.model import FixRef  # noqa: E402
 from advisor.fixes import registry  # noqa: E402
 from advisor.fixes.diff import transform  # noqa: E402
-from advisor.fixes.trials import TrialProgress, run_trials  # noqa: E402
+from advisor.fixes.loop import TrialProgress, run_trials  # noqa: E402
 
 # The fixes the rules suggest for each example's bottleneck (ids from the shared vocabulary).
 SUGGESTED: dict[str, tuple[str, ...]] = {

@@ -34,7 +34,7 @@ from zoo import EXAMPLES, load_manifest  # noqa: E402 - a sibling script, not a 
 from advisor.capture.model import RunCapture, RunSpec  # noqa: E402
 from advisor.capture.run import capture  # noqa: E402
 from advisor.capture.warm import WarmServer  # noqa: E402
-from advisor.fixes.trials import INSTALLER, MIN_TRIAL_WINDOW_S  # noqa: E402
+from advisor.fixes.loop.options import INSTALLER, MIN_TRIAL_WINDOW_S  # noqa: E402
 
 BEFORE_STEPS = ("process", "imports", "setup", "warmup")
 
@@ -45,7 +45,7 @@ def load() -> str:
 
 
 def trial_spec(name: str, args: list[str], out: Path) -> RunSpec:
-    """A plain baseline trial run's spec, as :meth:`advisor.fixes.trials.Measurer.trial_spec` builds it."""
+    """A plain baseline trial run's spec, as :meth:`advisor.fixes.loop.measure.Measurer.trial_spec` builds it."""
     return RunSpec(
         script=EXAMPLES / f"{name}.py", args=tuple(args), out_dir=out, profiled_steps=0, cprofile_steps=0,
         seed=0, record_loss_steps=3, quiet=True, cwd=Path.cwd(), min_timed_s=MIN_TRIAL_WINDOW_S,

@@ -10,7 +10,7 @@ Each cell is the user's unmodified script with changes installed in the child:
   a new command line), else at run time by :mod:`advisor.sweep.child` (optimizer steps on every
   k-th call, gradients averaged), for a script that does not accumulate already.
 
-Runs go through the fix loop's :class:`~advisor.fixes.trials.Measurer`, so a cell run is
+Runs go through the fix loop's :class:`~advisor.fixes.loop.measure.Measurer`, so a cell run is
 exactly a trial run: timed steps without the profiler, a fixed seed, the first losses recorded,
 fewer steps for big batches, and ``RunSpec.memory_budget_bytes`` enforced by the capture (an
 RSS watchdog on CPU). The first run of each cell also counts the FLOPs of its last warm-up
@@ -49,8 +49,9 @@ from advisor.errors import UsageError
 from advisor.fixes import catalog
 from advisor.fixes.catalog import script_args
 from advisor.fixes.fix import DiffPlan, FixContext, context_from_capture, ladder_steps
+from advisor.fixes.loop.measure import Measurer
+from advisor.fixes.loop.options import Runner, default_runner
 from advisor.fixes.stats import loss_parity, t_quantile
-from advisor.fixes.trials import Measurer, Runner, default_runner
 from advisor.rundir import SWEEP_FLOPS_FILE as FLOPS_FILE
 from advisor.sweep import child
 from advisor.sweep.model import (

@@ -221,7 +221,7 @@ def test_several_nodes_need_a_rendezvous(tmp_path: Path, monkeypatch: pytest.Mon
 def test_fix_trials_run_in_every_rank(tmp_path: Path) -> None:
     """The trial loop with capture_distributed as its runner: throughput is the job's."""
     from advisor.engine.model import FixRef
-    from advisor.fixes.trials import run_trials
+    from advisor.fixes.loop import run_trials
 
     spec = RunSpec(
         script=EXAMPLE,

@@ -8,7 +8,7 @@ import pytest
 
 from advisor.capture.model import FixRequest, RunSpec
 from advisor.engine.model import FixRef
-from advisor.fixes.trials import run_trials
+from advisor.fixes.loop import run_trials
 
 SCRIPT = Path(__file__).parent / "scripts" / "slow_loader.py"
 

@@ -10,8 +10,8 @@ from advisor.capture.model import RunSpec
 from advisor.engine.model import FixRef
 from advisor.fixes import catalog
 from advisor.fixes.diff import transform
+from advisor.fixes.loop import run_trials
 from advisor.fixes.model import Trial
-from advisor.fixes.trials import run_trials
 
 LOOP = """\
 from torch.utils.data import DataLoader

@@ -11,8 +11,10 @@ from fixes_fakes import FakeRunner
 from advisor.capture.model import DataLoaderInfo, RunSpec
 from advisor.engine.model import FixRef
 from advisor.fixes.fix import FixContext
+from advisor.fixes.loop import run_trials
+from advisor.fixes.loop.plan import plan_trials
+from advisor.fixes.loop.select import collapse, pick_kept, select_combination
 from advisor.fixes.model import Trial
-from advisor.fixes.trials import collapse, pick_kept, plan_trials, run_trials, select_combination
 
 SPEC = RunSpec(script=Path("train.py"))
 

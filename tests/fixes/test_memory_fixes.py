@@ -20,9 +20,10 @@ from advisor.capture.model import FixRequest, RunSpec
 from advisor.fixes import catalog, runtime
 from advisor.fixes.diff import transform
 from advisor.fixes.fix import FixContext, Objective
+from advisor.fixes.loop import run_trials
+from advisor.fixes.loop.memory import judge_memory
 from advisor.fixes.model import Trial
 from advisor.fixes.stats import Estimate
-from advisor.fixes.trials import judge_memory, run_trials
 
 MiB = 2**20
 

@@ -12,9 +12,10 @@ from fixes_fakes import FakeRunner, by_fix, refs
 from advisor.capture.model import DataLoaderInfo, FixRequest, RunSpec
 from advisor.fixes import registry
 from advisor.fixes.diff import transform
+from advisor.fixes.fix import ladder_steps
+from advisor.fixes.loop import run_trials
 from advisor.fixes.model import Trial
 from advisor.fixes.registry import FixContext, batch_ladder
-from advisor.fixes.trials import ladder_steps, run_trials
 
 DATA = Path(__file__).parent / "data"
 

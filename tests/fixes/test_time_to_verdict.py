@@ -11,8 +11,9 @@ from fixes_fakes import FakeRunner, by_fix, refs
 from advisor.capture.model import RunCapture, RunSpec
 from advisor.errors import UsageError
 from advisor.fixes.bounds import by_gain, gain_bounds
+from advisor.fixes.loop import run_trials
+from advisor.fixes.loop.plan import settled_warmup
 from advisor.fixes.stats import decided_early, estimate
-from advisor.fixes.trials import run_trials, settled_warmup
 
 # -- Amdahl bounds -----------------------------------------------------------------------------
 
@@ -235,7 +236,7 @@ def test_runs_in_flight_report_their_steps_throttled_with_every_phase_change(spe
 
 
 def test_a_real_trial_run_reports_its_steps_while_in_flight(tmp_path):
-    from advisor.fixes.trials import Measurer, TrialProgress, default_runner
+    from advisor.fixes.loop import Measurer, TrialProgress, default_runner
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "train_loop.py"
     spec = RunSpec(script=script, args=("--steps", "40"), out_dir=tmp_path / "run", warmup_steps=3,
@@ -291,7 +292,8 @@ def test_nothing_kept_means_no_profiled_run_and_a_missing_trace_is_said(spec):
 
 @pytest.mark.parametrize(("asked", "timed"), [(20, 8), (5, 5)])
 def test_trial_runs_time_a_window_not_the_captures_step_count(tmp_path: Path, asked: int, timed: int) -> None:
-    from advisor.fixes.trials import MIN_TRIAL_WINDOW_S, TRIAL_TIMED_STEPS, Measurer
+    from advisor.fixes.loop import Measurer
+    from advisor.fixes.loop.options import MIN_TRIAL_WINDOW_S, TRIAL_TIMED_STEPS
 
     spec = RunSpec(script=tmp_path / "train.py", out_dir=tmp_path / "run", timed_steps=asked)
     loop = Measurer(spec, lambda s: None, None, repeats=1, min_effect=0.03, loss_steps=0)

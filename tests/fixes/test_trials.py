@@ -7,8 +7,8 @@ from fixes_fakes import FakeRunner, by_fix, refs
 
 from advisor.capture.model import RunSpec
 from advisor.errors import UsageError
+from advisor.fixes.loop import TrialProgress, run_trials
 from advisor.fixes.model import FixOutcome
-from advisor.fixes.trials import TrialProgress, run_trials
 
 
 def test_workers_win_is_kept_and_the_best_rung_is_picked(spec):
@@ -197,7 +197,7 @@ def test_progress_line_is_readable():
 
 
 def test_fusion_runs_long_enough_to_reach_an_optimizer_step(spec):
-    from advisor.fixes.trials import fusion_steps
+    from advisor.fixes.fix import fusion_steps
 
     steps = fusion_steps(spec, 16)  # 16 loader batches before the first optimizer step
     assert steps["warmup_steps"] + steps["timed_steps"] > 16

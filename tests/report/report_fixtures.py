@@ -161,7 +161,7 @@ def make_report(hostile: bool = False) -> Report:
             repeats=5,
             params={"num_workers": 2},
         ),
-        # Measured on top of the workers rung (advisor.fixes.trials stage 2): its baseline is
+        # Measured on top of the workers rung (advisor.fixes.loop.stages): its baseline is
         # that run's throughput, not the plain baseline's.
         Trial(
             fix="persistent_workers",

@@ -1,0 +1,225 @@
+"""The top of the fix loop: :func:`run_trials`, which reads as its steps (docs/fix-loop.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from advisor._num import median
+from advisor.capture.model import RunCapture, RunSpec
+from advisor.engine.model import FixRef
+from advisor.fixes import catalog
+from advisor.fixes.bounds import GainBound, gain_bounds
+from advisor.fixes.fix import FixContext, context_from_capture, is_out_of_memory
+from advisor.fixes.loop.measure import Measurer
+from advisor.fixes.loop.memory import pick_memory
+from advisor.fixes.loop.options import WARMUP_SETTLED, LoopOptions
+from advisor.fixes.loop.plan import choose, fit_budget, plan_trials, settled_warmup
+from advisor.fixes.loop.progress import TrialProgress
+from advisor.fixes.loop.select import best_alone, collapse, pick_kept, select_combination
+from advisor.fixes.loop.stages import measure_combined, measure_on_top, out_of_memory, profile_kept
+from advisor.fixes.loop.text import advice_note, diff_text, failure_reason, since
+from advisor.fixes.loop.variant import IMPROVED, SKIPPED
+from advisor.fixes.model import FixOutcome, Trial
+
+
+def run_trials(
+    spec: RunSpec, suggested: Sequence[FixRef], options: LoopOptions | None = None, **fields: Any,
+) -> FixOutcome:
+    """Try each suggested fix at run time, measure it against the baseline, keep what helps.
+
+    Args:
+        spec: The diagnosed run's spec; trials run the same script and arguments, in
+            ``<spec.out_dir>/trials/``, without the profiler.
+        suggested: Fixes the findings suggest (duplicates are merged).
+        options: How to try them (:class:`~advisor.fixes.loop.options.LoopOptions`; its
+            defaults when None).
+        **fields: Any :class:`~advisor.fixes.loop.options.LoopOptions` field by name
+            (``repeats=5``), over ``options``; an unknown name is a TypeError.
+
+    Returns:
+        A :class:`~advisor.fixes.model.FixOutcome`: every trial with its verdict, the combined
+        trial, the kept fix ids and the diff.
+
+    Raises:
+        UsageError: ``only`` names an unknown fix id, or ``repeats`` is below 1.
+    """
+    opts = replace(options or LoopOptions(), **fields)
+    started = opts.clock()
+    opts.check()
+    loop = _measurer(spec, opts, started)
+    wanted, hidden, notes = choose(suggested, opts.only, opts.unsafe)
+    results: dict[str, Trial] = {}
+    if opts.checkpoint is not None:
+        save = opts.checkpoint
+        loop.on_run = lambda: save(loop.snapshot(wanted, results, notes, hidden, started))
+    bounds = gain_bounds(wanted, opts.breakdown, opts.impacts)
+    if not opts.only:
+        results.update(_hopeless(wanted, bounds, opts.min_effect, notes))
+    todo = [f for f in wanted if f not in results]
+    if not todo:
+        return FixOutcome(trials=tuple(results[f] for f in wanted), notes=tuple(notes),
+                          hidden_unsafe=hidden, wall_s=since(started, opts.clock))
+    if all(catalog.get(f).needs_no_run for f in todo):
+        return _advice_only(todo, wanted, hidden, notes, results, spec, opts, started)
+
+    # Round 1's baseline comes first: it decides what can apply.
+    base0 = loop.run_baseline("baseline", 1, flight=TrialProgress(fix="baseline", repeat=1, repeats=opts.repeats))
+    if is_out_of_memory(base0):
+        return out_of_memory(base0, wanted, hidden, notes, results, opts.only, opts.unsafe, loop, spec,
+                             opts.make_diff_text)
+    if not base0.ok or loop.rate(base0) is None:
+        return _baseline_failed(base0, wanted, hidden, notes, results, loop, started)
+    ctx = _settle(base0, spec, loop, opts.settle_warmup, notes)
+
+    plan = plan_trials(todo, ctx, spec, loop.base_step_ms)
+    if opts.budget_s is not None:
+        results.update(fit_budget(plan, bounds, loop, notes))
+    loop.measure(plan.variants, reference=(), ref_label="baseline", first_baseline=base0)
+    results.update({**plan.skipped, **plan.advice})
+    results.update(collapse([loop.trial(v) for v in plan.variants]))
+    if plan.on_top:
+        results.update(measure_on_top(plan.on_top, results, ctx, spec, loop, bounds, notes,
+                                      shares=opts.breakdown, skip_inert=opts.skip_inert and not opts.only))
+
+    trials = tuple(results[f] for f in wanted if f in results)
+    combined, kept, trials = _keep(trials, frozenset(plan.on_top), loop, ctx, spec, notes)
+    advice = [results[f] for f in wanted if f in plan.advice]
+    if advice:
+        notes.append(advice_note(advice))
+    kept_run = profile_kept(kept, loop, ctx, spec, notes) if opts.profile_kept and kept else ""
+    diff = diff_text(spec, [*kept, *advice], notes) if opts.make_diff_text and (kept or advice) else ""
+    return FixOutcome(
+        trials=trials,
+        combined=combined,
+        kept=tuple(t.fix for t in kept),
+        diff=diff,
+        notes=tuple(notes),
+        hidden_unsafe=hidden,
+        kept_trials=tuple(kept),
+        wall_s=since(started, opts.clock),
+        runs=loop.runs,
+        phases_s=dict(loop.phases_s),
+        starts=dict(loop.starts),
+        kept_run=kept_run,
+    )
+
+
+def _measurer(spec: RunSpec, opts: LoopOptions, started: float) -> Measurer:
+    """Make the loop's measurer, with its round limits, clock and budget deadline set from ``opts``."""
+    loop = Measurer(spec, opts.runner, opts.progress, opts.repeats, opts.min_effect, opts.loss_steps)
+    loop.max_repeats = max(opts.repeats, opts.max_repeats if opts.max_repeats is not None else 2 * opts.repeats)
+    loop.started, loop.clock = started, opts.clock
+    loop.early_stop = opts.early_stop
+    if opts.budget_s is not None:
+        loop.deadline = started + opts.budget_s
+    return loop
+
+
+def _hopeless(
+    wanted: Sequence[str], bounds: Mapping[str, GainBound], min_effect: float, notes: list[str],
+) -> dict[str, Trial]:
+    """Skip, unrun, the fixes whose Amdahl bound cannot reach ``min_effect``.
+
+    Such a fix is not worth a run even if its part of the step vanished; the caller runs it anyway
+    when it was named with ``--fix`` (the user asked for that measurement).
+    """
+    hopeless = [f for f in wanted if bounds[f].cannot_reach(min_effect)]
+    out = {
+        f: Trial(fix=f, safety=catalog.get(f).safety, verdict=SKIPPED, reason=bounds[f].skip_reason(min_effect))
+        for f in hopeless
+    }
+    if hopeless:
+        notes.append(f"not run, their Amdahl bound is below the {min_effect:.0%} minimum effect: "
+                     + ", ".join(f"{f} (at most {bounds[f].speedup:.3f}x)" for f in hopeless))
+    return out
+
+
+def _advice_only(
+    todo: Sequence[str], wanted: Sequence[str], hidden: tuple[str, ...], notes: list[str],
+    results: dict[str, Trial], spec: RunSpec, opts: LoopOptions, started: float,
+) -> FixOutcome:
+    """Return the outcome when every fix left is advice: nothing runs, not even a baseline.
+
+    A baseline measured for advice would be read by nobody (examples/sync_logging.py ran three
+    baseline runs for host_reads alone).
+    """
+    plan = plan_trials(todo, FixContext(), spec)
+    results.update(plan.advice)
+    advice = list(plan.advice.values())
+    notes.append(advice_note(advice))
+    return FixOutcome(
+        trials=tuple(results[f] for f in wanted if f in results),
+        diff=diff_text(spec, advice, notes) if opts.make_diff_text else "",
+        notes=tuple(notes), hidden_unsafe=hidden, wall_s=since(started, opts.clock),
+    )
+
+
+def _baseline_failed(
+    base0: RunCapture, wanted: Sequence[str], hidden: tuple[str, ...], notes: list[str],
+    results: dict[str, Trial], loop: Measurer, started: float,
+) -> FixOutcome:
+    """Return the outcome when the first baseline failed or timed nothing: every fix not yet decided is skipped."""
+    reason = failure_reason(base0) if not base0.ok else "the baseline recorded no timed steps"
+    notes.append(f"no fix measured: the baseline run failed ({reason})")
+    trials = tuple(
+        results.get(f) or Trial(
+            fix=f, safety=catalog.get(f).safety, verdict=SKIPPED, reason=f"baseline run failed: {reason}",
+        )
+        for f in wanted
+    )
+    return FixOutcome(trials=trials, notes=tuple(notes), hidden_unsafe=hidden, wall_s=since(started, loop.clock),
+                      runs=loop.runs, phases_s=dict(loop.phases_s), starts=dict(loop.starts))
+
+
+def _settle(base0: RunCapture, spec: RunSpec, loop: Measurer, settle_warmup: bool, notes: list[str]) -> FixContext:
+    """Read the first baseline: the fixes' context, its step time, and the warm-up the trial runs need."""
+    ctx = context_from_capture(base0, spec.memory_budget_bytes)
+    loop.base_step_ms = median(base0.timed.step_times_ms)
+    warmup = settled_warmup(base0.timed.warmup_step_times_ms, base0.timed.step_times_ms, spec.warmup_steps)
+    if settle_warmup and warmup < spec.warmup_steps:
+        loop.warmup_steps = warmup
+        notes.append(
+            f"trial runs warm up for {warmup} steps, not {spec.warmup_steps}: the baseline's step time "
+            f"was within {WARMUP_SETTLED:.2f}x of its timed median from warm-up step {warmup} on"
+        )
+    return ctx
+
+
+def _keep(
+    trials: tuple[Trial, ...], on_top: frozenset[str], loop: Measurer, ctx: FixContext, spec: RunSpec,
+    notes: list[str],
+) -> tuple[Trial | None, list[Trial], tuple[Trial, ...]]:
+    """Decide what is kept: the wins combined (and measured together), plus the memory saver.
+
+    Returns:
+        The combined trial to report (None when nothing is kept), the kept trials, and the
+        trials again, a carried workers rung's reason now saying why it is kept.
+    """
+    selection = select_combination(trials, on_top, loop.min_effect)
+    notes.extend(selection.notes)
+    combined, kept = selection.single, selection.chosen
+    if len(selection.chosen) > 1:
+        if loop.affords(loop.repeats * 2 + 1):
+            measured = measure_combined(selection, loop, ctx, spec)
+            combined, kept, more = pick_kept(measured, selection.chosen, on_top, loop.min_effect)
+        else:
+            combined, kept, more = best_alone(selection.chosen, on_top)
+        notes.extend(more)
+    saver, more = pick_memory(trials)
+    notes.extend(more)
+    if saver is not None:
+        kept = [*kept, saver]
+        combined = combined or saver
+    # A workers rung kept only as the base of an on-top fix keeps its own verdict; say why it is kept.
+    tops = [t.fix for t in kept if t.fix in on_top]
+    carried = {
+        t.fix: replace(t, reason=f"{t.reason}; kept as the base of {', '.join(tops)} "
+                       "(measured together: see the combined trial)".lstrip("; "))
+        for t in kept if t.verdict != IMPROVED
+    }
+    if carried:
+        kept = [carried.get(t.fix, t) for t in kept]
+        trials = tuple(carried.get(t.fix, t) for t in trials)
+    return combined, kept, trials
