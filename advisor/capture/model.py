@@ -42,6 +42,10 @@ class StartKind(Vocab):
     WARM = "warm"  # forked from the warm-start server, torch already imported (advisor.capture.warm)
 
 
+class WarmStartLost(RuntimeError):
+    """The warm-start server died while a run was starting or in flight: run it again cold."""
+
+
 
 class NoteState(str, Enum):
     """What became of one run-time fix in the child (``FixNote.state``)."""

@@ -51,6 +51,7 @@ from advisor.capture.model import (
     RunStatus,
     ScriptError,
     StartKind,
+    WarmStartLost,
 )
 from advisor.capture.recorder import Phases
 from advisor.capture.sampler import UtilSampler
@@ -273,8 +274,6 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None, warm: Any =
             cpu, gpu = sampler.stop()
             relay.stop()
     if getattr(proc, "lost", False):
-        from advisor.capture.warm import WarmStartLost
-
         raise WarmStartLost(f"the warm-start server died during the run in {run_dir}")
     result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu, interrupt,
                     over_memory=tree.over_budget if ended_by == "memory" else None, warm=warm)

@@ -16,9 +16,7 @@ import statistics
 from dataclasses import dataclass
 
 from advisor.report import style as s
-from advisor.report import (
-    text as _text,  # NOTE: a module reference: text.py imports this module too
-)
+from advisor.report.figures import mean_part_ms, median_step_ms, part_shares, throughput
 from advisor.report.model import Report
 
 
@@ -69,15 +67,15 @@ def step_time(report: Report) -> StepTime:
     if timed:
         return StepTime(statistics.median(timed), len(timed), "timed")
     steps, ranks = _profiled(report)
-    return StepTime(_text.median_step_ms(report), steps, "profiled", ranks)
+    return StepTime(median_step_ms(report), steps, "profiled", ranks)
 
 
 def part_ms(report: Report) -> dict[str, float | None]:
     """Milliseconds per breakdown part: its share of the headline step (the mean over profiled steps without timed steps)."""
     headline = step_time(report)
     if headline.basis != "timed" or headline.ms is None:
-        return _text.mean_part_ms(report)
-    return {part: share * headline.ms for part, share in _text.part_shares(report).items()}
+        return mean_part_ms(report)
+    return {part: share * headline.ms for part, share in part_shares(report).items()}
 
 
 def breakdown_caption(report: Report) -> str:
@@ -97,6 +95,6 @@ def rate_unit(report: Report) -> str:
 def rate(report: Report) -> tuple[float | None, str]:
     """Return the run's throughput and its unit (samples/s when samples are known, else steps/s)."""
     if rate_unit(report) == "samples/s":
-        return _text.throughput(report), "samples/s"
+        return throughput(report), "samples/s"
     timed = [t for t in (s.finite(x) for x in report.run.timed_step_times_ms) if t is not None and t > 0]
     return (len(timed) / (sum(timed) / 1e3) if timed else None), "steps/s"

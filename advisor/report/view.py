@@ -27,8 +27,8 @@ from advisor.fixes.model import Trial
 from advisor.metrics.model import SourceLocation
 from advisor.report import headline as _headline
 from advisor.report import style as s
+from advisor.report.figures import device_text, part_shares, severity_counts, title_of
 from advisor.report.model import Report
-from advisor.report.text import device_text, part_shares, severity_counts, title_of
 
 MAX_LOCATIONS = 30
 """Source locations the view keeps (the terminal shows fewer; JSON has them all)."""
