@@ -48,12 +48,13 @@ from advisor.capture.model import (
     RunSpec,
     TimedPhase,
 )
+from advisor.capture.vocab import StepSource
 
-SOURCE_DATALOADER = "dataloader"
-SOURCE_MODULE = "module"
-SOURCE_BACKWARD = "backward"
-SOURCE_OPTIMIZER = "optimizer"
-SOURCE_MARKER = "marker"
+SOURCE_DATALOADER = StepSource.DATALOADER
+SOURCE_MODULE = StepSource.MODULE
+SOURCE_BACKWARD = StepSource.BACKWARD
+SOURCE_OPTIMIZER = StepSource.OPTIMIZER
+SOURCE_MARKER = StepSource.MARKER
 
 ACCUMULATION_GRACE = 256
 """Backward calls awaited for a created optimizer's first step before backward calls end steps.
@@ -172,7 +173,7 @@ class StepRecorder:
     on_phase: Callable[[StepRecorder], None] | None = None
     record_loss_steps: int = 0
 
-    source: str | None = None
+    source: StepSource | None = None
     phase: str = Phase.STARTING
     steps: int = 0  # steps completed since measurement (re)started
     steps_seen: int = 0  # steps completed in all (never reset)

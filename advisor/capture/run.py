@@ -55,6 +55,7 @@ from advisor.capture.model import (
 )
 from advisor.capture.recorder import Phases
 from advisor.capture.sampler import UtilSampler
+from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError, UsageError
 from advisor.rundir import CONFIG_FILE, EVENTS_FILE, STDERR_LOG, STDOUT_LOG
 
@@ -486,5 +487,5 @@ def _merge(
         merged["phases_s"] = {"process": round(max(wall_s - child["wall_s"], 0.0), 4), **child["phases_s"]}
     if "peak_memory_bytes" not in child and cpu.peak_memory_bytes is not None:
         merged["peak_memory_bytes"] = cpu.peak_memory_bytes
-        merged["memory_kind"] = "rss"
+        merged["memory_kind"] = MemoryKind.RSS
     return from_dict(RunCapture, merged)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from advisor.metrics.model import StepBasis
 from advisor.report import style as s
 from advisor.report.figures import mean_part_ms, median_step_ms, part_shares, throughput
 from advisor.report.model import Report
@@ -33,13 +34,13 @@ class StepTime:
 
     ms: float | None
     steps: int
-    basis: str
+    basis: StepBasis
     ranks: int = 1
 
     def caption(self) -> str:
         """Say which steps the median covers, e.g. ``median of 20 timed steps (no profiler)``."""
         plural = "s" if self.steps != 1 else ""
-        if self.basis == "timed":
+        if self.basis == StepBasis.TIMED:
             return f"median of {self.steps} timed step{plural} (no profiler)"
         return f"median of {_steps_text(self.steps, self.ranks)}"
 
@@ -65,15 +66,15 @@ def step_time(report: Report) -> StepTime:
     """Return the headline step time: the timed steps' median, else the profiled steps'."""
     timed = [t for t in (s.finite(x) for x in report.run.timed_step_times_ms) if t is not None and t > 0]
     if timed:
-        return StepTime(statistics.median(timed), len(timed), "timed")
+        return StepTime(statistics.median(timed), len(timed), StepBasis.TIMED)
     steps, ranks = _profiled(report)
-    return StepTime(median_step_ms(report), steps, "profiled", ranks)
+    return StepTime(median_step_ms(report), steps, StepBasis.PROFILED, ranks)
 
 
 def part_ms(report: Report) -> dict[str, float | None]:
     """Milliseconds per breakdown part: its share of the headline step (the mean over profiled steps without timed steps)."""
     headline = step_time(report)
-    if headline.basis != "timed" or headline.ms is None:
+    if headline.basis != StepBasis.TIMED or headline.ms is None:
         return mean_part_ms(report)
     return {part: share * headline.ms for part, share in part_shares(report).items()}
 
@@ -81,7 +82,7 @@ def part_ms(report: Report) -> dict[str, float | None]:
 def breakdown_caption(report: Report) -> str:
     """Say where the breakdown's shares and milliseconds come from."""
     profiled = _steps_text(*_profiled(report))
-    if step_time(report).basis == "timed":
+    if step_time(report).basis == StepBasis.TIMED:
         return f"shares of the {profiled}; ms are those shares of the timed median step"
     return f"mean share of a step's wall time over the {profiled}"
 
