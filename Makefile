@@ -25,7 +25,8 @@ test: $(STAMP)
 	$(PY) -m ruff check advisor tests benchmarks examples
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
-# The fast loop while editing: no process is started (tests/e2e_tests.py lists the others).
+# The fast loop while editing: no process is started (tests that start one are marked e2e where
+# they are defined; tests/conftest.py fails an unmarked one that tries).
 test-unit: $(STAMP)
 	$(PY) -m ruff check advisor tests benchmarks examples
 	$(PY) -m pytest -q -n 2 -m "not e2e"

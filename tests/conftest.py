@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import _posixsubprocess
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_tests import E2E
+from process_guard import ProcessGuard
 
 RUN_SLOW = bool(os.environ.get("ADVISOR_RUN_SLOW"))
 
@@ -28,21 +31,41 @@ def repo_root() -> Path:
     return REPO
 
 
-def _is_e2e(item: pytest.Item) -> bool:
-    """Tell whether ``item`` is listed in ``tests/e2e_tests.py`` (by file, or by file and test name)."""
-    rel = Path(str(item.path)).relative_to(REPO / "tests").as_posix()
-    name = f"{rel}::{getattr(item, 'originalname', item.name)}"
-    return rel in E2E or name in E2E
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the end-to-end tests ``e2e``; tests marked ``slow`` run only with ``ADVISOR_RUN_SLOW=1``."""
-    for item in items:
-        if _is_e2e(item):
-            item.add_marker(pytest.mark.e2e)
+    """Tests marked ``slow`` run only with ``ADVISOR_RUN_SLOW=1``."""
     if RUN_SLOW:
         return
     skip = pytest.mark.skip(reason="slow: set ADVISOR_RUN_SLOW=1 (make test-all)")
     for item in items:
         if item.get_closest_marker("slow"):
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def process_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessGuard | None]:
+    """Fail a test that starts a process but is not marked ``e2e``.
+
+    ``make test-unit`` deselects ``e2e`` and must stay in-process and fast; a test that starts a
+    capture child, ``advisor``, torchrun or TensorBoard declares it where it is defined
+    (``@pytest.mark.e2e`` or a module's ``pytestmark``). Every way a process starts ends in one of
+    the functions patched here: ``subprocess`` (and ``multiprocessing``'s spawn) in
+    ``Popen._execute_child`` or ``_posixsubprocess.fork_exec``, a fork (the warm-start server,
+    ``multiprocessing``'s fork) in ``os.fork``. The code under test may catch the error raised in
+    its place, so the test also fails at teardown.
+    """
+    if request.node.get_closest_marker("e2e") is not None:
+        yield None
+        return
+    guard = ProcessGuard()
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", guard.refuse("subprocess.Popen"))
+    monkeypatch.setattr(_posixsubprocess, "fork_exec", guard.refuse("fork_exec"))
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, guard.refuse(f"os.{name}"))
+    yield guard
+    if guard.started:
+        pytest.fail(
+            "this test starts a process but is not marked e2e (add @pytest.mark.e2e, or "
+            f"pytestmark = pytest.mark.e2e in its module): {guard.started}",
+            pytrace=False,
+        )

@@ -20,6 +20,7 @@ TRACE = ROOT / "tests" / "data" / "cpu_small"
 GOLDEN = ROOT / "tests" / "golden" / "report.json"
 
 
+@pytest.mark.e2e
 def test_import_advisor_stays_light() -> None:
     code = (
         "import sys, advisor; heavy = [m for m in ('torch', 'pandas', 'numpy', 'advisor.api', "

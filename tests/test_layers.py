@@ -232,3 +232,69 @@ def test_scanner_ignores_other_packages_and_resolves_relative_imports() -> None:
 def test_a_leak_is_reported_with_file_and_line() -> None:
     fake = Edge("advisor.report.compare", "advisor.api", ADVISOR / "report" / "compare.py", 7)
     assert leaks([fake]) == ["advisor/report/compare.py:7: advisor.report.compare imports advisor.api"]
+
+
+# --- no cycle between the modules of one package ---
+
+
+def package_cycles(edges: list[tuple[str, str]]) -> list[list[str]]:
+    """Return one cycle (``[a, b, ..., a]``) per strongly connected group of modules in ``edges``."""
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    cycles: list[list[str]] = []
+    done: set[str] = set()
+    for start in sorted(graph):
+        if start in done:
+            continue
+        # NOTE: an iterative depth-first walk: the first back edge found closes one cycle.
+        trail: list[str] = [start]
+        on_trail = {start}
+        todo = [iter(sorted(graph[start]))]
+        while todo:
+            nxt = next(todo[-1], None)
+            if nxt is None:
+                finished = trail.pop()
+                done.add(finished)
+                on_trail.discard(finished)
+                todo.pop()
+            elif nxt in on_trail:
+                cycles.append([*trail[trail.index(nxt):], nxt])
+                done.update(trail)
+                break
+            elif nxt not in done:
+                trail.append(nxt)
+                on_trail.add(nxt)
+                todo.append(iter(sorted(graph[nxt])))
+    return cycles
+
+
+def test_no_import_cycle_inside_a_package() -> None:
+    """Modules of one package import each other one way only, lazy imports included.
+
+    A function-level import that closes a loop works at run time but hides a tangle (the report's
+    view once imported the terminal renderer, which imported the view back).
+    """
+    known = module_names()
+    edges = []
+    for module, path in known.items():
+        for imported, _ in imports_of(path.read_text(encoding="utf-8"), module, path.name == "__init__.py", known):
+            same = layer_of(imported) == layer_of(module) != ROOT
+            if same and imported != module and imported in known:
+                edges.append((module, imported))
+    assert len(edges) > 50, "the import scan found almost nothing; is ADVISOR right?"
+    cycles = package_cycles(edges)
+    assert not cycles, "import cycles inside a package:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize(
+    ("edges", "expected"),
+    [
+        ([("a", "b"), ("b", "c")], []),
+        ([("a", "b"), ("b", "a")], [["a", "b", "a"]]),
+        ([("a", "b"), ("b", "c"), ("c", "b")], [["b", "c", "b"]]),
+    ],
+)
+def test_the_cycle_finder(edges: list[tuple[str, str]], expected: list[list[str]]) -> None:
+    assert package_cycles(edges) == expected

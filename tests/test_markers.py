@@ -1,31 +1,51 @@
-"""The ``e2e`` list (tests/e2e_tests.py) names real files and tests, so a rename cannot silently
-move an end-to-end test into ``make test-unit``."""
+"""The ``e2e`` marker is declared where a test is defined, and a test that starts a process
+without it fails (tests/conftest.py's ``process_guard``), so ``make test-unit`` stays in-process."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+import multiprocessing
+import os
+import subprocess
+import sys
 
-from e2e_tests import E2E
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def test_every_e2e_entry_exists() -> None:
-    missing = []
-    for entry in E2E:
-        file, _, test = entry.partition("::")
-        path = REPO / "tests" / file
-        if not path.is_file():
-            missing.append(entry)
-            continue
-        if test:
-            names = {n.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.FunctionDef)}
-            if test not in names:
-                missing.append(entry)
-    assert not missing, f"tests/e2e_tests.py names files or tests that do not exist: {missing}"
+import pytest
+from process_guard import ProcessGuard, ProcessStartedInUnitTest
 
 
-def test_an_e2e_test_is_marked(request) -> None:
-    assert request.node.get_closest_marker("e2e") is None  # this file is a unit test
-    assert any(Path(e.partition("::")[0]).name == "test_capture_timeout.py" for e in E2E)
+def _exit_at_once() -> None:
+    """A multiprocessing target that does nothing."""
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        pytest.param(lambda: subprocess.run([sys.executable, "-c", "pass"], check=False), id="subprocess.run"),
+        pytest.param(lambda: subprocess.Popen(["true"]), id="Popen"),
+        pytest.param(lambda: os.system("true"), id="os.system"),
+        pytest.param(lambda: os.fork(), id="os.fork"),
+        pytest.param(lambda: multiprocessing.get_context("spawn").Process(target=_exit_at_once).start(), id="spawn"),
+    ],
+)
+def test_an_unmarked_test_cannot_start_a_process(start, process_guard: ProcessGuard | None) -> None:
+    assert process_guard is not None  # this test is not marked e2e
+    with pytest.raises(ProcessStartedInUnitTest):
+        start()
+    assert process_guard.started, "the attempt was not recorded"
+    # NOTE: cleared so that this test itself passes; any other test fails at teardown here.
+    process_guard.started.clear()
+
+
+def test_a_caught_attempt_still_fails_the_test(process_guard: ProcessGuard | None) -> None:
+    assert process_guard is not None
+    try:
+        subprocess.run(["true"], check=False)
+    except Exception:  # what code under test might do
+        pass
+    assert process_guard.started == ["subprocess.Popen(['true'])"]
+    process_guard.started.clear()
+
+
+@pytest.mark.e2e
+def test_a_marked_test_may_start_a_process(process_guard: ProcessGuard | None) -> None:
+    assert process_guard is None
+    assert subprocess.run([sys.executable, "-c", "pass"], check=False).returncode == 0

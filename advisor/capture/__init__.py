@@ -5,5 +5,5 @@
 Modules: ``run`` (the parent: :func:`advisor.capture.run.capture`), ``child`` (the process that
 runs the script), ``recorder`` (steps and phases, no torch), ``hooks`` (the torch patches, child
 only), ``sampler`` (CPU/GPU utilisation from the parent), ``environment``, ``progress`` (rich
-live display) and ``model`` (the boundary types).
+live display), ``model`` (the boundary types) and ``vocab`` (step sources, memory kinds).
 """

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from advisor.capture.model import Environment
 from advisor.capture.peak import cpu_model, cpu_peaks
+from advisor.capture.vocab import MemoryKind
 
 
 def environment() -> Environment:
@@ -46,17 +47,17 @@ def environment() -> Environment:
     )
 
 
-def peak_memory() -> tuple[int | None, str]:
+def peak_memory() -> tuple[int | None, MemoryKind]:
     """CUDA max allocated when the script used the GPU, else this process's peak RSS."""
     torch = sys.modules.get("torch")
     try:
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            return int(torch.cuda.max_memory_allocated()), "cuda"
+            return int(torch.cuda.max_memory_allocated()), MemoryKind.CUDA
     except Exception:  # noqa: BLE001
         pass
     import resource
 
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "rss"
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, MemoryKind.RSS
 
 
 def git_commit(folder: Path) -> str | None:

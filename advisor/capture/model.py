@@ -17,6 +17,7 @@ from advisor._serde import check_types, dump_json, from_dict
 from advisor._vocab import Vocab
 from advisor.capture.peak import MatmulPeak
 from advisor.capture.usercode import UserCode
+from advisor.capture.vocab import MemoryKind, StepSource
 from advisor.errors import InputError
 from advisor.rundir import CAPTURE_FILE
 
@@ -40,6 +41,10 @@ class StartKind(Vocab):
 
     COLD = "cold"  # a fresh interpreter: ``python -m advisor.capture.child``, imports and all
     WARM = "warm"  # forked from the warm-start server, torch already imported (advisor.capture.warm)
+
+
+class WarmStartLost(RuntimeError):
+    """The warm-start server died while a run was starting or in flight: run it again cold."""
 
 
 
@@ -429,7 +434,7 @@ class RunCapture:
     status: RunStatus = RunStatus.STOPPED
     exit_code: int | None = None
     error: ScriptError | None = None
-    step_source: str | None = None
+    step_source: StepSource | None = None
     step_source_reason: str | None = None
     steps_seen: int = 0
     warmup_steps: int = 0
@@ -438,7 +443,7 @@ class RunCapture:
     timed: TimedPhase = field(default_factory=TimedPhase)
     losses: tuple[float | None, ...] = ()
     peak_memory_bytes: int | None = None
-    memory_kind: str = "rss"
+    memory_kind: MemoryKind = MemoryKind.RSS
     cpu: UtilSummary = field(default_factory=UtilSummary)
     gpu: UtilSummary = field(default_factory=UtilSummary)
     environment: Environment = field(default_factory=Environment)

@@ -53,12 +53,13 @@ from advisor.capture.model import (
     RunSpec,
     TimedPhase,
 )
+from advisor.capture.vocab import StepSource
 
-SOURCE_DATALOADER = "dataloader"
-SOURCE_MODULE = "module"
-SOURCE_BACKWARD = "backward"
-SOURCE_OPTIMIZER = "optimizer"
-SOURCE_MARKER = "marker"
+SOURCE_DATALOADER = StepSource.DATALOADER
+SOURCE_MODULE = StepSource.MODULE
+SOURCE_BACKWARD = StepSource.BACKWARD
+SOURCE_OPTIMIZER = StepSource.OPTIMIZER
+SOURCE_MARKER = StepSource.MARKER
 
 MIN_SETTLE_EXTRA = 10
 """A timed window whose first steps were still warming up may grow by this many steps at least
@@ -180,7 +181,7 @@ class StepRecorder:
     on_phase: Callable[[StepRecorder], None] | None = None
     record_loss_steps: int = 0
 
-    source: str | None = None
+    source: StepSource | None = None
     phase: str = Phase.STARTING
     steps: int = 0  # steps completed since measurement (re)started
     steps_seen: int = 0  # steps completed in all (never reset)

@@ -51,9 +51,11 @@ from advisor.capture.model import (
     RunStatus,
     ScriptError,
     StartKind,
+    WarmStartLost,
 )
 from advisor.capture.recorder import Phases
 from advisor.capture.sampler import UtilSampler
+from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError, UsageError
 from advisor.rundir import CONFIG_FILE, EVENTS_FILE, STDERR_LOG, STDOUT_LOG
 
@@ -273,8 +275,6 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None, warm: Any =
             cpu, gpu = sampler.stop()
             relay.stop()
     if getattr(proc, "lost", False):
-        from advisor.capture.warm import WarmStartLost
-
         raise WarmStartLost(f"the warm-start server died during the run in {run_dir}")
     result = _merge(spec, script, run_dir, proc.returncode, timed_out, wall_s, cpu, gpu, interrupt,
                     over_memory=tree.over_budget if ended_by == "memory" else None, warm=warm)
@@ -487,5 +487,5 @@ def _merge(
         merged["phases_s"] = {"process": round(max(wall_s - child["wall_s"], 0.0), 4), **child["phases_s"]}
     if "peak_memory_bytes" not in child and cpu.peak_memory_bytes is not None:
         merged["peak_memory_bytes"] = cpu.peak_memory_bytes
-        merged["memory_kind"] = "rss"
+        merged["memory_kind"] = MemoryKind.RSS
     return from_dict(RunCapture, merged)

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from advisor._proc import die_with_parent, kill_group
-from advisor.capture.model import RunCapture, RunSpec
+from advisor.capture.model import RunCapture, RunSpec, WarmStartLost
 
 SERVER_MODULES = (
     "torch",
@@ -76,10 +76,6 @@ GONE_TIMEOUT_S = 15.0
 """After the server's death, how long a child it forked may take to save and exit before it is killed."""
 _MAX_MESSAGE = 1 << 20
 _FDS = 3  # stdin, stdout, stderr of the run
-
-
-class WarmStartLost(RuntimeError):
-    """The warm-start server died while a run was starting or in flight: run it again cold."""
 
 
 # ----- the script's imports ------------------------------------------------------------------

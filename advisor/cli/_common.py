@@ -1,4 +1,7 @@
-"""Glue shared by the commands that produce a report: engine config, rendering, exit codes."""
+"""Glue shared by the commands that produce a report: rendering and the exit code it implies.
+
+The engine config is :func:`advisor.cli.cmd_diagnose.engine_config`: its keys are ``diagnose``'s options.
+"""
 
 from __future__ import annotations
 
@@ -7,31 +10,8 @@ from pathlib import Path
 import click
 
 from advisor import api
-from advisor.api import EngineConfig, Report
-from advisor.cli.options import split_codes
+from advisor.api import Report
 from advisor.errors import EXIT_FINDINGS
-
-
-def engine_config(
-    select: tuple[str, ...],
-    extend_select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    preview: bool,
-    start: Path | None = None,
-) -> EngineConfig:
-    """Layer ``[tool.advisor]`` from the closest pyproject.toml under the CLI's selection flags."""
-    return api.engine_config(
-        split_codes(select), split_codes(extend_select), split_codes(ignore), preview, start,
-        option_keys=diagnose_option_keys(),
-    )
-
-
-def diagnose_option_keys() -> frozenset[str]:
-    """Return the ``advisor diagnose`` options a config file may set (every command accepts them)."""
-    from advisor.cli.cmd_diagnose import diagnose
-    from advisor.cli.configured import option_keys
-
-    return frozenset(option_keys(diagnose))
 
 
 def emit_report(report: Report, fmt: str | None, output: Path | None, fail_on: str) -> int:

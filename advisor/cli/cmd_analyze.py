@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from advisor.cli._common import emit_report, engine_config
+from advisor.cli._common import emit_report
+from advisor.cli.cmd_diagnose import engine_config
 from advisor.cli.options import output_options, rule_selection_options
 
 EPILOG = """\b

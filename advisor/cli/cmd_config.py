@@ -14,7 +14,7 @@ import click
 
 from advisor import api
 from advisor.api import ResolvedConfig, Setting, describe_source
-from advisor.cli._common import diagnose_option_keys
+from advisor.cli.cmd_diagnose import diagnose_option_keys
 
 EPILOG = """\b
 Examples:

@@ -12,14 +12,15 @@ from pathlib import Path
 import click
 
 from advisor import api
-from advisor.api import RunSpec, RunStatus
-from advisor.cli._common import emit_report, engine_config
-from advisor.cli.configured import ConfiguredCommand, given_as
+from advisor.api import EngineConfig, RunSpec, RunStatus
+from advisor.cli._common import emit_report
+from advisor.cli.configured import ConfiguredCommand, given_as, option_keys
 from advisor.cli.options import (
     ByteSize,
     PositiveSeconds,
     output_options,
     rule_selection_options,
+    split_codes,
     verbosity_options,
 )
 from advisor.errors import ScriptFailed, UsageError
@@ -264,3 +265,22 @@ def _progress_sinks(quiet: bool, title: str):  # type: ignore[no-untyped-def]
     if quiet:
         return None, None, (lambda: None)
     return api.live_progress(title)
+
+
+def engine_config(
+    select: tuple[str, ...],
+    extend_select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    preview: bool,
+    start: Path | None = None,
+) -> EngineConfig:
+    """Layer ``[tool.advisor]`` from the closest pyproject.toml under the CLI's selection flags."""
+    return api.engine_config(
+        split_codes(select), split_codes(extend_select), split_codes(ignore), preview, start,
+        option_keys=diagnose_option_keys(),
+    )
+
+
+def diagnose_option_keys() -> frozenset[str]:
+    """Return the ``advisor diagnose`` options a config file may set (every command accepts them)."""
+    return frozenset(option_keys(diagnose))

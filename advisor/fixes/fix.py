@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor._vocab import Vocab
-from advisor.capture.model import OUT_OF_MEMORY, DataLoaderInfo, RunCapture, RunSpec, ScriptConfig
+from advisor.capture.model import (
+    OUT_OF_MEMORY,
+    DataLoaderInfo,
+    RunCapture,
+    RunSpec,
+    ScriptConfig,
+)
+from advisor.capture.vocab import MemoryKind, StepSource
 from advisor.engine.model import Safety
 
 SAFE = Safety.SAFE
@@ -100,7 +107,7 @@ class FixContext:
     dataloaders: tuple[DataLoaderInfo, ...] = ()
     samples_per_step: float | None = None
     batches_per_step: float | None = None
-    step_source: str | None = None
+    step_source: StepSource | None = None
     loop_accumulation: int | None = None
     micro_batch_samples: float | None = None
     script_config: ScriptConfig = field(default_factory=ScriptConfig)
@@ -170,7 +177,7 @@ def context_from_capture(capture: RunCapture, memory_budget_bytes: int | None = 
         intra_op_threads=env.intra_op_threads,
         peak_memory_bytes=capture.peak_memory_bytes,
         memory_limit_bytes=memory_budget_bytes or (
-            capture.gpu.total_memory_bytes if capture.memory_kind == "cuda" else None
+            capture.gpu.total_memory_bytes if capture.memory_kind == MemoryKind.CUDA else None
         ),
         out_of_memory=is_out_of_memory(capture),
     )
@@ -272,7 +279,7 @@ class RungRuns:
     label: str
     step_ms: float | None = None
     epoch_ends: tuple[int, ...] = ()
-    step_source: str | None = None
+    step_source: StepSource | None = None
     base_step_ms: float | None = None
     shares: Mapping[str, float] = field(default_factory=dict)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from advisor._vocab import Vocab
+from advisor.capture.vocab import MemoryKind
 from advisor.engine.model import Safety
 
 
@@ -82,7 +83,7 @@ class Trial:
     reference: str | None = None
     peak_memory_bytes: int | None = None
     baseline_peak_memory_bytes: int | None = None
-    memory_kind: str | None = None
+    memory_kind: MemoryKind | None = None
     unfinished: bool = False
 
     def __post_init__(self) -> None:

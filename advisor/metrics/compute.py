@@ -34,6 +34,7 @@ import pandas as pd
 from advisor._num import finite
 from advisor._serde import to_jsonable
 from advisor.capture.model import RunCapture
+from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError, TraceError
 from advisor.metrics.balance import rank_balance
 from advisor.metrics.contention import contention_metrics
@@ -169,7 +170,7 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     if summary.get("peak_memory_bytes") is None:
         out["peak_memory_bytes"] = finite(capture.peak_memory_bytes)
     if summary.get("device_memory_bytes") is None:
-        total = capture.gpu.total_memory_bytes if capture.memory_kind == "cuda" else capture.cpu.total_memory_bytes
+        total = capture.gpu.total_memory_bytes if capture.memory_kind == MemoryKind.CUDA else capture.cpu.total_memory_bytes
         out["device_memory_bytes"] = finite(total)
     budget = getattr(capture, "memory_budget_bytes", None)
     if budget:
@@ -194,7 +195,7 @@ def _capture_only(capture: RunCapture, source: str) -> Metrics:
     """Metrics from capture.json alone (a run captured without the profiler)."""
     summary: dict[str, float | None] = dict.fromkeys(METRICS)
     summary.update(_capture_metrics(capture, summary))
-    if summary.get("device_memory_bytes") is None and capture.memory_kind != "cuda":
+    if summary.get("device_memory_bytes") is None and capture.memory_kind != MemoryKind.CUDA:
         summary["device_memory_bytes"] = _host_memory_bytes()
     times = [t for t in capture.timed.step_times_ms if t is not None]
     if times:

@@ -7,6 +7,15 @@ from typing import Any
 
 import pandas as pd
 
+from advisor._vocab import Vocab
+
+
+class StepBasis(Vocab):
+    """Which steps a step time (or a rate divided by it) comes from."""
+
+    TIMED = "timed"  # the timed steps, run without the profiler: the clean figure
+    PROFILED = "profiled"  # the profiled steps, when no timed steps were recorded
+
 
 @dataclass(frozen=True)
 class SourceLocation:

@@ -26,6 +26,7 @@ import numpy as np
 from advisor._num import finite
 from advisor.capture.model import RunCapture
 from advisor.capture.peak import peak_for
+from advisor.metrics.model import StepBasis
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class PeakShare:
     share: float
     source: str
     dtype: str
-    step_basis: str
+    step_basis: StepBasis
 
 
 def _measured_peak(capture: RunCapture | None, dtype: str) -> tuple[float | None, str]:
@@ -85,9 +86,9 @@ def peak_share(
         return None
     timed = [t for t in (capture.timed.step_times_ms if capture is not None else ()) if t and t > 0]
     if timed:
-        achieved, basis = flops / (float(np.median(timed)) * 1e9), "timed"  # flops / ms * 1e-9 = TFLOP/s
+        achieved, basis = flops / (float(np.median(timed)) * 1e9), StepBasis.TIMED  # flops / ms * 1e-9 = TFLOP/s
     else:
-        achieved, basis = finite(summary.get("achieved_tflops")), "profiled"
+        achieved, basis = finite(summary.get("achieved_tflops")), StepBasis.PROFILED
         if achieved is None:
             return None
     return PeakShare(achieved, float(peak), achieved / float(peak), source, dtype, basis)

@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from advisor._num import median
 from advisor._serde import to_jsonable
 from advisor.engine.model import Finding
 from advisor.report import style as s
+from advisor.report.figures import median_step_ms, part_shares, throughput
 from advisor.report.model import REPORT_FILE, Report
-from advisor.report.text import median_step_ms, part_shares, throughput
 
 COMPARISON_SCHEMA_VERSION = 1
 NOISE_BAND = 0.05
@@ -28,6 +29,19 @@ NOISE_BAND = 0.05
 BOOTSTRAP_RESAMPLES = 2000
 GPU_ONLY_PARTS = frozenset({"h2d_copy", "d2h_copy", "sync_wait", "gpu_compute", "gpu_idle"})
 """Breakdown parts that are zero by construction on a CPU-only run."""
+
+
+class _NoteKind(Enum):
+    """What a comparison note is about, so a refused comparison can drop the moot ones."""
+
+    METHOD = "method"
+    """How the speedup is computed: moot when no speedup is given."""
+    REMARK = "remark"
+
+
+class _Note(NamedTuple):
+    text: str
+    kind: _NoteKind = _NoteKind.REMARK
 
 
 @dataclass(frozen=True)
@@ -299,7 +313,7 @@ def compare_reports(before: Report, after: Report) -> Comparison:
     (for step time) processed different numbers of samples per step.
     """
     not_comparable: list[str] = []
-    notes: list[str] = []
+    notes: list[_Note] = []
     kind_a, kind_b = device_kind(before), device_kind(after)
     name_a, name_b = device_name(before), device_name(after)
     devices_differ = kind_a is not None and kind_b is not None and kind_a != kind_b
@@ -329,19 +343,19 @@ def compare_reports(before: Report, after: Report) -> Comparison:
     if tput_a and tput_b:
         metric, value_a, value_b = "samples_per_s", tput_a, tput_b
         speedup = tput_b / tput_a
-        notes.append("speedup = samples/s after ÷ samples/s before (timed steps, no profiler)")
+        notes.append(_Note("speedup = samples/s after ÷ samples/s before (timed steps, no profiler)", _NoteKind.METHOD))
         ta, tb = timed_throughputs(before), timed_throughputs(after)
         ci = bootstrap_ratio_ci(tb, ta)  # throughput after / before
         if ci is not None:
-            notes.append(f"95% interval: bootstrap over {len(ta)} and {len(tb)} timed steps")
+            notes.append(_Note(f"95% interval: bootstrap over {len(ta)} and {len(tb)} timed steps"))
     elif step_a and step_b:
         metric, value_a, value_b = "step_time_ms", step_a, step_b
         speedup = step_speedup
         ci = bootstrap_ratio_ci(times_a, times_b)  # step time before / after
         if tput_a or tput_b:
-            notes.append("samples/s is known on one side only; the speedup uses median step time")
+            notes.append(_Note("samples/s is known on one side only; the speedup uses median step time", _NoteKind.METHOD))
         else:
-            notes.append("speedup = median step time before ÷ after (profiled steps)")
+            notes.append(_Note("speedup = median step time before ÷ after (profiled steps)", _NoteKind.METHOD))
         sps_a, sps_b = s.finite(before.summary.get("samples_per_step")), s.finite(after.summary.get("samples_per_step"))
         if sps_a and sps_b and sps_a != sps_b:
             not_comparable.append(
@@ -350,9 +364,9 @@ def compare_reports(before: Report, after: Report) -> Comparison:
             )
             speedup, ci = None, None
         elif not (sps_a and sps_b):
-            notes.append("samples per step unknown on at least one side: step time assumes the same work per step")
+            notes.append(_Note("samples per step unknown on at least one side: step time assumes the same work per step", _NoteKind.METHOD))
     else:
-        notes.append("neither samples/s nor step times are available on both sides")
+        notes.append(_Note("neither samples/s nor step times are available on both sides"))
 
     ranks_a = len({r.get("rank") for r in before.steps}) or 1
     ranks_b = len({r.get("rank") for r in after.steps}) or 1
@@ -370,18 +384,18 @@ def compare_reports(before: Report, after: Report) -> Comparison:
         )
     for side, times in (("before", times_a), ("after", times_b)):
         if 0 < len(times) < 3:
-            notes.append(f"only {len(times)} step(s) {side}: no confidence interval")
+            notes.append(_Note(f"only {len(times)} step(s) {side}: no confidence interval"))
 
     refused = devices_differ or scripts_differ is not None
     if refused:
         # NOTE: how a ratio would have been computed is irrelevant when none is given.
         speedup, ci = None, None
-        notes = [n for n in notes if not n.startswith(("speedup =", "samples/s is known", "samples per step unknown"))]
+        notes = [n for n in notes if n.kind is not _NoteKind.METHOD]
     verdict = "not comparable" if refused or (speedup is None and metric is not None) else _verdict(speedup, ci)
     if speedup is not None and ci is not None and not ci[0] <= speedup <= ci[1]:
-        notes.append("the overall samples/s ratio lies outside the per-step interval: step times were uneven")
+        notes.append(_Note("the overall samples/s ratio lies outside the per-step interval: step times were uneven"))
     if speedup is not None and ci is None and metric == "samples_per_s":
-        notes.append(f"one throughput per side: changes under {NOISE_BAND:.0%} are treated as noise")
+        notes.append(_Note(f"one throughput per side: changes under {NOISE_BAND:.0%} are treated as noise"))
 
     codes_a = {f.code: f for f in before.findings}
     codes_b = {f.code: f for f in after.findings}
@@ -405,6 +419,6 @@ def compare_reports(before: Report, after: Report) -> Comparison:
         appeared=tuple(f for c, f in codes_b.items() if c not in codes_a),
         persisting=tuple(f for c, f in codes_b.items() if c in codes_a),
         not_comparable=tuple(not_comparable),
-        notes=tuple(notes),
+        notes=tuple(n.text for n in notes),
         extra={"step_time_speedup": None if refused else step_speedup},
     )

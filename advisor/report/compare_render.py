@@ -19,10 +19,10 @@ from advisor.fixes.model import Trial
 from advisor.report import style as s
 from advisor.report import svg
 from advisor.report.compare import Comparison
+from advisor.report.console import WIDTH, make_console, safe_text
 from advisor.report.html import card, page
 from advisor.report.markdown import md_code, md_table, md_text
 from advisor.report.svg import esc
-from advisor.report.text import WIDTH, _t, make_console
 
 _VERDICT_KEYS = {"faster": "improved", "slower": "slower", "no measurable effect": "no_effect"}
 METRIC_LABELS = {"samples_per_s": "samples/s", "step_time_ms": "median step time"}
@@ -54,15 +54,15 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    grid.add_row("Before", Text.assemble(_t(cmp.before), _t(f"  ({cmp.before_device})")))
-    grid.add_row("After", Text.assemble(_t(cmp.after), _t(f"  ({cmp.after_device})")))
+    grid.add_row("Before", Text.assemble(safe_text(cmp.before), safe_text(f"  ({cmp.before_device})")))
+    grid.add_row("After", Text.assemble(safe_text(cmp.after), safe_text(f"  ({cmp.after_device})")))
     style = {"faster": "bold green", "slower": "bold red", "not comparable": "bold yellow"}.get(cmp.verdict, "bold")
-    grid.add_row("Speedup", _t(headline(cmp), style))
+    grid.add_row("Speedup", safe_text(headline(cmp), style))
     if cmp.step_time_before_ms is not None or cmp.step_time_after_ms is not None:
-        grid.add_row("Step time", _t(f"{s.ms(cmp.step_time_before_ms)} → {s.ms(cmp.step_time_after_ms)} (median)"))
+        grid.add_row("Step time", safe_text(f"{s.ms(cmp.step_time_before_ms)} → {s.ms(cmp.step_time_after_ms)} (median)"))
     grid.add_row(
         "Findings",
-        _t(f"{len(cmp.disappeared)} gone · {len(cmp.appeared)} new · {len(cmp.persisting)} still there"),
+        safe_text(f"{len(cmp.disappeared)} gone · {len(cmp.appeared)} new · {len(cmp.persisting)} still there"),
     )
     console.print(Panel(grid, title="advisor compare", title_align="left", box=box.ROUNDED, padding=(0, 1)))
     sections: list[RenderableType] = []
@@ -70,7 +70,7 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
         body = Text()
         for i, item in enumerate(cmp.not_comparable):
             body.append("• ")
-            body.append(_t(item))
+            body.append(safe_text(item))
             if i < len(cmp.not_comparable) - 1:
                 body.append("\n")
         sections.append(Group(Text("Not comparable", style="bold yellow"), body))
@@ -82,13 +82,13 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
         for p in cmp.parts:
             d = p.delta_ms
             table.add_row(
-                _t(s.part_label(p.part)),
-                _t(s.ms(p.before_ms)),
-                _t(s.ms(p.after_ms)),
-                _t(s.signed_ms(d), "green" if (d or 0) < 0 else "red" if (d or 0) > 0 else ""),
-                _t(s.pct(p.before_frac)),
-                _t(s.pct(p.after_frac)),
-                _t(s.signed_pts(p.delta_frac)),
+                safe_text(s.part_label(p.part)),
+                safe_text(s.ms(p.before_ms)),
+                safe_text(s.ms(p.after_ms)),
+                safe_text(s.signed_ms(d), "green" if (d or 0) < 0 else "red" if (d or 0) > 0 else ""),
+                safe_text(s.pct(p.before_frac)),
+                safe_text(s.pct(p.after_frac)),
+                safe_text(s.signed_pts(p.delta_frac)),
             )
         sections.append(Group(Text("Per-part change (mean per step)", style="bold"), table))
     if cmp.operators:
@@ -99,9 +99,9 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
         for o in cmp.operators:
             d = o.delta_ms
             otable.add_row(
-                _t(o.operator), _t(s.ms(o.before_ms)), _t(s.ms(o.after_ms)),
-                _t(s.signed_ms(d), "green" if (d or 0) < 0 else "red" if (d or 0) > 0 else ""),
-                _t(s.number(o.before_calls)), _t(s.number(o.after_calls)),
+                safe_text(o.operator), safe_text(s.ms(o.before_ms)), safe_text(s.ms(o.after_ms)),
+                safe_text(s.signed_ms(d), "green" if (d or 0) < 0 else "red" if (d or 0) > 0 else ""),
+                safe_text(s.number(o.before_calls)), safe_text(s.number(o.after_calls)),
             )
         sections.append(Group(Text(OPS_TITLE, style="bold"), otable, Text(OPS_NOTE)))
     rows = [("gone", "green", f) for f in cmp.disappeared]
@@ -114,10 +114,10 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
         ftable.add_column("finding", ratio=1)
         for tag, st, f in rows:
             body = Text()
-            body.append(_t(f.name, "bold"))
-            body.append(_t(f" [{f.severity}] "))
-            body.append(_t(f.message))
-            ftable.add_row(Text(tag, style=st), _t(f.code, "bold"), body)
+            body.append(safe_text(f.name, "bold"))
+            body.append(safe_text(f" [{f.severity}] "))
+            body.append(safe_text(f.message))
+            ftable.add_row(Text(tag, style=st), safe_text(f.code, "bold"), body)
         sections.append(Group(Text("Findings", style="bold"), ftable))
     else:
         sections.append(Group(Text("Findings", style="bold"), Text("none on either side")))
@@ -125,7 +125,7 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
         nb = Text()
         for i, n in enumerate(cmp.notes):
             nb.append("• ")
-            nb.append(_t(n))
+            nb.append(safe_text(n))
             if i < len(cmp.notes) - 1:
                 nb.append("\n")
         sections.append(Group(Text("Notes", style="bold"), nb))

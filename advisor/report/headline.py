@@ -18,10 +18,9 @@ import statistics
 from dataclasses import dataclass
 
 from advisor._steady import assess, steady_times
+from advisor.metrics.model import StepBasis
 from advisor.report import style as s
-from advisor.report import (
-    text as _text,  # NOTE: a module reference: text.py imports this module too
-)
+from advisor.report.figures import mean_part_ms, median_step_ms, part_shares, throughput
 from advisor.report.model import Report
 
 
@@ -38,7 +37,7 @@ class StepTime:
 
     ms: float | None
     steps: int
-    basis: str
+    basis: StepBasis
     ranks: int = 1
     p10_ms: float | None = None
     p90_ms: float | None = None
@@ -48,7 +47,7 @@ class StepTime:
     def caption(self) -> str:
         """Say which steps the median covers, e.g. ``median of 20 timed steps (no profiler), p10-p90 ...``."""
         plural = "s" if self.steps != 1 else ""
-        if self.basis != "timed":
+        if self.basis != StepBasis.TIMED:
             return f"median of {_steps_text(self.steps, self.ranks)}"
         what = "steady timed" if self.skipped else "timed"
         text = f"median of {self.steps} {what} step{plural} (no profiler"
@@ -83,28 +82,28 @@ def step_time(report: Report) -> StepTime:
     if all(s.finite(x) is not None and x > 0 for x in times) and times:
         verdict = assess(times)
         return StepTime(
-            verdict.median_ms, verdict.used, "timed", p10_ms=verdict.p10_ms, p90_ms=verdict.p90_ms,
+            verdict.median_ms, verdict.used, StepBasis.TIMED, p10_ms=verdict.p10_ms, p90_ms=verdict.p90_ms,
             skipped=verdict.start, steady=verdict.steady,
         )
     timed = [t for t in (s.finite(x) for x in times) if t is not None and t > 0]
     if timed:
-        return StepTime(statistics.median(timed), len(timed), "timed")
+        return StepTime(statistics.median(timed), len(timed), StepBasis.TIMED)
     steps, ranks = _profiled(report)
-    return StepTime(_text.median_step_ms(report), steps, "profiled", ranks)
+    return StepTime(median_step_ms(report), steps, StepBasis.PROFILED, ranks)
 
 
 def part_ms(report: Report) -> dict[str, float | None]:
     """Milliseconds per breakdown part: its share of the headline step (the mean over profiled steps without timed steps)."""
     headline = step_time(report)
-    if headline.basis != "timed" or headline.ms is None:
-        return _text.mean_part_ms(report)
-    return {part: share * headline.ms for part, share in _text.part_shares(report).items()}
+    if headline.basis != StepBasis.TIMED or headline.ms is None:
+        return mean_part_ms(report)
+    return {part: share * headline.ms for part, share in part_shares(report).items()}
 
 
 def breakdown_caption(report: Report) -> str:
     """Say where the breakdown's shares and milliseconds come from."""
     profiled = _steps_text(*_profiled(report))
-    if step_time(report).basis == "timed":
+    if step_time(report).basis == StepBasis.TIMED:
         return f"shares of the {profiled}; ms are those shares of the timed median step"
     return f"mean share of a step's wall time over the {profiled}"
 
@@ -118,6 +117,6 @@ def rate_unit(report: Report) -> str:
 def rate(report: Report) -> tuple[float | None, str]:
     """Return the run's throughput and its unit (samples/s when samples are known, else steps/s)."""
     if rate_unit(report) == "samples/s":
-        return _text.throughput(report), "samples/s"
+        return throughput(report), "samples/s"
     timed = [t for t in (s.finite(x) for x in steady_times(report.run.timed_step_times_ms)) if t is not None and t > 0]
     return (len(timed) / (sum(timed) / 1e3) if timed else None), "steps/s"

@@ -16,9 +16,9 @@ from rich.text import Text
 from advisor._paths import display_path
 from advisor.capture.model import RunStatus
 from advisor.report import style as s
+from advisor.report.console import make_console, safe_text
 from advisor.report.model import ReportStatus
 from advisor.report.runs import STATUS_KILLED, STATUS_UNREADABLE, RunSummary
-from advisor.report.text import _t, make_console
 
 
 def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = False, width: int = 160) -> str:
@@ -35,7 +35,7 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
     """
     console, buf = make_console(color, width=width)
     table = Table(
-        title=_t(f"Runs in {directory}", "bold"),
+        title=safe_text(f"Runs in {directory}", "bold"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         header_style="bold",
@@ -60,9 +60,9 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
         }.get(r.status, "")
         status = r.status if r.ranks <= 1 else f"{r.status} ({r.ranks} ranks)"
         table.add_row(
-            _t(r.name),
+            safe_text(r.name),
             Text(_short_time(r.when)),
-            _t(display_path(r.script) if r.script else "—"),
+            safe_text(display_path(r.script) if r.script else "—"),
             Text(status, style=status_style),
             Text(primary),
             Text(", ".join(r.kept_fixes) or "—"),
@@ -73,9 +73,9 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
     for r in rows:
         if r.reason:
             line = Text("  ")
-            line.append(_t(r.name, "bold"))
+            line.append(safe_text(r.name, "bold"))
             line.append(": ")
-            line.append(_t(r.reason, "red" if r.status == STATUS_UNREADABLE else "dim"))
+            line.append(safe_text(r.reason, "red" if r.status == STATUS_UNREADABLE else "dim"))
             console.print(line, overflow="fold")
     # rich pads every table line to the table's width; trailing blanks only get in the way of grep.
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())

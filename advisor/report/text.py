@@ -9,153 +9,22 @@ markup (a kernel named ``[bold]x`` prints as itself), with its control character
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from io import StringIO
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from advisor._terminal import printable
-from advisor.engine.model import Finding, severity_rank
-from advisor.metrics.registry import BREAKDOWN_PARTS
 from advisor.report import style as s
+from advisor.report.console import WIDTH, make_console, safe_text
 from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
+from advisor.report.view import ReportView, TrialRow, build_view
 
-if TYPE_CHECKING:
-    from advisor.report.view import ReportView, TrialRow
-
-WIDTH = 100
-"""Fixed render width for deterministic output."""
 BAR_WIDTH = 40
 TEXT_LOCATIONS = 8
 """Source locations the terminal lists (the rest are counted)."""
-
-
-def make_console(color: bool, width: int = WIDTH) -> tuple[Console, StringIO]:
-    """Return a console that renders into a string buffer (with ANSI colours only when ``color``)."""
-    buf = StringIO()
-    console = Console(
-        file=buf,
-        width=width,
-        color_system="truecolor" if color else None,
-        force_terminal=color,
-        force_jupyter=False,
-        force_interactive=False,
-        highlight=False,
-        emoji=False,
-        markup=False,
-        legacy_windows=False,
-        soft_wrap=False,
-        # NOTE: rich reads COLUMNS/NO_COLOR from the environment; pinning everything here keeps
-        # golden output identical on every machine.
-        _environ={},
-    )
-    return console, buf
-
-
-def _t(value: Any, style: str = "") -> Text:
-    """Untrusted text as a rich Text (never interpreted as markup, control characters escaped)."""
-    return Text("" if value is None else printable(str(value)), style=style)
-
-
-def part_shares(report: Report) -> dict[str, float]:
-    """Share of step time per breakdown part, in display order.
-
-    From the per-step ``<part>_ms`` columns when the report has them (they add up to the step),
-    else the summary's ``<part>_frac`` medians, else ``Report.breakdown`` as written.
-    """
-    totals: dict[str, float] = {}
-    step_total = 0.0
-    for row in report.steps:
-        st = s.finite(row.get("step_time_ms"))
-        if st is None:
-            continue
-        step_total += st
-        for part in BREAKDOWN_PARTS:
-            v = s.finite(row.get(f"{part}_ms"))
-            if v is not None:
-                totals[part] = totals.get(part, 0.0) + v
-    if totals and step_total > 0:
-        return {p: totals[p] / step_total for p in BREAKDOWN_PARTS if p in totals}
-    fracs = {p: s.finite(report.summary.get(f"{p}_frac")) for p in BREAKDOWN_PARTS}
-    if any(v is not None for v in fracs.values()):
-        return {p: v for p, v in fracs.items() if v is not None}
-    return {p: v for p in s.ordered_parts(report.breakdown) if (v := s.finite(report.breakdown.get(p))) is not None}
-
-
-def mean_part_ms(report: Report) -> dict[str, float | None]:
-    """Mean milliseconds per breakdown part over the report's steps (None when not recorded)."""
-    out: dict[str, float | None] = {}
-    for part in s.ordered_parts({**report.breakdown, **dict.fromkeys(BREAKDOWN_PARTS, 0.0)}):
-        vals = [s.finite(row.get(f"{part}_ms")) for row in report.steps]
-        nums = [v for v in vals if v is not None]
-        out[part] = sum(nums) / len(nums) if nums else None
-    return out
-
-
-def median_step_ms(report: Report) -> float | None:
-    """Median step time: the summary's value, else the median of the step rows."""
-    v = s.finite(report.summary.get("step_time_ms"))
-    if v is not None:
-        return v
-    vals = sorted(x for x in (s.finite(r.get("step_time_ms")) for r in report.steps) if x is not None)
-    if not vals:
-        return None
-    mid = len(vals) // 2
-    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
-
-
-def throughput(report: Report) -> float | None:
-    """Samples/s of the run (capture first, then the metric summary)."""
-    v = s.finite(report.run.samples_per_s)
-    return v if v is not None else s.finite(report.summary.get("samples_per_s"))
-
-
-def severity_counts(findings: Iterable[Finding]) -> str:
-    """``1 error · 2 warnings`` style count, highest severity first; ``none`` when empty."""
-    counts: dict[str, int] = {}
-    for f in findings:
-        counts[f.severity] = counts.get(f.severity, 0) + 1
-    if not counts:
-        return "none"
-    parts = []
-    for sev in sorted(counts, key=lambda x: -severity_rank(x)):
-        n = counts[sev]
-        parts.append(f"{n} {sev}{'s' if n != 1 and not sev.endswith('s') else ''}")
-    return " · ".join(parts)
-
-
-def device_text(report: Report) -> str:
-    """Return the device the run used, from the capture environment or the trace summary."""
-    env = report.run.environment or {}
-    name = env.get("device_name") or ""
-    dev = env.get("device") or ""
-    if name:
-        return f"CPU, {name}" if dev == "cpu" else str(name)
-    if dev:
-        return "CPU" if dev == "cpu" else str(dev)
-    if report.device:
-        return ", ".join(dict.fromkeys(report.device))
-    flag = report.summary.get("has_gpu_flag")
-    if flag is None:
-        return "unknown device"
-    return "GPU" if flag else "CPU"
-
-
-def title_of(report: Report) -> str:
-    """Return what the report is about, short: the script, else the trace or run folder name."""
-    if report.run.script:
-        return s.display_path(report.run.script)
-    if report.source:
-        return Path(report.source).name or report.source
-    return "report"
 
 
 def _summary_panel(report: Report, view: ReportView) -> Panel:
@@ -167,33 +36,33 @@ def _summary_panel(report: Report, view: ReportView) -> Panel:
     if b is not None:
         grid.add_row(
             "Primary bottleneck",
-            Text.assemble(_t(b.label, "bold red"), " — ", _t(b.measured_text)),
+            Text.assemble(safe_text(b.label, "bold red"), " — ", safe_text(b.measured_text)),
         )
-        grid.add_row("Recoverable", _t(b.estimate_text))
+        grid.add_row("Recoverable", safe_text(b.estimate_text))
     if h.most_of_step is not None:
         m = h.most_of_step
-        grid.add_row("Most of the step", Text.assemble(_t(m.label, "bold"), " — ", _t(m.text)))
+        grid.add_row("Most of the step", Text.assemble(safe_text(m.label, "bold"), " — ", safe_text(m.text)))
     if b is None:
         grid.add_row("Primary bottleneck", Text("none found", style="green"))
     if h.rate is not None:
-        grid.add_row("Throughput", _t(f"{h.rate_text} ({h.rate_caption})"))
+        grid.add_row("Throughput", safe_text(f"{h.rate_text} ({h.rate_caption})"))
     if h.speedup is not None:
         line = Text()
-        line.append(_t(h.speedup.ratio_text, "bold green"))
+        line.append(safe_text(h.speedup.ratio_text, "bold green"))
         line.append(" with ")
-        line.append(_t(", ".join(h.speedup.fixes), "bold"))
-        line.append(_t(f": {h.speedup.basis_text}"))
+        line.append(safe_text(", ".join(h.speedup.fixes), "bold"))
+        line.append(safe_text(f": {h.speedup.basis_text}"))
         grid.add_row("Measured speedup", line)
-    grid.add_row("Step time", _t(f"{h.step_text} {h.step_caption} · {h.device}"))
+    grid.add_row("Step time", safe_text(f"{h.step_text} {h.step_caption} · {h.device}"))
     if report.run.step_source and report.run.step_source_reason:
-        grid.add_row("Steps from", _t(f"{report.run.step_source}: {report.run.step_source_reason}"))
-    grid.add_row("Findings", _t(h.findings))
+        grid.add_row("Steps from", safe_text(f"{report.run.step_source}: {report.run.step_source_reason}"))
+    grid.add_row("Findings", safe_text(h.findings))
     if report.run.status not in ("analyzed", "stopped", "completed"):
-        grid.add_row("Run status", _t(report.run.status, "bold red"))
+        grid.add_row("Run status", safe_text(report.run.status, "bold red"))
     if report.run.error:
-        grid.add_row("Script error", _t(report.run.error, "red"))
+        grid.add_row("Script error", safe_text(report.run.error, "red"))
     title = Text("advisor · ")
-    title.append(_t(h.title, "bold"))
+    title.append(safe_text(h.title, "bold"))
     return Panel(grid, title=title, title_align="left", box=box.ROUNDED, padding=(0, 1))
 
 
@@ -209,10 +78,10 @@ def _breakdown(view: ReportView, color: bool) -> RenderableType | None:
         cells = round(max(0.0, min(1.0, row.share)) * BAR_WIDTH * 2)  # half-cell resolution
         bar = "█" * (cells // 2) + ("▌" if cells % 2 else "")
         table.add_row(
-            _t(row.label),
+            safe_text(row.label),
             Text(bar.ljust(BAR_WIDTH, "·" if not color else " "), style=row.color if color else ""),
-            _t(s.pct(row.share)),
-            _t(s.ms(row.ms)),
+            safe_text(s.pct(row.share)),
+            safe_text(s.ms(row.ms)),
         )
     return Group(Text(f"Step-time breakdown ({view.breakdown_caption})", style="bold"), table)
 
@@ -231,21 +100,21 @@ def _findings(report: Report) -> RenderableType:
     table.add_column("Finding", ratio=1)
     for f in report.findings:
         body = Text()
-        body.append(_t(f.name, "bold"))
+        body.append(safe_text(f.name, "bold"))
         body.append(f" · {s.category_label(f.category)}")
         if s.finite(f.impact_frac):
             body.append(f" · {s.recoverable(f.impact_frac)}")
         body.append("\n")
-        body.append(_t(f.message))
+        body.append(safe_text(f.message))
         for loc in f.locations:
             body.append("\n  at ")
-            body.append(_t(s.location_text(loc.file, loc.line, loc.function), "underline"))
+            body.append(safe_text(s.location_text(loc.file, loc.line, loc.function), "underline"))
         if f.fixes:
             body.append("\n  fix: ")
-            body.append(_t(", ".join(f"{x.id} ({x.safety})" for x in f.fixes)))
+            body.append(safe_text(", ".join(f"{x.id} ({x.safety})" for x in f.fixes)))
         table.add_row(
             Text(f.severity.upper(), style=s.SEVERITY_RICH.get(f.severity, "")),
-            _t(f.code, "bold"),
+            safe_text(f.code, "bold"),
             body,
         )
     return Group(Text(f"Findings ({len(report.findings)})", style="bold"), table)
@@ -270,16 +139,16 @@ def _trials(view: ReportView) -> RenderableType | None:
     for i, r in enumerate(rows):
         verdict_style = {"improved": "green", "slower": "red", "failed": "bold red"}.get(r.trial.verdict, "")
         name = Text()
-        name.append(_t(r.name, "bold" if r.combined else ""))
-        name.append(_t(f"\n{'combined · ' if r.combined else ''}{r.safety}", "dim"))
+        name.append(safe_text(r.name, "bold" if r.combined else ""))
+        name.append(safe_text(f"\n{'combined · ' if r.combined else ''}{r.safety}", "dim"))
         table.add_row(
             name,
-            _t(r.before),
-            _t(r.after),
-            _t(r.speedup),
-            _t(r.verdict, verdict_style),
-            _t(r.loss),
-            *([_t(r.memory.replace(" (", "\n("))] if view.has_memory else []),
+            safe_text(r.before),
+            safe_text(r.after),
+            safe_text(r.speedup),
+            safe_text(r.verdict, verdict_style),
+            safe_text(r.loss),
+            *([safe_text(r.memory.replace(" (", "\n("))] if view.has_memory else []),
             end_section=i == combined_at - 1,
         )
     title = Text(f"Fix trials ({view.headline.rate_unit}; interleaved repeats against the baseline)", style="bold")
@@ -291,9 +160,9 @@ def _trials(view: ReportView) -> RenderableType | None:
     if notes is not None:
         parts.append(notes)
     if view.kept:
-        parts.append(Text.assemble("Kept: ", _t(", ".join(view.kept), "bold green")))
+        parts.append(Text.assemble("Kept: ", safe_text(", ".join(view.kept), "bold green")))
     if view.case_study:
-        parts.append(Text.assemble(_t("Case study: ", "bold"), _t(view.case_study)))
+        parts.append(Text.assemble(safe_text("Case study: ", "bold"), safe_text(view.case_study)))
     return Group(*parts)
 
 
@@ -312,7 +181,7 @@ def _trial_notes(rows: tuple[TrialRow, ...]) -> RenderableType | None:
         if not r.note or (r.combined and r.note in seen):
             continue  # a combined trial of one fix repeats that fix's note
         seen.add(r.note)
-        grid.add_row(_t("combined" if r.combined else r.trial.fix), _t(r.note))
+        grid.add_row(safe_text("combined" if r.combined else r.trial.fix), safe_text(r.note))
         count += 1
     return grid if count else None
 
@@ -323,7 +192,7 @@ def _diff(report: Report, color: bool) -> RenderableType | None:
     colors = {"add": "green", "remove": "red", "hunk": "cyan"} if color else {}
     body = Text()
     for line in report.diff.splitlines():
-        body.append(_t(line, colors.get(s.diff_line_kind(line), "")))
+        body.append(safe_text(line, colors.get(s.diff_line_kind(line), "")))
         body.append("\n")
     body.rstrip()
     return Group(Text("Source diff that makes the kept fixes permanent", style="bold"), body)
@@ -338,7 +207,7 @@ def _locations(view: ReportView) -> RenderableType | None:
     table.add_column("Count/step", justify="right", no_wrap=True)
     table.add_column("Time/step", justify="right", no_wrap=True)
     for loc in view.locations[:TEXT_LOCATIONS]:
-        table.add_row(_t(loc.kind), _t(loc.where), _t(loc.count), _t(loc.time))
+        table.add_row(safe_text(loc.kind), safe_text(loc.where), safe_text(loc.count), safe_text(loc.time))
     more = view.locations_total - TEXT_LOCATIONS
     items: list[RenderableType] = [Text(view.locations_title, style="bold"), table]
     if more > 0:
@@ -356,7 +225,7 @@ def _gpu_tables(report: Report) -> RenderableType | None:
             numeric = sec.numeric[i]
             table.add_column(sec.headers[i], justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
         for row in sec.rows:
-            cells = [_t(row[i]) for i in keep]
+            cells = [safe_text(row[i]) for i in keep]
             detail = " · ".join(row[i] for i in sec.detail if row[i])
             if detail:
                 cells[0].append("\n" + detail, style="dim")
@@ -365,7 +234,7 @@ def _gpu_tables(report: Report) -> RenderableType | None:
             items.append(Text(""))
         items += [Text(sec.title, style="bold"), table]
         if sec.note:
-            items.append(_t(sec.note, "dim"))
+            items.append(safe_text(sec.note, "dim"))
     return Group(*items) if items else None
 
 
@@ -374,7 +243,7 @@ def _status(report: Report) -> RenderableType | None:
     took = s.timing_line(report.timing)
     if line is None and took is None:
         return None
-    return Group(*([Text(line, style="bold yellow")] if line else []), *([_t(took, "dim")] if took else []))
+    return Group(*([Text(line, style="bold yellow")] if line else []), *([safe_text(took, "dim")] if took else []))
 
 
 def _warnings(report: Report) -> RenderableType | None:
@@ -383,7 +252,7 @@ def _warnings(report: Report) -> RenderableType | None:
     body = Text()
     for i, w in enumerate(report.warnings):
         body.append("! ", style="bold yellow")
-        body.append(_t(w))
+        body.append(safe_text(w))
         if i < len(report.warnings) - 1:
             body.append("\n")
     return Group(Text(f"Warnings ({len(report.warnings)})", style="bold yellow"), body)
@@ -396,7 +265,7 @@ def _notes(report: Report) -> RenderableType | None:
     body = Text()
     for i, n in enumerate(notes):
         body.append("• ")
-        body.append(_t(n))
+        body.append(safe_text(n))
         if i < len(notes) - 1:
             body.append("\n")
     return Group(Text("Notes", style="bold"), body)
@@ -413,8 +282,6 @@ def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> s
     Returns:
         The rendered text, ending with a newline.
     """
-    from advisor.report.view import build_view  # NOTE: view.py imports this module's helpers
-
     view = build_view(report)
     console, buf = make_console(color, width)
     console.print(_summary_panel(report, view))
@@ -437,7 +304,7 @@ def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> s
     console.print(Rule(style="dim"))
     bits = [f"source: {report.source}"] if report.source else []
     bits += [f"advisor {report.advisor_version}", report.created]
-    console.print(_t("  ·  ".join(b for b in bits if b), "dim"))
+    console.print(safe_text("  ·  ".join(b for b in bits if b), "dim"))
     text = buf.getvalue()
     # NOTE: rich pads table rows with trailing spaces; stripping them keeps diffs and golden
     # files clean without changing what a reader sees.

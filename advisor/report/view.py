@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 from advisor.engine.evaluate import BREAKDOWN_TO_CATEGORY
 from advisor.fixes.model import Trial
-from advisor.metrics.model import SourceLocation
+from advisor.metrics.model import SourceLocation, StepBasis
 from advisor.report import headline as _headline
 from advisor.report import style as s
+from advisor.report.figures import device_text, part_shares, severity_counts, title_of
 from advisor.report.model import Report
-from advisor.report.text import device_text, part_shares, severity_counts, title_of
 
 MAX_LOCATIONS = 30
 """Source locations the view keeps (the terminal shows fewer; JSON has them all)."""
@@ -338,7 +338,7 @@ def build_headline(report: Report) -> Headline:
     """Return the report's headline (see the module doc for what it quotes)."""
     rate, unit = _headline.rate(report)
     step = _headline.step_time(report)
-    timed = step.basis == "timed"
+    timed = step.basis == StepBasis.TIMED
     bottleneck = _bottleneck(report)
     return Headline(
         title=title_of(report),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from advisor._serde import load_checked
 from advisor._vocab import Vocab
+from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError
 from advisor.rundir import SWEEP_FILE
 
@@ -98,7 +99,7 @@ class CellResult:
     ci_low: float | None = None
     ci_high: float | None = None
     peak_memory_bytes: int | None = None
-    memory_kind: str | None = None
+    memory_kind: MemoryKind | None = None
     loss_delta: float | None = None
     tflops: float | None = None
     flops_per_sample: float | None = None

@@ -45,6 +45,7 @@ from advisor.capture.model import (
     RunCapture,
     RunSpec,
 )
+from advisor.capture.vocab import MemoryKind, StepSource
 from advisor.errors import UsageError
 from advisor.fixes import catalog
 from advisor.fixes.catalog import script_args
@@ -118,7 +119,7 @@ class _Tally:
     rates: list[float] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)
     batch: int | None = None
-    memory_kind: str | None = None
+    memory_kind: MemoryKind | None = None
     losses: tuple[float | None, ...] = ()
     status: str = CellStatus.OK
     reason: str = ""
@@ -377,7 +378,7 @@ def _flops_per_sample(cap: RunCapture, path: Path) -> tuple[float | None, str]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        if cap.step_source not in (None, "optimizer"):
+        if cap.step_source not in (None, StepSource.OPTIMIZER):
             return None, f"steps are counted from {cap.step_source}, not optimizer steps: no step was counted"
         return None, "no FLOP count was written (the run ended before its counted step)"
     if not isinstance(data, dict) or "flops" not in data:

@@ -14,6 +14,8 @@ import torch
 
 from advisor.capture.model import RunCapture
 
+pytestmark = pytest.mark.e2e
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 # NOTE: issue #20: stored once, gzip-compressed, in TensorBoard's layout

@@ -12,6 +12,8 @@ from advisor.capture.model import RunCapture, RunSpec
 from advisor.capture.run import capture
 from advisor.errors import EXIT_USAGE, UsageError
 
+pytestmark = pytest.mark.e2e
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from proc_helpers import gone_within, pids_with_args
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_LOOP = REPO / "tests" / "scripts" / "train_loop.py"
 

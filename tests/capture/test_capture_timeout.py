@@ -18,6 +18,8 @@ import pytest
 from advisor.capture import run as capture_run
 from advisor.capture.model import RunCapture
 
+pytestmark = pytest.mark.e2e
+
 TIMEOUT_S = 2.0
 HANG_AT = 5
 REACH_LIMIT_S = 600.0

@@ -13,6 +13,7 @@ from advisor.errors import UsageError
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
+@pytest.mark.e2e
 def test_a_script_over_its_memory_budget_is_stopped_and_marked_out_of_memory(tmp_path):
     # torch alone holds far more than 64 MiB resident: the watchdog stops the run early
     spec = RunSpec(script=SCRIPTS / "train_loop.py", args=("--steps", "100000"), out_dir=tmp_path / "run",

@@ -93,6 +93,7 @@ def test_a_corrupt_or_unwritable_cache_is_measured_again(tmp_path: Path, monkeyp
     assert peak.cpu_peaks(1, ("fp32",), folder=blocked / "sub")[0].tflops == 0.1  # nothing raised
 
 
+@pytest.mark.e2e
 def test_environment_records_threads_cpu_model_and_peaks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(peak, "measure", _fake_measure([], 0.1))

@@ -33,6 +33,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"), reason="needs Linux smaps_rollup (USS)")
 def test_pages_shared_by_forked_children_are_counted_once():
     proc = subprocess.Popen([sys.executable, "-c", FORKING], stdout=subprocess.PIPE, start_new_session=True)
@@ -55,6 +56,7 @@ def test_pages_shared_by_forked_children_are_counted_once():
         proc.wait()
 
 
+@pytest.mark.e2e
 def test_a_lone_process_counts_all_it_maps_even_pages_another_process_shares():
     # the root is measured as it would run alone: its RSS, whatever it shares outside the tree
     proc = subprocess.Popen([sys.executable, "-c", "import sys, time; print('ready', flush=True); time.sleep(60)"],
@@ -69,12 +71,14 @@ def test_a_lone_process_counts_all_it_maps_even_pages_another_process_shares():
         proc.wait()
 
 
+@pytest.mark.e2e
 def test_a_tree_whose_root_is_gone_holds_nothing():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert ProcessTree(proc.pid).memory_bytes() == 0
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"), reason="needs Linux smaps_rollup (USS)")
 @pytest.mark.parametrize(("budget_mib", "ended_by"), [(200, "timeout"), (64, "memory")])
 def test_the_memory_budget_watchdog_counts_shared_pages_once(budget_mib, ended_by):

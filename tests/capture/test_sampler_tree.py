@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from advisor.capture.sampler import UtilSampler
 
 # A parent that starts one child living ~0.6 s, then waits for it and lingers.
@@ -15,6 +17,7 @@ _PARENT = (
 )
 
 
+@pytest.mark.e2e
 def test_a_child_shorter_than_the_cpu_interval_is_counted() -> None:
     proc = subprocess.Popen([sys.executable, "-c", _PARENT])
     sampler = UtilSampler(proc.pid, interval_s=30.0)  # one CPU sample only: the tree poll must see the child

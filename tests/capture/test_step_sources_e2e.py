@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.e2e
+
 
 def test_gan_two_optimizers_count_one_step_per_iteration(run_script):
     cap, _ = run_script("gan_loop.py", warmup_steps=3, timed_steps=3, profiled_steps=0)

@@ -142,6 +142,7 @@ def test_runs_that_must_start_cold_say_why() -> None:
     assert "torchrun" in (spec_refusal(replace(spec, nproc_per_node=2)) or "")
 
 
+@pytest.mark.e2e
 def test_a_warm_run_is_the_cold_run(server: WarmServer, tmp_path: Path) -> None:
     warm = capture(_spec(tmp_path / "warm"), warm=server)
     cold = capture(_spec(tmp_path / "cold"))
@@ -159,6 +160,7 @@ def test_a_warm_run_is_the_cold_run(server: WarmServer, tmp_path: Path) -> None:
     assert warm.phases_s["imports"] < cold.phases_s["imports"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("args", "status", "code", "error"),
     [(("--exit-at", "2", "--exit-code", "3"), RunStatus.COMPLETED, 3, None),
@@ -175,6 +177,7 @@ def test_a_warm_run_ends_with_the_scripts_own_exit(server: WarmServer, tmp_path:
         assert "ValueError: boom in step 2" in (tmp_path / "warm" / "stderr.log").read_text()
 
 
+@pytest.mark.e2e
 def test_a_warm_process_answers_like_popen(server: WarmServer, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -212,6 +215,7 @@ for step in range(10_000):
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_the_servers_death_mid_run_reruns_it_cold(tmp_path: Path) -> None:
     script, marker = tmp_path / "hold.py", tmp_path / "hold"
@@ -246,6 +250,7 @@ def test_the_servers_death_mid_run_reruns_it_cold(tmp_path: Path) -> None:
     assert "warm-started" in stats.notes()[0] and "cold because" in stats.notes()[0]
 
 
+@pytest.mark.e2e
 def test_after_the_servers_death_runs_start_cold(tmp_path: Path) -> None:
     base = _spec(tmp_path / "run")
     with warm_runner(base, capture) as (run, stats):
@@ -262,6 +267,7 @@ def test_after_the_servers_death_runs_start_cold(tmp_path: Path) -> None:
     assert any("gone" in reason or "died" in reason for reason in stats.cold_reasons), stats.cold_reasons
 
 
+@pytest.mark.e2e
 def test_a_dead_server_refuses_new_runs(tmp_path: Path) -> None:
     with WarmServer(_spec(tmp_path / "run")) as s:
         assert s.start(), s.refused
@@ -290,6 +296,7 @@ with warm_runner(spec, capture) as (run, _):
 """
 
 
+@pytest.mark.e2e
 def test_advisor_killed_outright_leaves_neither_server_nor_child(tmp_path: Path) -> None:
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT, str(tmp_path), str(TRAIN_LOOP)],

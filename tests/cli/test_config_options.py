@@ -115,7 +115,7 @@ def test_help_ignores_a_broken_config_file(tmp_path: Path, capsys, seen) -> None
 
 
 def test_every_option_but_the_per_run_ones_is_a_key() -> None:
-    from advisor.cli._common import diagnose_option_keys
+    from advisor.cli.cmd_diagnose import diagnose_option_keys
 
     keys = diagnose_option_keys()
     assert {"steps", "warmup", "profile-steps", "repeats", "unsafe-fixes", "timeout", "fix"} <= keys

@@ -12,6 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[2]
 SLOW_LOADER = REPO / "tests" / "fixes" / "scripts" / "slow_loader.py"
 TRAIN_LOOP = REPO / "tests" / "scripts" / "train_loop.py"

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from proc_helpers import signal_when, survivors_after
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[2]
 SLOW_LOADER = REPO / "tests" / "fixes" / "scripts" / "slow_loader.py"
 GIVE_UP_S = 500.0  # only so a broken build fails instead of hanging; the test waits for a condition

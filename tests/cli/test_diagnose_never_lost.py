@@ -118,6 +118,7 @@ def _saved(root: Path, name: str, **changes: object) -> None:
     dataclasses.replace(_base(), trials=(DONE, OPEN), **changes).save(run_dir)
 
 
+@pytest.mark.e2e
 def test_runs_tells_running_interrupted_and_killed_apart(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that existed and is gone now

@@ -28,6 +28,7 @@ def test_docs_rules_md_is_up_to_date() -> None:
         )
 
 
+@pytest.mark.e2e
 def test_cli_markdown_format_is_the_same_text() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "advisor", "rules", "--format", "markdown"],

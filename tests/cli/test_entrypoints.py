@@ -11,6 +11,8 @@ from click.testing import CliRunner
 
 from advisor.cli.main import cli, main
 
+pytestmark = pytest.mark.e2e
+
 BIN = Path(sys.executable).parent / "advisor"
 
 

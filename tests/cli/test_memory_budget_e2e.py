@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import invoke
 
+pytestmark = pytest.mark.e2e
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "memory_bound.py"
 
 

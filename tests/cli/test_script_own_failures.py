@@ -12,6 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e
+
 ADVISOR = [sys.executable, "-m", "advisor"]
 SMALL = ("-q", "--no-fixes", "--warmup", "1", "--steps", "2", "--profile-steps", "2")
 

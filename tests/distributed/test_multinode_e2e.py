@@ -71,6 +71,7 @@ def _node_of(out: Path) -> dict[int, int]:
     return nodes
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_two_nodes_on_localhost_make_one_job(tmp_path: Path) -> None:
     out = tmp_path / "job"
@@ -91,6 +92,7 @@ def test_two_nodes_on_localhost_make_one_job(tmp_path: Path) -> None:
     assert not pids_with_args(str(out / "node1" / "config.json"))
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_failing_rank_on_one_node_is_named_and_every_rank_stops(tmp_path: Path) -> None:
     out = tmp_path / "job"

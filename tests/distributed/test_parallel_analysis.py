@@ -26,6 +26,8 @@ from advisor.errors import TraceError  # noqa: E402
 from advisor.metrics.compute import compute_metrics, merge_digests  # noqa: E402
 from advisor.trace.load import find_trace_files, load_traces  # noqa: E402
 
+pytestmark = pytest.mark.e2e
+
 STRAGGLER = 2
 RANKS = 4
 

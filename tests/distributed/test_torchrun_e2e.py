@@ -21,6 +21,8 @@ from advisor.distributed.launch import capture_distributed
 from advisor.metrics.compute import analyze_path, compute_metrics
 from advisor.trace.load import load_traces
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ddp_gloo.py"
 SLOW_MS = 150

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from advisor.cli.cmd_rules import rule, rules
@@ -78,6 +79,7 @@ def test_direct_command_objects():
     assert CliRunner().invoke(rules, []).exit_code == 0
 
 
+@pytest.mark.e2e
 def test_entry_point_maps_errors_to_exit_codes():
     ok = subprocess.run([sys.executable, "-m", "advisor", "rule", "SY002"], capture_output=True, text=True)
     assert ok.returncode == 0 and "## Why it matters" in ok.stdout

@@ -59,6 +59,7 @@ def wheel(tmp_path_factory) -> Path:
     return wheels[0]
 
 
+@pytest.mark.e2e
 def test_wheel_contains_every_rule_file(wheel):
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
@@ -69,6 +70,7 @@ def test_wheel_contains_every_rule_file(wheel):
         assert "advisor/engine/rules.py" in names
 
 
+@pytest.mark.e2e
 def test_rules_load_from_the_unpacked_wheel(wheel, tmp_path):
     """Installed (not a checkout): the loader finds advisor/_rules and loads every rule."""
     with zipfile.ZipFile(wheel) as zf:

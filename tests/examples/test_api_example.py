@@ -27,6 +27,7 @@ def test_the_readme_shows_the_example() -> None:
     assert "examples/api/notebook.py" in readme and "advisor.diagnose(" in readme
 
 
+@pytest.mark.e2e
 def test_the_api_example_runs_without_fixes(tmp_path: Path) -> None:
     proc = _run(tmp_path / "run", "--no-fixes")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -36,6 +37,7 @@ def test_the_api_example_runs_without_fixes(tmp_path: Path) -> None:
     assert saved["trials"] == [] and saved["primary"]["category"] == "data_loading"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_the_api_example_runs_with_its_fix_trial(tmp_path: Path) -> None:
     proc = _run(tmp_path / "run")

@@ -36,6 +36,7 @@ def test_each_example_names_its_bottleneck_and_fix():
         assert "import advisor" not in doc and "from advisor" not in doc, name
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("name", "variant"), list(_cases()))
 def test_example_runs(name, variant):
     path = EXAMPLES / (f"{name}.py" if variant == "plain" else f"fixed/{name}.py")

@@ -25,6 +25,7 @@ def _real():
 
 real = _real()
 pytestmark = [
+    pytest.mark.e2e,
     pytest.mark.slow,
     pytest.mark.skipif(not real.REAL.is_dir(), reason=f"{real.REAL} is absent (real scripts live next to the repo)"),
 ]

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from zoo_support import EXAMPLES, REPO, load_manifest
 
+pytestmark = pytest.mark.e2e
+
 MANIFEST = load_manifest()
 
 # Known gaps in the advisor (not in the examples), kept visible: strict xfail turns into a failure

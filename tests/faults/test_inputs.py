@@ -349,6 +349,7 @@ def test_script_name_that_is_not_utf8_is_one_line_error_before_anything_runs(cap
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_script_name_with_a_quote_is_diagnosed(tmp_path: Path) -> None:
     import subprocess

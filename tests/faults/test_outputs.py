@@ -124,6 +124,7 @@ def _on_a_full_disk(tmp_path: Path, command: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.e2e
 def test_full_disk_is_one_line_error_and_leaves_no_temp_file(run_dir: Path, tmp_path: Path) -> None:
     done = _on_a_full_disk(tmp_path, f'{sys.executable} -m advisor report "{run_dir}" --format json -o "$FULL/r.json"')
     line = one_line_error(done.returncode, done.stderr)

@@ -28,7 +28,7 @@ from proc_helpers import gone_within, pids_with_args
 SPAWNS = Path(__file__).resolve().parent / "scripts" / "spawns.py"
 CATCHABLE = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and prctl are Linux-only")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and prctl are Linux-only")]
 
 
 def _start(tmp_path: Path, nproc: int) -> tuple[subprocess.Popen[bytes], Path, str]:

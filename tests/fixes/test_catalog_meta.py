@@ -43,6 +43,7 @@ def test_every_fix_is_whole(fix: Fix) -> None:
     assert sample_diff(fix).strip(), f"{fix.id}: its diff plan says nothing on the sample script"
 
 
+@pytest.mark.e2e
 def test_the_catalog_imports_no_torch() -> None:
     code = (
         "import sys; from advisor.fixes import catalog; from advisor.engine.rules import default_rules; "

@@ -52,6 +52,7 @@ def test_nothing_kept_means_an_empty_diff():
     assert make_diff(SAMPLE, []) == ""
 
 
+@pytest.mark.e2e
 def test_write_applies_the_diff_and_keeps_a_backup(tmp_path: Path):
     script = tmp_path / "train.py"
     shutil.copy(SAMPLE, script)
@@ -99,6 +100,7 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30, check=False)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_the_diff_applies_from_the_repository_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     repo = tmp_path / "repo"
@@ -118,6 +120,7 @@ def test_the_diff_applies_from_the_repository_root(tmp_path: Path, monkeypatch: 
     assert script.read_text() == transform(SAMPLE.read_text(), KEPT[:3])[0]
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_without_a_repository_the_diff_is_relative_to_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

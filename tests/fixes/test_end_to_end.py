@@ -10,6 +10,8 @@ from advisor.capture.model import FixRequest, RunSpec
 from advisor.engine.model import FixRef
 from advisor.fixes.loop import run_trials
 
+pytestmark = pytest.mark.e2e
+
 SCRIPT = Path(__file__).parent / "scripts" / "slow_loader.py"
 
 capture_run = pytest.importorskip("advisor.capture.run")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from fixes_fakes import FakeRunner
 
 from advisor.capture.model import RunSpec
@@ -45,6 +46,7 @@ def test_enumerates_index_is_the_counter():
     assert "if i % 20 == 0:\n        print(model(x).item())" in new and "advisor_step" not in new
 
 
+@pytest.mark.e2e
 def test_it_is_advice_never_run_and_its_diff_is_offered(tmp_path: Path):
     script = tmp_path / "train.py"
     script.write_text(LOOP)

@@ -66,6 +66,7 @@ def test_on_top_fix_is_measured_when_workers_alone_has_no_effect(spec):
     )
 
 
+@pytest.mark.e2e
 def test_a_kept_on_top_fix_carries_its_workers_rung_into_the_combination(spec):
     runner = Pair(effects={"dataloader_workers": 1.0})
     out = run_trials(spec, refs("dataloader_workers", "cpu_threads"), runner=runner, early_stop=False)
@@ -287,6 +288,7 @@ print("seen", x.shape[0])
 """
 
 
+@pytest.mark.e2e
 def test_a_real_run_gets_the_larger_batch(tmp_path: Path):
     capture_run = pytest.importorskip("advisor.capture.run")
     script = tmp_path / "tiny.py"

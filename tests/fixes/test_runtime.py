@@ -65,6 +65,7 @@ def test_nothing_to_install_imports_nothing_and_returns_empty():
     assert runtime.install(()) == {}
 
 
+@pytest.mark.e2e
 def test_dataloader_created_after_install_gets_the_new_kwargs():
     notes = install(
         FixRequest("dataloader_workers", {"num_workers": 2}),
@@ -81,6 +82,7 @@ def test_dataloader_created_after_install_gets_the_new_kwargs():
     assert len(list(loader)) == 4  # the workers really run
 
 
+@pytest.mark.e2e
 def test_workers_are_not_added_to_an_iterable_dataset_that_does_not_shard():
     notes = install(FixRequest("dataloader_workers", {"num_workers": 2}), FixRequest("prefetch_factor"))
     loader = DataLoader(Stream(), batch_size=2)

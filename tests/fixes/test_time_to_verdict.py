@@ -235,6 +235,7 @@ def test_runs_in_flight_report_their_steps_throttled_with_every_phase_change(spe
     assert any(e.fix == "bf16_autocast" for e in flying)
 
 
+@pytest.mark.e2e
 def test_a_real_trial_run_reports_its_steps_while_in_flight(tmp_path):
     from advisor.fixes.loop import Measurer, TrialProgress, default_runner
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 SMALL = ("-q", "--warmup", "3", "--steps", "5", "--profile-steps", "2", "--repeats", "1", "--timeout", "400")
 

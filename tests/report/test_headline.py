@@ -9,8 +9,8 @@ import pytest
 from report_fixtures import make_report
 
 from advisor.report import headline
+from advisor.report.figures import mean_part_ms, median_step_ms
 from advisor.report.render import render
-from advisor.report.text import mean_part_ms, median_step_ms
 
 
 def test_step_time_is_the_timed_median_and_the_breakdown_adds_up_to_it() -> None:

@@ -145,6 +145,7 @@ def test_compare_missing_side(capsys, tmp_path: Path) -> None:
     assert code == EXIT_USAGE and "does not exist" in err
 
 
+@pytest.mark.e2e
 def test_python_m_advisor_report_smoke(run_dir: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "advisor", "report", str(run_dir), "--format", "json", "--fail-on", "error"],

@@ -11,6 +11,8 @@ from report_fixtures import record_cpu_trace
 
 from advisor.cli.main import main
 
+pytestmark = pytest.mark.e2e
+
 RESNET = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 REPO = Path(__file__).resolve().parents[2]
 

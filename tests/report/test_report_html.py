@@ -88,6 +88,7 @@ def _check_in_browser(chromium, html_path: Path, png: Path) -> str:
     return dom.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("hostile", [False, True], ids=["plain", "hostile"])
 def test_report_renders_in_headless_chromium(chromium, tmp_path: Path, hostile: bool) -> None:
     page = tmp_path / "report.html"
@@ -106,6 +107,7 @@ def test_report_renders_in_headless_chromium(chromium, tmp_path: Path, hostile: 
     assert (download.get("href") or "").startswith("blob:")  # the embedded JSON parsed
 
 
+@pytest.mark.e2e
 def test_comparison_renders_in_headless_chromium(chromium, tmp_path: Path) -> None:
     page = tmp_path / "compare.html"
     cmp = compare_reports(make_gpu_trace_report(), make_after_report())

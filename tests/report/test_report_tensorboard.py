@@ -140,6 +140,7 @@ def _first_line(stream, timeout_s: float) -> str | None:
         return None
 
 
+@pytest.mark.e2e
 def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
     port = _free_port()
     base = f"http://127.0.0.1:{port}/data/plugin/pytorch_profiler"
@@ -194,6 +195,7 @@ def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
     assert port_free("127.0.0.1", port)  # the server is really gone
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
 def test_killing_advisor_never_leaves_tensorboard_running(captured_run: Path) -> None:
     # TensorBoard runs in its own session (so a terminal's Ctrl-C reaches only advisor); without
@@ -293,6 +295,7 @@ def test_what_advisor_tensorboard_says(tmp_path: Path) -> None:
     assert text.count("ui.perfetto.dev") == 2 and all(line.startswith("advisor: ") for line in notes)
 
 
+@pytest.mark.e2e
 def test_a_copy_left_by_a_killed_advisor_is_removed_by_the_next_one(tmp_path: Path) -> None:
     from advisor.report.tensorboard import OWNER_FILE, remove_stale_copies
 

@@ -105,12 +105,14 @@ def test_the_width_fixture_has_what_broke_the_page() -> None:
     assert "Peak memory" in html and "<table" in html
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("width", WIDTHS)
 def test_no_table_overflows_its_box(chromium, tmp_path: Path, width: int) -> None:
     problems = overflow_problems(chromium, render(demo_like_report(), "html"), tmp_path, width)
     assert problems == [], f"at {width} px: " + "; ".join(problems)
 
 
+@pytest.mark.e2e
 def test_the_probe_catches_an_overflowing_table(chromium, tmp_path: Path) -> None:
     # A no-wrap cell as the old page had: the probe must see the table leave its box.
     html = render(demo_like_report(), "html").replace(
@@ -120,6 +122,7 @@ def test_the_probe_catches_an_overflowing_table(chromium, tmp_path: Path) -> Non
     assert any("wider than its box" in p or "overflows its box" in p for p in problems), problems
 
 
+@pytest.mark.e2e
 def test_comparison_page_fits_at_900_px(chromium, tmp_path: Path) -> None:
     from report_fixtures import make_after_report
 

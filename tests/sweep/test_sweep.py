@@ -59,6 +59,7 @@ def test_a_batch_that_is_not_a_multiple_of_the_scripts_is_marked_not_applied(tmp
     assert r[8].status == CellStatus.OK
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_real_sweep_marks_the_cells_over_the_memory_budget(tmp_path):
     from click.testing import CliRunner

@@ -85,6 +85,7 @@ def test_a_script_that_accumulates_with_no_known_option_cannot_change_it(tmp_pat
     assert "accumulates 2 micro-batches" in r[4].reason
 
 
+@pytest.mark.e2e
 def test_every_cell_has_tflops_and_mfu_from_its_counted_flops(tmp_path):
     runner = MemoryRunner()
     table = run_sweep(_spec(tmp_path), parse_cells([8, 16], ["fp32", "bf16"]), repeats=2, runner=runner)
@@ -125,6 +126,7 @@ def test_peaks_come_from_the_gpu_datasheet_or_the_cpu_probe():
     assert _peak(Environment(device="cpu"), "fp32") == (None, None, "no fp32 matmul peak was measured on this CPU")
 
 
+@pytest.mark.e2e
 def test_the_recommended_cell_comes_with_the_diff_that_sets_it_in_every_format(tmp_path):
     table = run_sweep(_spec(tmp_path), parse_cells([8, 32], ["fp32", "bf16"]), repeats=1, runner=MemoryRunner())
     assert table.recommended == Cell(32, "bf16")
@@ -184,6 +186,7 @@ def test_a_cell_faster_than_its_peak_gets_no_mfu_and_says_why(tmp_path):
         assert "MFU in fp16" not in out, fmt
 
 
+@pytest.mark.e2e
 def test_a_precision_slower_than_fp32_on_this_cpu_is_measured_against_fp32s_rate(tmp_path):
     slow_bf16 = (MatmulPeak("fp32", 2, 2.0), MatmulPeak("bf16", 2, 0.01))
     table = run_sweep(_spec(tmp_path), parse_cells([8], ["fp32", "bf16"]), repeats=1,

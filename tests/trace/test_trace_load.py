@@ -158,6 +158,7 @@ def test_bad_input_gives_one_line_trace_error(tmp_path, case, fragment):
     assert path.name in message
 
 
+@pytest.mark.e2e
 def test_never_imports_torch():
     code = (
         "import sys; import advisor.metrics.compute as c; "

@@ -28,6 +28,7 @@ import functools
 import inspect
 from typing import Any
 
+from advisor.capture.vocab import StepSource
 from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, Objective
 
 MANUAL = (
@@ -40,7 +41,7 @@ MANUAL = (
 
 def check(ctx: FixContext) -> str | None:
     """Needs a training loop (a backward pass keeps activations; an inference loop keeps none)."""
-    if ctx.step_source == "dataloader":
+    if ctx.step_source == StepSource.DATALOADER:
         return "the loop runs no optimizer step: without a backward pass there are no activations to recompute"
     return None
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from advisor.capture.vocab import StepSource
 from advisor.fixes.fix import LOSS_RTOL_SAFE, SAFE, DiffPlan, Fix, FixContext
 
 
 def check(ctx: FixContext) -> str | None:
     """Only for loops without an optimizer step: a training loop needs the graph."""
-    if ctx.step_source == "optimizer":
+    if ctx.step_source == StepSource.OPTIMIZER:
         return "the loop steps an optimizer: it trains, and its backward pass needs the autograd graph"
     return None
 
