@@ -18,6 +18,7 @@ from advisor._num import median
 from advisor.capture.model import FixRequest, NoteState, RunCapture, RunSpec
 from advisor.errors import AdvisorError
 from advisor.fixes import catalog
+from advisor.fixes.agreement import RunFacts, facts_of
 from advisor.fixes.fix import Objective, RungRuns
 from advisor.fixes.loop.memory import judge_memory
 from advisor.fixes.loop.options import (
@@ -35,10 +36,18 @@ from advisor.fixes.loop.progress import (
     takes_progress,
 )
 from advisor.fixes.loop.select import collapse
+from advisor.fixes.loop.spread import disagree, spread_reason
 from advisor.fixes.loop.text import failure_reason, safe_name, since
 from advisor.fixes.loop.variant import FAILED, NO_EFFECT, SKIPPED, UNDECIDED, Variant, describe
-from advisor.fixes.model import FixOutcome, Trial
-from advisor.fixes.stats import MIN_PAIRS, decided_early, estimate, loss_parity, paired_ratios
+from advisor.fixes.model import FixOutcome, Interval, Trial
+from advisor.fixes.stats import (
+    MIN_PAIRS,
+    decided_early,
+    estimate,
+    loss_parity,
+    paired_ratios,
+    range_estimate,
+)
 from advisor.rundir import TRIALS_DIR
 
 
@@ -75,6 +84,7 @@ class Measurer:
         self.deadline: float | None = None  # perf_counter() by which the loop should end (--budget)
         self.clock: Callable[[], float] = time.perf_counter
         self.started = self.clock()
+        self.unit = ""  # samples/s or steps/s: what the first baseline run counted
 
     @property
     def budget_s(self) -> float | None:
@@ -258,8 +268,9 @@ class Measurer:
         ref_losses: list[tuple[float | None, ...]] = []
         ref_loaders: tuple[Any, ...] = ()
         ref_source: str | None = None
+        ref_facts: list[RunFacts] = []
         for v in variants:
-            v.ref_rates, v.ref_ttfs, v.ref_peaks = ref_rates, ref_ttfs, ref_peaks
+            v.ref_rates, v.ref_ttfs, v.ref_peaks, v.ref_facts = ref_rates, ref_ttfs, ref_peaks, ref_facts
         planned = self.repeats
         running = list(variants)
         self.current = list(variants)
@@ -272,6 +283,9 @@ class Measurer:
                 ),
             )
             ref_rates.append(self.rate(cap))
+            if cap.ok:
+                ref_facts.append(facts_of(cap, ref_rates[-1]))
+                self.unit = self.unit or ("samples/s" if cap.timed.samples_per_s else "steps/s")
             ref_loaders = ref_loaders or tuple(cap.dataloaders)
             ref_source = ref_source or (cap.step_source if cap.ok else None)
             if cap.ok and cap.timed.time_to_first_step_s is not None:
@@ -294,7 +308,11 @@ class Measurer:
                 planned += 1
             elif r >= MIN_PAIRS:
                 for v in running:
-                    if self.early_stop and v.active and decided_early(paired_ratios(v.ref_rates, v.rates), self.looks, self.min_effect):
+                    # NOTE: runs that disagree are judged by their range, never stopped on an interval.
+                    if (
+                        self.early_stop and v.active and not disagree(v)
+                        and decided_early(paired_ratios(v.ref_rates, v.rates), self.looks, self.min_effect)
+                    ):
                         v.early = r
                 running = [v for v in running if v.active and not v.early]
                 if not running or not self.affords(len(running) + 1):
@@ -319,6 +337,8 @@ class Measurer:
         return max(1, self.repeats - MIN_PAIRS + 1)
 
     def _undecided(self, v: Variant) -> bool:
+        if disagree(v):
+            return False  # more runs of a machine that changes under them would not decide it
         est = estimate(paired_ratios(v.ref_rates, v.rates), self.min_effect)
         # NOTE: only a possible win is worth more runs; slower and no_effect are both dropped.
         if est.speedup is None or est.verdict not in (NO_EFFECT, UNDECIDED):
@@ -363,6 +383,7 @@ class Measurer:
             while len(v.rates) < r:
                 v.rates.append(None)
             v.rates.append(rate)
+            v.facts.append(facts_of(cap, rate))
             if cap.timed.time_to_first_step_s is not None:
                 v.ttfs.append(cap.timed.time_to_first_step_s)
             if cap.peak_memory_bytes:
@@ -401,9 +422,15 @@ class Measurer:
             return Trial(**common, verdict=SKIPPED, reason=v.skip, repeats=0)
         if v.failure is not None:
             return Trial(**common, verdict=FAILED, reason=v.failure, repeats=len(ratios))
-        est = estimate(ratios, self.min_effect)
+        spread = disagree(v)
+        if spread:
+            est = range_estimate(ref_rates, v.rates, self.min_effect)
+        else:
+            est = estimate(ratios, self.min_effect)
         used = [a for a in ref_rates if a]
         verdict, why = est.verdict, est.reason
+        if spread:
+            why = "; ".join(x for x in (spread_reason(v, self.unit or "samples/s"), why) if x)
         if len(common["fixes"]) == 1 and catalog.get(v.fix).objective is Objective.MEMORY:
             verdict, why = judge_memory(common["peak_memory_bytes"], common["baseline_peak_memory_bytes"], est)
         reason = "; ".join(r for r in (describe(v), why) if r)
@@ -412,5 +439,7 @@ class Measurer:
             baseline_samples_per_s=median(used),
             samples_per_s=median([x for x in v.rates if x]),
             speedup=est.speedup, ci_low=est.ci_low, ci_high=est.ci_high,
+            interval=Interval.RUN_RANGE if spread else Interval.CI95,
             verdict=verdict, reason=reason, repeats=est.pairs,
         )
+

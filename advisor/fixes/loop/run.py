@@ -18,8 +18,14 @@ from advisor.fixes.loop.options import WARMUP_SETTLED, LoopOptions
 from advisor.fixes.loop.plan import choose, fit_budget, plan_trials, settled_warmup
 from advisor.fixes.loop.progress import TrialProgress
 from advisor.fixes.loop.select import best_alone, collapse, pick_kept, select_combination
-from advisor.fixes.loop.stages import measure_combined, measure_on_top, out_of_memory, profile_kept
-from advisor.fixes.loop.text import advice_note, diff_text, failure_reason, since
+from advisor.fixes.loop.stages import (
+    confirm_alone,
+    measure_combined,
+    measure_on_top,
+    out_of_memory,
+    profile_kept,
+)
+from advisor.fixes.loop.text import advice_note, diff_text, failure_reason, since, times
 from advisor.fixes.loop.variant import IMPROVED, SKIPPED
 from advisor.fixes.model import FixOutcome, Trial
 
@@ -204,6 +210,9 @@ def _keep(
         if loop.affords(loop.repeats * 2 + 1):
             measured = measure_combined(selection, loop, ctx, spec)
             combined, kept, more = pick_kept(measured, selection.chosen, on_top, loop.min_effect)
+            if len(kept) == 1 and measured.verdict != IMPROVED and loop.affords(loop.repeats * 2 + 1):
+                combined, kept, again = _reconfirm(measured, kept[0], loop, ctx, spec)
+                more.append(again)
         else:
             combined, kept, more = best_alone(selection.chosen, on_top)
         notes.extend(more)
@@ -223,3 +232,22 @@ def _keep(
         kept = [carried.get(t.fix, t) for t in kept]
         trials = tuple(carried.get(t.fix, t) for t in trials)
     return combined, kept, trials
+
+
+def _reconfirm(
+    measured: Trial, best: Trial, loop: Measurer, ctx: FixContext, spec: RunSpec,
+) -> tuple[Trial | None, list[Trial], str]:
+    """Measure ``best`` again alone when the combination holding it did not improve; keep it only if it still does.
+
+    A combination that contains a win and measures no gain contradicts that win: one of the two
+    measurements is wrong, and on a machine whose load changed between them it is often the win.
+    """
+    again = confirm_alone(best, loop, ctx, spec)
+    said = (
+        f"{best.fix} measured {times(best.speedup)} alone but the combination {measured.fix} holding it "
+        f"{times(measured.speedup)} ({measured.verdict}): measured again alone against a fresh baseline, "
+        f"{times(again.speedup)} ({again.verdict})"
+    )
+    if again.verdict == IMPROVED:
+        return again, [best], f"{said}; kept"
+    return None, [], f"{said}; not kept"

@@ -95,21 +95,32 @@ def measure_on_top(
 
 def measure_combined(selection: Selection, loop: Measurer, ctx: FixContext, spec: RunSpec) -> Trial:
     """Run the chosen fixes together against the plain baseline; return the combined trial."""
-    chosen = selection.chosen
+    return measure_together(selection.chosen, loop, ctx, spec, "combined", "; ".join(selection.carried))
+
+
+def confirm_alone(kept: Trial, loop: Measurer, ctx: FixContext, spec: RunSpec) -> Trial:
+    """Measure a kept fix once more, alone, against a fresh baseline: a combination holding it contradicted it."""
+    return measure_together([kept], loop, ctx, spec, "confirm", "measured again against a fresh baseline")
+
+
+def measure_together(
+    chosen: Sequence[Trial], loop: Measurer, ctx: FixContext, spec: RunSpec, stage: str, note: str,
+) -> Trial:
+    """Run ``chosen`` together against the plain baseline in a measurement of its own; return its trial."""
     fixes = catalog.get_fixes()
     overrides: dict[str, Any] = {}
     for t in chosen:
         # NOTE: runs whose batches hold k times the samples take fewer steps (see ladder_steps).
         overrides = fixes[t.fix].overrides_for(dict(t.params), spec, ctx, loop.base_step_ms) or overrides
     v = Variant(
-        label="combined", fix="+".join(t.fix for t in chosen),
+        label=stage, fix="+".join(t.fix for t in chosen),
         safety=SAFE if all(t.safety == SAFE for t in chosen) else UNSAFE,
         requests=tuple(FixRequest(t.fix, dict(t.params)) for t in chosen),
         loss_rtol=max(fixes[t.fix].loss_rtol for t in chosen),
         params={t.fix: dict(t.params) for t in chosen}, overrides=overrides,
-        fixes=tuple(t.fix for t in chosen), note="; ".join(selection.carried),
+        fixes=tuple(t.fix for t in chosen), note=note,
     )
-    loop.measure([v], reference=(), ref_label="baseline", stage="combined")
+    loop.measure([v], reference=(), ref_label="baseline", stage=stage)
     return loop.trial(v)
 
 

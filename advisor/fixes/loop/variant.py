@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.capture.model import FixRequest
+from advisor.fixes.agreement import RunFacts
 from advisor.fixes.model import Verdict
 
 # The verdicts under short names (advisor.fixes.model.Verdict).
@@ -13,9 +14,10 @@ IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED, ADVICE = (
     Verdict.IMPROVED, Verdict.NO_EFFECT, Verdict.SLOWER, Verdict.FAILED, Verdict.SKIPPED, Verdict.ADVICE
 )
 UNDECIDED = Verdict.UNDECIDED  # measured, but the interval is too wide to tell (advisor.fixes.stats)
+UNMEASURABLE = Verdict.UNMEASURABLE  # runs of one setting disagreed and the range could not tell
 
 # Verdicts of a workers trial that measured something (its best rung can carry on-top fixes).
-RAN = (IMPROVED, NO_EFFECT, UNDECIDED, SLOWER)
+RAN = (IMPROVED, NO_EFFECT, UNDECIDED, UNMEASURABLE, SLOWER)
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Variant:
     ref_rates: list[float | None] = field(default_factory=list)
     ref_ttfs: list[float] = field(default_factory=list)
     ref_peaks: list[int] = field(default_factory=list)
+    facts: list[RunFacts] = field(default_factory=list)  # what each measured run recorded
+    ref_facts: list[RunFacts] = field(default_factory=list)
     memory_kind: str | None = None
     early: int = 0  # pairs after which the measurement stopped before its planned rounds
     cut: bool = False  # stopped by the budget rather than by a decided interval
