@@ -15,6 +15,10 @@ report anything; so does advisor, for every timed window (the capture's and ever
 - **Drift** (:attr:`SteadyState.DRIFTING`): the step times trend (Spearman's rank correlation
   with the step index of at least :data:`DRIFT_RHO`) and the last third's median differs from
   the first third's by :data:`DRIFT` or more.
+- **Scatter** (:attr:`SteadyState.SCATTERED`): no structure, but the slowest tenth of the steps
+  take :data:`SCATTER` times the fastest tenth's or more (p90/p10): a median of such steps is
+  one draw of a machine that keeps changing under the run (two threads stalling each other
+  beside a busy process scattered one trainer's steps from 250 ms to 3.2 s).
 
 An unsteady window is never silently averaged: it is reported with its spread (p10-p90) and the
 steps used. Fewer than :data:`MIN_STEPS` steps are too few to test and count as steady.
@@ -26,7 +30,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from advisor._vocab import Vocab
 
@@ -44,6 +48,8 @@ DRIFT = 0.15
 """Smallest change between the first and last third of a window counted as drift."""
 DRIFT_RHO = 0.6
 """Smallest rank correlation between step index and step time counted as a trend."""
+SCATTER = 2.0
+"""p90/p10 of the steps at or above which a window without other structure is scattered, not steady."""
 MIN_SETTLED_SHARE = 0.25
 """A steady tail after a slow start is used only when it holds at least this share of the window."""
 MIN_DRIFT_STEPS = 15
@@ -62,6 +68,7 @@ class SteadyState(Vocab):
     SHIFTED = "shifted"  # the level changed inside the window (not a warm-up ending)
     BIMODAL = "bimodal"  # two populations of step times
     DRIFTING = "drifting"  # the step time trends up or down across the window
+    SCATTERED = "scattered"  # no structure, but the steps spread over a factor of SCATTER or more
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,14 @@ def assess(times_ms: Sequence[float]) -> Steadiness:
             f"the steps got steadily {way} across the window ({_ms(first)} ms in its first third, "
             f"{_ms(last)} ms in its last)",
         )
-    return _result(SteadyState.STEADY, times, offset, total - offset, "")
+    whole = _result(SteadyState.STEADY, times, offset, total - offset, "")
+    if whole.p10_ms and whole.p90_ms and whole.p90_ms >= SCATTER * whole.p10_ms:
+        return replace(
+            whole, state=SteadyState.SCATTERED,
+            detail=f"the steps scatter from {_ms(whole.p10_ms)} to {_ms(whole.p90_ms)} ms (p10-p90, "
+            f"{whole.p90_ms / whole.p10_ms:.1f}x apart)",
+        )
+    return whole
 
 
 def steady_times(times_ms: Sequence[float]) -> list[float]:

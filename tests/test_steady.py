@@ -80,3 +80,11 @@ def test_spread_and_rate_over_the_steady_part():
 def test_part_selects_aligned_values():
     verdict = Steadiness(SteadyState.SETTLED_LATE, 2, 3, 5, 1.0, 1.0, 1.0)
     assert verdict.part(["a", "b", "c", "d", "e"]) == ["c", "d", "e"]
+
+
+def test_steps_scattered_over_twice_their_fastest_are_not_steady():
+    rng = random.Random(5)
+    times = [rng.uniform(250.0, 3200.0) for _ in range(20)]
+    verdict = assess(times)
+    assert verdict.state is SteadyState.SCATTERED and not verdict.steady
+    assert "scatter from" in verdict.detail

@@ -62,6 +62,12 @@ class Trial:
         memory_kind: ``cuda`` or ``rss``: what the peak memory counts.
         unfinished: Still being measured when the report was written (the loop was running or
             was interrupted): its figures are from the pairs measured so far.
+        estimate: The largest speedup the diagnosis predicted for this fix before it ran
+            (:class:`~advisor.fixes.bounds.GainBound`), beside which the measurement is shown;
+            None when nothing predicted one (or the trial is relative to another fix's run).
+        estimate_basis: Where ``estimate`` comes from: ``amdahl`` (the share of the measured
+            step in the categories the fix shortens: a true upper bound) or ``finding`` (the
+            recoverable share the findings that suggested it estimated).
     """
 
     fix: str
@@ -85,6 +91,8 @@ class Trial:
     baseline_peak_memory_bytes: int | None = None
     memory_kind: MemoryKind | None = None
     unfinished: bool = False
+    estimate: float | None = None
+    estimate_basis: str = ""
 
     def __post_init__(self) -> None:
         # NOTE: producers may pass the plain words ("improved", "safe"); hold the members.
@@ -95,6 +103,15 @@ class Trial:
             object.__setattr__(self, "fixes", (self.fix,))
         elif not isinstance(self.fixes, tuple):
             object.__setattr__(self, "fixes", tuple(self.fixes))
+
+    @property
+    def beat_estimate(self) -> bool:
+        """Whether the measurement beat its prediction beyond doubt: the interval's low end is above it.
+
+        An Amdahl bound that is beaten is a wrong bound (the breakdown misplaced time, or the fix
+        shortens more than it declares); a finding's estimate that is beaten was too modest.
+        """
+        return self.estimate is not None and self.ci_low is not None and self.ci_low > self.estimate
 
     @property
     def memory_ratio(self) -> float | None:

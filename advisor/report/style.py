@@ -215,6 +215,18 @@ def ci(low: Any, high: Any) -> str:
     return f"[{lo:.2f}–{hi:.2f}]"
 
 
+def trial_score(trial: Any) -> str:
+    """Return the prediction beside the measurement: ``estimated ≤ 1.80×, measured 1.44×`` ("" without one)."""
+    est, got = finite(getattr(trial, "estimate", None)), finite(getattr(trial, "speedup", None))
+    if est is None or got is None:
+        return ""
+    what = "Amdahl bound" if getattr(trial, "estimate_basis", "") == "amdahl" else "findings' estimate"
+    text = f"estimated ≤ {est:.2f}× ({what}), measured {got:.2f}×"
+    if getattr(trial, "beat_estimate", False):
+        text += ": beyond the estimate, which was wrong" if what == "Amdahl bound" else ": beyond the estimate"
+    return text
+
+
 def trial_interval(trial: Any) -> str:
     """Return a trial's interval (``[1.21–1.40]``), with ``range`` after it when it spans every run against every other."""
     text = ci(getattr(trial, "ci_low", None), getattr(trial, "ci_high", None))

@@ -340,3 +340,28 @@ def test_a_win_contradicted_by_its_combination_is_measured_again_before_it_is_ke
     assert any("confirm" in str(c.out_dir) for c in runner.calls)
     if kept:
         assert out.combined.fixes == kept and out.combined.speedup == pytest.approx(1.5, rel=0.05)
+
+
+def test_each_measured_fix_carries_the_prediction_it_was_measured_against(spec):
+    # data_loading holds half the step: pin_memory-like loader fixes are bounded by 2x (Amdahl).
+    runner = FakeRunner(effects={"dataloader_workers": lambda p: 1.5})
+    out = run_trials(spec, refs("dataloader_workers"), runner=runner, make_diff_text=False,
+                     breakdown={"data_loading": 0.5, "compute": 0.5})
+    t = by_fix(out)["dataloader_workers"]
+    assert t.estimate == pytest.approx(2.0) and t.estimate_basis == "amdahl"
+    assert not t.beat_estimate
+    assert out.combined.estimate == pytest.approx(2.0)
+
+
+def test_a_measurement_beyond_its_amdahl_bound_says_the_bound_was_wrong():
+    from advisor.fixes.model import Trial
+    from advisor.report import style
+
+    ok = Trial(fix="f", safety="safe", speedup=1.44, ci_low=1.3, ci_high=1.6, verdict="improved",
+               estimate=1.8, estimate_basis="amdahl")
+    assert style.trial_score(ok) == "estimated ≤ 1.80× (Amdahl bound), measured 1.44×"
+    wrong = Trial(fix="f", safety="safe", speedup=2.5, ci_low=2.2, ci_high=2.8, verdict="improved",
+                  estimate=1.8, estimate_basis="amdahl")
+    assert wrong.beat_estimate
+    assert style.trial_score(wrong).endswith("beyond the estimate, which was wrong")
+    assert style.trial_score(Trial(fix="f", safety="safe", speedup=1.2)) == ""

@@ -89,8 +89,10 @@ def run_trials(
         results.update(measure_on_top(plan.on_top, results, ctx, spec, loop, bounds, notes,
                                       shares=opts.breakdown, skip_inert=opts.skip_inert and not opts.only))
 
-    trials = tuple(results[f] for f in wanted if f in results)
+    trials = tuple(_scored(results[f], bounds) for f in wanted if f in results)
     combined, kept, trials = _keep(trials, frozenset(plan.on_top), loop, ctx, spec, notes)
+    if combined is not None and len(combined.fixes) == 1:
+        combined = _scored(combined, bounds)
     advice = [results[f] for f in wanted if f in plan.advice]
     if advice:
         notes.append(advice_note(advice))
@@ -251,3 +253,15 @@ def _reconfirm(
     if again.verdict == IMPROVED:
         return again, [best], f"{said}; kept"
     return None, [], f"{said}; not kept"
+
+
+def _scored(trial: Trial, bounds: Mapping[str, GainBound]) -> Trial:
+    """Put the diagnosis's prediction for a measured fix beside its measurement.
+
+    Only a trial against the plain baseline is scored: an on-top fix's speedup is relative to
+    another fix's run, which no prediction was made for.
+    """
+    bound = bounds.get(trial.fix)
+    if bound is None or bound.speedup is None or trial.reference or trial.speedup is None or len(trial.fixes) != 1:
+        return trial
+    return replace(trial, estimate=bound.speedup, estimate_basis="amdahl" if bound.strict else "finding")
