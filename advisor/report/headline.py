@@ -120,3 +120,18 @@ def rate(report: Report) -> tuple[float | None, str]:
         return throughput(report), "samples/s"
     timed = [t for t in (s.finite(x) for x in steady_times(report.run.timed_step_times_ms)) if t is not None and t > 0]
     return (len(timed) / (sum(timed) / 1e3) if timed else None), "steps/s"
+
+
+def timed_scale(report: Report) -> float:
+    """Return the factor that puts a profiled step's milliseconds on the headline step's scale.
+
+    The profiled steps run slower than the timed ones (the profiler records every op); a figure
+    measured in them (a source line's time per step) is shown as the same share of the headline
+    step, as the breakdown's parts are, so the report holds one step time. 1.0 when the headline
+    is the profiled median itself or either median is unknown.
+    """
+    headline = step_time(report)
+    profiled = median_step_ms(report)
+    if headline.basis != StepBasis.TIMED or not headline.ms or not profiled:
+        return 1.0
+    return headline.ms / profiled

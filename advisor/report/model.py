@@ -74,7 +74,10 @@ class RunInfo:
     """What ran and how it ended (``run`` in the JSON report).
 
     ``timed_step_times_ms`` and ``timed_samples`` are the timed (unprofiled) steps from the
-    capture; ``advisor compare`` bootstraps a confidence interval on the speedup from them.
+    capture. ``step_time_ms`` is *the* step time of the report, the one every format prints: the
+    median of their steady part (:mod:`advisor._steady`), from step ``steady_from`` on, with its
+    spread (``step_p10_ms``, ``step_p90_ms``) and what the window looked like (``steadiness``).
+    Without timed steps these are None and "" (a bare trace: its profiled steps are used).
     """
 
     status: str = "analyzed"
@@ -97,6 +100,11 @@ class RunInfo:
     notes: tuple[str, ...] = ()
     timed_step_times_ms: tuple[float, ...] = ()
     timed_samples: tuple[int | None, ...] = ()
+    step_time_ms: float | None = None
+    step_p10_ms: float | None = None
+    step_p90_ms: float | None = None
+    steady_from: int = 0
+    steadiness: str = ""
 
 
 @dataclass(frozen=True)
@@ -241,6 +249,17 @@ class Report:
 
 
 
+def _step_time(timed_ms: Sequence[float]) -> dict[str, Any]:
+    """Return the report's one step time and its spread, from the timed steps' steady part."""
+    if not timed_ms:
+        return {}
+    verdict = assess(timed_ms)
+    return {
+        "step_time_ms": verdict.median_ms, "step_p10_ms": verdict.p10_ms, "step_p90_ms": verdict.p90_ms,
+        "steady_from": verdict.start, "steadiness": str(verdict.state),
+    }
+
+
 def steadiness_warnings(timed_ms: Sequence[float]) -> tuple[str, ...]:
     """Return the report's warning when its timed steps were not one steady population.
 
@@ -337,6 +356,7 @@ def build_report(
             notes=capture.notes,
             timed_step_times_ms=tuple(capture.timed.step_times_ms),
             timed_samples=tuple(capture.timed.samples),
+            **_step_time(capture.timed.step_times_ms),
         )
     else:
         run = RunInfo(status="analyzed", steps_measured=int(len(steps_df)))

@@ -443,6 +443,7 @@ def build_view(report: Report) -> ReportView:
     if report.combined is not None:
         trials += (_trial_row(report.combined, True),)
     locs: tuple[SourceLocation, ...] = report.locations[:MAX_LOCATIONS]
+    scale = _headline.timed_scale(report)  # a trace's ms per step as shares of the headline step
     return ReportView(
         headline=build_headline(report),
         breakdown=breakdown,
@@ -456,7 +457,7 @@ def build_view(report: Report) -> ReportView:
                 kind=loc.kind,
                 where=s.location_text(loc.file, loc.line, loc.function),
                 count=s.number(round(loc.count, 2)),
-                time=s.ms(loc.time_ms) if loc.time_ms else "—",
+                time=s.ms(loc.time_ms * (scale if loc.source == "trace" else 1.0)) if loc.time_ms else "—",
                 source=loc.source,
             )
             for loc in locs

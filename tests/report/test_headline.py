@@ -63,3 +63,33 @@ def test_a_jobs_profiled_steps_are_counted_per_rank() -> None:
     assert step.caption() == "median of 1 profiled step × 8 ranks"
     assert headline.breakdown_caption(job) == "mean share of a step's wall time over the 1 profiled step × 8 ranks"
     assert "8 profiled steps" not in render(job, "text")
+
+
+def test_twelve_slow_steps_before_the_steady_ones_give_one_step_time_in_every_format() -> None:
+    import html
+    import json
+    import random
+    import re
+
+    rng = random.Random(7)
+    slow = tuple(rng.uniform(400.0, 1087.0) for _ in range(12))
+    steady = tuple(118.0 * rng.uniform(0.98, 1.02) for _ in range(20))
+    report = make_report(timed_ms=slow + steady)
+    step = headline.step_time(report)
+    assert (step.steps, step.skipped, step.steady) == (20, 12, True)
+    assert step.ms == pytest.approx(statistics.median(steady))
+    assert report.run.step_time_ms == pytest.approx(step.ms) and report.run.steady_from == 12
+    parts = headline.part_ms(report)
+    assert sum(v for v in parts.values() if v) == pytest.approx(step.ms)
+    shown = f"{step.ms:.1f} ms median of 20 steady timed steps"
+    mixed = f"{statistics.median(slow + steady):.1f} ms"
+    for fmt in ("text", "markdown", "html", "json"):
+        out = render(report, fmt)
+        if fmt == "json":
+            run = json.loads(out)["run"]
+            assert run["step_time_ms"] == pytest.approx(step.ms) and run["steady_from"] == 12
+            continue
+        flat = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", out)).replace("│", " ").replace("**", "").split())
+        assert shown in flat, fmt
+        assert "the 12 before them were still warming up" in flat, fmt
+        assert mixed not in flat, fmt
