@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from advisor.capture.model import RunSpec  # noqa: E402
 from advisor.engine.model import FixRef  # noqa: E402
-from advisor.fixes import registry  # noqa: E402
+from advisor.fixes import catalog  # noqa: E402
 from advisor.fixes.diff import transform  # noqa: E402
 from advisor.fixes.loop import TrialProgress, run_trials  # noqa: E402
 
@@ -108,7 +108,7 @@ def bench(name: str, repeats: int, plain_repeats: int, from_diagnose: bool, work
     if from_diagnose:
         suggested = suggested_from_diagnose(script, out)
     else:
-        suggested = [FixRef(f, registry.safety_of(f)) for f in SUGGESTED.get(name, ())]
+        suggested = [FixRef(f, catalog.get(f).safety) for f in SUGGESTED.get(name, ())]
     print(f"== {name}: trying {', '.join(r.id for r in suggested) or 'nothing'} ({load()})", flush=True)
 
     def show(e: TrialProgress) -> None:

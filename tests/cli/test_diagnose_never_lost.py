@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from advisor import api
+from advisor.api import fixloop as api
 from advisor.capture.model import RunSpec
 from advisor.cli.main import cli
 from advisor.engine.model import Diagnosis

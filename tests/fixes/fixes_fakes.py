@@ -130,9 +130,9 @@ class FakeRunner:
 
 def refs(*ids: str) -> list[FixRef]:
     """FixRefs for these fix ids, each with its catalog safety."""
-    from advisor.fixes.registry import safety_of
+    from advisor.fixes import catalog
 
-    return [FixRef(i, safety_of(i)) for i in ids]
+    return [FixRef(i, catalog.get(i).safety) for i in ids]
 
 
 def by_fix(outcome: FixOutcome) -> dict[str, Trial]:

@@ -10,12 +10,12 @@ import pytest
 from fixes_fakes import FakeRunner, by_fix, refs
 
 from advisor.capture.model import DataLoaderInfo, FixRequest, RunSpec
-from advisor.fixes import registry
+from advisor.fixes import catalog as registry
+from advisor.fixes.catalog.larger_batch import batch_ladder
 from advisor.fixes.diff import transform
-from advisor.fixes.fix import ladder_steps
+from advisor.fixes.fix import FixContext, ladder_steps
 from advisor.fixes.loop import run_trials
 from advisor.fixes.model import Trial
-from advisor.fixes.registry import FixContext, batch_ladder
 
 DATA = Path(__file__).parent / "data"
 

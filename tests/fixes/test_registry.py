@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from advisor.capture.model import DataLoaderInfo
-from advisor.fixes import catalog, registry
-from advisor.fixes.registry import FixContext, FixSpec, worker_ladder
+from advisor.fixes import catalog
+from advisor.fixes import catalog as registry
+from advisor.fixes.catalog.dataloader_workers import worker_ladder
+from advisor.fixes.fix import Fix as FixSpec
+from advisor.fixes.fix import FixContext
 
 SAFE = {"dataloader_workers", "pin_memory", "persistent_workers", "prefetch_factor",
         "non_blocking_copy", "cpu_threads", "inference_mode", "host_reads"}

@@ -77,6 +77,11 @@ def get(fix_id: str) -> Fix:
     return get_fixes()[fix_id]
 
 
+def all_fixes() -> tuple[Fix, ...]:
+    """Every fix, in catalog order."""
+    return tuple(get_fixes().values())
+
+
 def fix_ids() -> tuple[str, ...]:
     """Every fix id, in catalog order."""
     return tuple(get_fixes())

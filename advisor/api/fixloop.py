@@ -1,0 +1,162 @@
+"""The fix loop as ``advisor diagnose`` runs it: warm-started trial runs, the report saved after every run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from advisor.api.process import capture_function, signals_ignored, sigterm_interrupts
+from advisor.capture.model import RunCapture, RunSpec
+from advisor.engine.model import Diagnosis
+from advisor.fixes.model import FixOutcome
+from advisor.report.model import Report
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    """How the fix loop runs.
+
+    Attributes:
+        enabled: False skips the loop (``--no-fixes``).
+        unsafe: Also try fixes that may change numerics (``--unsafe-fixes``).
+        only: Try only these fix ids (``--fix``, repeatable).
+        repeats: Interleaved baseline/variant repeats per fix.
+        write: Apply the diff to the user's script, keeping a ``.bak`` copy (``--write``).
+        budget_s: Seconds the whole fix loop may take (``--budget``); None: no limit.
+        exhaustive: Measure every suggested fix for every planned round with the full warm-up
+            (``--exhaustive``): no Amdahl skips, no early stops, no shortened warm-up, no fix
+            skipped as inert on top of its rung.
+        cold_start: Start every trial run in a fresh interpreter (``--cold-start``) instead of
+            forking it from the warm-start server (:mod:`advisor.capture.warm`).
+    """
+
+    enabled: bool = True
+    unsafe: bool = False
+    only: tuple[str, ...] = ()
+    repeats: int = 3
+    write: bool = False
+    budget_s: float | None = None
+    exhaustive: bool = False
+    cold_start: bool = False
+
+
+def try_fixes(
+    spec: RunSpec,
+    diagnosis: Diagnosis,
+    options: FixOptions,
+    progress: Callable[[Any], None] | None = None,
+    checkpoint: Callable[[FixOutcome], None] | None = None,
+) -> FixOutcome:
+    """Measure the fixes the findings suggest (or ``options.only``); the loop also builds the diff.
+
+    Trial runs go to ``<run>/trials/``; the user's script is only written with ``--write``.
+    Single-process trial runs are forked from a warm-start server unless ``options.cold_start``
+    (:func:`advisor.capture.warm.warm_runner`; it falls back to cold starts by itself).
+    """
+    from advisor.capture.warm import warm_runner
+    from advisor.fixes.diff import write_diff
+    from advisor.fixes.loop import INSTALLER, run_trials
+    from advisor.rundir import TRIALS_DIR
+
+    trial_spec = replace(spec, quiet=True)
+    warm = warm_runner(
+        trial_spec, capture_function(spec), enabled=not options.cold_start, modules=(INSTALLER,),
+        log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log",
+    )
+    with warm as (runner, started):
+        outcome = run_trials(
+            trial_spec,
+            _suggested_fixes(diagnosis.findings),
+            unsafe=options.unsafe,
+            only=options.only,
+            repeats=options.repeats,
+            runner=runner,
+            progress=progress,
+            checkpoint=checkpoint,
+            breakdown=None if options.exhaustive else diagnosis.breakdown,
+            impacts=_fix_impacts(diagnosis.findings),
+            budget_s=options.budget_s,
+            early_stop=not options.exhaustive,
+            settle_warmup=not options.exhaustive,
+            skip_inert=not options.exhaustive,
+            profile_kept=spec.profiled_steps > 0,
+        )
+    if started.start_s:
+        # NOTE: the server's own start belongs to no run; it is overhead the loop paid once.
+        outcome = replace(outcome, phases_s={**outcome.phases_s, "server": round(started.start_s, 4)})
+    outcome = replace(outcome, notes=(*outcome.notes, *started.notes()))
+    if outcome.diff and options.write:
+        backup = write_diff(Path(spec.script), outcome.diff)
+        outcome = replace(outcome, notes=(*outcome.notes, f"applied the diff to {spec.script} (backup: {backup})"))
+    return outcome
+
+
+def _fix_loop_saved(
+    report: Report, spec: RunSpec, diagnosis: Diagnosis, fix_options: FixOptions,
+    trial_progress: Callable[[Any], None] | None, run_dir: Path, started: float,
+) -> Report:
+    """Run the fix loop with ``report.json`` saved before it and after every trial run.
+
+    Ctrl-C or SIGTERM during the loop stops the trial's children (the capture stage ends its
+    process group on any exception), saves the report with status ``interrupted`` and what was
+    measured, and raises :class:`~advisor.errors.Interrupted` (exit 130).
+    """
+    import os
+    import time
+
+    from advisor.errors import Interrupted
+    from advisor.report.model import ReportStatus, timing_of, with_fixes
+
+    pid = os.getpid()
+    last = [FixOutcome()]
+    capture = RunCapture(wall_s=report.timing.get("capture_s"), phases_s=report.timing.get("phases_s") or {})
+
+    def saved(outcome: FixOutcome, status: str, pid: int | None = None) -> Report:
+        timing = timing_of(time.perf_counter() - started, capture, outcome)
+        return replace(with_fixes(report, outcome, status, pid), timing=timing)
+
+    asked_to_stop = [False]
+
+    def checkpoint(outcome: FixOutcome) -> None:
+        last[0] = outcome
+        saved(outcome, ReportStatus.RUNNING, pid).save(run_dir)
+        if asked_to_stop[0]:
+            # NOTE: the signal's KeyboardInterrupt was swallowed where Python ignores exceptions
+            # (a __del__, a weakref callback: "Exception ignored in ...") and the loop went on;
+            # the stop request still holds, at the latest after the run in flight.
+            raise KeyboardInterrupt
+
+    checkpoint(FixOutcome())  # the diagnosis is on disk before the first trial run starts
+    try:
+        with sigterm_interrupts(asked_to_stop):
+            outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint)
+    except KeyboardInterrupt:
+        with signals_ignored():  # a second ^C must not cut the final write short
+            done = saved(last[0], ReportStatus.INTERRUPTED)
+            done.save(run_dir)
+        n = sum(1 for t in done.trials if not t.unfinished)
+        raise Interrupted(
+            f"interrupted during the fix trials; the diagnosis and {n} finished trial(s) are saved in "
+            f"{run_dir} (advisor report {run_dir})"
+        ) from None
+    return saved(outcome, ReportStatus.COMPLETE)
+
+
+def _suggested_fixes(findings: Sequence[Any]) -> list[Any]:
+    """Fix references from the findings, highest-impact finding first, each id once."""
+    seen: dict[str, Any] = {}
+    for finding in sorted(findings, key=lambda f: -f.impact_frac):
+        for fix in finding.fixes:
+            seen.setdefault(fix.id, fix)
+    return list(seen.values())
+
+
+def _fix_impacts(findings: Sequence[Any]) -> dict[str, float]:
+    """Fix id -> the largest share of step time any finding suggesting it could recover."""
+    out: dict[str, float] = {}
+    for finding in findings:
+        for fix in finding.fixes:
+            out[fix.id] = max(out.get(fix.id, 0.0), float(finding.impact_frac or 0.0))
+    return out

@@ -1,0 +1,64 @@
+"""The door's process plumbing: which capture function runs a spec, and signals during long loops."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from advisor.capture.model import RunCapture, RunSpec
+
+
+def capture_function(spec: RunSpec) -> Callable[..., RunCapture]:
+    """Pick the capture function for ``spec``: torchrun for multi-process jobs, a plain child otherwise."""
+    if spec.nproc_per_node > 1 or spec.nnodes > 1:
+        from advisor.distributed.launch import capture_distributed
+
+        return capture_distributed
+    from advisor.capture.run import capture
+
+    return capture
+
+
+@contextmanager
+def sigterm_interrupts(asked: list[bool] | None = None) -> Iterator[None]:
+    """Make SIGTERM act like Ctrl-C (KeyboardInterrupt) inside the block, in the main thread.
+
+    Both SIGTERM and SIGINT also set ``asked[0]``, so a caller can raise again at its next
+    checkpoint if the first KeyboardInterrupt was swallowed.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        if asked is not None:
+            asked[0] = True
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def signals_ignored() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM inside the block (main thread only), restoring them after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

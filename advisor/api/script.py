@@ -1,0 +1,164 @@
+"""The backend of ``advisor diagnose``: capture a script, diagnose it, run the fix loop, save the report.
+
+``diagnose_script``: RunSpec -capture-> RunCapture -metrics-> Metrics -rules-> Diagnosis
+-fixes-> FixOutcome -report-> Report, saved in the run directory as ``report.json``. The checks
+the command makes before anything runs (script, ``--fix`` ids, ``--out``) are here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from advisor.api.analysis import evaluate
+from advisor.api.fixloop import FixOptions, _fix_loop_saved
+from advisor.api.process import capture_function
+from advisor.capture.model import RunCapture, RunSpec
+from advisor.errors import InputError, UsageError
+from advisor.report.model import Report, build_report
+
+
+@dataclass(frozen=True)
+class DiagnoseResult:
+    """What ``diagnose_script`` produced: the report, the capture, and where they are on disk."""
+
+    report: Report
+    capture: RunCapture
+    run_dir: Path
+
+
+def diagnose_script(
+    spec: RunSpec,
+    *,
+    engine_config: Any = None,
+    fix_options: FixOptions = FixOptions(),  # noqa: B008 - frozen: one shared default is safe
+    progress: Callable[[Any], None] | None = None,
+    trial_progress: Callable[[Any], None] | None = None,
+    inline_ignores: bool = True,
+) -> DiagnoseResult:
+    """Capture a script, diagnose it, try the suggested fixes, and save ``report.json``.
+
+    Script failures do not raise here: the capture records them (``capture.status``) and the
+    report is still written, so the caller decides the exit code with everything on disk.
+    """
+    import time
+
+    from advisor.fixes.fix import is_out_of_memory
+    from advisor.metrics.compute import compute_metrics, load_run_traces
+    from advisor.report.model import timing_of
+
+    started = time.perf_counter()
+    capture = capture_function(spec)(spec, progress)
+    run_dir = Path(capture.run_dir or spec.out_dir)
+    # NOTE: only the traces the capture lists (a crashed run may have none): loaded once, for
+    # the metrics and the timeline alike.
+    traces = load_run_traces(run_dir, capture)
+    pstats = run_dir / capture.pstats_file if capture.pstats_file else None
+    metrics = compute_metrics(traces, capture=capture, pstats_path=pstats if pstats and pstats.is_file() else None)
+    diagnosis = evaluate(metrics, engine_config, (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
+    report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces, metrics.extra.get("focus_rank")))
+    report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None),
+                     notes=(*report.notes, *_timeline_note(run_dir)))
+    # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
+    if fix_options.enabled and (capture.ok or is_out_of_memory(capture)):
+        report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started)
+    report.save(run_dir)
+    return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
+
+
+def _timeline(traces: Sequence[Any], rank: int | None = None) -> tuple[dict[str, Any], ...]:
+    """Events of one representative step of ``rank`` (the first rank by default), for the HTML timeline."""
+    if not traces:
+        return ()
+    from advisor.metrics.timeline import step_timeline
+
+    trace = next((t for t in traces if t.rank == rank), traces[0])
+    try:
+        return tuple(step_timeline(trace))
+    except Exception:  # NOTE: the timeline is decoration; never fail a report over it
+        return ()
+
+
+def _timeline_note(run_dir: Path) -> tuple[str, ...]:
+    """Say which one file opens the run's whole timeline in Perfetto (merged when there are several traces)."""
+    from advisor.report.perfetto import PERFETTO_HOWTO, timeline_file
+
+    try:
+        path = timeline_file(run_dir)
+    except (InputError, OSError):
+        return ()  # NOTE: the timeline file is a convenience; the analysis already read the traces
+    return (f"timeline: {PERFETTO_HOWTO.format(path=path)}",) if path is not None else ()
+
+
+def find_module_file(name: str, search: Sequence[str | Path]) -> Path:
+    """Return the file ``python -m name`` runs, found without importing (``diagnose -m``)."""
+    from advisor.capture.modules import find_module_file as find
+
+    return find(name, search)
+
+
+def validate_script(script: Path) -> Path:
+    """Return ``script`` resolved, or raise UsageError when it is missing or not Python."""
+    from advisor.capture.run import validate_script as _validate
+
+    return _validate(script)
+
+
+def check_fix_ids(fix_ids: Sequence[str]) -> None:
+    """Check ``--fix`` ids against the fix registry before anything runs.
+
+    Raises:
+        UsageError: An id is unknown (the message suggests the closest known one).
+    """
+    if not fix_ids:
+        return
+    import difflib
+
+    from advisor.fixes.catalog import fix_ids as known_ids
+
+    known = sorted(known_ids())
+    for fix_id in fix_ids:
+        if fix_id not in known:
+            close = difflib.get_close_matches(fix_id, known, n=1)
+            tip = f"did you mean {close[0]}?" if close else f"known fixes: {', '.join(known)}"
+            raise UsageError(f"unknown fix id {fix_id!r} for --fix; {tip}")
+
+
+def new_run_dir(base: Path) -> Path:
+    """Create a fresh run directory at ``base`` (``base-2``, ``base-3``... when taken) and return it.
+
+    Raises:
+        InputError: It cannot be created (read-only or full file system), saying to pass --out.
+    """
+    from advisor.rundir import create_unique
+
+    return create_unique(base)
+
+
+def check_out_dir(out_dir: Path) -> Path:
+    """Refuse an ``--out`` folder a capture could not use (a file, or someone else's non-empty folder).
+
+    Raises:
+        UsageError: The folder is a file, or not empty and not an advisor run directory.
+    """
+    from advisor.rundir import check
+
+    return check(out_dir)
+
+
+def rendezvous_env(
+    nnodes: int, node_rank: int | None, endpoint: str | None, backend: str = "c10d", rdzv_id: str = "advisor"
+) -> dict[str, str]:
+    """Build torchrun's ``PET_*`` variables for a multi-node job (:func:`advisor.distributed.launch.rendezvous_env`)."""
+    from advisor.distributed.launch import rendezvous_env as env
+
+    return env(nnodes, node_rank, endpoint, backend, rdzv_id)
+
+
+def node_dir_name(node_rank: int) -> str:
+    """Name node ``node_rank``'s run directory inside a multi-node job's output folder."""
+    from advisor.distributed.launch import node_dir_name as name
+
+    return name(node_rank)
