@@ -490,7 +490,7 @@ def _diff(spec: RunSpec, t: _Tally, ctx: FixContext) -> str:
     """
     from advisor.errors import InputError
     from advisor.fixes.diff import make_diff
-    from advisor.fixes.model import Trial
+    from advisor.fixes.model import Trial, set_name
 
     extra = ""
     if any(r.id == child.ACCUMULATE for r in t.requests):
@@ -511,7 +511,7 @@ def _diff(spec: RunSpec, t: _Tally, ctx: FixContext) -> str:
         return extra
     ids = tuple(params_of)
     params: dict[str, Any] = dict(params_of) if len(ids) > 1 else dict(params_of[ids[0]])
-    trial = Trial(fix="+".join(ids), safety=catalog.get(ids[0]).safety, fixes=ids, params=params)
+    trial = Trial(fix=set_name(ids), safety=catalog.get(ids[0]).safety, fixes=ids, params=params)
     try:
         diff = make_diff(Path(spec.script), [trial])
     except InputError as exc:

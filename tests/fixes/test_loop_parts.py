@@ -16,7 +16,7 @@ from advisor.fixes.loop import run_trials
 from advisor.fixes.loop.plan import plan_trials
 from advisor.fixes.loop.select import collapse, pick_kept, select_combination
 from advisor.fixes.loop.text import label_of
-from advisor.fixes.model import Trial
+from advisor.fixes.model import Trial, set_name
 
 SPEC = RunSpec(script=Path("train.py"))
 
@@ -134,3 +134,4 @@ def test_a_rung_keeps_its_run_name_whatever_its_params():
         assert label_of(t) == v.label == f"dataloader_workers@{v.params['num_workers']}"
     ladder = catalog.get("larger_batch").plan_variants(FixContext(dataloaders=(DataLoaderInfo(batch_size=4),)), SPEC)
     assert [label_of(_t("larger_batch", 2.0, params=v.params)) for v in ladder] == [v.label for v in ladder]
+    assert set_name(["pin_memory", "tf32"]) == "pin_memory+tf32" and set_name(["tf32"]) == "tf32"
