@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor._vocab import Vocab
@@ -196,15 +196,17 @@ class VariantPlan:
     """One run that measures a fix: a rung of its ladder, or its only run.
 
     Attributes:
-        label: The run's name in progress lines and run folders (``dataloader_workers@2``).
         params: The parameters the child installs the fix with.
         overrides: RunSpec fields changed for this run (fewer steps when a step holds k times
             the samples).
+        label: The run's name in progress lines and run folders (``dataloader_workers@2``):
+            :meth:`Fix.plan_variants` names each run with :meth:`Fix.run_label`, the one place
+            rung names are built; a catalog's ``variants`` leaves it empty.
     """
 
-    label: str
     params: dict[str, Any] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)
+    label: str = ""
 
 
 @dataclass
@@ -317,6 +319,8 @@ class Fix:
         step_overrides: RunSpec overrides for a run with these params (fewer steps when a step
             holds k times the samples); used by the variants and by the combined run.
         rung: How a ladder rung with these params is named in a reason (``2 workers``, ``x16``).
+        rung_key: The short key a rung's run is named by, from its params (``2`` in
+            ``dataloader_workers@2``); None, or a None key: the run is named by the fix id.
         present: For a fix others require: whether the baseline already has its effect
             (``num_workers > 0``), so those fixes are measured against the plain baseline.
         changes_loader: The fix acts through DataLoader arguments, which the capture records: an
@@ -356,6 +360,7 @@ class Fix:
     variants: Variants | None = None
     step_overrides: StepOverrides | None = None
     rung: Callable[[dict[str, Any]], str] | None = None
+    rung_key: Callable[[dict[str, Any]], object] | None = None
     present: Callable[[FixContext], bool] | None = None
     changes_loader: bool = False
     install: Install | None = None
@@ -385,9 +390,13 @@ class Fix:
 
     def plan_variants(self, ctx: FixContext, spec: RunSpec, step_ms: float | None = None) -> list[VariantPlan]:
         """Return the runs that measure this fix in ``ctx`` (one run without parameters by default)."""
-        if self.variants is not None:
-            return self.variants(ctx, spec, step_ms)
-        return [VariantPlan(self.id, {})]
+        plans = self.variants(ctx, spec, step_ms) if self.variants is not None else [VariantPlan()]
+        return [replace(p, label=self.run_label(p.params)) for p in plans]
+
+    def run_label(self, params: dict[str, Any]) -> str:
+        """Name the run of this fix with ``params``: ``dataloader_workers@2``, or the fix id without a rung key."""
+        key = self.rung_key(params) if self.rung_key is not None else None
+        return self.id if key is None else f"{self.id}@{key}"
 
     def overrides_for(
         self, params: dict[str, Any], spec: RunSpec, ctx: FixContext, step_ms: float | None = None

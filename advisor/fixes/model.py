@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from advisor._vocab import Vocab
 from advisor.capture.vocab import MemoryKind
 from advisor.engine.model import Safety
+
+SET_SEPARATOR = "+"
+"""Joins the ids of fixes measured together into their trial's name (:func:`set_name`)."""
+
+
+def set_name(fix_ids: Iterable[str]) -> str:
+    """Name a trial (or a run) of fixes measured together by their ids: ``pin_memory+tf32``; one id names itself."""
+    return SET_SEPARATOR.join(fix_ids)
 
 
 class Verdict(Vocab):

@@ -23,7 +23,7 @@ from advisor._vocab import Vocab
 from advisor.capture.model import RunCapture
 from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
 from advisor.errors import InputError
-from advisor.fixes.model import FixOutcome, Trial
+from advisor.fixes.model import SET_SEPARATOR, FixOutcome, Trial
 from advisor.metrics.contention import contention_warnings
 from advisor.metrics.gpuview import TABLE_KEYS
 from advisor.metrics.model import Metrics, SourceLocation
@@ -304,7 +304,7 @@ def _upgrade_trial(trial: Any) -> Any:
         return trial
     out = dict(trial)
     if not out.get("fixes") and isinstance(out.get("fix"), str):
-        out["fixes"] = out["fix"].split("+")
+        out["fixes"] = out["fix"].split(SET_SEPARATOR)
     reason = out.get("reason")
     if out.get("reference") is None and isinstance(reason, str) and reason.startswith(_V2_ON_TOP):
         out["reference"] = reason[len(_V2_ON_TOP):].split(";", 1)[0].strip() or None

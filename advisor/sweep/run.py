@@ -49,12 +49,13 @@ from advisor.capture.vocab import MemoryKind, StepSource
 from advisor.errors import UsageError
 from advisor.fixes import catalog
 from advisor.fixes.catalog import script_args
-from advisor.fixes.fix import DiffPlan, FixContext, context_from_capture, ladder_steps
+from advisor.fixes.fix import FixContext, context_from_capture, ladder_steps
 from advisor.fixes.loop.measure import Measurer
 from advisor.fixes.loop.options import Runner, default_runner
 from advisor.fixes.stats import loss_parity, t_quantile
 from advisor.rundir import SWEEP_FLOPS_FILE as FLOPS_FILE
 from advisor.sweep import child
+from advisor.sweep.diff import cell_diff
 from advisor.sweep.model import (
     PRECISION_FIX,
     Cell,
@@ -470,7 +471,7 @@ def _table(
         and (x.loss_delta is None or x.loss_delta <= t.loss_rtol or x.cell == reference.cell)
     ]
     best = max(fitting, key=lambda xt: xt[0].samples_per_s or 0.0, default=None)
-    diff = _diff(spec, best[1], ctx) if final and best is not None else ""
+    diff = cell_diff(spec, best[1].cell, best[1].requests, best[1].params, ctx) if final and best is not None else ""
     device = env.device_name if env.device.startswith("cuda") and env.device_name else env.device
     return SweepTable(
         script=str(spec.script), args=tuple(spec.args), results=results, reference=reference.cell,
@@ -480,60 +481,3 @@ def _table(
         wall_s=round(wall_s, 3), runs=runs, status=status, diff=diff,
         load_avg=tuple(x for x in load if math.isfinite(x)), device=device,
     )
-
-
-def _diff(spec: RunSpec, t: _Tally, ctx: FixContext) -> str:
-    """Return the source diff (with ``# advisor:`` lines) that makes the recommended cell the script's own setting.
-
-    Where the script takes its batch size as an argument (``--batch-size 1``), the change is that
-    argument on a new command line, as the catalog's ``script_args`` hands over its fixes, rather
-    than a multiplied ``batch_size`` in the source.
-    """
-    from advisor.errors import InputError
-    from advisor.fixes.diff import make_diff
-    from advisor.fixes.model import Trial
-
-    extra = ""
-    if any(r.id == child.ACCUMULATE for r in t.requests):
-        k = t.cell.accumulation
-        extra = (
-            f"# advisor: not made mechanical: gradient accumulation over {k} micro-batches: call "
-            f"optimizer.step() and optimizer.zero_grad() once every {k} batches and divide the loss by {k} "
-            "(an LR scheduler then steps once per optimizer step)\n"
-        )
-    params_of = _by_command_line(spec, t, ctx)
-    if "larger_batch" in t.params and "larger_batch" not in params_of:
-        # NOTE: the batch is now set on the command line; what larger_batch says about the
-        # learning rate still holds.
-        plan = DiffPlan()
-        catalog.get("larger_batch").plan_diff(plan, t.params["larger_batch"])  # type: ignore[misc]
-        extra += "".join(f"# advisor: not made mechanical: {m}\n" for m in plan.manual)
-    if not params_of:
-        return extra
-    ids = tuple(params_of)
-    params: dict[str, Any] = dict(params_of) if len(ids) > 1 else dict(params_of[ids[0]])
-    trial = Trial(fix="+".join(ids), safety=catalog.get(ids[0]).safety, fixes=ids, params=params)
-    try:
-        diff = make_diff(Path(spec.script), [trial])
-    except InputError as exc:
-        return extra + f"# advisor: no diff: {exc}\n"
-    # NOTE: a new command line leads, as in the fix loop's diffs; the notes follow it.
-    lines = diff.splitlines(keepends=True)
-    lead = 0
-    while lead < len(lines) and lines[lead].startswith("# advisor: run with"):
-        lead += 1
-    return "".join(lines[:lead]) + extra + "".join(lines[lead:])
-
-
-def _by_command_line(spec: RunSpec, t: _Tally, ctx: FixContext) -> dict[str, dict[str, Any]]:
-    """Return the cell's fix params, with a batch factor moved onto the script's own batch-size option when it has one."""
-    out = dict(t.params)
-    option = script_args.knob(ctx, script_args.BATCH_NAMES)
-    if "larger_batch" not in out or option is None or option.value != ctx.batch_size:
-        return out
-    del out["larger_batch"]
-    args = tuple(out.get("script_args", {}).get("args", spec.args))
-    args = script_args.with_values(args, [(option, t.cell.batch_size)])
-    changes = {**out.get("script_args", {}).get("changes", {}), option.name: t.cell.batch_size}
-    out["script_args"] = {"args": list(args), "command": script_args.command_line(spec, args), "changes": changes}
-    return out

@@ -10,11 +10,13 @@ from fixes_fakes import FakeRunner
 
 from advisor.capture.model import DataLoaderInfo, RunSpec
 from advisor.engine.model import FixRef
+from advisor.fixes import catalog
 from advisor.fixes.fix import FixContext
 from advisor.fixes.loop import run_trials
 from advisor.fixes.loop.plan import plan_trials
 from advisor.fixes.loop.select import collapse, pick_kept, select_combination
-from advisor.fixes.model import Trial
+from advisor.fixes.loop.text import label_of
+from advisor.fixes.model import Trial, set_name
 
 SPEC = RunSpec(script=Path("train.py"))
 
@@ -119,3 +121,17 @@ def test_workers_past_the_cores_get_a_fewer_workers_ladder():
         ("dataloader_workers@2", {"num_workers": 2, "fewer": True}),
         ("dataloader_workers@1", {"num_workers": 1, "fewer": True}),
     ]
+
+
+def test_a_rung_keeps_its_run_name_whatever_its_params():
+    # Past the cores the workers ladder goes down, and its rungs carry two params (num_workers,
+    # fewer): the trial of a rung must still name the runs its variant made.
+    crowded = FixContext(cpu_count=2, dataloaders=(DataLoaderInfo(batch_size=4, num_workers=4),))
+    rungs = catalog.get("dataloader_workers").plan_variants(crowded, SPEC)
+    assert rungs and all(len(v.params) == 2 for v in rungs)
+    for v in rungs:
+        t = _t("dataloader_workers", 1.2, params=v.params)
+        assert label_of(t) == v.label == f"dataloader_workers@{v.params['num_workers']}"
+    ladder = catalog.get("larger_batch").plan_variants(FixContext(dataloaders=(DataLoaderInfo(batch_size=4),)), SPEC)
+    assert [label_of(_t("larger_batch", 2.0, params=v.params)) for v in ladder] == [v.label for v in ladder]
+    assert set_name(["pin_memory", "tf32"]) == "pin_memory+tf32" and set_name(["tf32"]) == "tf32"

@@ -45,7 +45,7 @@ def step_overrides(params: dict[str, Any], spec: RunSpec, ctx: FixContext, step_
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
     """One run fusing the accumulation count the baseline showed."""
     params = {"factor": ctx.accumulation or 1}
-    return [VariantPlan("batch_fusion", params, step_overrides(params, spec, ctx, step_ms))]
+    return [VariantPlan(params, step_overrides(params, spec, ctx, step_ms))]
 
 
 def install(state: Any, params: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from advisor.fixes.fix import LOSS_RTOL_PRECISION, UNSAFE, DiffPlan, Fix, FixCon
 
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
     """One run on the baseline's device type."""
-    return [VariantPlan("bf16_autocast", {"device_type": "cuda" if ctx.cuda else "cpu"})]
+    return [VariantPlan({"device_type": "cuda" if ctx.cuda else "cpu"})]
 
 
 def install(state: Any, params: dict[str, Any]) -> None:

@@ -35,9 +35,9 @@ def check(ctx: FixContext) -> str | None:
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
     """Without a DataLoader: a rung per thread count; with one: cores - workers (one run)."""
     if ctx.dataloaders:
-        return [VariantPlan("cpu_threads", {})]
+        return [VariantPlan()]
     current = ctx.intra_op_threads or ctx.cpu_count
-    return [VariantPlan(f"cpu_threads@{n}", {"threads": n, "standalone": True}) for n in thread_ladder(current)]
+    return [VariantPlan({"threads": n, "standalone": True}) for n in thread_ladder(current)]
 
 
 def install(state: Any, params: dict[str, Any]) -> None:
@@ -100,6 +100,7 @@ FIX = Fix(
     requires="dataloader_workers",
     variants=variants,
     rung=lambda p: f"{p['threads']} threads" if p.get("threads") else "cores - workers",
+    rung_key=lambda p: p.get("threads"),
     install=install,
     adjust_loader=adjust_loader,
     plan_diff=plan_diff,

@@ -55,11 +55,11 @@ def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[Vari
     """One rung per worker count of :func:`worker_ladder` (of :func:`fewer_ladder` past the cores)."""
     if ctx.max_workers > ctx.cpu_count:
         return [
-            VariantPlan(f"dataloader_workers@{n}", {"num_workers": n, "fewer": True})
+            VariantPlan({"num_workers": n, "fewer": True})
             for n in fewer_ladder(ctx.cpu_count, ctx.max_workers)
         ]
     return [
-        VariantPlan(f"dataloader_workers@{n}", {"num_workers": n})
+        VariantPlan({"num_workers": n})
         for n in worker_ladder(ctx.cpu_count, ctx.max_workers)
     ]
 
@@ -110,6 +110,7 @@ FIX = Fix(
     check=check,
     variants=variants,
     rung=lambda p: f"{p.get('num_workers')} workers",
+    rung_key=lambda p: p.get("num_workers"),
     # NOTE: without a DataLoader there are no workers to add, so the fixes that build on them
     # (cpu_threads) are measured against the plain baseline, on their own.
     present=lambda ctx: ctx.max_workers > 0 or not ctx.dataloaders,

@@ -82,7 +82,7 @@ def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[Vari
     out = []
     for k in ladder(batch):
         params = {"k": k, "micro_batch": batch // k}
-        out.append(VariantPlan(f"fit_accumulation@{k}", params, step_overrides(params, spec, ctx, step_ms)))
+        out.append(VariantPlan(params, step_overrides(params, spec, ctx, step_ms)))
     return out
 
 
@@ -159,6 +159,7 @@ FIX = Fix(
     variants=variants,
     step_overrides=step_overrides,
     rung=lambda p: f"k={p.get('k')} (micro-batch {p.get('micro_batch')})",
+    rung_key=lambda p: p.get("k"),
     changes_loader=True,
     objective=Objective.MEMORY,
     install=install,

@@ -15,7 +15,7 @@ MANUAL = (
 
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
     """One run on the baseline's device type."""
-    return [VariantPlan("fp16_amp", {"device_type": "cuda" if ctx.cuda else "cpu"})]
+    return [VariantPlan({"device_type": "cuda" if ctx.cuda else "cpu"})]
 
 
 def install(state: Any, params: dict[str, Any]) -> None:

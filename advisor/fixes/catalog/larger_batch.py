@@ -81,7 +81,7 @@ def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[Vari
     out = []
     for k in batch_ladder(ctx.batch_size or 0):
         params = {"factor": k}
-        out.append(VariantPlan(f"larger_batch@x{k}", params, step_overrides(params, spec, ctx, step_ms)))
+        out.append(VariantPlan(params, step_overrides(params, spec, ctx, step_ms)))
     return out
 
 
@@ -148,6 +148,7 @@ FIX = Fix(
     variants=variants,
     step_overrides=step_overrides,
     rung=lambda p: f"x{p.get('factor')}",
+    rung_key=lambda p: f"x{p['factor']}" if "factor" in p else None,
     changes_loader=True,
     install=install,
     adjust_loader=adjust_loader,

@@ -16,7 +16,7 @@ BEHIND = 2.0
 
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
     """One run with ``prefetch_factor=4`` (torch's default is 2)."""
-    return [VariantPlan("prefetch_factor", {"prefetch_factor": DEFAULT_PREFETCH})]
+    return [VariantPlan({"prefetch_factor": DEFAULT_PREFETCH})]
 
 
 def install(state: Any, params: dict[str, Any]) -> None:

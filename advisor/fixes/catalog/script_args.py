@@ -129,7 +129,7 @@ def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[Vari
         "command": command_line(spec, args),
         "changes": {batch.name: batch.value * accum.value, accum.name: 1},
     }
-    return [VariantPlan("script_args", params, step_overrides(params, spec, ctx, step_ms))]
+    return [VariantPlan(params, step_overrides(params, spec, ctx, step_ms))]
 
 
 def step_overrides(params: dict[str, Any], spec: RunSpec, ctx: FixContext, step_ms: float | None) -> dict[str, Any]:

@@ -22,9 +22,9 @@ CUDA_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
 
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
     """Return the default mode's rung, then (CUDA only) one per mode of :data:`CUDA_MODES`."""
-    rungs = [VariantPlan("torch_compile", {})]
+    rungs = [VariantPlan()]
     if ctx.cuda:
-        rungs += [VariantPlan(f"torch_compile@{mode}", {"mode": mode}) for mode in CUDA_MODES]
+        rungs += [VariantPlan({"mode": mode}) for mode in CUDA_MODES]
     return rungs
 
 
@@ -63,6 +63,7 @@ FIX = Fix(
     loss_rtol=LOSS_RTOL_PRECISION,
     variants=variants,
     rung=lambda p: str(p.get("mode", "default")),
+    rung_key=lambda p: p.get("mode"),
     install=install,
     on_model=on_model,
     plan_diff=plan_diff,

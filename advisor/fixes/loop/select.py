@@ -13,7 +13,7 @@ from advisor.fixes import catalog
 from advisor.fixes.loop.memory import for_memory
 from advisor.fixes.loop.text import label_of, times
 from advisor.fixes.loop.variant import FAILED, IMPROVED, RAN, SKIPPED
-from advisor.fixes.model import Trial
+from advisor.fixes.model import Trial, set_name
 from advisor.fixes.stats import MIN_EFFECT
 
 
@@ -149,7 +149,7 @@ def pick_kept(
 def best_alone(chosen: Sequence[Trial], on_top: frozenset[str]) -> tuple[Trial | None, list[Trial], list[str]]:
     """Keep the best standalone win when the budget cannot pay for measuring the combination."""
     standalone = [t for t in chosen if t.fix not in on_top and t.verdict == IMPROVED]
-    names = "+".join(t.fix for t in chosen)
+    names = set_name(t.fix for t in chosen)
     if not standalone:
         return None, [], [f"the combination {names} was not measured: the --budget ran out; nothing kept"]
     best = max(standalone, key=lambda t: t.speedup or 0.0)

@@ -34,7 +34,7 @@ from advisor.fixes.loop.text import (
     times,
 )
 from advisor.fixes.loop.variant import FAILED, IMPROVED, RAN, SKIPPED, Variant
-from advisor.fixes.model import FixOutcome, Trial
+from advisor.fixes.model import FixOutcome, Trial, set_name
 from advisor.rundir import KEPT_DIR
 
 
@@ -113,7 +113,7 @@ def measure_together(
         # NOTE: runs whose batches hold k times the samples take fewer steps (see ladder_steps).
         overrides = fixes[t.fix].overrides_for(dict(t.params), spec, ctx, loop.base_step_ms) or overrides
     v = Variant(
-        label=stage, fix="+".join(t.fix for t in chosen),
+        label=stage, fix=set_name(t.fix for t in chosen),
         safety=SAFE if all(t.safety == SAFE for t in chosen) else UNSAFE,
         requests=tuple(FixRequest(t.fix, dict(t.params)) for t in chosen),
         loss_rtol=max(fixes[t.fix].loss_rtol for t in chosen),
@@ -143,7 +143,7 @@ def profile_kept(kept: Sequence[Trial], loop: Measurer, ctx: FixContext, spec: R
         out_dir=Path(spec.out_dir) / KEPT_DIR, profiled_steps=spec.profiled_steps or 10, cprofile_steps=0,
         timed_steps=spec.timed_steps, min_timed_s=spec.min_timed_s,
     )
-    label = "+".join(t.fix for t in kept)
+    label = set_name(t.fix for t in kept)
     try:
         cap = loop.runner(run_spec)
     except AdvisorError as exc:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from advisor.capture.model import RunCapture, RunSpec
+from advisor.fixes import catalog
 from advisor.fixes.model import Trial
 
 
@@ -45,10 +46,8 @@ def since(t0: float, clock: Callable[[], float] = time.perf_counter) -> float:
 
 
 def label_of(t: Trial) -> str:
-    """Name the run of a measured rung: ``dataloader_workers@2`` (its one parameter's value)."""
-    if len(t.params) == 1:
-        return f"{t.fix}@{next(iter(t.params.values()))}"
-    return t.fix
+    """Name the run of a measured rung as its variant was named (``dataloader_workers@2``)."""
+    return catalog.get(t.fix).run_label(dict(t.params))
 
 
 def advice_note(advice: Sequence[Trial]) -> str:
