@@ -122,9 +122,9 @@ class Row:
 
 
 def _run_group(cmd: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd`` in its own session; on timeout end the whole group (the trials' children too)."""
+    """Run ``cmd`` in its own process group; on timeout end the whole group (the trials' children too)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                            start_new_session=True)
+                            process_group=0)  # a group, not a session: see advisor._proc
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

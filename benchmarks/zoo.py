@@ -130,10 +130,10 @@ def best_after_fixes(report: dict) -> tuple[float | None, float | None, float | 
 
 
 def run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in its own session; on timeout kill the whole group (advisor's trial children too)."""
+    """Run ``cmd`` in its own process group; on timeout kill the whole group (advisor's trial children too)."""
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        start_new_session=True,
+        process_group=0,  # its own group in our session: a session of its own is scheduled apart
     )
     try:
         out, err = proc.communicate(timeout=timeout)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor import rundir
-from advisor._proc import Interrupted, ProcessTree, die_with_parent, kill_group
+from advisor._proc import Interrupted, ProcessTree, kill_group, own_group
 from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
@@ -194,7 +194,7 @@ Spawn = Callable[[list[str], RunSpec, Any, Any], Any]
 def started(
     cmd: list[str], spec: RunSpec, run_dir: Path, spawn: Spawn | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], ProcessTree]]:
-    """Start the child in its own session; whatever happens, leave no process of it behind.
+    """Start the child in its own process group; whatever happens, leave no process of it behind.
 
     Yields the process and its :class:`ProcessTree`, which the caller refreshes while waiting.
     ``spawn`` starts it instead of Popen (a fork from the warm-start server), with the same logs.
@@ -211,9 +211,10 @@ def started(
             stderr=err,
             cwd=str(spec.cwd) if spec.cwd is not None else None,
             env=child_env(spec),
-            start_new_session=True,  # own process group: we can end it whole; ^C is ours
-            # NOTE: if advisor dies outright (SIGKILL), the child (torchrun too) gets SIGTERM.
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe enough
+            # NOTE: its own process group (we end it whole; the terminal's ^C is ours) in the
+            # user's session, never a session of its own (advisor._proc: Linux autogroup ran a
+            # two-thread script 25x slower so); SIGTERM if advisor dies outright (torchrun too).
+            preexec_fn=own_group,  # noqa: PLW1509 - setpgid and prctl only
         )
     tree = ProcessTree(proc.pid)
     try:

@@ -6,7 +6,7 @@ loop runs the same script dozens of times, so :class:`WarmServer` starts one lon
 (``python -m advisor.capture.warm``) that imports them once -- torch, advisor's child-side
 modules, the modules the parent names (the fix runtime) and the script's own top-level imports
 of installed modules, read from its AST (:func:`script_imports`; the script's code never runs
-there) -- and then, per run, forks a child that becomes exactly the cold child: its own session,
+there) -- and then, per run, forks a child that becomes exactly the cold child: its own process group,
 the run's working directory, environment and log files on fds 0-2, then
 :func:`advisor.capture.child.main` with the same ``config.json``. The parent drives it through
 :class:`WarmProcess`, which answers like ``subprocess.Popen`` (``pid``, ``poll``, ``wait``,
@@ -20,7 +20,7 @@ profiler: none happens in the server, so each child starts them itself, as a col
 fix sets it per child). A library that starts a thread while it is imported makes the server
 refuse to serve (a fork copies only the forking thread), and the runs start cold.
 
-Lifetime: the server leads its own session, gets SIGKILL when advisor dies
+Lifetime: the server leads its own process group, gets SIGKILL when advisor dies
 (``PR_SET_PDEATHSIG``), and exits when its socket closes; each child gets SIGTERM when the
 server dies (the cold child's own stop: it saves what it measured). :class:`WarmServer` is a
 context manager: leaving it, normally or by an exception, ends the server.
@@ -55,7 +55,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from advisor._proc import die_with_parent, kill_group
+from advisor._proc import die_with_parent, kill_group, own_group
 from advisor.capture.model import RunCapture, RunSpec, WarmStartLost
 
 SERVER_MODULES = (
@@ -294,7 +294,10 @@ def _report_run(sock: socket.socket, pid: int) -> tuple[int, int | None]:
 
 def _become_child(msg: dict[str, Any], fds: list[int], server: int) -> None:
     """Turn the fresh fork into what Popen would have started: session, signals, cwd, env, fds 0-2."""
-    os.setsid()  # own process group, as start_new_session=True: the parent ends it whole
+    # NOTE: its own process group (the parent ends it whole), in the user's session: a session
+    # of its own is scheduled as one group beside everything else (Linux autogroup, see
+    # advisor.capture.run.started), which slowed a two-thread script 25x beside a busy process.
+    os.setpgid(0, 0)
     die_with_parent(signal.SIGTERM)
     if os.getppid() != server:  # the server died before the request above was registered
         os.kill(os.getpid(), signal.SIGTERM)
@@ -462,8 +465,8 @@ class WarmServer:
                 [sys.executable, "-m", "advisor.capture.warm", str(theirs.fileno()), json.dumps(setup)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 cwd=str(self.spec.cwd) if self.spec.cwd is not None else None,
-                env=self.env, pass_fds=(theirs.fileno(),), start_new_session=True,
-                preexec_fn=partial(die_with_parent, signal.SIGKILL),  # noqa: PLW1509 - prctl only
+                env=self.env, pass_fds=(theirs.fileno(),),
+                preexec_fn=partial(own_group, signal.SIGKILL),  # noqa: PLW1509 - setpgid and prctl only
             )
         except OSError as exc:
             self.refused = f"the server could not start ({exc.strerror or exc})"

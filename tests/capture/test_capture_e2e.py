@@ -143,3 +143,25 @@ def test_full_run_goes_to_the_end(run_script):
     assert cap.profiled_steps == 2 and len(cap.trace_files) == 1
     assert "trained 10 steps" in (Path(cap.run_dir) / "stdout.log").read_text()
     assert not any("fewer than" in n for n in cap.notes)
+
+
+def test_the_script_runs_in_its_own_process_group_of_the_users_session(tmp_path):
+    """Linux schedules each session as one group (autogroup): a child in a session of its own got
+    the CPU share of one busy process beside it and ran a two-thread step 25x slower than the
+    same script started plainly. Its own process group (for ^C and the sweep) is enough."""
+    import os
+
+    from advisor.capture.model import RunSpec
+    from advisor.capture.run import capture
+
+    script = tmp_path / "where.py"
+    script.write_text(
+        "import os, torch, advisor\n"
+        f"open({str(tmp_path / 'ids.txt')!r}, 'w').write(f'{{os.getsid(0)}} {{os.getpgrp()}} {{os.getpid()}}')\n"
+        "for _ in range(1000):\n    torch.ones(2).sum()\n    advisor.step()\n"
+    )
+    cap = capture(RunSpec(script=script, out_dir=tmp_path / "run", warmup_steps=1, timed_steps=2, profiled_steps=0))
+    assert cap.status == "stopped"
+    sid, pgrp, pid = map(int, (tmp_path / "ids.txt").read_text().split())
+    assert sid == os.getsid(0)
+    assert pgrp == pid != os.getpgrp()

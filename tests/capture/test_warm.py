@@ -192,7 +192,8 @@ def test_a_warm_process_answers_like_popen(server: WarmServer, tmp_path: Path) -
         assert proc.poll() is None
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=0.2)
-        assert os.getpgid(proc.pid) == proc.pid  # its own process group, as start_new_session gives
+        assert os.getpgid(proc.pid) == proc.pid  # its own process group...
+        assert os.getsid(proc.pid) == os.getsid(0)  # ...in our session (Linux schedules sessions apart)
         assert psutil.Process(proc.pid).ppid() == server.proc.pid  # type: ignore[union-attr]
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=60) == -signal.SIGKILL
