@@ -72,7 +72,7 @@ class RunInfo:
     """What ran and how it ended (``run`` in the JSON report).
 
     ``timed_step_times_ms`` and ``timed_samples`` are the timed (unprofiled) steps from the
-    capture; ``advisor compare`` bootstraps a confidence interval on the speedup from them.
+    capture (``advisor compare`` takes its interval over runs, never over these steps).
     """
 
     status: str = "analyzed"
