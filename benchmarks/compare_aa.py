@@ -23,6 +23,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import subprocess
@@ -56,6 +57,7 @@ class Pair:
     contended: tuple[str, ...]
     gate_fired: bool
     gate_error: str = ""
+    loads: tuple[float, ...] = ()
 
 
 def load() -> str:
@@ -83,7 +85,12 @@ def compare_pair(name: str, index: int, a: Path, b: Path, fail_pct: float) -> Pa
     except UsageError as exc:  # no speedup: the CLI exits 2, which a CI job also reads as failure
         fired, error = True, str(exc)
     ci = "" if cmp.ci_low is None else f"[{cmp.ci_low:.2f}-{cmp.ci_high:.2f}]"
-    return Pair(name, index, cmp.verdict, cmp.speedup, ci, cmp.noise_band, cmp.contended, fired, error)
+    # NOTE: each run's own load average while it ran (its report), not the load when comparing.
+    loads = tuple(
+        float(v) for v in (json.loads((run / "report.json").read_text())["summary"].get("load_avg") for run in (a, b))
+        if v is not None
+    )
+    return Pair(name, index, cmp.verdict, cmp.speedup, ci, cmp.noise_band, cmp.contended, fired, error, loads)
 
 
 def summarize(pairs: list[Pair]) -> list[list[str]]:
@@ -103,13 +110,19 @@ def summarize(pairs: list[Pair]) -> list[list[str]]:
             str(sum(p.gate_fired for p in group)),
             str(sum(bool(p.contended) for p in group)),
             spread,
-            f"{math.exp(max(logs)) - 1:.0%}" if logs else "-",
+            f"{math.exp(max(logs)):.2f}x" if logs else "-",
+            _range([v for p in group for v in p.loads]),
         ])
     return rows
 
 
 HEADER = ["example", "pairs", "no measurable change", "not measurable (busy)", "change called",
-          "--fail-on-regression fired", "pairs with a busy side", "A/A ratio range", "largest |change|"]
+          "--fail-on-regression fired", "pairs with a busy side", "A/A ratio range", "largest factor apart",
+          "runs' load average"]
+
+
+def _range(values: list[float]) -> str:
+    return f"{min(values):.1f}-{max(values):.1f}" if values else "-"
 
 
 def print_table(rows: list[list[str]], markdown: bool) -> None:
@@ -139,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
     opts = ap.parse_args(argv)
     manifest = load_manifest()
-    print(f"start: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {load()}", flush=True)
+    # NOTE: with --from the load printed is the re-compare's; the runs' own is in the table.
+    print(f"start: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {load()}" + (" (re-comparing kept runs)" if opts.source else ""),
+          flush=True)
     root = opts.source or opts.keep or Path(tempfile.mkdtemp(prefix="compare-aa-"))
     pairs: list[Pair] = []
     # NOTE: pair i of every example before pair i + 1 of any: the machine's load drifts, and a
@@ -155,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             p = compare_pair(name, i, a, b, opts.fail_pct)
             pairs.append(p)
-            band = "" if p.band is None else f"band ±{p.band:.0%}"
+            band = "" if p.band is None else f"band x{1 + p.band:.2g}"
             print(f"{name:16} pair {i:2}: {p.speedup or float('nan'):.2f}x {p.ci} {p.verdict:22} {band:10} "
                   f"busy: {','.join(p.contended) or '-':12} gate: {'FIRED' if p.gate_fired else 'quiet'} "
                   f"{p.gate_error}  ({load()})", flush=True)

@@ -19,7 +19,7 @@ COMPARE_EPILOG = """\b
 BEFORE and AFTER are run directories (with report.json), report.json files, or traces.
 Repeat runs with --before/--after for an interval over runs (2+ on a side); one run a
 side gets no interval, and a change within the script's run-to-run noise (measured by a
-diagnose's baseline runs, else a 25% default) is "no measurable effect".
+diagnose's baseline runs, else a factor of 2) is "no measurable effect".
 Runs of different scripts are refused (exit 2) unless --allow-mismatch; runs on different
 kinds of device are compared without a speedup.
 Examples:

@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,28 @@ def test_cli_groups_of_runs(capsys, tmp_path: Path) -> None:
     code, _, _ = invoke(capsys, "compare", "--before", paths[3], "--before", paths[4], "--before", paths[5],
                         "--after", paths[0], "--after", paths[1], "--after", paths[2], "--fail-on-regression", "5")
     assert code == EXIT_FINDINGS
+
+
+# --- the A/A benchmark's bookkeeping (its runs replaced by saved reports) -----------------------
+
+
+def test_the_aa_benchmark_counts_verdicts_and_gate_firings(capsys, monkeypatch, tmp_path: Path) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "compare_aa.py"
+    spec = importlib.util.spec_from_file_location("compare_aa", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "compare_aa", bench)  # its dataclass looks itself up there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it puts benchmarks/ first, for zoo
+    spec.loader.exec_module(bench)
+    rates = {1: (100.0, 104.0, False), 2: (100.0, 30.0, True), 3: (100.0, 96.0, False)}
+    for i, (a, b, busy) in rates.items():
+        at_rate(_base(), a).save(tmp_path / "tiny_model" / f"pair{i:02d}-a")
+        at_rate(_base(), b, busy=busy).save(tmp_path / "tiny_model" / f"pair{i:02d}-b")
+    code = bench.main(["--from", str(tmp_path), "--examples", "tiny_model", "--pairs", "3"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    (row,) = [line for line in out.splitlines() if line.startswith("tiny_model ") and "pair" not in line]
+    # 3 pairs: 2 no change, 1 not measurable (busy side, 0.30x), no change called, the gate quiet
+    assert row.split()[1:7] == ["3", "2", "1", "0", "0", "1"]
+    assert "0.30x-1.04x" in row
