@@ -421,9 +421,10 @@ def compare_groups(
         if warning:
             notes.append(f"{side} side {warning}")
     if contended and verdict in ("faster", "slower"):
+        who = "both sides were" if len(contended) == 2 else f"the {contended[0]} side was"
         notes.append(
-            f"the {' and '.join(contended)} side was measured on a busy machine: the {s.times(speedup)} is not called "
-            "a change; re-run both sides on a quiet machine"
+            f"{who} measured on a busy machine: the {s.times(speedup)} is not called a change; re-run both sides "
+            "on a quiet machine"
         )
         verdict = NOT_MEASURABLE
     if trial is not None:

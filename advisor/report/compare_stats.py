@@ -40,12 +40,13 @@ DEFAULT_NOISE_BAND = 1.0
 """Relative change between two single runs treated as noise when that script's noise is unknown:
 a factor of 2 either way.
 
-Measured (docs/benchmarks-compare.md): on this project's shared 2-core machine at load 6-8,
-single ``diagnose --no-fixes`` runs of unchanged examples differed by up to 2.7x, most pairs
-within a factor of 2 (the pairs beyond it were all flagged busy, and compare calls no change
-from a busy run anyway); the issue behind this module saw 1.87x between two such runs; on a quiet
-machine plain runs of one script stayed within 20%. A real change smaller than a factor of 2
-needs repeated runs (``--before``/``--after`` groups) or a diagnose's measured noise to show."""
+Measured (docs/benchmarks-compare.md, ``benchmarks/compare_aa.py``): on this project's shared
+2-core machine at load 4-8, 60 pairs of single ``diagnose --no-fixes`` runs of unchanged examples
+were a median factor of 1.39 apart, 72% within a factor of 2, up to 9.9x (every run was flagged
+busy, and compare calls no change from a busy run anyway); the issue behind this module saw 1.87x
+between two such runs; on a quiet machine plain runs of one script stayed within 20%. A real
+change smaller than a factor of 2 needs repeated runs (``--before``/``--after`` groups) or a
+diagnose's measured noise to show."""
 
 MIN_EFFECT_BAND = MIN_EFFECT
 """The smallest band ever used, even when the baseline runs happened to agree closely: the fix
