@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,28 +34,39 @@ def load_side(path: str | Path) -> Report:
     return analyze_report(p)
 
 
-def compare_paths(before: str | Path, after: str | Path, *, allow_mismatch: bool = False) -> Comparison:
-    """Compare two runs, reports or traces (``before`` -> ``after``).
+def compare_paths(
+    before: str | Path | Sequence[str | Path], after: str | Path | Sequence[str | Path], *, allow_mismatch: bool = False,
+) -> Comparison:
+    """Compare runs, reports or traces (``before`` -> ``after``), one or a group of them a side.
 
     Args:
-        before: The run, report or trace before the change.
-        after: The one after it.
+        before: The run, report or trace before the change, or several runs of it (the
+            interval is then over runs).
+        after: The one(s) after it.
         allow_mismatch: Compare runs of different scripts anyway (the comparison then gives no
             speedup and says why).
 
     Raises:
-        UsageError: The two sides ran different scripts and ``allow_mismatch`` is not set.
+        UsageError: The sides ran different scripts and ``allow_mismatch`` is not set.
     """
-    from advisor.report.compare import compare_reports, script_mismatch
+    from advisor.report.compare import compare_groups, script_mismatch
+    from advisor.report.compare_stats import kept_trial, run_dir_noise
 
-    a, b = load_side(before), load_side(after)
-    mismatch = script_mismatch(a, b)
-    if mismatch is not None and not allow_mismatch:
-        raise UsageError(
-            f"not comparing {before} with {after}: {mismatch}; compare two runs of the same script, "
-            "or pass --allow-mismatch to see the comparison without a speedup"
-        )
-    return compare_reports(a, b)
+    paths_a = [before] if isinstance(before, (str, Path)) else list(before)
+    paths_b = [after] if isinstance(after, (str, Path)) else list(after)
+    a, b = [load_side(p) for p in paths_a], [load_side(p) for p in paths_b]
+    for path, side in zip((*paths_a[1:], *paths_b), (*a[1:], *b), strict=True):
+        mismatch = script_mismatch(a[0], side)
+        if mismatch is not None and not allow_mismatch:
+            raise UsageError(
+                f"not comparing {paths_a[0]} with {path}: {mismatch}; compare runs of the same script, "
+                "or pass --allow-mismatch to see the comparison without a speedup"
+            )
+    # NOTE: a diagnose's baseline trial runs are that script's run-to-run noise, whichever side
+    # holds them (RUN/kept reads its parent's); the trial figure only for a single RUN/kept.
+    noise = next((n for n in (run_dir_noise(p) for p in (*paths_a, *paths_b)) if n is not None), None)
+    trial = kept_trial(paths_b[0]) if len(paths_b) == 1 else None
+    return compare_groups(a, b, noise=noise, trial=trial)
 
 
 def regression(comparison: Comparison, max_pct: float) -> str | None:

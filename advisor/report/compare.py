@@ -5,43 +5,45 @@ It refuses to print a bogus ratio: when the two sides ran on different kinds of 
 count work differently, the speedup is left out and the reason goes to ``not_comparable``.
 :func:`looks_like_report` tells a saved report from a trace; turning a trace into a Report is
 ``advisor.api.load_side``'s job, so this renderer-side module never calls back into the api.
+
+Every interval is over runs (:mod:`advisor.report.compare_stats`): :func:`compare_groups` takes
+one or more runs a side. Single runs get no interval; their ratio is a change only outside the
+script's measured run-to-run noise (or a conservative default band when it is unknown). A side
+measured on a busy machine is named, and no change is called from it.
 """
 
 from __future__ import annotations
 
 import json
-import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from advisor._num import median
 from advisor._serde import to_jsonable
 from advisor.engine.model import Finding
+from advisor.fixes.model import Trial
 from advisor.report import style as s
+from advisor.report.compare_stats import (
+    DEFAULT_NOISE_BAND,
+    MIN_EFFECT_BAND,
+    Noise,
+    contention_warning,
+    group_ratio,
+    interval_notes,
+    trial_note,
+)
 from advisor.report.figures import median_step_ms, part_shares, throughput
 from advisor.report.model import REPORT_FILE, Report
 
-COMPARISON_SCHEMA_VERSION = 1
-NOISE_BAND = 0.05
-"""Relative change treated as noise when no confidence interval can be computed."""
-BOOTSTRAP_RESAMPLES = 2000
+COMPARISON_SCHEMA_VERSION = 2
+"""2: the interval is over runs (none for single runs), ``noise_band``, ``before_runs``/``after_runs``,
+``contended`` and ``trial`` added, verdict ``not measurable``."""
+NOT_MEASURABLE = "not measurable"
+"""Verdict when the figures would call a change but a side was measured on a busy machine."""
 GPU_ONLY_PARTS = frozenset({"h2d_copy", "d2h_copy", "sync_wait", "gpu_compute", "gpu_idle"})
 """Breakdown parts that are zero by construction on a CPU-only run."""
-
-
-class _NoteKind(Enum):
-    """What a comparison note is about, so a refused comparison can drop the moot ones."""
-
-    METHOD = "method"
-    """How the speedup is computed: moot when no speedup is given."""
-    REMARK = "remark"
-
-
-class _Note(NamedTuple):
-    text: str
-    kind: _NoteKind = _NoteKind.REMARK
 
 
 @dataclass(frozen=True)
@@ -106,15 +108,23 @@ class Comparison:
         metric: ``samples_per_s`` or ``step_time_ms`` (what ``speedup`` is based on), or None.
         before_value / after_value: That metric on each side.
         speedup: How many times faster ``after`` is (>1 is faster); None when not comparable.
-        ci_low / ci_high: 95% bootstrap interval on the speedup, when per-step times allow.
-        verdict: ``faster``, ``slower``, ``no measurable effect``, ``not comparable``, ``unknown``.
+        ci_low / ci_high: 95% t interval over runs (2+ runs on a side); None for single runs.
+        verdict: ``faster``, ``slower``, ``no measurable effect``, ``not measurable`` (a side ran
+            on a busy machine), ``not comparable``, ``unknown``.
         step_time_before_ms / step_time_after_ms: Median step times.
         parts: Per-part breakdown before and after, in display order.
         operators: The operators whose host self time per step changed most (both reports
             have an operator table), largest change first.
         disappeared / appeared / persisting: Findings by rule code (after's version when persisting).
         not_comparable: What cannot be compared, and why; empty when the sides match.
-        notes: Other remarks (how the speedup was computed, few steps, ...).
+        notes: Other remarks (how the speedup was computed, the noise, ...).
+        before_runs / after_runs: Every run of each side (one each for a plain comparison).
+        before_values / after_values: Each run's throughput (samples/s, or steps/s).
+        noise_band: For single runs: the relative change treated as noise (the script's
+            measured run-to-run noise, else :data:`DEFAULT_NOISE_BAND`); None with an interval.
+        contended: The sides (``before``/``after``) measured while other work held the cores.
+        trial: When ``after`` is ``RUN/kept`` of a diagnose: the fix loop's interleaved trial of
+            the kept fixes, shown beside this comparison's own figure.
     """
 
     before: str
@@ -137,6 +147,13 @@ class Comparison:
     persisting: tuple[Finding, ...] = ()
     not_comparable: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    before_runs: tuple[str, ...] = ()
+    after_runs: tuple[str, ...] = ()
+    before_values: tuple[float, ...] = ()
+    after_values: tuple[float, ...] = ()
+    noise_band: float | None = None
+    contended: tuple[str, ...] = ()
+    trial: Trial | None = None
     schema_version: int = COMPARISON_SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -217,43 +234,6 @@ def script_mismatch(before: Report, after: Report) -> str | None:
     return f"scripts differ ({s.display_path(a)} vs {s.display_path(b)})"
 
 
-def _step_times(report: Report) -> list[float]:
-    return [v for v in (s.finite(r.get("step_time_ms")) for r in report.steps) if v is not None and v > 0]
-
-
-def bootstrap_ratio_ci(numer: list[float], denom: list[float], seed: int = 0) -> tuple[float, float] | None:
-    """95% percentile-bootstrap interval on ``median(numer) / median(denom)``.
-
-    Deterministic (fixed seed) so reports diff cleanly. None with fewer than 3 values a side.
-    """
-    if len(numer) < 3 or len(denom) < 3:
-        return None
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(BOOTSTRAP_RESAMPLES):
-        n = median(rng.choices(numer, k=len(numer))) or 0.0
-        d = median(rng.choices(denom, k=len(denom))) or 0.0
-        if d > 0:
-            ratios.append(n / d)
-    ratios.sort()
-    lo = ratios[int(0.025 * (len(ratios) - 1))]
-    hi = ratios[int(0.975 * (len(ratios) - 1))]
-    return lo, hi
-
-
-def timed_throughputs(report: Report) -> list[float]:
-    """Per-step samples/s over the timed steps (step times alone when samples are not counted)."""
-    times = report.run.timed_step_times_ms
-    samples = report.run.timed_samples
-    out = []
-    for i, t in enumerate(times):
-        ft = s.finite(t)
-        n = samples[i] if i < len(samples) else None
-        if ft and ft > 0 and isinstance(n, int) and n > 0:
-            out.append(n / (ft / 1000.0))
-    return out
-
-
 def _part_ms(report: Report, part: str) -> float | None:
     vals = [v for v in (s.finite(r.get(f"{part}_ms")) for r in report.steps) if v is not None]
     return sum(vals) / len(vals) if vals else None
@@ -289,74 +269,117 @@ def _op_deltas(a: Report, b: Report, limit: int = MAX_OP_DELTAS) -> tuple[OpDelt
     return tuple(sorted(out, key=lambda d: (-size(d), d.operator))[:limit])
 
 
-def _verdict(speedup: float | None, ci: tuple[float, float] | None) -> str:
+def _verdict(speedup: float | None, ci: tuple[float, float] | None, band: float) -> str:
+    """Call faster/slower only beyond the noise, else no measurable effect.
+
+    With an interval: it must clear 1 and the speedup pass the minimum effect. For single runs:
+    the ratio must lie outside the noise band (symmetric in log space).
+    """
     if speedup is None:
         return "unknown"
     if ci is not None:
-        if ci[0] > 1.0:
+        if ci[0] > 1.0 and speedup >= 1 + MIN_EFFECT_BAND:
             return "faster"
-        if ci[1] < 1.0:
+        if ci[1] < 1.0 and speedup <= 1 - MIN_EFFECT_BAND:
             return "slower"
         return "no measurable effect"
-    if speedup > 1 + NOISE_BAND:
+    if speedup >= 1 + band:
         return "faster"
-    if speedup < 1 - NOISE_BAND:
+    if speedup <= 1 / (1 + band):
         return "slower"
     return "no measurable effect"
 
 
-def compare_reports(before: Report, after: Report) -> Comparison:
-    """Compare two reports; the speedup is ``after`` relative to ``before`` (>1 is faster).
+def _run_rate(report: Report, metric: str) -> float | None:
+    """One run's rate: samples/s, or steps/s from its median step time (higher is faster)."""
+    if metric == "samples_per_s":
+        return throughput(report)
+    step = median_step_ms(report)
+    return 1000.0 / step if step else None
 
-    The speedup uses samples/s when both sides have it, else median step time. It is left out,
-    with the reason in ``not_comparable``, when the sides ran on different kinds of device or
-    (for step time) processed different numbers of samples per step.
+
+def _label(report: Report, default: str) -> str:
+    return report.run.run_dir or report.source or default
+
+
+def compare_reports(
+    before: Report, after: Report, *, noise: Noise | None = None, trial: Trial | None = None,
+) -> Comparison:
+    """Compare two single runs; the speedup is ``after`` relative to ``before`` (>1 is faster).
+
+    See :func:`compare_groups` (one run a side: no interval, the noise band decides).
     """
-    not_comparable: list[str] = []
-    notes: list[_Note] = []
-    kind_a, kind_b = device_kind(before), device_kind(after)
-    name_a, name_b = device_name(before), device_name(after)
-    devices_differ = kind_a is not None and kind_b is not None and kind_a != kind_b
+    return compare_groups((before,), (after,), noise=noise, trial=trial)
+
+
+def _refusals(before: Sequence[Report], after: Sequence[Report]) -> tuple[list[str], bool, bool, str, str]:
+    """Return what makes the groups not comparable: (reasons, devices differ, scripts differ, names)."""
+    out: list[str] = []
+    first = before[0]
+    name_a, name_b = device_name(first), device_name(after[0])
+    kinds = {k for k in (device_kind(r) for r in (*before, *after)) if k is not None}
+    devices_differ = len(kinds) > 1
     if devices_differ:
-        not_comparable.append(
-            f"devices differ ({name_a} vs {name_b}): a speedup between them measures the hardware, "
+        odd = next(r for r in (*before, *after) if device_kind(r) != device_kind(first) and device_kind(r))
+        out.append(
+            f"devices differ ({name_a} vs {device_name(odd)}): a speedup between them measures the hardware, "
             "not a change to the code, so none is given"
         )
-    elif kind_a == kind_b == "gpu" and name_a != name_b and "GPU" not in (name_a, name_b):
-        not_comparable.append(
+    elif kinds == {"gpu"} and name_a != name_b and "GPU" not in (name_a, name_b):
+        out.append(
             f"GPU models differ ({name_a} vs {name_b}): the ratio mixes the hardware change with any code change"
         )
+    mismatch = next((m for m in (script_mismatch(first, r) for r in (*before[1:], *after)) if m), None)
+    if mismatch is not None:
+        out.append(f"{mismatch}: a speedup between different scripts measures nothing, so none is given")
+    return out, devices_differ, mismatch is not None, name_a, name_b
 
-    scripts_differ = script_mismatch(before, after)
-    if scripts_differ is not None:
-        not_comparable.append(
-            f"{scripts_differ}: a speedup between different scripts measures nothing, so none is given"
-        )
 
-    tput_a, tput_b = throughput(before), throughput(after)
-    step_a, step_b = median_step_ms(before), median_step_ms(after)
-    times_a, times_b = _step_times(before), _step_times(after)
+def compare_groups(
+    before: Sequence[Report], after: Sequence[Report], *, noise: Noise | None = None, trial: Trial | None = None,
+) -> Comparison:
+    """Compare runs of the same script before and after a change (one or more runs a side).
+
+    The speedup is the ratio of the groups' geometric mean samples/s (or steps/s from median
+    step times when samples are not counted on every run). With 2+ runs on a side its 95%
+    interval is a t interval over runs; with one run a side there is none, and the ratio is a
+    change only outside ``noise`` (the script's measured run-to-run noise) or, when that is
+    unknown, :data:`DEFAULT_NOISE_BAND`. A side measured on a busy machine is named in the notes
+    and no change is called from it (``not measurable``). The breakdown, operators and findings
+    come from the first run of each side.
+
+    Args:
+        before: The runs (reports) before the change, at least one.
+        after: The runs after it, at least one.
+        noise: The script's run-to-run noise, when a diagnose measured it.
+        trial: The fix loop's interleaved trial of the change (``after`` is ``RUN/kept``).
+    """
+    if not before or not after:
+        raise ValueError("compare_groups needs at least one report a side")
+    a, b = before[0], after[0]
+    not_comparable, devices_differ, scripts_differ, name_a, name_b = _refusals(before, after)
+    notes: list[str] = []
+    step_a, step_b = (median([median_step_ms(r) for r in side]) for side in (before, after))
     step_speedup = step_a / step_b if step_a and step_b else None
     metric: str | None = None
-    value_a = value_b = speedup = None
-    ci: tuple[float, float] | None = None
-    if tput_a and tput_b:
-        metric, value_a, value_b = "samples_per_s", tput_a, tput_b
-        speedup = tput_b / tput_a
-        notes.append(_Note("speedup = samples/s after ÷ samples/s before (timed steps, no profiler)", _NoteKind.METHOD))
-        ta, tb = timed_throughputs(before), timed_throughputs(after)
-        ci = bootstrap_ratio_ci(tb, ta)  # throughput after / before
-        if ci is not None:
-            notes.append(_Note(f"95% interval: bootstrap over {len(ta)} and {len(tb)} timed steps"))
-    elif step_a and step_b:
-        metric, value_a, value_b = "step_time_ms", step_a, step_b
-        speedup = step_speedup
-        ci = bootstrap_ratio_ci(times_a, times_b)  # step time before / after
-        if tput_a or tput_b:
-            notes.append(_Note("samples/s is known on one side only; the speedup uses median step time", _NoteKind.METHOD))
+    if all(throughput(r) for r in (*before, *after)):
+        metric = "samples_per_s"
+        notes.append("speedup = samples/s after ÷ samples/s before (timed steps, no profiler)")
+    elif step_a and step_b and all(median_step_ms(r) for r in (*before, *after)):
+        metric = "step_time_ms"
+        if any(throughput(r) for r in (*before, *after)):
+            notes.append("samples/s is not known on every run; the speedup uses median step time")
         else:
-            notes.append(_Note("speedup = median step time before ÷ after (profiled steps)", _NoteKind.METHOD))
-        sps_a, sps_b = s.finite(before.summary.get("samples_per_step")), s.finite(after.summary.get("samples_per_step"))
+            notes.append("speedup = median step time before ÷ after (profiled steps)")
+    else:
+        notes.append("neither samples/s nor step times are available on both sides")
+    values_a = tuple(v for v in (_run_rate(r, metric) for r in before) if v) if metric else ()
+    values_b = tuple(v for v in (_run_rate(r, metric) for r in after) if v) if metric else ()
+    ratio = group_ratio(values_a, values_b) if metric else None
+    speedup = ratio.speedup if ratio else None
+    ci = (ratio.ci_low, ratio.ci_high) if ratio and ratio.ci_low is not None else None
+    if metric == "step_time_ms":
+        sps_a, sps_b = s.finite(a.summary.get("samples_per_step")), s.finite(b.summary.get("samples_per_step"))
         if sps_a and sps_b and sps_a != sps_b:
             not_comparable.append(
                 f"samples per step differ ({s.number(sps_a)} vs {s.number(sps_b)}): a step-time ratio is not "
@@ -364,17 +387,15 @@ def compare_reports(before: Report, after: Report) -> Comparison:
             )
             speedup, ci = None, None
         elif not (sps_a and sps_b):
-            notes.append(_Note("samples per step unknown on at least one side: step time assumes the same work per step", _NoteKind.METHOD))
-    else:
-        notes.append(_Note("neither samples/s nor step times are available on both sides"))
+            notes.append("samples per step unknown on at least one side: step time assumes the same work per step")
 
-    ranks_a = len({r.get("rank") for r in before.steps}) or 1
-    ranks_b = len({r.get("rank") for r in after.steps}) or 1
+    ranks_a = len({r.get("rank") for r in a.steps}) or 1
+    ranks_b = len({r.get("rank") for r in b.steps}) or 1
     if ranks_a != ranks_b:
         not_comparable.append(
             f"rank counts differ ({ranks_a} vs {ranks_b}): step times are per rank, total throughput is not compared"
         )
-    parts = _parts(before, after)
+    parts = _parts(a, b)
     one_sided = [
         p.part for p in parts if p.part in GPU_ONLY_PARTS and ((p.before_frac or 0) <= 0 or (p.after_frac or 0) <= 0)
     ]
@@ -382,31 +403,43 @@ def compare_reports(before: Report, after: Report) -> Comparison:
         not_comparable.append(
             "breakdown parts measured on one side only: " + ", ".join(s.part_label(p) for p in one_sided)
         )
-    for side, times in (("before", times_a), ("after", times_b)):
-        if 0 < len(times) < 3:
-            notes.append(_Note(f"only {len(times)} step(s) {side}: no confidence interval"))
 
-    refused = devices_differ or scripts_differ is not None
+    refused = devices_differ or scripts_differ
+    band = noise.band if noise is not None else DEFAULT_NOISE_BAND
     if refused:
         # NOTE: how a ratio would have been computed is irrelevant when none is given.
         speedup, ci = None, None
-        notes = [n for n in notes if n.kind is not _NoteKind.METHOD]
-    verdict = "not comparable" if refused or (speedup is None and metric is not None) else _verdict(speedup, ci)
-    if speedup is not None and ci is not None and not ci[0] <= speedup <= ci[1]:
-        notes.append(_Note("the overall samples/s ratio lies outside the per-step interval: step times were uneven"))
-    if speedup is not None and ci is None and metric == "samples_per_s":
-        notes.append(_Note(f"one throughput per side: changes under {NOISE_BAND:.0%} are treated as noise"))
+        notes = [n for n in notes if not n.startswith(("speedup =", "samples/s is not known", "samples per step unknown"))]
+    elif speedup is not None:
+        notes.extend(interval_notes(len(values_a), len(values_b), ci, noise, band))
+    verdict = "not comparable" if refused or (speedup is None and metric is not None) else _verdict(speedup, ci, band)
+    contended = tuple(
+        side for side, runs in (("before", before), ("after", after)) if any(contention_warning(r) for r in runs)
+    )
+    for side, runs in (("before", before), ("after", after)):
+        warning = next((w for w in (contention_warning(r) for r in runs) if w), None)
+        if warning:
+            notes.append(f"{side} side {warning}")
+    if contended and verdict in ("faster", "slower"):
+        who = "both sides were" if len(contended) == 2 else f"the {contended[0]} side was"
+        notes.append(
+            f"{who} measured on a busy machine: the {s.times(speedup)} is not called a change; re-run both sides "
+            "on a quiet machine"
+        )
+        verdict = NOT_MEASURABLE
+    if trial is not None:
+        notes.append(trial_note(trial, speedup))
 
-    codes_a = {f.code: f for f in before.findings}
-    codes_b = {f.code: f for f in after.findings}
+    codes_a = {f.code: f for f in a.findings}
+    codes_b = {f.code: f for f in b.findings}
     return Comparison(
-        before=before.run.run_dir or before.source or "before",
-        after=after.run.run_dir or after.source or "after",
+        before=_side_label(before, "before"),
+        after=_side_label(after, "after"),
         before_device=name_a,
         after_device=name_b,
         metric=metric,
-        before_value=value_a,
-        after_value=value_b,
+        before_value=_shown(ratio.before_mean if ratio else None, metric),
+        after_value=_shown(ratio.after_mean if ratio else None, metric),
         speedup=speedup,
         ci_low=ci[0] if ci else None,
         ci_high=ci[1] if ci else None,
@@ -414,11 +447,30 @@ def compare_reports(before: Report, after: Report) -> Comparison:
         step_time_before_ms=step_a,
         step_time_after_ms=step_b,
         parts=parts,
-        operators=_op_deltas(before, after),
+        operators=_op_deltas(a, b),
         disappeared=tuple(f for c, f in codes_a.items() if c not in codes_b),
         appeared=tuple(f for c, f in codes_b.items() if c not in codes_a),
         persisting=tuple(f for c, f in codes_b.items() if c in codes_a),
         not_comparable=tuple(not_comparable),
-        notes=tuple(n.text for n in notes),
+        notes=tuple(notes),
+        before_runs=tuple(_label(r, "before") for r in before),
+        after_runs=tuple(_label(r, "after") for r in after),
+        before_values=values_a,
+        after_values=values_b,
+        noise_band=None if ci is not None or speedup is None else band,
+        contended=contended,
+        trial=trial,
         extra={"step_time_speedup": None if refused else step_speedup},
     )
+
+
+def _shown(mean: float | None, metric: str | None) -> float | None:
+    """Return a group's mean as the metric shows it: samples/s, or ms per step from steps/s."""
+    if mean is None:
+        return None
+    return 1000.0 / mean if metric == "step_time_ms" else mean
+
+
+def _side_label(runs: Sequence[Report], default: str) -> str:
+    first = _label(runs[0], default)
+    return first if len(runs) == 1 else f"{first} and {len(runs) - 1} more run(s)"

@@ -19,12 +19,13 @@ from advisor.fixes.model import Trial
 from advisor.report import style as s
 from advisor.report import svg
 from advisor.report.compare import Comparison
+from advisor.report.compare_stats import band_text
 from advisor.report.console import WIDTH, make_console, safe_text
 from advisor.report.html import card, page
 from advisor.report.markdown import md_code, md_table, md_text
 from advisor.report.svg import esc
 
-_VERDICT_KEYS = {"faster": "improved", "slower": "slower", "no measurable effect": "no_effect"}
+_VERDICT_KEYS = {"faster": "improved", "slower": "slower", "no measurable effect": "no_effect", "not measurable": "undecided"}
 METRIC_LABELS = {"samples_per_s": "samples/s", "step_time_ms": "median step time"}
 OPS_TITLE = "Operators that changed most (host self time per step)"
 OPS_NOTE = "— : not among that side's operators with the most self time (less than its table's last row, or not run)."
@@ -45,6 +46,23 @@ def headline(cmp: Comparison) -> str:
     return f"{s.times(cmp.speedup)} {ci} {cmp.verdict} ({basis.strip()})".replace("  ", " ")
 
 
+def evidence_rows(cmp: Comparison) -> list[tuple[str, str]]:
+    """Rows under the speedup: what it rests on (runs, noise band) and the diagnose's own trial."""
+    rows = []
+    if len(cmp.before_runs) > 1 or len(cmp.after_runs) > 1:
+        rows.append(("Runs", f"{len(cmp.before_runs)} before · {len(cmp.after_runs)} after (interval over runs)"))
+    elif cmp.noise_band is not None:
+        rows.append(("Noise", f"one run a side, no interval: changes within {band_text(cmp.noise_band)} are noise"))
+    if cmp.contended:
+        rows.append(("Busy machine", f"{' and '.join(cmp.contended)} measured while other work held the cores"))
+    t = cmp.trial
+    if t is not None:
+        verdict = s.VERDICT_LABELS.get(str(t.verdict), str(t.verdict))
+        rows.append(("Trial", f"{s.times(t.speedup)} {s.ci(t.ci_low, t.ci_high)} {verdict} ({t.fix}, "
+                              f"{t.repeats} interleaved pairs in the diagnose)".replace("  ", " ")))
+    return rows
+
+
 # --- text ---------------------------------------------------------------------------------
 
 
@@ -58,6 +76,8 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
     grid.add_row("After", Text.assemble(safe_text(cmp.after), safe_text(f"  ({cmp.after_device})")))
     style = {"faster": "bold green", "slower": "bold red", "not comparable": "bold yellow"}.get(cmp.verdict, "bold")
     grid.add_row("Speedup", safe_text(headline(cmp), style))
+    for label, text in evidence_rows(cmp):
+        grid.add_row(label, safe_text(text))
     if cmp.step_time_before_ms is not None or cmp.step_time_after_ms is not None:
         grid.add_row("Step time", safe_text(f"{s.ms(cmp.step_time_before_ms)} → {s.ms(cmp.step_time_after_ms)} (median)"))
     grid.add_row(
@@ -145,6 +165,7 @@ def render_comparison_markdown(cmp: Comparison, *, color: bool = False) -> str:
         ["**Before**", f"{md_code(cmp.before)} ({md_text(cmp.before_device)})"],
         ["**After**", f"{md_code(cmp.after)} ({md_text(cmp.after_device)})"],
         ["**Speedup**", f"**{md_text(headline(cmp))}**"],
+        *([f"**{label}**", md_text(text)] for label, text in evidence_rows(cmp)),
     ]
     if cmp.step_time_before_ms is not None or cmp.step_time_after_ms is not None:
         rows.append(["**Step time**", f"{s.ms(cmp.step_time_before_ms)} → {s.ms(cmp.step_time_after_ms)} (median)"])
@@ -216,13 +237,18 @@ def render_comparison_html(cmp: Comparison, *, color: bool = False) -> str:
         )
     if cmp.metric != "step_time_ms":
         cards.append(card("Step time", s.ms(cmp.step_time_after_ms), f"before: {s.ms(cmp.step_time_before_ms)} (median)"))
+    if cmp.trial is not None:
+        t = cmp.trial
+        cards.append(card("Diagnose's trial", s.times(t.speedup), f"{s.ci(t.ci_low, t.ci_high)} {t.fix}".strip()))
     cards.append(card("Findings", f"{len(cmp.disappeared)} gone", f"{len(cmp.appeared)} new · {len(cmp.persisting)} still there"))
     body = [
         '<table style="margin-top:16px"><tr><th>Before</th><td><code>'
         + esc(cmp.before)
         + f"</code> · {esc(cmp.before_device)}</td></tr><tr><th>After</th><td><code>"
         + esc(cmp.after)
-        + f"</code> · {esc(cmp.after_device)}</td></tr></table>",
+        + f"</code> · {esc(cmp.after_device)}</td></tr>"
+        + "".join(f"<tr><th>{esc(label)}</th><td>{esc(text)}</td></tr>" for label, text in evidence_rows(cmp))
+        + "</table>",
         '<div class="cards">' + "".join(cards) + "</div>",
     ]
     if cmp.metric == "samples_per_s" and cmp.speedup is not None:

@@ -74,7 +74,8 @@ class RunInfo:
     """What ran and how it ended (``run`` in the JSON report).
 
     ``timed_step_times_ms`` and ``timed_samples`` are the timed (unprofiled) steps from the
-    capture. ``step_time_ms`` is *the* step time of the report, the one every format prints: the
+    capture (``advisor compare`` takes its interval over runs, never over these steps).
+    ``step_time_ms`` is *the* step time of the report, the one every format prints: the
     median of their steady part (:mod:`advisor._steady`), from step ``steady_from`` on, with its
     spread (``step_p10_ms``, ``step_p90_ms``) and what the window looked like (``steadiness``).
     Without timed steps these are None and "" (a bare trace: its profiled steps are used).

@@ -79,18 +79,32 @@ def test_different_devices_are_marked_loudly(capsys, tmp_path: Path) -> None:
 # --- compare --fail-on-regression -------------------------------------------------------------
 
 
+def slowed(report, samples_per_s: float):
+    """The report with its run at ``samples_per_s``: beyond the noise band of single runs."""
+    run = dataclasses.replace(report.run, samples_per_s=samples_per_s)
+    return dataclasses.replace(report, run=run, summary={**report.summary, "samples_per_s": samples_per_s})
+
+
 def test_fail_on_regression_exits_1_with_the_reason(capsys, tmp_path: Path) -> None:
-    fast, slow = save(make_after_report(), tmp_path / "fast"), save(make_report(), tmp_path / "slow")
+    fast, slow = save(make_after_report(), tmp_path / "fast"), save(slowed(make_report(), 400.0), tmp_path / "slow")
     code, out, err = invoke(capsys, "compare", str(fast), str(slow), "--fail-on-regression", "5")
     assert code == EXIT_FINDINGS
     assert out  # the comparison is still printed
     (line,) = [x for x in err.splitlines() if x.startswith("advisor: regression:")]
-    assert "AFTER is 37.1% slower than BEFORE (0.63×" in line and "more than the 5% that --fail-on-regression allows" in line
+    assert "AFTER is 69.0% slower than BEFORE (0.31×, beyond the run-to-run noise of a factor of 2)" in line
+    assert "more than the 5% that --fail-on-regression allows" in line
+
+
+def test_fail_on_regression_never_fires_within_the_noise_of_single_runs(capsys, tmp_path: Path) -> None:
+    fast, slow = save(make_after_report(), tmp_path / "fast"), save(make_report(), tmp_path / "slow")
+    code, out, err = invoke(capsys, "compare", str(fast), str(slow), "--fail-on-regression", "5")
+    assert code == EXIT_OK and "regression" not in err  # 0.63x: within a factor of 2, unknown noise
+    assert "no measurable effect" in out
 
 
 def test_fail_on_regression_passes_within_the_allowance_and_when_faster(capsys, tmp_path: Path) -> None:
-    fast, slow = save(make_after_report(), tmp_path / "fast"), save(make_report(), tmp_path / "slow")
-    code, _, err = invoke(capsys, "compare", str(fast), str(slow), "--fail-on-regression", "40")
+    fast, slow = save(make_after_report(), tmp_path / "fast"), save(slowed(make_report(), 400.0), tmp_path / "slow")
+    code, _, err = invoke(capsys, "compare", str(fast), str(slow), "--fail-on-regression", "75")
     assert code == EXIT_OK and "regression" not in err
     code, _, err = invoke(capsys, "compare", str(slow), str(fast), "--fail-on-regression", "0")
     assert code == EXIT_OK and "regression" not in err

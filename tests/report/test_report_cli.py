@@ -122,7 +122,7 @@ def test_compare_cli_markdown_and_html(capsys, tmp_path: Path) -> None:
     make_after_report().save(after)
     code, out, err = invoke(capsys, "compare", str(before), str(after), "--format", "markdown")
     assert code == EXIT_OK and err == ""
-    assert "1.59×" in out and "faster" in out
+    assert "1.59× no measurable effect" in out  # one run a side, noise unknown: within a factor of 2
     assert "✅ gone | **DL001**" in out
     code, _, err = invoke(capsys, "compare", str(before / "report.json"), str(after), "-o", str(tmp_path / "c.html"))
     assert code == EXIT_OK and "wrote" in err

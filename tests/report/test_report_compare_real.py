@@ -90,3 +90,28 @@ def test_before_and_after_a_fix_on_one_example(capsys, tmp_path: Path) -> None:
     assert dl["delta_ms"] < 0
     code, md, _ = invoke(capsys, "compare", str(before), str(after), "--format", "markdown")
     assert code == 0 and "| **Speedup** |" in md
+
+
+@pytest.mark.slow
+def test_a_diagnoses_baseline_runs_give_compare_its_noise(capsys, tmp_path: Path) -> None:
+    """compare RUN RUN: one run a side, no interval; the fix loop's baseline runs are the noise."""
+    pytest.importorskip("torch")
+    from advisor.api import FixOptions, diagnose_script
+    from advisor.capture.model import RunSpec
+
+    run = tmp_path / "run"
+    spec = RunSpec(script=REPO / "examples" / "data_loading.py", args=("--batch-size", "8"), out_dir=run,
+                   warmup_steps=2, timed_steps=6, profiled_steps=2, quiet=True, cwd=REPO)
+    options = FixOptions(only=("dataloader_workers",), repeats=2, exhaustive=True)
+    assert diagnose_script(spec, fix_options=options).capture.ok
+    assert len(list((run / "trials").glob("baseline-*"))) >= 2
+    code, out, err = invoke(capsys, "compare", str(run), str(run), "--format", "json", "--fail-on-regression", "0")
+    assert code == 0, err
+    cmp = json.loads(out)
+    assert cmp["speedup"] == pytest.approx(1.0) and cmp["ci_low"] is None
+    assert cmp["verdict"] == "no measurable effect" and cmp["noise_band"] is not None
+    assert any(n.startswith("run-to-run noise of this script:") and "baseline runs of run's fix trials" in n
+               for n in cmp["notes"])
+    if (run / "kept").is_dir():  # a fix kept on this machine: its trial shows beside compare's figure
+        code, out, _ = invoke(capsys, "compare", str(run), str(run / "kept"), "--format", "json")
+        assert json.loads(out)["trial"]["speedup"] is not None
