@@ -270,7 +270,7 @@ def steadiness_warnings(timed_ms: Sequence[float]) -> tuple[str, ...]:
     verdict = assess(timed_ms)
     if verdict.steady:
         return ()
-    spread = f"p10–p90 {verdict.p10_ms:.4g} to {verdict.p90_ms:.4g} ms" if verdict.p10_ms and verdict.p90_ms else ""
+    spread = f"p10–p90 {verdict.p10_ms:.1f}–{verdict.p90_ms:.1f} ms" if verdict.p10_ms and verdict.p90_ms else ""
     return (
         f"the timed steps were not steady: {verdict.detail}; the step time is the median of all "
         f"{verdict.used} ({spread}), and a re-run may measure another level",

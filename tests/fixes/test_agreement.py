@@ -14,9 +14,9 @@ from advisor.fixes.stats import estimate, paired_ratios, range_estimate
 CHAOTIC = [614.0, 54.0, 747.0, 31.0, 94.0, 740.0, 1070.0]
 
 
-def test_runs_within_a_decisive_effect_agree_and_wider_ones_do_not():
-    assert disagreement([100.0, 112.0, 95.0]) is None
-    assert disagreement([100.0, 130.0]) == (100.0, 130.0)
+def test_runs_within_a_factor_of_two_agree_and_wider_ones_do_not():
+    assert disagreement([100.0, 112.0, 95.0, 160.0]) is None  # a quiet machine's run-to-run spread
+    assert disagreement([100.0, 200.0]) == (100.0, 200.0)
     assert disagreement(CHAOTIC) == (31.0, 1070.0)
     assert disagreement([100.0, None, 0.0]) is None  # one run measured: nothing to compare
 
