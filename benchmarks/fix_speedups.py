@@ -31,6 +31,11 @@ Usage:
         [--repeats 3] [--plain-repeats 3] [--json out.json]
     .venv/bin/python benchmarks/fix_speedups.py --script-args [--repeats 3] [--plain-repeats 3]
     .venv/bin/python benchmarks/fix_speedups.py --memory [--repeats 2] [--plain-repeats 2]
+    .venv/bin/python benchmarks/fix_speedups.py --noisy 1 [--plain-repeats 4]
+
+``--noisy BUSY`` is issue #26's row: ``tests/scripts/char_transformer.py`` diagnosed beside BUSY
+busy processes, each trial beside the same change timed plainly, interleaved, under the same load
+(``benchmarks/noisy_machine.py``).
 """
 
 from __future__ import annotations
@@ -320,7 +325,15 @@ def main() -> None:
     p.add_argument("--work", type=Path)
     p.add_argument("--script-args", action="store_true", help="the argument trial on an accumulating loop, vs by hand")
     p.add_argument("--memory", action="store_true", help="the memory fixes under --memory-budget, vs by hand")
+    p.add_argument("--noisy", type=int, metavar="BUSY",
+                   help="issue #26's reproducing script beside BUSY busy processes, vs plain timing (noisy_machine.py)")
     args = p.parse_args()
+    if args.noisy is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from noisy_machine import main as noisy  # noqa: PLC0415 - a sibling script, not a package
+
+        noisy(["--busy", str(args.noisy), "--plain-repeats", str(args.plain_repeats)])
+        return
     work = args.work or Path(tempfile.mkdtemp(prefix="advisor-fixbench-"))
     if args.memory:
         result = bench_memory(args.repeats, args.plain_repeats, work)
