@@ -136,6 +136,7 @@ class Phases:
     cprofile: int
     full: bool = False
     min_timed_s: float = 0.0
+    settle: bool = True  # extend a timed window still warming up (never under torchrun: see _settling)
 
     @property
     def total(self) -> int:
@@ -154,6 +155,7 @@ class Phases:
             cprofile=max(0, cprofile) if spec.profiled_steps > 0 else 0,
             full=spec.full,
             min_timed_s=max(0.0, float(getattr(spec, "min_timed_s", 0.0) or 0.0)),
+            settle=int(getattr(spec, "nproc_per_node", 1) or 1) == 1 and int(getattr(spec, "nnodes", 1) or 1) == 1,
         )
 
 
@@ -597,6 +599,10 @@ class StepRecorder:
         to time, by at most as many steps again (then the window is used as it is, and the
         report says where its steady part starts).
         """
+        if not self.phases.settle:
+            # NOTE: the ranks of a job must stop at the same step (advisor.distributed.launch);
+            # each rank's own step times would extend each window differently.
+            return False
         target = self._settle_target or len(self.step_times_ms)
         self._settle_target = target
         extra = len(self.step_times_ms) - target

@@ -91,7 +91,7 @@ def disagreement(rates: Sequence[float | None], limit: float = DISAGREEMENT) -> 
     return span
 
 
-def explain(runs: Sequence[RunFacts], unit: str = "samples/s") -> str:
+def explain(runs: Sequence[RunFacts]) -> str:
     """Say what the slow runs of one setting had in common, from what each run recorded.
 
     The runs are split at the geometric middle of their slowest and fastest rate; a recorded

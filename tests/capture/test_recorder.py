@@ -304,3 +304,20 @@ def test_a_window_that_never_settles_grows_by_at_most_as_many_steps_again():
     rec.script_started()
     _run_steps(rec, clock, [2.0 / (1 + 0.05 * i) for i in range(300)])
     assert len(rec.timed_phase().step_times_ms) <= 40
+
+
+def test_the_ranks_of_a_job_never_extend_their_window():
+    # Every rank must stop at the same step: a window still warming up stays as asked.
+    clock = FakeClock()
+    rec = StepRecorder(Phases(1, 20, 0, 0, settle=False), clock=clock, start_time=90.0)
+    rec.script_started()
+    _run_steps(rec, clock, [0.5, *([0.5] * 8), *([0.1] * 200)])
+    assert len(rec.timed_phase().step_times_ms) == 20
+
+
+def test_phases_settle_only_for_one_process():
+    from advisor.capture.model import RunSpec
+
+    assert Phases.for_spec(RunSpec(script="t.py")).settle
+    assert not Phases.for_spec(RunSpec(script="t.py", nproc_per_node=2)).settle
+    assert not Phases.for_spec(RunSpec(script="t.py", nnodes=2)).settle

@@ -23,7 +23,7 @@ def spread_reason(v: Variant, unit: str) -> str:
         if span is None:
             continue
         lo, hi = span
-        why = explain(facts, unit)
+        why = explain(facts)
         parts.append(
             f"runs of {who} disagreed, {_rate(lo)} to {_rate(hi)} {unit} ({hi / lo:.1f}x apart"
             + (f": {why})" if why else "; nothing they recorded explains it)")
