@@ -241,6 +241,7 @@ class ChildSession:
             start_time=t0,
             on_step=self._on_step,
             on_phase=self._on_phase,
+            graph_count=_graphs_compiled,
             record_loss_steps=max(0, spec.record_loss_steps),
         )
         self.hooks: Any = None
@@ -540,5 +541,18 @@ def main(argv: list[str] | None = None, t0: float = _T0) -> None:
     raise SystemExit(code)
 
 
+def _graphs_compiled() -> int:
+    """Graphs torch.compile has compiled in this process (dynamo's counter; 0 when dynamo was never imported)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return 0
+    try:
+        return int(counters["stats"].get("unique_graphs", 0))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return 0
+
+
 if __name__ == "__main__":
     main()
+

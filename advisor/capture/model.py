@@ -212,6 +212,9 @@ class TimedPhase:
             how many warm-up steps this script needs before its step time is stable).
         epoch_ends: DataLoader epochs that ended while the timed steps ran. At 0, nothing that
             happens between epochs (loader workers starting again) was inside the measurement.
+        compiles: Graphs ``torch.compile`` compiled while the timed steps ran (0 without
+            compile). Any is a recompile inside the measurement: those steps timed the compiler,
+            not the compiled code.
     """
 
     step_times_ms: tuple[float, ...] = ()
@@ -224,6 +227,7 @@ class TimedPhase:
     optimizers_per_step: int = 0
     warmup_step_times_ms: tuple[float, ...] = ()
     epoch_ends: int = 0
+    compiles: int = 0
 
     @property
     def backwards_per_step(self) -> float | None:

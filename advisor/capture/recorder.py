@@ -171,6 +171,9 @@ class StepRecorder:
         start_time: Clock value at the child's start (time to first step is measured from it).
         on_step: Called after every boundary with the recorder (progress events).
         on_phase: Called after every phase change with the recorder (partial results on disk).
+        graph_count: Returns how many graphs ``torch.compile`` has compiled so far in this
+            process (the child reads dynamo's counter; None: nothing is counted). The compiles
+            that land inside the timed window are ``TimedPhase.compiles``.
         record_loss_steps: Record the loss of this many first steps.
     """
 
@@ -181,6 +184,7 @@ class StepRecorder:
     start_time: float = 0.0
     on_step: Callable[[StepRecorder], None] | None = None
     on_phase: Callable[[StepRecorder], None] | None = None
+    graph_count: Callable[[], int] | None = None
     record_loss_steps: int = 0
 
     source: StepSource | None = None
@@ -218,6 +222,8 @@ class StepRecorder:
     _timed_ms: float = 0.0  # sum of step_times_ms (kept as we go: no O(n) sum per step)
     _asked_timed: int | None = None  # phases.timed before a min_timed_s extension
     _settle_target: int = 0  # timed steps the window held when it first was complete
+    _graphs_at_timed: int = 0  # graph_count() when the timed window opened
+    _timed_compiles: int = 0  # graphs compiled while it was open
 
     # ----- events from the hooks -------------------------------------------------------------
 
@@ -393,7 +399,14 @@ class StepRecorder:
             optimizers_per_step=self._optimizers.members if self.source == SOURCE_OPTIMIZER else 0,
             warmup_step_times_ms=tuple(round(t, 3) for t in self.warmup_times_ms),
             epoch_ends=self._timed_epoch_ends,
+            compiles=self._compiles_in_window(),
         )
+
+    def _compiles_in_window(self) -> int:
+        """Graphs compiled inside the timed window (so far, while it is still open)."""
+        if self.phase == Phase.TIMED and self.graph_count is not None:
+            return self.graph_count() - self._graphs_at_timed
+        return self._timed_compiles
 
     def snapshot(self) -> dict[str, Any]:
         """Return the recorder's part of ``child.json`` (RunCapture field names)."""
@@ -684,6 +697,11 @@ class StepRecorder:
         self._set_phase(Phase.WARMUP)
 
     def _set_phase(self, phase: str) -> None:
+        if self.graph_count is not None and phase != self.phase:
+            if phase == Phase.TIMED:
+                self._graphs_at_timed = self.graph_count()
+            elif self.phase == Phase.TIMED:
+                self._timed_compiles = self.graph_count() - self._graphs_at_timed
         self.phase = phase
         self.phase_started.setdefault(phase, self.clock())
         if self.on_phase is not None:

@@ -261,6 +261,19 @@ def _step_time(timed_ms: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def compile_warnings(capture: RunCapture | None) -> tuple[str, ...]:
+    """Return the report's warning when torch.compile compiled graphs inside the timed window."""
+    n = capture.timed.compiles if capture is not None else 0
+    if not n:
+        return ()
+    return (
+        f"torch.compile compiled {n} graph{'s' if n != 1 else ''} during the "
+        f"{len(capture.timed.step_times_ms)} timed steps: those steps timed the compiler as well as "
+        "the compiled code (more than one is a loop that keeps recompiling: a shape or guard that "
+        "changes between steps; TORCH_LOGS=recompiles names it)",
+    )
+
+
 def steadiness_warnings(timed_ms: Sequence[float]) -> tuple[str, ...]:
     """Return the report's warning when its timed steps were not one steady population.
 
@@ -364,6 +377,7 @@ def build_report(
     primary = diagnosis.primary.category if diagnosis.primary else None
     warnings = tuple(dict.fromkeys((
         *diagnosis.warnings, *contention_warnings(metrics.summary, primary), *steadiness_warnings(run.timed_step_times_ms),
+        *compile_warnings(capture),
     )))
     categories: dict[str, float] = {}
     for f in diagnosis.findings:

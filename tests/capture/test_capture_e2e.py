@@ -165,3 +165,23 @@ def test_the_script_runs_in_its_own_process_group_of_the_users_session(tmp_path)
     sid, pgrp, pid = map(int, (tmp_path / "ids.txt").read_text().split())
     assert sid == os.getsid(0)
     assert pgrp == pid != os.getpgrp()
+
+
+def test_recompiles_inside_the_timed_window_are_counted(tmp_path):
+    """A compiled step whose input shape changes every step recompiles in the timed window too."""
+    from advisor.capture.model import RunSpec
+    from advisor.capture.run import capture
+
+    script = tmp_path / "recompile.py"
+    script.write_text(
+        "import torch\n"
+        "w = torch.nn.Parameter(torch.randn(4, 4))\n"
+        "opt = torch.optim.SGD([w], lr=0.01)\n"
+        "f = torch.compile(lambda x: (x @ w).sin().sum(), backend='eager', dynamic=False)\n"
+        "for i in range(100):\n"
+        "    f(torch.randn(2 + i, 4)).backward()\n"
+        "    opt.step(); opt.zero_grad()\n"
+    )
+    cap = capture(RunSpec(script=script, out_dir=tmp_path / "run", warmup_steps=2, timed_steps=4, profiled_steps=0))
+    assert cap.status == "stopped"
+    assert cap.timed.compiles >= 2

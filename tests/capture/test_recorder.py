@@ -321,3 +321,23 @@ def test_phases_settle_only_for_one_process():
     assert Phases.for_spec(RunSpec(script="t.py")).settle
     assert not Phases.for_spec(RunSpec(script="t.py", nproc_per_node=2)).settle
     assert not Phases.for_spec(RunSpec(script="t.py", nnodes=2)).settle
+
+
+def test_graphs_compiled_inside_the_timed_window_are_counted():
+    graphs = {"n": 0}
+    clock = FakeClock()
+    rec = StepRecorder(Phases(2, 4, 0, 0), clock=clock, start_time=90.0, graph_count=lambda: graphs["n"])
+    rec.script_started()
+    with pytest.raises(StopScript):
+        for i in range(20):
+            graphs["n"] += 1 if i in (0, 1, 3, 4) else 0  # two in warm-up, two while timed
+            opt_step(rec, clock, seconds=0.1)
+    assert rec.timed_phase().compiles == 2
+
+
+def test_without_a_graph_counter_nothing_is_counted():
+    clock = FakeClock()
+    rec = StepRecorder(Phases(1, 3, 0, 0), clock=clock, start_time=90.0)
+    rec.script_started()
+    _run_steps(rec, clock, [0.1] * 20)
+    assert rec.timed_phase().compiles == 0

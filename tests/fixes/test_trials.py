@@ -386,3 +386,24 @@ def test_a_measurement_beyond_its_amdahl_bound_says_the_bound_was_wrong():
     assert wrong.beat_estimate
     assert style.trial_score(wrong).endswith("beyond the estimate, which was wrong")
     assert style.trial_score(Trial(fix="f", safety="safe", speedup=1.2)) == ""
+
+
+class _Recompiling(FakeRunner):
+    """Runs with torch_compile compile a graph in every timed step, as a loop whose shapes change would."""
+
+    def __call__(self, spec):
+        from dataclasses import replace as _replace
+
+        cap = super().__call__(spec)
+        if any(f.id == "torch_compile" for f in spec.fixes) and cap.ok:
+            return _replace(cap, timed=_replace(cap.timed, compiles=len(cap.timed.step_times_ms)))
+        return cap
+
+
+def test_a_compile_that_keeps_recompiling_is_a_finding_not_a_speedup(spec):
+    runner = _Recompiling(effects={"torch_compile": 0.004})
+    out = run_trials(spec, refs("torch_compile"), unsafe=True, runner=runner, make_diff_text=False)
+    t = by_fix(out)["torch_compile"]
+    assert t.verdict == "failed"
+    assert "keeps recompiling" in t.reason and "TORCH_LOGS=recompiles" in t.reason
+    assert runner.runs_with("torch_compile") == 1  # dropped after its first run

@@ -362,6 +362,13 @@ class Measurer:
         elif note is not None and note.state is NoteState.SKIPPED:
             v.skip = note.detail
             message = f"skipped: {v.skip}"
+        elif recompiles(cap):
+            v.failure = (
+                f"compiled {cap.timed.compiles} graphs during its {len(cap.timed.step_times_ms)} timed steps: "
+                "it keeps recompiling, so its steps time the compiler, not compiled code; a shape or guard "
+                "that changes between steps is the finding (TORCH_LOGS=recompiles names it)"
+            )
+            message = f"failed: {v.failure}"
         elif ref_source and cap.step_source and cap.step_source != ref_source:
             v.failure = (
                 f"steps were counted from {cap.step_source} boundaries here but from {ref_source} "
@@ -443,3 +450,15 @@ class Measurer:
             verdict=verdict, reason=reason, repeats=est.pairs,
         )
 
+
+
+MAX_TIMED_COMPILES = 1
+"""Graphs a run may compile inside its timed window before its speed is not the compiled speed.
+
+One may be legitimate (a second graph the script reaches late, such as an evaluation pass); more
+is a loop that keeps recompiling (a shape or guard that changes between steps)."""
+
+
+def recompiles(cap: RunCapture) -> bool:
+    """Whether a run compiled more than :data:`MAX_TIMED_COMPILES` graphs inside its timed window."""
+    return bool(cap.ok and cap.timed.compiles > MAX_TIMED_COMPILES)
