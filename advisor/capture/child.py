@@ -48,7 +48,8 @@ from advisor.capture.model import (  # noqa: E402
     RunStatus,
     ScriptError,
 )
-from advisor.capture.recorder import Phases, StepRecorder, StopScript  # noqa: E402
+from advisor.capture.phases import Phases, StopScript  # noqa: E402
+from advisor.capture.recorder import StepRecorder  # noqa: E402
 from advisor.capture.scriptconfig import ConfigRecorder  # noqa: E402
 from advisor.rundir import CHILD_FILE, EVENTS_FILE, PSTATS_FILE, TRACES_DIR, rank_dir_name  # noqa: E402
 

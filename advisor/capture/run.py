@@ -53,7 +53,7 @@ from advisor.capture.model import (
     StartKind,
     WarmStartLost,
 )
-from advisor.capture.recorder import Phases
+from advisor.capture.phases import Phases
 from advisor.capture.sampler import UtilSampler
 from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError, UsageError

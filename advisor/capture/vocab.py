@@ -12,7 +12,7 @@ from advisor._vocab import Vocab
 class StepSource(Vocab):
     """What a run's steps were counted from (``RunCapture.step_source``), in rising precedence.
 
-    A better source seen later takes over (see :mod:`advisor.capture.recorder`).
+    A better source seen later takes over (see :mod:`advisor.capture.phases`).
     """
 
     DATALOADER = "dataloader"  # batches the DataLoader yields
