@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from advisor.capture.model import RunSpec
-from advisor.capture.recorder import Phases
+from advisor.capture.phases import Phases
 from advisor.capture.run import capture
 
 REPO = Path(__file__).resolve().parents[1]

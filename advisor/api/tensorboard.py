@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from advisor.report.tensorboard import PreparedLogdir
+    from advisor.report.tensorboard_logdir import PreparedLogdir
 
 
 def tensorboard_check() -> None:
@@ -19,7 +19,7 @@ def tensorboard_check() -> None:
 
 def prepare_tensorboard(run_dir: Path) -> PreparedLogdir:
     """Copy a run's (or a folder of runs') traces into a temporary log folder the plugin reads."""
-    from advisor.report.tensorboard import prepare_logdir
+    from advisor.report.tensorboard_logdir import prepare_logdir
 
     return prepare_logdir(run_dir)
 

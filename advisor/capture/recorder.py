@@ -4,40 +4,13 @@ The child's hooks report five kinds of events here: a step marker (``advisor.ste
 optimizer step, a ``backward()`` call, the end of an outermost ``nn.Module`` call, and DataLoader
 batch requests/yields. :class:`StepRecorder` turns them into step boundaries, walks the phases
 (warm-up -> timed -> profiled -> cProfile -> finishing) and keeps the timed measurements.
-Profilers are driven through the small :class:`ProfilerControl` protocol, so this module is
-tested with a fake clock and fake profilers, no torch and no subprocess.
+Profilers are driven through the small :class:`~advisor.capture.phases.ProfilerControl`
+protocol, so this module is tested with a fake clock and fake profilers, no torch and no
+subprocess.
 
-Step source policy (precedence marker > optimizer > backward > module > dataloader), so that any
-loop is seen without a change to the script:
-
-* Until something better is seen, DataLoader batch requests are boundaries: the first request
-  starts step 1, each later request ends the step in progress (so a step is "fetch the batch,
-  then compute on it", the layout ``prof.step()`` at the end of a loop body gives).
-* The end of an outermost module call (the model's forward, not its submodules') is a boundary
-  for inference loops; a ``backward()`` call is one for training loops that update parameters
-  by hand (``param.data.add_``); an optimizer step for every ``torch.optim`` loop; and
-  ``advisor.step()`` for the rare loop none of these sees. Each source, once seen, rules for
-  good; lower-precedence events are ignored afterwards (batches are still counted as samples,
-  backward calls still counted per step).
-* Optimizers and modules are told apart by identity: where several step (a GAN's generator and
-  discriminator) or several are called (a model, then a loss module) in each iteration, the
-  recorder learns the cycle from the first repeat and ends a step only at the cycle's last
-  member, so one iteration is one step. ``backward()`` inside an optimizer step (an LBFGS
-  closure) is not a boundary.
-* A switch during warm-up just carries on (warm-up absorbs it: a training loop switches at its
-  first optimizer step). A switch later means the step in progress, and any measured ones,
-  used the wrong boundaries (gradient accumulation over more micro-batches than warm-up steps,
-  or an inference pass over a DataLoader before training starts): measurement restarts from
-  warm-up, any open profiler is discarded, and a note says so when measured steps were dropped.
-* Once a ``torch.optim`` optimizer exists and a ``backward()`` call was seen, the optimizer is
-  awaited: until it first steps (or :data:`ACCUMULATION_GRACE` backward calls pass without it),
-  backward calls, model calls and DataLoader batches end no step. A loop accumulating 40
-  micro-batches per optimizer step (nanoGPT) would otherwise fill every phase with micro-batch
-  "steps" and be stopped before its first real step.
-
-The timed window must be steady before it counts (:mod:`advisor._steady`): when its first steps
-are still warming up (slower, then a steady level), it is extended until the steady part holds
-the steps asked for, by at most as many again; consumers then time the steady part only.
+The step source policy (which events end a step, and which source wins) is described in
+:mod:`advisor.capture.phases`, next to the precedence it uses; the steadiness test that may
+extend the timed window in :mod:`advisor.capture.timeline`.
 """
 
 from __future__ import annotations
@@ -45,118 +18,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from advisor._steady import SteadyState, assess, steady_rate
-from advisor.capture.model import (
-    Phase,
-    RunSpec,
-    TimedPhase,
+from advisor._steady import steady_rate
+from advisor.capture.model import Phase, TimedPhase
+from advisor.capture.phases import (
+    ACCUMULATION_GRACE,
+    NEXT_PHASE,
+    PRECEDENCE,
+    SOURCE_BACKWARD,
+    SOURCE_DATALOADER,
+    SOURCE_MARKER,
+    SOURCE_MODULE,
+    SOURCE_OPTIMIZER,
+    Cycle,
+    Phases,
+    ProfilerControl,
+    StopScript,
 )
+from advisor.capture.timeline import CompileWindow, phase_seconds, source_reason, still_settling
 from advisor.capture.vocab import StepSource
-
-SOURCE_DATALOADER = StepSource.DATALOADER
-SOURCE_MODULE = StepSource.MODULE
-SOURCE_BACKWARD = StepSource.BACKWARD
-SOURCE_OPTIMIZER = StepSource.OPTIMIZER
-SOURCE_MARKER = StepSource.MARKER
-
-MIN_SETTLE_EXTRA = 10
-"""A timed window whose first steps were still warming up may grow by this many steps at least
-(else by as many as it held): short windows need room to show their steady part."""
-ACCUMULATION_GRACE = 256
-"""Backward calls awaited for a created optimizer's first step before backward calls end steps.
-
-Gradient accumulation counts in public recipes stay well below it (nanoGPT 40, typical
-fine-tuning recipes 1-64); a script that creates an optimizer but updates by hand loses this
-many backward calls to warm-up."""
-_PRECEDENCE = {
-    SOURCE_DATALOADER: 0,
-    SOURCE_MODULE: 1,
-    SOURCE_BACKWARD: 2,
-    SOURCE_OPTIMIZER: 3,
-    SOURCE_MARKER: 4,
-}
-
-
-@dataclass
-class _Cycle:
-    """Learns which of several callers (optimizers, modules) closes one loop iteration.
-
-    Until a caller repeats, every call ends a step; at the first repeat the caller seen last
-    before it becomes the closer, and from then on only its calls end steps.
-    """
-
-    order: list[int] = field(default_factory=list)
-    closer: int | None = None
-
-    def ends_step(self, key: int) -> tuple[bool, bool]:
-        """Return (this call ends a step, the closer was learned just now)."""
-        if self.closer is not None:
-            return key == self.closer, False
-        if key in self.order:
-            self.closer = self.order[-1]
-            return key == self.closer, len(self.order) > 1
-        self.order.append(key)
-        return True, False
-
-    @property
-    def members(self) -> int:
-        """Distinct callers in one iteration (1 until a second one is seen)."""
-        return max(1, len(self.order))
-
-
-class StopScript(BaseException):
-    """Raised from a hook to end the script once measurement is done.
-
-    A BaseException so that the script's own ``except Exception`` blocks do not swallow it.
-    """
-
-
-class ProfilerControl(Protocol):
-    """What the recorder needs from a profiler (torch.profiler or cProfile)."""
-
-    def start(self) -> None:
-        """Start recording; the first profiled step begins now."""
-
-    def step(self) -> None:
-        """Mark a step boundary inside the profiled window."""
-
-    def stop(self, export: bool) -> None:
-        """Stop recording; write the results when ``export`` is true, else discard them."""
-
-
-@dataclass
-class Phases:
-    """Steps asked for in each phase."""
-
-    warmup: int
-    timed: int
-    profiled: int
-    cprofile: int
-    full: bool = False
-    min_timed_s: float = 0.0
-    settle: bool = True  # extend a timed window still warming up (never under torchrun: see _settling)
-
-    @property
-    def total(self) -> int:
-        """Steps measurement needs before the script may be stopped."""
-        return self.warmup + self.timed + self.profiled + self.cprofile
-
-    @classmethod
-    def for_spec(cls, spec: RunSpec) -> Phases:
-        """Build the phases a spec asks for (cProfile: as many steps as torch.profiler by default)."""
-        cprofile = spec.profiled_steps if spec.cprofile_steps is None else spec.cprofile_steps
-        return cls(
-            warmup=max(0, spec.warmup_steps),
-            timed=max(0, spec.timed_steps),
-            profiled=max(0, spec.profiled_steps),
-            # NOTE: profiled_steps=0 (fix trials) means no profiler of either kind.
-            cprofile=max(0, cprofile) if spec.profiled_steps > 0 else 0,
-            full=spec.full,
-            min_timed_s=max(0.0, float(getattr(spec, "min_timed_s", 0.0) or 0.0)),
-            settle=int(getattr(spec, "nproc_per_node", 1) or 1) == 1 and int(getattr(spec, "nnodes", 1) or 1) == 1,
-        )
 
 
 @dataclass
@@ -171,9 +52,8 @@ class StepRecorder:
         start_time: Clock value at the child's start (time to first step is measured from it).
         on_step: Called after every boundary with the recorder (progress events).
         on_phase: Called after every phase change with the recorder (partial results on disk).
-        graph_count: Returns how many graphs ``torch.compile`` has compiled so far in this
-            process (the child reads dynamo's counter; None: nothing is counted). The compiles
-            that land inside the timed window are ``TimedPhase.compiles``.
+        graph_count: Graphs ``torch.compile`` compiled so far in this process (dynamo's
+            counter; None: not counted), read for ``TimedPhase.compiles``.
         record_loss_steps: Record the loss of this many first steps.
     """
 
@@ -213,8 +93,8 @@ class StepRecorder:
     _batches_seen: bool = False
     _cur_model_samples: int | None = None
     _lead_module: int | None = None
-    _optimizers: _Cycle = field(default_factory=_Cycle)
-    _modules: _Cycle = field(default_factory=_Cycle)
+    _optimizers: Cycle = field(default_factory=Cycle)
+    _modules: Cycle = field(default_factory=Cycle)
     _epoch_ended: bool = False
     _timed_epoch_ends: int = 0  # DataLoader epochs that ended while the timed steps ran
     _optimizer_created: bool = False
@@ -222,8 +102,7 @@ class StepRecorder:
     _timed_ms: float = 0.0  # sum of step_times_ms (kept as we go: no O(n) sum per step)
     _asked_timed: int | None = None  # phases.timed before a min_timed_s extension
     _settle_target: int = 0  # timed steps the window held when it first was complete
-    _graphs_at_timed: int = 0  # graph_count() when the timed window opened
-    _timed_compiles: int = 0  # graphs compiled while it was open
+    _compiles: CompileWindow = field(default_factory=CompileWindow)
 
     # ----- events from the hooks -------------------------------------------------------------
 
@@ -243,7 +122,7 @@ class StepRecorder:
         ``key`` tells optimizers apart (``id(optimizer)``); see the module docstring.
         """
         now = self.clock()
-        if _PRECEDENCE.get(self.source or "", -1) > _PRECEDENCE[SOURCE_OPTIMIZER]:
+        if PRECEDENCE.get(self.source or "", -1) > PRECEDENCE[SOURCE_OPTIMIZER]:
             return
         ends, learned = self._optimizers.ends_step(key)
         if learned:
@@ -285,7 +164,7 @@ class StepRecorder:
         Under a better source only the lead module's inputs count samples (none once a DataLoader
         counts them); under the module source, the lead and the module that closes the cycle.
         """
-        if _PRECEDENCE.get(self.source or "", -1) >= _PRECEDENCE[SOURCE_BACKWARD]:
+        if PRECEDENCE.get(self.source or "", -1) >= PRECEDENCE[SOURCE_BACKWARD]:
             if self._batches_seen or self._lead_module is None:
                 return frozenset()
             return frozenset({self._lead_module})
@@ -399,14 +278,8 @@ class StepRecorder:
             optimizers_per_step=self._optimizers.members if self.source == SOURCE_OPTIMIZER else 0,
             warmup_step_times_ms=tuple(round(t, 3) for t in self.warmup_times_ms),
             epoch_ends=self._timed_epoch_ends,
-            compiles=self._compiles_in_window(),
+            compiles=self._compiles.inside(self.phase, self.graph_count),
         )
-
-    def _compiles_in_window(self) -> int:
-        """Graphs compiled inside the timed window (so far, while it is still open)."""
-        if self.phase == Phase.TIMED and self.graph_count is not None:
-            return self.graph_count() - self._graphs_at_timed
-        return self._timed_compiles
 
     def snapshot(self) -> dict[str, Any]:
         """Return the recorder's part of ``child.json`` (RunCapture field names)."""
@@ -429,85 +302,27 @@ class StepRecorder:
 
     def source_reason(self) -> str | None:
         """Say which events defined the steps and why that source was chosen (None: no step)."""
-        if self.source is None:
-            return None
-        if self.source == SOURCE_MARKER:
-            return "the script calls advisor.step() once per step"
-        if self.source == SOURCE_OPTIMIZER:
-            n = self._optimizers.members
-            if n > 1:
-                return (
-                    f"{n} torch.optim optimizers step in each iteration; a step ends at the last "
-                    "of them, so one iteration is one step"
-                )
-            return "a step ends at each torch.optim optimizer step"
-        if self.source == SOURCE_BACKWARD:
-            return (
-                "no torch.optim optimizer stepped; a step ends at each backward() call "
-                "(parameters are updated by hand)"
-            )
-        if self.source == SOURCE_MODULE:
-            n = self._modules.members
-            each = (
-                f"the last of the {n} modules called in each iteration" if n > 1 else "the model"
-            )
-            return (
-                "no optimizer step and no backward() call (inference); a step ends at each call "
-                f"of {each}"
-            )
-        return (
-            "no optimizer step, backward() call or model call was seen; a step is one DataLoader "
-            "batch"
-        )
-
+        return source_reason(self.source, self._optimizers.members, self._modules.members)
 
     def phase_seconds(self, now: float | None = None) -> dict[str, float]:
-        """Return where the child's time went so far, in seconds, in the order it was spent.
-
-        ``imports`` runs from the child's start (``start_time``) to the script's first line
-        (advisor, torch, the fixes); ``setup`` from there to the end of the first step (the
-        script's data and model set-up, any compile); then each measurement phase from its
-        start to the next one's (``warmup`` less the set-up, ``timed``, ``profiled``,
-        ``cprofile``), and ``finishing`` after the last measured step (exports, the script's
-        own end).
-        """
-        now = self.clock() if now is None else now
-        marks = list(self.phase_started.items())
-        if not marks:
-            return {"imports": round(now - self.start_time, 4)}
-        out = {"imports": marks[0][1] - self.start_time}
-        spans = [(name, t, marks[i + 1][1] if i + 1 < len(marks) else now) for i, (name, t) in enumerate(marks)]
-        first = self.first_step_end
-        if first is not None:
-            out["setup"] = first - marks[0][1]
-        for name, t0, t1 in spans:
-            if t1 == t0 and name != self.phase:
-                continue  # asked with 0 steps: passed at once
-            length = t1 - t0
-            if first is not None and t0 <= first <= t1:
-                # NOTE: the first step carries the script's set-up: it is counted as set-up,
-                # not as the measurement phase it ended in.
-                length = t1 - first
-            elif first is not None and t1 < first:
-                length = 0.0  # phases passed at once (0 steps asked) before the first step ended
-            out[name] = length
-        return {k: round(max(v, 0.0), 4) for k, v in out.items()}
+        """Return where the child's time went so far, in seconds (see :func:`~advisor.capture.timeline.phase_seconds`)."""
+        return phase_seconds(
+            self.phase_started,
+            self.start_time,
+            self.first_step_end,
+            self.phase,
+            self.clock() if now is None else now,
+        )
 
     def phase_progress(self) -> tuple[int, int]:
         """Return (steps done, steps asked) in the current phase."""
-        asked = {
-            Phase.WARMUP: self.phases.warmup,
-            Phase.TIMED: self.phases.timed,
-            Phase.PROFILED: self.phases.profiled,
-            Phase.CPROFILE: self.phases.cprofile,
-        }.get(self.phase, 0)
-        return self.counts.get(self.phase, 0), asked
+        return self.counts.get(self.phase, 0), self.phases.asked(self.phase)
 
     # ----- internals -------------------------------------------------------------------------
 
     def _boundary(self, source: str, now: float) -> None:
         if self.source is not None and source != self.source:
-            if _PRECEDENCE[source] < _PRECEDENCE[self.source]:
+            if PRECEDENCE[source] < PRECEDENCE[self.source]:
                 return
             self._switch(source)
             # NOTE: the boundaries so far were not steps: under the new source this boundary
@@ -554,12 +369,7 @@ class StepRecorder:
     def _advance(self) -> None:
         """Move to the next phase(s) when the current one has its steps."""
         p = self.phases
-        ends = {
-            Phase.WARMUP: p.warmup,
-            Phase.TIMED: p.warmup + p.timed,
-            Phase.PROFILED: p.warmup + p.timed + p.profiled,
-            Phase.CPROFILE: p.total,
-        }
+        ends = p.ends()
         if self.phase in (Phase.PROFILED, Phase.CPROFILE) and self.steps < ends[self.phase]:
             control = self.profiler if self.phase == Phase.PROFILED else self.cprofiler
             if control is not None:
@@ -595,7 +405,7 @@ class StepRecorder:
                         self._set_phase(Phase.FINISHING)
                         return
                 self._close_window(export=True)
-            self._set_phase(_NEXT[self.phase])
+            self._set_phase(NEXT_PHASE[self.phase])
             if self.phase == Phase.PROFILED and p.profiled > 0 and self.profiler is not None:
                 self.profiler.start()
                 self.open_window = Phase.PROFILED
@@ -606,27 +416,13 @@ class StepRecorder:
             self.stop_requested = True
 
     def _settling(self) -> bool:
-        """Whether the timed window needs more steps because its first ones were still warming up.
-
-        The window is extended while its slow start leaves fewer steady steps than it was meant
-        to time, by at most as many steps again (then the window is used as it is, and the
-        report says where its steady part starts).
-        """
+        """Whether the timed window needs more steps because its first ones were still warming up."""
         if not self.phases.settle:
             # NOTE: the ranks of a job must stop at the same step (advisor.distributed.launch);
             # each rank's own step times would extend each window differently.
             return False
-        target = self._settle_target or len(self.step_times_ms)
-        self._settle_target = target
-        extra = len(self.step_times_ms) - target
-        if extra >= max(target, MIN_SETTLE_EXTRA):
-            return False
-        n = len(self.step_times_ms)
-        # NOTE: a long window of fast steps is re-tested every n/100 steps, not every step.
-        if n > 500 and extra % (n // 100) != 0:
-            return True
-        verdict = assess(self.step_times_ms)
-        return verdict.state is SteadyState.SETTLED_LATE and verdict.used < target
+        self._settle_target = self._settle_target or len(self.step_times_ms)
+        return still_settling(self.step_times_ms, self._settle_target)
 
     def _close_window(self, export: bool) -> None:
         control = self.profiler if self.open_window == Phase.PROFILED else self.cprofiler
@@ -697,20 +493,8 @@ class StepRecorder:
         self._set_phase(Phase.WARMUP)
 
     def _set_phase(self, phase: str) -> None:
-        if self.graph_count is not None and phase != self.phase:
-            if phase == Phase.TIMED:
-                self._graphs_at_timed = self.graph_count()
-            elif self.phase == Phase.TIMED:
-                self._timed_compiles = self.graph_count() - self._graphs_at_timed
+        self._compiles.phase_change(self.phase, phase, self.graph_count)
         self.phase = phase
         self.phase_started.setdefault(phase, self.clock())
         if self.on_phase is not None:
             self.on_phase(self)
-
-
-_NEXT = {
-    Phase.WARMUP: Phase.TIMED,
-    Phase.TIMED: Phase.PROFILED,
-    Phase.PROFILED: Phase.CPROFILE,
-    Phase.CPROFILE: Phase.FINISHING,
-}

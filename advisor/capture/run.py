@@ -43,7 +43,6 @@ from advisor._proc import Interrupted, ProcessTree, kill_group, own_group
 from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
-    OUT_OF_MEMORY,
     Phase,
     ProgressEvent,
     RunCapture,
@@ -53,7 +52,8 @@ from advisor.capture.model import (
     StartKind,
     WarmStartLost,
 )
-from advisor.capture.recorder import Phases
+from advisor.capture.phases import Phases
+from advisor.capture.records import OUT_OF_MEMORY
 from advisor.capture.sampler import UtilSampler
 from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError, UsageError

@@ -25,7 +25,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from advisor.capture.model import ConfigStyle, ScriptConfig, ScriptOption
+from advisor.capture.model import ScriptConfig
+from advisor.capture.records import ScriptOption
+from advisor.capture.vocab import ConfigStyle
 
 MAX_OPTIONS = 200
 """At most this many settings are kept (a script's globals can be many)."""

@@ -31,18 +31,16 @@ to first step describe the user's real start-up), no GPU visible to a CUDA/ROCm 
 and the environment the server was started with. Elsewhere, and when the server cannot start or
 dies, runs start cold; :func:`warm_runner` does that choice per run and re-runs cold a run the
 server's death cut short.
+
+This module is the parent's half and the server's command line; the server process itself is
+:mod:`advisor.capture.warm_server`, what it imports :mod:`advisor.capture.warm_preload`.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import glob
-import importlib
-import importlib.util
 import json
 import os
-import random
 import select
 import signal
 import socket
@@ -55,8 +53,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from advisor._proc import die_with_parent, kill_group, own_group
+from advisor._proc import kill_group, own_group
 from advisor.capture.model import RunCapture, RunSpec, WarmStartLost
+from advisor.capture.warm_server import main, receive_message, send_message
 
 SERVER_MODULES = (
     "torch",
@@ -74,276 +73,6 @@ READY_TIMEOUT_S = 300.0
 """How long the server may take to import everything (a loaded 2-core machine takes a while)."""
 GONE_TIMEOUT_S = 15.0
 """After the server's death, how long a child it forked may take to save and exit before it is killed."""
-_MAX_MESSAGE = 1 << 20
-_FDS = 3  # stdin, stdout, stderr of the run
-
-
-# ----- the script's imports ------------------------------------------------------------------
-
-
-def script_imports(path: Path) -> list[str]:
-    """Return the modules ``path`` imports at its top level, in order, without running it.
-
-    Plain ``import a.b`` and ``from a.b import c`` statements directly in the module body (not
-    inside functions, ``if`` or ``try``, which may be conditional); relative imports and
-    ``__future__`` are left out. A file that cannot be read or parsed has none.
-    """
-    try:
-        tree = ast.parse(Path(path).read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
-        return []
-    names: list[str] = []
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module != "__future__":
-            names.append(node.module)
-    return list(dict.fromkeys(names))
-
-
-def installed_module(name: str, roots: tuple[str, ...]) -> bool:
-    """Tell whether ``name``'s top-level package resolves, on the current ``sys.path``, under ``roots``.
-
-    Only the top-level package is looked up (``find_spec`` of a dotted name would import its
-    parents): a module of the user's own folders, one shadowing an installed name, a namespace
-    package and a missing one are all not installed.
-    """
-    top = name.split(".", 1)[0]
-    if top in sys.modules:
-        file = getattr(sys.modules[top], "__file__", None)
-        return isinstance(file, str) and os.path.abspath(file).startswith(roots)
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return False
-    origin = getattr(spec, "origin", None) if spec is not None else None
-    if origin == "built-in" or origin == "frozen":
-        return True
-    return isinstance(origin, str) and os.path.isabs(origin) and os.path.abspath(origin).startswith(roots)
-
-
-# ----- the server process ------------------------------------------------------------------------
-
-
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
-
-
-def gpu_visible() -> str | None:
-    """Say why a GPU may be in use (a CUDA or ROCm torch with a device node present); None when not.
-
-    Decided without calling CUDA: initialising it before a fork would break every child.
-    """
-    torch = sys.modules.get("torch")
-    version = getattr(torch, "version", None)
-    if getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None:
-        return None
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return None
-    if glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"):
-        return "a GPU is visible to this CUDA/ROCm build of torch, and CUDA cannot be forked"
-    return None
-
-
-def preload(modules: Sequence[str], script: str | None, module: str | None) -> dict[str, Any]:
-    """Import what the children will need; return the server's ``ready`` message.
-
-    ``script``'s top-level imports are resolved as its child would resolve them (``sys.path[0]``
-    is the script's folder, or the working directory for ``-m``) and imported only when they are
-    installed modules. An import that fails is left to the script (its child imports it again
-    and fails, or not, as it would cold).
-    """
-    imported: list[str] = []
-    failed: list[str] = []
-    refusal = None
-    base = None
-    for name in modules:
-        importlib.import_module(name)  # ours and torch: a failure here is the server's failure
-        imported.append(name)
-        # NOTE: loading torch's libraries starts one idle native thread (it waits on a futex);
-        # every cold child has it too. Any thread started after that is refused.
-        base = _threads() if base is None else base
-        if _threads() > base and refusal is None:
-            refusal = f"importing {name} started a thread, which a fork would not copy"
-    base = _threads() if base is None else base
-    from advisor.capture.usercode import library_roots
-
-    roots = library_roots()
-    refusal = refusal or gpu_visible()
-    wanted = script_imports(Path(script)) if script else []
-    saved = sys.path[0] if sys.path else None
-    if sys.path:
-        sys.path[0] = os.getcwd() if module else os.path.dirname(os.path.abspath(script or "."))
-    try:
-        for name in wanted:
-            if refusal is not None:
-                break
-            if name in sys.modules or not installed_module(name, roots):
-                continue
-            try:
-                importlib.import_module(name)
-            except BaseException as exc:  # noqa: BLE001 - the script's import, the script's problem
-                failed.append(f"{name} ({type(exc).__name__})")
-                continue
-            imported.append(name)
-            if _threads() > base:
-                refusal = f"importing {name} started a thread, which a fork would not copy"
-        refusal = refusal or shadowed(sys.path[0] if sys.path else "")
-    finally:
-        if saved is not None:
-            sys.path[0] = saved
-    return {"ready": refusal is None, "refusal": refusal, "imported": imported, "failed": failed,
-            "threads": _threads()}
-
-
-def shadowed(folder: str) -> str | None:
-    """Say which module of ``folder`` (the script's ``sys.path[0]``) the server already imported from elsewhere.
-
-    A cold child imports the script's own ``colorsys.py`` when the script asks for it; a warm
-    child would find the library's, imported in the server (torch._dynamo brings hundreds of
-    modules): such a script must start cold.
-    """
-    try:
-        entries = os.listdir(folder) if folder else []
-    except OSError:
-        return None
-    for entry in sorted(entries):
-        name = entry[:-3] if entry.endswith(".py") else entry
-        if not name.isidentifier() or name not in sys.modules:
-            continue
-        if entry.endswith(".py") or os.path.isfile(os.path.join(folder, entry, "__init__.py")):
-            return f"the script's folder has {entry}, and the server imported a module of that name from elsewhere"
-    return None
-
-
-@dataclass
-class _Job:
-    """What a forked child goes on to run (returned out of the server's loop, in the child only)."""
-
-    config: str
-    t0: float
-
-
-def _send(sock: socket.socket, msg: dict[str, Any], fds: Sequence[int] = ()) -> None:
-    data = json.dumps(msg).encode()
-    if fds:
-        socket.send_fds(sock, [data], list(fds))
-    else:
-        sock.sendall(data)
-
-
-def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """One message and the fds it carried; (None, []) when the other end has closed."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, _FDS)
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        return None, []
-    return json.loads(data), list(fds)
-
-
-def serve(sock: socket.socket) -> _Job | None:
-    """Fork a child per request until the parent closes the socket (then return None).
-
-    In the forked child this returns the child's job instead: its stack unwinds out of the
-    server's loop, so the child runs exactly as ``python -m advisor.capture.child`` would.
-    """
-    server = os.getpid()
-    while True:
-        msg, fds = _receive(sock)
-        if msg is None:
-            return None
-        if len(fds) != _FDS:
-            for fd in fds:
-                os.close(fd)
-            _send(sock, {"error": f"expected {_FDS} file descriptors, got {len(fds)}"})
-            continue
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            t0 = time.perf_counter()
-            sock.close()
-            _become_child(msg, fds, server)
-            return _Job(config=str(msg["config"]), t0=t0)
-        for fd in fds:
-            os.close(fd)
-        _, status = _report_run(sock, pid)
-        if status is None:
-            return None  # the parent is gone: so are we (the child has its own stop, SIGTERM)
-
-
-def _report_run(sock: socket.socket, pid: int) -> tuple[int, int | None]:
-    """Tell the parent the child's pid, reap the child, tell its exit code; None once the parent is gone."""
-    try:
-        _send(sock, {"pid": pid})
-    except OSError:
-        os.waitpid(pid, 0)
-        return pid, None
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    try:
-        _send(sock, {"exit": code})
-    except OSError:
-        return pid, None
-    return pid, code
-
-
-def _become_child(msg: dict[str, Any], fds: list[int], server: int) -> None:
-    """Turn the fresh fork into what Popen would have started: session, signals, cwd, env, fds 0-2."""
-    # NOTE: its own process group (the parent ends it whole), in the user's session: a session
-    # of its own is scheduled as one group beside everything else (Linux autogroup, see
-    # advisor.capture.run.started), which slowed a two-thread script 25x beside a busy process.
-    os.setpgid(0, 0)
-    die_with_parent(signal.SIGTERM)
-    if os.getppid() != server:  # the server died before the request above was registered
-        os.kill(os.getpid(), signal.SIGTERM)
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    if msg.get("cwd"):
-        os.chdir(msg["cwd"])
-    os.environ.clear()
-    os.environ.update(msg.get("env") or {})
-    sys.argv = [sys.modules["advisor.capture.child"].__file__ or "", str(msg["config"])]
-    # NOTE: every fork would otherwise share the server's random state; a cold child seeds
-    # random (and numpy, on import) from the OS. The run's --seed, when set, comes after.
-    random.seed()
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        with contextlib.suppress(Exception):
-            numpy.random.seed()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``python -m advisor.capture.warm FD SETUP_JSON`` (started by :class:`WarmServer`)."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m advisor.capture.warm FD SETUP_JSON (started by advisor)", file=sys.stderr)
-        raise SystemExit(2)
-    die_with_parent(signal.SIGKILL)
-    sock = socket.socket(fileno=int(args[0]))
-    setup = json.loads(args[1])
-    try:
-        ready = preload(setup.get("modules", ()), setup.get("script"), setup.get("module"))
-    except BaseException as exc:  # noqa: BLE001 - say why, then go: the parent runs cold
-        _send(sock, {"ready": False, "refusal": f"the server's imports failed ({type(exc).__name__}: {exc})"})
-        raise SystemExit(1) from None
-    _send(sock, ready)
-    if not ready["ready"]:
-        raise SystemExit(0)
-    job = serve(sock)
-    if job is None:
-        raise SystemExit(0)
-    from advisor.capture.child import main as child_main
-
-    child_main([job.config], t0=job.t0)
-
-
-# ----- the parent's side -------------------------------------------------------------------------
 
 
 class WarmProcess:
@@ -518,7 +247,7 @@ class WarmServer:
         if not self.alive or self.sock is None:
             raise WarmStartLost(self.refused or "the warm-start server is not running")
         try:
-            _send(self.sock, {"config": str(config), "cwd": cwd, "env": env}, (stdin, stdout, stderr))
+            send_message(self.sock, {"config": str(config), "cwd": cwd, "env": env}, (stdin, stdout, stderr))
         except OSError as exc:
             self._died()
             raise WarmStartLost(f"the warm-start server is gone ({exc.strerror or exc})") from None
@@ -544,7 +273,7 @@ class WarmServer:
             ready, _, _ = select.select([self.sock], [], [], timeout)
             if not ready:
                 return None
-            msg, fds = _receive(self.sock)
+            msg, fds = receive_message(self.sock)
         except (OSError, ValueError):
             msg, fds = None, []
         for fd in fds:

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from advisor.capture.model import DataLoaderInfo, RunSpec, ScriptConfig, ScriptOption
+from advisor.capture.model import DataLoaderInfo, RunSpec, ScriptConfig
+from advisor.capture.records import ScriptOption
 from advisor.fixes import catalog
 from advisor.fixes.fix import Fix, FixContext
 from advisor.fixes.model import Trial

@@ -26,13 +26,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor._vocab import Vocab
-from advisor.capture.model import (
-    OUT_OF_MEMORY,
-    DataLoaderInfo,
-    RunCapture,
-    RunSpec,
-    ScriptConfig,
-)
+from advisor.capture.model import DataLoaderInfo, RunCapture, RunSpec, ScriptConfig
+from advisor.capture.records import OUT_OF_MEMORY
 from advisor.capture.vocab import MemoryKind, StepSource
 from advisor.engine.model import Safety
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.errors import InputError
-from advisor.report.tensorboard import read_trace_json
+from advisor.report.tensorboard_logdir import read_trace_json
 from advisor.rundir import RANK_DIR_RE, TRIALS_DIR
 
 MERGED_FILE = "perfetto.json.gz"

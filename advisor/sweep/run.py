@@ -37,14 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from advisor._num import median
-from advisor.capture.model import (
-    OUT_OF_MEMORY,
-    Environment,
-    FixRequest,
-    NoteState,
-    RunCapture,
-    RunSpec,
-)
+from advisor.capture.model import Environment, FixRequest, NoteState, RunCapture, RunSpec
+from advisor.capture.records import OUT_OF_MEMORY
 from advisor.capture.vocab import MemoryKind, StepSource
 from advisor.errors import UsageError
 from advisor.fixes import catalog

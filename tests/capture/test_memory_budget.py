@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.capture.model import OUT_OF_MEMORY, RunSpec
+from advisor.capture.model import RunSpec
+from advisor.capture.records import OUT_OF_MEMORY
 from advisor.capture.run import capture
 from advisor.errors import UsageError
 

@@ -77,7 +77,8 @@ def test_hooks_count_steps_in_process_and_leave_nothing_behind():
 
     import advisor
     from advisor.capture.hooks import TorchHooks
-    from advisor.capture.recorder import Phases, StepRecorder
+    from advisor.capture.phases import Phases
+    from advisor.capture.recorder import StepRecorder
 
     originals = (DataLoader.__init__, _BaseDataLoaderIter.__next__, torch.autograd.backward)
     post_hooks = dict(optim_mod._global_optimizer_post_hooks)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from advisor._steady import SteadyState, assess
-from advisor.capture.recorder import Phases, StepRecorder, StopScript
+from advisor.capture.phases import Phases, StopScript
+from advisor.capture.recorder import StepRecorder
 
 
 class FakeClock:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from advisor._serde import from_dict, to_jsonable
-from advisor.capture.model import ConfigStyle, ScriptConfig
+from advisor.capture.model import ScriptConfig
 from advisor.capture.scriptconfig import ConfigRecorder
+from advisor.capture.vocab import ConfigStyle
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -154,7 +154,8 @@ def test_accumulation_longer_than_the_phases_discards_the_wrong_source_trace():
     """Micro-batches outnumber the steps asked for: backward calls filled the phases before the first optimizer step."""
     from test_recorder import FakeClock, FakeProfiler
 
-    from advisor.capture.recorder import Phases, StepRecorder, StopScript
+    from advisor.capture.phases import Phases, StopScript
+    from advisor.capture.recorder import StepRecorder
 
     class Exporting(FakeProfiler):
         def discard(self) -> None:
@@ -192,7 +193,7 @@ def test_a_created_optimizer_is_awaited_through_long_accumulation():
 
 
 def test_an_optimizer_that_never_steps_gives_way_to_backward_calls():
-    from advisor.capture.recorder import ACCUMULATION_GRACE
+    from advisor.capture.phases import ACCUMULATION_GRACE
 
     rec, clock, *_ = make(warmup=1, timed=2, profiled=0, cprofile=0, full=True)
     rec.optimizer_created()  # built, but the script updates parameters by hand

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.capture import child
+from advisor.capture import profilers as child
 
 
 def _trace(path: Path) -> bytes:

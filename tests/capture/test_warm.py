@@ -25,11 +25,10 @@ from advisor.capture.run import capture
 from advisor.capture.warm import (
     WarmServer,
     WarmStartLost,
-    installed_module,
-    script_imports,
     spec_refusal,
     warm_runner,
 )
+from advisor.capture.warm_preload import installed_module, script_imports
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux-only")
 
@@ -90,7 +89,7 @@ def test_only_installed_modules_count_and_a_local_file_shadows_them(tmp_path: Pa
 
 
 def test_a_local_file_named_like_a_module_the_server_imported_means_cold(tmp_path: Path) -> None:
-    from advisor.capture.warm import shadowed
+    from advisor.capture.warm_preload import shadowed
 
     (tmp_path / "train.py").write_text("import json\n")
     assert shadowed(str(tmp_path)) is None
@@ -99,7 +98,7 @@ def test_a_local_file_named_like_a_module_the_server_imported_means_cold(tmp_pat
 
 
 def test_the_server_preloads_installed_imports_and_refuses_a_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from advisor.capture.warm import preload
+    from advisor.capture.warm_preload import preload
 
     if "wave" in sys.modules:
         pytest.skip("wave is already imported here; the check needs a stdlib module not yet loaded")
@@ -117,7 +116,7 @@ def test_the_server_preloads_installed_imports_and_refuses_a_thread(tmp_path: Pa
 def test_a_gpu_visible_to_a_cuda_build_means_cold_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from advisor.capture import warm
+    from advisor.capture import warm_preload as warm
 
     devices: list[str] = ["/dev/nvidia0"]
     monkeypatch.setattr(warm.glob, "glob", lambda pattern: list(devices))

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from advisor.capture.model import (
-    OUT_OF_MEMORY,
     DataLoaderInfo,
     Environment,
     RunCapture,
@@ -15,6 +14,7 @@ from advisor.capture.model import (
     ScriptError,
     TimedPhase,
 )
+from advisor.capture.records import OUT_OF_MEMORY
 from advisor.engine.model import FixRef
 from advisor.fixes.model import FixOutcome, Trial
 

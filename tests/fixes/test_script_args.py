@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor.capture.model import ConfigStyle, DataLoaderInfo, RunSpec, ScriptConfig, ScriptOption
+from advisor.capture.model import DataLoaderInfo, RunSpec, ScriptConfig
+from advisor.capture.records import ScriptOption
+from advisor.capture.vocab import ConfigStyle
 from advisor.fixes import catalog
 from advisor.fixes.catalog.script_args import with_values
 from advisor.fixes.diff import make_diff

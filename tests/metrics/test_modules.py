@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tracegen
 
-from advisor.capture.child import TorchProfilerControl
+from advisor.capture.profilers import TorchProfilerControl
 from advisor.metrics.compute import analyze_path
 
 GPU_SMALL = tracegen.Path(__file__).resolve().parents[1] / "data" / "gpu_small" / "worker0.pt.trace.json.gz"

@@ -24,11 +24,10 @@ from proc_helpers import gone_within, pids_with_args
 from report_fixtures import record_cpu_trace
 
 from advisor.errors import InputError, UsageError
-from advisor.report.tensorboard import (
+from advisor.report.tensorboard import check_plugin, port_free
+from advisor.report.tensorboard_logdir import (
     PLUGIN_RUNS_PATH,
-    check_plugin,
     find_traces,
-    port_free,
     prepare_logdir,
     rewrite_annotations,
     run_label,
@@ -218,7 +217,7 @@ def test_killing_advisor_never_leaves_tensorboard_running(captured_run: Path) ->
     assert gone_within("tensorboard.main", str(port)) == []
     # a SIGKILLed advisor cleans nothing up; the next advisor tensorboard removes its copy
     assert owned[0].is_dir()
-    from advisor.report.tensorboard import remove_stale_copies
+    from advisor.report.tensorboard_logdir import remove_stale_copies
 
     assert owned[0] in remove_stale_copies() and not owned[0].exists()
 
@@ -297,7 +296,7 @@ def test_what_advisor_tensorboard_says(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_a_copy_left_by_a_killed_advisor_is_removed_by_the_next_one(tmp_path: Path) -> None:
-    from advisor.report.tensorboard import OWNER_FILE, remove_stale_copies
+    from advisor.report.tensorboard_logdir import OWNER_FILE, remove_stale_copies
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid names no process now (a reused pid would only keep the folder: safe)

@@ -6,17 +6,16 @@ import json
 from pathlib import Path
 
 from advisor.capture.model import (
-    OUT_OF_MEMORY,
     DataLoaderInfo,
     Environment,
     RunCapture,
     RunSpec,
     ScriptConfig,
     ScriptError,
-    ScriptOption,
     TimedPhase,
 )
 from advisor.capture.peak import MatmulPeak
+from advisor.capture.records import OUT_OF_MEMORY, ScriptOption
 from advisor.sweep.child import ACCUMULATE, COUNT_FLOPS
 
 FLOPS_PER_SAMPLE = 3e9

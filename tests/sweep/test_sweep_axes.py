@@ -8,7 +8,9 @@ import textwrap
 import pytest
 from sweep_fakes import FLOPS_PER_SAMPLE, PEAKS, MemoryRunner
 
-from advisor.capture.model import Environment, MatmulPeak, RunSpec, ScriptOption
+from advisor.capture.model import Environment, RunSpec
+from advisor.capture.peak import MatmulPeak
+from advisor.capture.records import ScriptOption
 from advisor.errors import UsageError
 from advisor.fixes.fix import ladder_steps
 from advisor.sweep.child import ACCUMULATE, COUNT_FLOPS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.capture.recorder import SOURCE_DATALOADER
+from advisor.capture.phases import SOURCE_DATALOADER
 from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, RungRuns, needs_loader
 
 

@@ -20,7 +20,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from advisor.capture.model import ConfigStyle, RunSpec, ScriptOption
+from advisor.capture.model import RunSpec
+from advisor.capture.records import ScriptOption
+from advisor.capture.vocab import ConfigStyle
 from advisor.fixes.fix import LOSS_RTOL_BATCH, UNSAFE, DiffPlan, Fix, FixContext, VariantPlan
 
 ACCUMULATION_NAMES = frozenset({

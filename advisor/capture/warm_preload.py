@@ -1,0 +1,154 @@
+"""What the warm-start server imports before it forks, and why it may refuse to serve.
+
+The script's top-level imports are read from its AST (the script's code never runs in the
+server), kept when they resolve to installed modules, and imported; a module that starts a
+thread while imported, a GPU visible to a CUDA/ROCm torch, or a script folder shadowing a module
+the server already imported makes the server refuse (see :mod:`advisor.capture.warm`).
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def script_imports(path: Path) -> list[str]:
+    """Return the modules ``path`` imports at its top level, in order, without running it.
+
+    Plain ``import a.b`` and ``from a.b import c`` statements directly in the module body (not
+    inside functions, ``if`` or ``try``, which may be conditional); relative imports and
+    ``__future__`` are left out. A file that cannot be read or parsed has none.
+    """
+    try:
+        tree = ast.parse(Path(path).read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module != "__future__":
+            names.append(node.module)
+    return list(dict.fromkeys(names))
+
+
+def installed_module(name: str, roots: tuple[str, ...]) -> bool:
+    """Tell whether ``name``'s top-level package resolves, on the current ``sys.path``, under ``roots``.
+
+    Only the top-level package is looked up (``find_spec`` of a dotted name would import its
+    parents): a module of the user's own folders, one shadowing an installed name, a namespace
+    package and a missing one are all not installed.
+    """
+    top = name.split(".", 1)[0]
+    if top in sys.modules:
+        file = getattr(sys.modules[top], "__file__", None)
+        return isinstance(file, str) and os.path.abspath(file).startswith(roots)
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    origin = getattr(spec, "origin", None) if spec is not None else None
+    if origin == "built-in" or origin == "frozen":
+        return True
+    return isinstance(origin, str) and os.path.isabs(origin) and os.path.abspath(origin).startswith(roots)
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def gpu_visible() -> str | None:
+    """Say why a GPU may be in use (a CUDA or ROCm torch with a device node present); None when not.
+
+    Decided without calling CUDA: initialising it before a fork would break every child.
+    """
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "version", None)
+    if getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None:
+        return None
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return None
+    if glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"):
+        return "a GPU is visible to this CUDA/ROCm build of torch, and CUDA cannot be forked"
+    return None
+
+
+def preload(modules: Sequence[str], script: str | None, module: str | None) -> dict[str, Any]:
+    """Import what the children will need; return the server's ``ready`` message.
+
+    ``script``'s top-level imports are resolved as its child would resolve them (``sys.path[0]``
+    is the script's folder, or the working directory for ``-m``) and imported only when they are
+    installed modules. An import that fails is left to the script (its child imports it again
+    and fails, or not, as it would cold).
+    """
+    imported: list[str] = []
+    failed: list[str] = []
+    refusal = None
+    base = None
+    for name in modules:
+        importlib.import_module(name)  # ours and torch: a failure here is the server's failure
+        imported.append(name)
+        # NOTE: loading torch's libraries starts one idle native thread (it waits on a futex);
+        # every cold child has it too. Any thread started after that is refused.
+        base = _threads() if base is None else base
+        if _threads() > base and refusal is None:
+            refusal = f"importing {name} started a thread, which a fork would not copy"
+    base = _threads() if base is None else base
+    from advisor.capture.usercode import library_roots
+
+    roots = library_roots()
+    refusal = refusal or gpu_visible()
+    wanted = script_imports(Path(script)) if script else []
+    saved = sys.path[0] if sys.path else None
+    if sys.path:
+        sys.path[0] = os.getcwd() if module else os.path.dirname(os.path.abspath(script or "."))
+    try:
+        for name in wanted:
+            if refusal is not None:
+                break
+            if name in sys.modules or not installed_module(name, roots):
+                continue
+            try:
+                importlib.import_module(name)
+            except BaseException as exc:  # noqa: BLE001 - the script's import, the script's problem
+                failed.append(f"{name} ({type(exc).__name__})")
+                continue
+            imported.append(name)
+            if _threads() > base:
+                refusal = f"importing {name} started a thread, which a fork would not copy"
+        refusal = refusal or shadowed(sys.path[0] if sys.path else "")
+    finally:
+        if saved is not None:
+            sys.path[0] = saved
+    return {"ready": refusal is None, "refusal": refusal, "imported": imported, "failed": failed,
+            "threads": _threads()}
+
+
+def shadowed(folder: str) -> str | None:
+    """Say which module of ``folder`` (the script's ``sys.path[0]``) the server already imported from elsewhere.
+
+    A cold child imports the script's own ``colorsys.py`` when the script asks for it; a warm
+    child would find the library's, imported in the server (torch._dynamo brings hundreds of
+    modules): such a script must start cold.
+    """
+    try:
+        entries = os.listdir(folder) if folder else []
+    except OSError:
+        return None
+    for entry in sorted(entries):
+        name = entry[:-3] if entry.endswith(".py") else entry
+        if not name.isidentifier() or name not in sys.modules:
+            continue
+        if entry.endswith(".py") or os.path.isfile(os.path.join(folder, entry, "__init__.py")):
+            return f"the script's folder has {entry}, and the server imported a module of that name from elsewhere"
+    return None
