@@ -43,7 +43,7 @@ import libcst as cst
 
 from advisor.errors import InputError
 from advisor.fixes import catalog
-from advisor.fixes.attention import dotted
+from advisor.fixes.attention_exprs import dotted
 from advisor.fixes.fix import DiffPlan
 from advisor.fixes.model import Trial
 
