@@ -45,7 +45,7 @@ from advisor.api.tensorboard import prepare_tensorboard, serve_tensorboard, tens
 from advisor.capture.model import RunCapture, RunSpec, RunStatus
 from advisor.config import ANY_OPTION, ResolvedConfig, Setting, describe_source
 from advisor.engine.model import EngineConfig
-from advisor.engine.rules import Rule, RuleSet
+from advisor.engine.ruleset import Rule, RuleSet
 from advisor.engine.selection import Selection
 from advisor.errors import UsageError
 from advisor.report.model import Report

@@ -35,7 +35,7 @@ def analyze_report(
     from advisor.distributed.nodes import locate_job, with_nodes
     from advisor.distributed.parallel import analyze_job, default_jobs
     from advisor.metrics.compute import merge_digests
-    from advisor.metrics.sources import user_predicate
+    from advisor.metrics.userframes import user_predicate
 
     paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
     if not paths:

@@ -8,7 +8,7 @@ from typing import Any
 
 from advisor.config import ResolvedConfig
 from advisor.engine.model import EngineConfig
-from advisor.engine.rules import RuleSet
+from advisor.engine.ruleset import RuleSet
 from advisor.engine.selection import Selection
 
 

@@ -5,7 +5,7 @@ A frame belongs to the user when its file lies under none of the interpreter's l
 session's ``sys_prefixes``. The capture child builds a :class:`UserCode` at the end of the run
 (:func:`user_code_now`) and saves it in ``capture.json``; the metrics stage asks it about every
 frame. Only traces without a capture fall back to a name heuristic
-(:func:`advisor.metrics.sources.looks_like_user_file`).
+(:func:`advisor.metrics.userframes.looks_like_user_file`).
 
 torch.profiler's Python stacks name files relative to the ``sys.path`` entry (or site folder)
 they were found under (``train.py(12): step``, ``torch/nn/modules/module.py(1751): _call_impl``),

@@ -37,9 +37,9 @@ from advisor._proc import die_with_parent
 from advisor.errors import AdvisorError, UsageError
 from advisor.metrics.compute import straggler_focus
 from advisor.metrics.digest import RankDigest, digest
-from advisor.metrics.sources import UserPredicate, looks_like_user_file
 from advisor.metrics.steps import analyze_trace
 from advisor.metrics.timeline import step_timeline
+from advisor.metrics.userframes import UserPredicate, looks_like_user_file
 from advisor.trace.load import load_trace
 
 

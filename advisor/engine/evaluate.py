@@ -31,7 +31,8 @@ from advisor.engine.model import (
     Primary,
     sort_findings,
 )
-from advisor.engine.rules import Rule, RuleSet, default_rules
+from advisor.engine.rules import default_rules
+from advisor.engine.ruleset import Rule, RuleSet
 from advisor.engine.selection import select_rules
 from advisor.metrics.model import Metrics, SourceLocation
 from advisor.metrics.registry import BREAKDOWN_PARTS

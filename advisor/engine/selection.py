@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from advisor.engine.condition import did_you_mean
 from advisor.engine.model import EngineConfig
-from advisor.engine.rules import GROUPS, Rule, RuleSet
+from advisor.engine.ruleset import GROUPS, Rule, RuleSet
 
 
 @dataclass(frozen=True)

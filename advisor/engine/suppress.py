@@ -34,7 +34,8 @@ from advisor._paths import display_path
 from advisor.engine.condition import did_you_mean
 from advisor.engine.evaluate import choose_primary
 from advisor.engine.model import Diagnosis, Finding, Location
-from advisor.engine.rules import GROUPS, RuleSet, default_rules
+from advisor.engine.rules import default_rules
+from advisor.engine.ruleset import GROUPS, RuleSet
 
 DIRECTIVE_RE = re.compile(r"#\s*advisor\s*:\s*ignore(?![\w-])(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
 """One ``# advisor: ignore`` or ``# advisor: ignore[CODES]`` directive inside a comment."""

@@ -320,7 +320,7 @@ class Fix:
             (``num_workers > 0``), so those fixes are measured against the plain baseline.
         changes_loader: The fix acts through DataLoader arguments, which the capture records: an
             unchanged DataLoader proves it did not apply, whatever its note says.
-        install: Child side: configure the run-time state (:class:`advisor.fixes.runtime.State`)
+        install: Child side: configure the run-time state (:class:`advisor.fixes.runtime_state.State`)
             for this fix; torch is imported inside, never at module level.
         adjust_loader: Child side: change one ``DataLoader(...)`` call's bound arguments.
         on_model: Child side: set up the model on its first outermost call.

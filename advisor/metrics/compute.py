@@ -43,8 +43,9 @@ from advisor.metrics.gpuview import merge_views
 from advisor.metrics.model import Metrics
 from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
-from advisor.metrics.sources import finish_locations, user_predicate
+from advisor.metrics.sources import finish_locations
 from advisor.metrics.steps import analyze_trace
+from advisor.metrics.userframes import user_predicate
 from advisor.rundir import CAPTURE_FILE, PSTATS_FILE, TRACES_DIR
 from advisor.trace.load import Trace, find_trace_files, load_trace, load_traces
 

@@ -23,8 +23,9 @@ import pandas as pd
 from advisor.metrics.collectives import rank_collectives
 from advisor.metrics.gpuview import RankView, rank_view
 from advisor.metrics.model import SourceLocation
-from advisor.metrics.sources import UserPredicate, lead_locations, looks_like_user_file
+from advisor.metrics.sources import lead_locations
 from advisor.metrics.steps import TraceAnalysis
+from advisor.metrics.userframes import UserPredicate, looks_like_user_file
 from advisor.trace.load import REPAIRED_KEY
 
 

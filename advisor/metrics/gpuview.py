@@ -23,8 +23,8 @@ from advisor.metrics.model import SourceLocation
 from advisor.metrics.modules import module_times, top_modules
 from advisor.metrics.operators import operator_times
 from advisor.metrics.roofline import TOP_OPS, compute_roofline
-from advisor.metrics.sources import UserPredicate, looks_like_user_file
 from advisor.metrics.tensorcore import misaligned
+from advisor.metrics.userframes import UserPredicate, looks_like_user_file
 
 if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis

@@ -40,8 +40,8 @@ import pandas as pd
 from advisor.metrics.events import name_mask, take
 from advisor.metrics.intervals import clip_to_steps, merge
 from advisor.metrics.model import SourceLocation
-from advisor.metrics.sources import UserPredicate, looks_like_user_file, parse_frame
 from advisor.metrics.steps import top_level_ops
+from advisor.metrics.userframes import UserPredicate, looks_like_user_file, parse_frame
 
 if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis
@@ -277,7 +277,7 @@ def attribute_idle(
     """Attribute every GPU-idle instant of each step to a class and a Python function.
 
     ``with_functions=False`` skips naming the functions (other ranks need only the per-step shares);
-    ``is_user`` is the run's user-code policy (:func:`advisor.metrics.sources.user_predicate`).
+    ``is_user`` is the run's user-code policy (:func:`advisor.metrics.userframes.user_predicate`).
     """
     ev, cls, win = analysis.trace.events, analysis.cls, analysis.windows
     n = len(win)

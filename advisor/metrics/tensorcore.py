@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.metrics.model import SourceLocation
-from advisor.metrics.sources import (  # the one (thread, time) -> user frame resolver
+from advisor.metrics.userframes import (  # the one (thread, time) -> user frame resolver
     UserPredicate,
     _resolver,
     looks_like_user_file,
@@ -58,7 +58,7 @@ def misaligned(
     Args:
         ops: The roofline's per-call table (:attr:`advisor.metrics.roofline.RooflineResult.ops`).
         analysis: The trace's analysis (for steps and source lines).
-        is_user: The run's user-code policy (:func:`advisor.metrics.sources.user_predicate`).
+        is_user: The run's user-code policy (:func:`advisor.metrics.userframes.user_predicate`).
 
     Returns:
         Per-step columns ``tc_misaligned_op_count`` and ``tc_misaligned_time_frac``, the table

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from advisor.capture.usercode import UserCode, library_roots, parse_call_site, user_code_now
-from advisor.metrics.sources import looks_like_user_file
+from advisor.metrics.userframes import looks_like_user_file
 
 
 def test_policy_uses_roots_and_the_runs_own_files():

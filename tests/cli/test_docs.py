@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from advisor.cli.cmd_rules import _md_cell, _md_code, _md_text, rules_markdown
-from advisor.engine.rules import RuleSet, default_rules, parse_rule
+from advisor.engine.rules import default_rules, parse_rule
+from advisor.engine.ruleset import RuleSet
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "rules.md"

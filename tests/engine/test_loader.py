@@ -9,7 +9,8 @@ import yaml
 
 from advisor.api import fix_vocabulary
 from advisor.engine import rules as rules_mod
-from advisor.engine.rules import RuleSet, checkout_rules_dir, load_rules, parse_rule, rules_root
+from advisor.engine.rules import checkout_rules_dir, load_rules, parse_rule, rules_root
+from advisor.engine.ruleset import RuleSet
 from advisor.errors import RuleError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from advisor.engine.model import CATEGORIES
-from advisor.engine.rules import GROUPS, default_rules
+from advisor.engine.rules import default_rules
+from advisor.engine.ruleset import GROUPS
 from advisor.fixes.catalog import get_fixes
 from advisor.metrics.registry import is_declared
 

@@ -9,7 +9,8 @@ import yaml
 
 from advisor.config import find_config_file, resolve_engine_config
 from advisor.engine.model import EngineConfig
-from advisor.engine.rules import RuleSet, default_rules, parse_rule
+from advisor.engine.rules import default_rules, parse_rule
+from advisor.engine.ruleset import RuleSet
 from advisor.engine.selection import select_rules
 from advisor.errors import UsageError
 

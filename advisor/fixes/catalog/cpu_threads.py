@@ -60,7 +60,7 @@ def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None
     """Lower intra-op threads to ``cores - workers`` (or ``params['threads']``)."""
     import torch
 
-    from advisor.fixes.runtime import cores
+    from advisor.fixes.runtime_torch import cores
 
     workers = int(a.get("num_workers") or 0)
     target = params.get("threads")

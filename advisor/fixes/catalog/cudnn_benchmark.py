@@ -11,7 +11,7 @@ def install(state: Any, params: dict[str, Any]) -> None:
     """Child side: set the backend flag once (CUDA only)."""
     import torch
 
-    from advisor.fixes.runtime import patch
+    from advisor.fixes.runtime_torch import patch
 
     if not torch.cuda.is_available():
         state.skipped("cudnn_benchmark", "no CUDA device")

@@ -73,7 +73,7 @@ def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None
     """Raise ``num_workers``, unless the IterableDataset would yield every sample per worker."""
     from torch.utils.data import IterableDataset
 
-    from advisor.fixes.runtime import shards_itself
+    from advisor.fixes.runtime_torch import shards_itself
 
     want = int(params.get("num_workers", 2))
     have = int(a.get("num_workers") or 0)

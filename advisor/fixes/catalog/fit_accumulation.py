@@ -90,7 +90,8 @@ def install(state: Any, params: dict[str, Any]) -> None:
     """Child side: split every DataLoader's batch; accumulate over k backward calls per optimizer step."""
     import torch
 
-    from advisor.fixes.runtime import accumulate_steps, patch
+    from advisor.fixes.runtime import accumulate_steps
+    from advisor.fixes.runtime_torch import patch
 
     k = int(params.get("k", 1))
     state.want_loader("fit_accumulation", params)

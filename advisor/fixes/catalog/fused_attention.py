@@ -124,7 +124,7 @@ def rewrite_class(cls: type) -> tuple[bool, str | None]:
     import torch
 
     from advisor.fixes import attention
-    from advisor.fixes.runtime import patch
+    from advisor.fixes.runtime_torch import patch
 
     fwd = cls.__dict__.get("forward")
     if not inspect.isfunction(fwd):

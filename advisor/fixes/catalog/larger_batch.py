@@ -92,7 +92,7 @@ def install(state: Any, params: dict[str, Any]) -> None:
 
 def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None:
     """Multiply one DataLoader call's ``batch_size``, within the cap and the data set."""
-    from advisor.fixes.runtime import dataset_len
+    from advisor.fixes.runtime_torch import dataset_len
 
     factor = int(params.get("factor", 1))
     cap = int(params.get("max_batch", MAX_BATCH))

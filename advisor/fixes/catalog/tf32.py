@@ -11,7 +11,7 @@ def install(state: Any, params: dict[str, Any]) -> None:
     """Child side: set the TF32 flags once (CUDA only)."""
     import torch
 
-    from advisor.fixes.runtime import patch
+    from advisor.fixes.runtime_torch import patch
 
     if not torch.cuda.is_available():
         state.skipped("tf32", "no CUDA device (TF32 is an Ampere+ GPU format)")

@@ -1,0 +1,408 @@
+"""The libcst edits behind a diff: one pass over the user's script that carries out a :class:`DiffPlan`.
+
+:class:`_Transformer` sets DataLoader keywords, scales the batch size, wraps the model
+(compile, channels_last) and its forward (autocast), sets ``fused=True`` on the optimizer,
+moves per-step host reads behind a step counter and checkpoints loops over blocks;
+:class:`_ModelFinder` and :class:`_LoaderFinder` find the model and the loaders first. What each
+edit is for is listed in :mod:`advisor.fixes.diff`, which plans the edits and makes the diff.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libcst as cst
+
+from advisor.fixes.attention_exprs import dotted
+from advisor.fixes.fix import DiffPlan
+
+# DataLoader positional parameters (torch.utils.data.DataLoader.__init__ order).
+_LOADER_POSITIONS = {"batch_size": 1, "num_workers": 5, "pin_memory": 7}
+
+
+def _callee(node: cst.Call) -> str:
+    """Dotted name of a call's function, e.g. ``torch.optim.SGD`` (empty when not a name)."""
+    return dotted(node.func)
+
+
+def _is_loader(node: cst.Call) -> bool:
+    return _callee(node).split(".")[-1] == "DataLoader"
+
+
+def _is_optimizer(node: cst.Call) -> bool:
+    name = _callee(node)
+    return "optim." in name or name in {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"}
+
+
+def _set_kwarg(call: cst.Call, key: str, value: cst.BaseExpression) -> cst.Call:
+    """Set ``key=value`` on a call, replacing a keyword or a known positional slot in place."""
+    args = list(call.args)
+    for i, a in enumerate(args):
+        if a.keyword is not None and a.keyword.value == key:
+            args[i] = a.with_changes(value=value)
+            return call.with_changes(args=args)
+    pos = _LOADER_POSITIONS.get(key)
+    positional = [i for i, a in enumerate(args) if a.keyword is None and a.star == ""]
+    if pos is not None and _is_loader(call) and pos < len(positional):
+        i = positional[pos]
+        args[i] = args[i].with_changes(value=value)
+        return call.with_changes(args=args)
+    new = cst.Arg(keyword=cst.Name(key), value=value, equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+    if args:
+        last = args[-1]
+        trailing = last.comma.whitespace_after if isinstance(last.comma, cst.Comma) else None
+        if isinstance(trailing, cst.ParenthesizedWhitespace):
+            # One argument per line: the old last argument keeps its comment and takes the
+            # indentation of the arguments; the new one takes the line that closes the call.
+            between = next(
+                (a.comma.whitespace_after for a in reversed(args[:-1])
+                 if isinstance(a.comma, cst.Comma)
+                 and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)),
+                None,
+            )
+            indent = between.last_line if between is not None else cst.SimpleWhitespace("    ")
+            args[-1] = last.with_changes(comma=last.comma.with_changes(
+                whitespace_after=trailing.with_changes(last_line=indent)))
+            closing = trailing.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+            args.append(new.with_changes(comma=cst.Comma(whitespace_after=closing)))
+        else:
+            if last.comma is cst.MaybeSentinel.DEFAULT or not isinstance(last.comma, cst.Comma):
+                args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(new)
+    else:
+        args.append(new)
+    return call.with_changes(args=args)
+
+
+def _arg(call: cst.Call, key: str) -> cst.Arg | None:
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == key:
+            return a
+    pos = _LOADER_POSITIONS.get(key)
+    positional = [a for a in call.args if a.keyword is None and a.star == ""]
+    if pos is not None and pos < len(positional):
+        return positional[pos]
+    return None
+
+
+class _ModelFinder(cst.CSTVisitor):
+    """Find the model's name: the object whose ``.parameters()`` feeds an optimizer."""
+
+    def __init__(self) -> None:
+        self.model: str | None = None
+
+    def visit_Call(self, node: cst.Call) -> None:  # noqa: N802 - libcst's visitor naming
+        if self.model is not None or not _is_optimizer(node) or not node.args:
+            return
+        first = node.args[0].value
+        if (
+            isinstance(first, cst.Call)
+            and isinstance(first.func, cst.Attribute)
+            and first.func.attr.value == "parameters"
+            and isinstance(first.func.value, cst.Name)
+        ):
+            self.model = first.func.value.value
+
+
+class _LoaderFinder(cst.CSTVisitor):
+    """Find the names bound to a ``DataLoader(...)`` call (``loader = DataLoader(...)``)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:  # noqa: N802 - libcst's visitor naming
+        if isinstance(node.value, cst.Call) and _is_loader(node.value):
+            self.names.update(t.target.value for t in node.targets if isinstance(t.target, cst.Name))
+
+
+class _Transformer(cst.CSTTransformer):
+    def __init__(self, plan: DiffPlan, model: str | None, loaders: set[str] | None = None) -> None:
+        self.plan = plan
+        self.model = model
+        self.loaders = loaders or set()
+        self.done: set[str] = set()
+        self.loop_depth = 0
+        self.skipped_splat: set[str] = set()
+        self.reads_left = 0
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:  # noqa: N802
+        if _is_loader(original):
+            splat = any(a.star == "**" for a in updated.args)
+            for key, code in self.plan.loader_kwargs.items():
+                value = cst.parse_expression(code)
+                if splat and _arg(updated, key) is None:
+                    # NOTE: the key may hide in the **mapping: adding it could pass it twice.
+                    self.skipped_splat.add(key)
+                    continue
+                updated = _set_kwarg(updated, key, value)
+                self.done.add("loader")
+            if self.plan.batch_factor > 1:
+                arg = _arg(updated, "batch_size")
+                factor = cst.Integer(str(self.plan.batch_factor))
+                if arg is not None:
+                    value = arg.value
+                    if not isinstance(value, (cst.Name, cst.Attribute, cst.Integer, cst.Call, cst.Subscript)):
+                        value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                    if isinstance(value, cst.Integer):
+                        new: cst.BaseExpression = cst.Integer(str(int(value.value) * self.plan.batch_factor))
+                    else:
+                        new = cst.BinaryOperation(value, cst.Multiply(
+                            whitespace_before=cst.SimpleWhitespace(" "),
+                            whitespace_after=cst.SimpleWhitespace(" ")), factor)
+                    updated = _set_kwarg(updated, "batch_size", new)
+                else:
+                    updated = _set_kwarg(updated, "batch_size", factor)
+                self.done.add("batch")
+        elif self.plan.fused and _is_optimizer(original) and _arg(updated, "fused") is None:
+            updated = _set_kwarg(updated, "fused", cst.Name("True"))
+            self.done.add("fused")
+        elif (
+            self.plan.non_blocking and self.loop_depth
+            and isinstance(original.func, cst.Attribute) and original.func.attr.value == "to"
+            and len(original.args) == 1 and original.args[0].keyword is None
+        ):
+            updated = _set_kwarg(updated, "non_blocking", cst.Name("True"))
+            self.done.add("non_blocking")
+        return updated
+
+    # -- loops (non_blocking only inside them) ------------------------------------------------
+
+    def visit_For(self, node: cst.For) -> None:  # noqa: N802
+        self.loop_depth += 1
+
+    def leave_For(  # noqa: N802
+        self, original: cst.For, updated: cst.For
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        self.loop_depth -= 1
+        if self.plan.checkpoint_loops and not self._over_loader(original):
+            updated = self._checkpoint_calls(updated)
+        before: list[cst.BaseStatement] = []
+        if self.plan.read_every and "host_reads" not in self.done and self._over_loader(original):
+            updated, before = self._read_every(updated)
+        if before:
+            return cst.FlattenSentinel([*before, self._wrap_loop(original, updated)])
+        return self._wrap_loop(original, updated)
+
+    def _read_every(self, loop: cst.For) -> tuple[cst.For, list[cst.BaseStatement]]:
+        """Move the loop body's host-read statements under ``if step % N == 0``."""
+        body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+        reads = [i for i, st in enumerate(body) if _host_read_statement(st)]
+        # NOTE: an assignment moves only when no statement left behind reads its target.
+        kept = set(reads)
+        for i in reads:
+            names = _assigned(body[i])
+            if names is None or any(
+                _uses(body[j], names) for j in range(i + 1, len(body)) if j not in kept
+            ):
+                kept.discard(i)
+        self.reads_left = len(reads) - len(kept)
+        if not kept:
+            return loop, []
+        self.done.add("host_reads")
+        counter, before = _loop_counter(loop)
+        cond = cst.parse_expression(f"{counter} % {self.plan.read_every} == 0")
+        out: list[cst.BaseStatement] = []
+        if before:
+            out.append(cst.parse_statement(f"{counter} += 1\n"))
+        for i, st in enumerate(body):
+            if i in kept:
+                out.append(cst.If(test=cond, body=cst.IndentedBlock(body=[st.with_changes(leading_lines=[])]),
+                                  leading_lines=st.leading_lines))
+            else:
+                out.append(st)
+        return loop.with_changes(body=loop.body.with_changes(body=out)), before
+
+    def _checkpoint_calls(self, loop: cst.For) -> cst.For:
+        """``h = layer(h, ...)`` -> ``h = checkpoint(layer, h, ..., use_reentrant=False)`` in a loop over blocks."""
+        if not isinstance(loop.target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
+            return loop
+        layer = loop.target.value
+        out: list[Any] = []
+        for st in loop.body.body:
+            small = st.body[0] if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 else None
+            call = small.value if isinstance(small, cst.Assign) else None
+            if (
+                isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == layer
+                and call.args and all(a.keyword is None and a.star == "" for a in call.args)
+            ):
+                args = [cst.Arg(cst.Name(layer)), *call.args]
+                args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in args]
+                args.append(cst.Arg(keyword=cst.Name("use_reentrant"), value=cst.Name("False"),
+                                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                          whitespace_after=cst.SimpleWhitespace(""))))
+                new = small.with_changes(value=call.with_changes(func=cst.Name("checkpoint"), args=args))
+                st = st.with_changes(body=[new])
+                self.done.add("checkpoint")
+            out.append(st)
+        imp = "from torch.utils.checkpoint import checkpoint"
+        if "checkpoint" in self.done and imp not in self.plan.header_statements:
+            self.plan.header_statements.append(imp)
+        return loop.with_changes(body=loop.body.with_changes(body=out))
+
+    def _wrap_loop(self, original: cst.For, updated: cst.For) -> cst.BaseStatement:
+        if self.plan.wrap_data_loop and "data_loop" not in self.done and self._over_loader(original):
+            self.done.add("data_loop")
+            items = [cst.WithItem(item=cst.parse_expression(code)) for code in self.plan.wrap_data_loop]
+            return cst.With(
+                items=items, body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
+                leading_lines=updated.leading_lines,
+            )
+        return updated
+
+    def _over_loader(self, node: cst.For) -> bool:  # noqa: D401
+        """Tell whether a ``for`` iterates a DataLoader (a name bound to one, or the call itself)."""
+        it = node.iter
+        if isinstance(it, cst.Call) and _is_loader(it):
+            return True
+        if isinstance(it, cst.Call) and _callee(it) == "enumerate" and it.args:
+            it = it.args[0].value
+        return isinstance(it, cst.Name) and it.value in self.loaders
+
+    def visit_While(self, node: cst.While) -> None:  # noqa: N802
+        self.loop_depth += 1
+
+    def leave_While(self, original: cst.While, updated: cst.While) -> cst.While:  # noqa: N802
+        self.loop_depth -= 1
+        return updated
+
+    # -- statements: model assignment, forward pass ------------------------------------------
+
+    def leave_IndentedBlock(  # noqa: N802
+        self, original: cst.IndentedBlock, updated: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        return updated.with_changes(body=self._rewrite_body(list(updated.body)))
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:  # noqa: N802
+        body = self._rewrite_body(list(updated.body))
+        if self.plan.header_statements:
+            last_import = max(
+                (i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
+                 and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)),
+                default=-1,
+            )
+            new = [cst.parse_statement(code + "\n") for code in self.plan.header_statements]
+            body[last_import + 1 : last_import + 1] = new
+            self.done.add("header")
+        return updated.with_changes(body=body)
+
+    def _rewrite_body(self, body: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for stmt in body:
+            if self.plan.autocast_device and self._calls_model(stmt) and "autocast" not in self.done:
+                out.append(self._autocast(stmt))
+                self.done.add("autocast")
+                continue
+            out.append(stmt)
+            if self.model and self._assigns_model(stmt):
+                if self.plan.channels_last and "channels_last" not in self.done:
+                    out.append(cst.parse_statement(
+                        f"{self.model} = {self.model}.to(memory_format=torch.channels_last)\n"))
+                    self.done.add("channels_last")
+                if self.plan.compile and "compile" not in self.done:
+                    kwargs = f", {self.plan.compile_kwargs}" if self.plan.compile_kwargs else ""
+                    out.append(cst.parse_statement(f"{self.model} = torch.compile({self.model}{kwargs})\n"))
+                    self.done.add("compile")
+        return out
+
+    def _assigns_model(self, stmt: Any) -> bool:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        for small in stmt.body:
+            if isinstance(small, cst.Assign):
+                for target in small.targets:
+                    if isinstance(target.target, cst.Name) and target.target.value == self.model:
+                        return True
+        return False
+
+    def _calls_model(self, stmt: Any) -> bool:
+        if not self.model or not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        found = False
+        model = self.model
+
+        class V(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:  # noqa: N802
+                nonlocal found
+                if isinstance(node.func, cst.Name) and node.func.value == model:
+                    found = True
+
+        stmt.visit(V())
+        return found
+
+    def _autocast(self, stmt: cst.SimpleStatementLine) -> cst.With:
+        device = self.plan.autocast_device
+        with_item = cst.parse_expression(f'torch.autocast(device_type="{device}", dtype=torch.bfloat16)')
+        return cst.With(
+            items=[cst.WithItem(item=with_item)],
+            body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=[])]),
+            leading_lines=stmt.leading_lines,
+        )
+
+
+_READ_ATTRS = frozenset({"item", "cpu", "tolist", "numpy"})
+_READ_FUNCS = frozenset({"float", "int", "print"})
+
+
+def _host_read_statement(stmt: Any) -> bool:
+    """Tell whether a simple statement reads a tensor back to the host (``.item()``, ``print``...)."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    found = False
+
+    class V(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:  # noqa: N802
+            nonlocal found
+            f = node.func
+            if isinstance(f, cst.Attribute) and f.attr.value in _READ_ATTRS:
+                found = True
+            elif isinstance(f, cst.Name) and f.value in _READ_FUNCS and node.args and not all(
+                isinstance(a.value, (cst.SimpleString, cst.Integer, cst.Float)) for a in node.args
+            ):
+                found = True
+
+    stmt.visit(V())
+    return found
+
+
+def _assigned(stmt: Any) -> set[str] | None:
+    """Names a simple statement binds (empty for a bare call); None when it does more."""
+    names: set[str] = set()
+    for small in stmt.body:
+        if isinstance(small, cst.Expr):
+            continue
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
+            [small.target] if isinstance(small, (cst.AugAssign, cst.AnnAssign)) else None)
+        if targets is None:
+            return None
+        for t in targets:
+            if not isinstance(t, cst.Name):
+                return None
+            names.add(t.value)
+    return names
+
+
+def _uses(stmt: Any, names: set[str]) -> bool:
+    """Tell whether a statement mentions any of ``names``."""
+    found = False
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:  # noqa: N802
+            nonlocal found
+            found = found or node.value in names
+
+    stmt.visit(V())
+    return found
+
+
+def _loop_counter(loop: cst.For) -> tuple[str, list[cst.BaseStatement]]:
+    """Return the loop's step counter: ``enumerate``'s index, else a new one set to 0 before the loop."""
+    it, target = loop.iter, loop.target
+    if (
+        isinstance(it, cst.Call) and _callee(it) == "enumerate" and isinstance(target, cst.Tuple)
+        and target.elements and isinstance(target.elements[0].value, cst.Name)
+    ):
+        return target.elements[0].value.value, []
+    return "advisor_step", [cst.parse_statement("advisor_step = 0  # advisor: counts steps for the reads below\n")]
