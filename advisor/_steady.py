@@ -178,7 +178,7 @@ def assess(times_ms: Sequence[float]) -> Steadiness:
     if whole.p10_ms and whole.p90_ms and whole.p90_ms >= SCATTER * whole.p10_ms:
         return replace(
             whole, state=SteadyState.SCATTERED,
-            detail=f"the steps scatter from {_ms(whole.p10_ms)} to {_ms(whole.p90_ms)} ms (p10-p90, "
+            detail=f"the steps scatter from {_ms(whole.p10_ms)} to {_ms(whole.p90_ms)} ms (p10–p90, "
             f"{whole.p90_ms / whole.p10_ms:.1f}x apart)",
         )
     return whole

@@ -18,7 +18,7 @@ from typing import Any
 
 from advisor import __version__
 from advisor._serde import check_types, dump_json, from_dict, to_jsonable
-from advisor._steady import assess
+from advisor._steady import SteadyState, assess
 from advisor._vocab import Vocab
 from advisor.capture.model import RunCapture
 from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
@@ -283,10 +283,12 @@ def steadiness_warnings(timed_ms: Sequence[float]) -> tuple[str, ...]:
     verdict = assess(timed_ms)
     if verdict.steady:
         return ()
-    spread = f"p10–p90 {verdict.p10_ms:.1f}–{verdict.p90_ms:.1f} ms" if verdict.p10_ms and verdict.p90_ms else ""
+    spread = ""
+    if verdict.p10_ms and verdict.p90_ms and verdict.state is not SteadyState.SCATTERED:  # its detail says it
+        spread = f" (p10–p90 {verdict.p10_ms:.1f}–{verdict.p90_ms:.1f} ms)"
     return (
         f"the timed steps were not steady: {verdict.detail}; the step time is the median of all "
-        f"{verdict.used} ({spread}), and a re-run may measure another level",
+        f"{verdict.used}{spread}, and a re-run may measure another level",
     )
 
 def _upgrade(data: dict[str, Any]) -> dict[str, Any]:

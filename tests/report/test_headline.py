@@ -93,3 +93,16 @@ def test_twelve_slow_steps_before_the_steady_ones_give_one_step_time_in_every_fo
         assert shown in flat, fmt
         assert "the 12 before them were still warming up" in flat, fmt
         assert mixed not in flat, fmt
+
+
+def test_an_unsteady_window_is_a_warning_with_its_spread_once() -> None:
+    from advisor.report.model import steadiness_warnings
+
+    assert steadiness_warnings([100.0] * 20) == ()
+    shifted = steadiness_warnings([100.0] * 12 + [180.0] * 12)
+    assert len(shifted) == 1 and "changed level after step 12" in shifted[0] and "(p10–p90" in shifted[0]
+    import random
+
+    rng = random.Random(5)
+    scattered = steadiness_warnings([rng.uniform(250.0, 3200.0) for _ in range(20)])
+    assert len(scattered) == 1 and "scatter from" in scattered[0] and scattered[0].count("p10–p90") == 1
