@@ -3,8 +3,9 @@
 * **Step time** is the median of the *timed* steps (run without the profiler) when the run has
   them: that is the script's real speed. Only their steady part counts (:mod:`advisor._steady`):
   steps still warming up at the window's start are left out and counted in the caption, which
-  also gives the spread (p10-p90) and says when the window was not steady. The profiled steps are slower (the profiler records
-  every op, with shapes and stacks), so their median is used only for a bare trace.
+  also gives the spread (p10-p90) and says when the window was not steady. The profiled steps
+  are slower (the profiler records every op, with shapes and stacks), so their median is used
+  only for a bare trace.
 * **Breakdown**: the shares come from the profiled steps (only they are broken down); their
   milliseconds are the shares of the headline step, so the parts add up to the number shown
   above them, and the caption says which steps the shares come from.

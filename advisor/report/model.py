@@ -249,7 +249,6 @@ class Report:
         return from_dict(cls, data)
 
 
-
 def _step_time(timed_ms: Sequence[float]) -> dict[str, Any]:
     """Return the report's one step time and its spread, from the timed steps' steady part."""
     if not timed_ms:
@@ -290,6 +289,7 @@ def steadiness_warnings(timed_ms: Sequence[float]) -> tuple[str, ...]:
         f"the timed steps were not steady: {verdict.detail}; the step time is the median of all "
         f"{verdict.used}{spread}, and a re-run may measure another level",
     )
+
 
 def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """Bring an older report document to the current layout (see :data:`REPORT_SCHEMA_VERSION`)."""

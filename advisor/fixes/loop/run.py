@@ -91,8 +91,8 @@ def run_trials(
 
     trials = tuple(_scored(results[f], bounds) for f in wanted if f in results)
     combined, kept, trials = _keep(trials, frozenset(plan.on_top), loop, ctx, spec, notes)
-    if combined is not None and len(combined.fixes) == 1:
-        combined = _scored(combined, bounds)
+    if combined is not None:
+        combined = _scored(combined, bounds)  # a set measured together has no prediction: unchanged
     advice = [results[f] for f in wanted if f in plan.advice]
     if advice:
         notes.append(advice_note(advice))
