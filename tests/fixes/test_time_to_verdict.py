@@ -13,7 +13,7 @@ from advisor.errors import UsageError
 from advisor.fixes.bounds import by_gain, gain_bounds
 from advisor.fixes.loop import run_trials
 from advisor.fixes.loop.plan import settled_warmup
-from advisor.fixes.stats import decided_early, estimate
+from advisor.fixes.stats import decided_early, estimate, paired_estimate, paired_ratios
 
 # -- Amdahl bounds -----------------------------------------------------------------------------
 
@@ -62,16 +62,35 @@ def test_when_every_fix_is_bounded_out_not_even_the_baseline_runs(spec):
 # -- sequential decision -----------------------------------------------------------------------
 
 
+def _early(ratios: list[float], looks: int) -> bool:
+    """An early look at pairs against a flat reference of two runs (no reference residual)."""
+    return decided_early([100.0, 100.0], [100.0 * r for r in ratios], looks=looks)
+
+
 def test_an_early_look_needs_the_corrected_interval_not_the_plain_one():
     ratios = [1.20, 1.22]
     assert estimate(ratios).verdict == "improved"  # the plain 95% interval clears 1 ...
-    assert not decided_early(ratios, looks=2)  # ... but not once corrected for two looks
-    assert decided_early(ratios, looks=1)
-    assert not decided_early([1.9], looks=1)  # never on one pair
-    assert decided_early([0.50, 0.51], looks=2)  # clearly slower
-    assert decided_early([0.990, 0.992], looks=2)  # a win is out of reach
-    assert not decided_early([0.99, 1.0], looks=2)  # two pairs rarely rule a win out
-    assert not decided_early([0.95, 1.08], looks=2)
+    assert not _early(ratios, looks=2)  # ... but not once corrected for two looks
+    assert _early(ratios, looks=1)
+    assert not _early([1.9], looks=1)  # never on one pair
+    assert _early([0.50, 0.51], looks=2)  # clearly slower
+    assert _early([0.990, 0.992], looks=2)  # a win is out of reach
+    assert not _early([0.99, 1.0], looks=2)  # two pairs rarely rule a win out
+    assert not _early([0.95, 1.08], looks=2)
+
+
+def test_pairs_that_agree_by_chance_do_not_stop_a_trial_whose_reference_scatters():
+    # The demo's combined trial: 541.8 and 566.1 samples/s between baselines of 285.5, 386.9
+    # and 311.9 -- two pairs at 1.63x, a 35% scatter of the reference around them.
+    base, fixed = [285.5, 386.9, 311.9], [541.8, 566.1]
+    alone = estimate(paired_ratios(base, fixed))
+    assert alone.ci_high / alone.ci_low < 1.01  # the pairs alone: "[1.63-1.63]"
+    assert not decided_early(base, fixed, looks=3)
+    pooled = paired_estimate(base, fixed)
+    assert pooled.ci_low < 1.2 and pooled.ci_high > 2.3  # the reference's scatter is heard
+    assert pooled.speedup == alone.speedup  # the point estimate is the pairs' median still
+    # A flat reference around the same pairs decides at once.
+    assert decided_early([300.0, 300.0, 300.0], [489.0, 490.0], looks=3)
 
 
 def test_a_clear_trial_stops_after_two_pairs_and_an_unclear_one_runs_on(spec):

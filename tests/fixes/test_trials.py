@@ -182,9 +182,9 @@ def test_an_unchanged_dataloader_proves_a_loader_fix_did_not_apply(spec):
 
 
 def test_an_undecided_gain_gets_extra_rounds_and_a_null_fix_does_not(spec):
-    # Noise within what runs of one setting may differ by (+-11%: at most 1.25x apart), a gain
-    # of the same size: undecided after the planned rounds.
-    runner = FakeRunner(effects={"fused_optimizer": 1.12}, noise=0.11)
+    # Noise within what runs of one setting may differ by (+-20%: at most 1.5x apart), a gain
+    # well inside it: undecided after the planned rounds.
+    runner = FakeRunner(effects={"fused_optimizer": 1.12}, noise=0.2)
     out = run_trials(spec, refs("fused_optimizer", "torch_compile"), unsafe=True, runner=runner,
                      make_diff_text=False, max_repeats=6)
     t = by_fix(out)

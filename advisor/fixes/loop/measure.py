@@ -43,8 +43,8 @@ from advisor.fixes.model import FixOutcome, Interval, Trial
 from advisor.fixes.stats import (
     MIN_PAIRS,
     decided_early,
-    estimate,
     loss_parity,
+    paired_estimate,
     paired_ratios,
     range_estimate,
 )
@@ -311,7 +311,7 @@ class Measurer:
                     # NOTE: runs that disagree are judged by their range, never stopped on an interval.
                     if (
                         self.early_stop and v.active and not disagree(v)
-                        and decided_early(paired_ratios(v.ref_rates, v.rates), self.looks, self.min_effect)
+                        and decided_early(v.ref_rates, v.rates, self.looks, self.min_effect)
                     ):
                         v.early = r
                 running = [v for v in running if v.active and not v.early]
@@ -339,7 +339,7 @@ class Measurer:
     def _undecided(self, v: Variant) -> bool:
         if disagree(v):
             return False  # more runs of a machine that changes under them would not decide it
-        est = estimate(paired_ratios(v.ref_rates, v.rates), self.min_effect)
+        est = paired_estimate(v.ref_rates, v.rates, self.min_effect)
         # NOTE: only a possible win is worth more runs; slower and no_effect are both dropped.
         if est.speedup is None or est.verdict not in (NO_EFFECT, UNDECIDED):
             return False
@@ -403,7 +403,7 @@ class Measurer:
             if check.failure is not None:
                 v.failure = check.failure
                 message = f"failed: {check.failure}"
-        est = estimate(paired_ratios(ref_rates + [None], v.rates), self.min_effect)
+        est = paired_estimate(ref_rates + [None], v.rates, self.min_effect)
         self.emit(TrialProgress(
             fix=v.label, repeat=r + 1, repeats=n, estimate=est.speedup,
             samples_per_s=self.rate(cap), stage=stage, message=message,
@@ -433,7 +433,7 @@ class Measurer:
         if spread:
             est = range_estimate(ref_rates, v.rates, self.min_effect)
         else:
-            est = estimate(ratios, self.min_effect)
+            est = paired_estimate(ref_rates, v.rates, self.min_effect)
         used = [a for a in ref_rates if a]
         verdict, why = est.verdict, est.reason
         if spread:
