@@ -24,6 +24,7 @@ from advisor._num import median
 from advisor._serde import to_jsonable
 from advisor.engine.model import Finding
 from advisor.fixes.model import Trial
+from advisor.metrics.model import StepBasis
 from advisor.report import style as s
 from advisor.report.compare_stats import (
     DEFAULT_NOISE_BAND,
@@ -34,7 +35,8 @@ from advisor.report.compare_stats import (
     interval_notes,
     trial_note,
 )
-from advisor.report.figures import median_step_ms, part_shares, throughput
+from advisor.report.figures import part_shares, throughput
+from advisor.report.headline import step_time
 from advisor.report.model import REPORT_FILE, Report
 
 COMPARISON_SCHEMA_VERSION = 2
@@ -294,8 +296,13 @@ def _run_rate(report: Report, metric: str) -> float | None:
     """One run's rate: samples/s, or steps/s from its median step time (higher is faster)."""
     if metric == "samples_per_s":
         return throughput(report)
-    step = median_step_ms(report)
+    step = _step_ms(report)
     return 1000.0 / step if step else None
+
+
+def _step_ms(report: Report) -> float | None:
+    """Return the run's one step time: the headline its own report prints (timed steps when it has them)."""
+    return step_time(report).ms
 
 
 def _label(report: Report, default: str) -> str:
@@ -359,18 +366,19 @@ def compare_groups(
     a, b = before[0], after[0]
     not_comparable, devices_differ, scripts_differ, name_a, name_b = _refusals(before, after)
     notes: list[str] = []
-    step_a, step_b = (median([median_step_ms(r) for r in side]) for side in (before, after))
+    step_a, step_b = (median([_step_ms(r) for r in side]) for side in (before, after))
     step_speedup = step_a / step_b if step_a and step_b else None
     metric: str | None = None
     if all(throughput(r) for r in (*before, *after)):
         metric = "samples_per_s"
         notes.append("speedup = samples/s after ÷ samples/s before (timed steps, no profiler)")
-    elif step_a and step_b and all(median_step_ms(r) for r in (*before, *after)):
+    elif step_a and step_b and all(_step_ms(r) for r in (*before, *after)):
         metric = "step_time_ms"
         if any(throughput(r) for r in (*before, *after)):
             notes.append("samples/s is not known on every run; the speedup uses median step time")
         else:
-            notes.append("speedup = median step time before ÷ after (profiled steps)")
+            timed = all(step_time(r).basis == StepBasis.TIMED for r in (*before, *after))
+            notes.append(f"speedup = median step time before ÷ after ({'timed' if timed else 'profiled'} steps)")
     else:
         notes.append("neither samples/s nor step times are available on both sides")
     values_a = tuple(v for v in (_run_rate(r, metric) for r in before) if v) if metric else ()
