@@ -9,6 +9,7 @@ from typing import Any
 from advisor.api.rules import rule_set
 from advisor.engine.model import Diagnosis
 from advisor.errors import InputError
+from advisor.metrics.headline_scale import on_headline_scale
 from advisor.metrics.model import Metrics
 from advisor.report.model import Report, build_report
 
@@ -58,7 +59,8 @@ def analyze_report(
         *(p if p.is_dir() else p.parent for p in paths),
         *([Path(capture.script).parent] if capture and capture.script else []),
     )
-    diagnosis = evaluate(metrics, resolved["config"], dirs, inline_ignores)
+    timed = capture.timed.step_times_ms if capture is not None else ()
+    diagnosis = evaluate(on_headline_scale(metrics, timed), resolved["config"], dirs, inline_ignores)
     # the timeline is the straggler's when the tables are (merge_digests' focus)
     shown = focus or (digests[0] if digests else None)
     extras = shown.lead if shown is not None else None

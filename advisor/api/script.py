@@ -47,6 +47,7 @@ def diagnose_script(
 
     from advisor.fixes.fix import is_out_of_memory
     from advisor.metrics.compute import compute_metrics, load_run_traces
+    from advisor.metrics.headline_scale import on_headline_scale
     from advisor.report.model import timing_of
 
     started = time.perf_counter()
@@ -57,7 +58,8 @@ def diagnose_script(
     traces = load_run_traces(run_dir, capture)
     pstats = run_dir / capture.pstats_file if capture.pstats_file else None
     metrics = compute_metrics(traces, capture=capture, pstats_path=pstats if pstats and pstats.is_file() else None)
-    diagnosis = evaluate(metrics, engine_config, (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
+    diagnosis = evaluate(on_headline_scale(metrics, capture.timed.step_times_ms), engine_config,
+                         (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
     report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces, metrics.extra.get("focus_rank")))
     report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None),
                      notes=(*report.notes, *_timeline_note(run_dir)))
