@@ -9,7 +9,8 @@ count work differently, the speedup is left out and the reason goes to ``not_com
 Every interval is over runs (:mod:`advisor.report.compare_stats`): :func:`compare_groups` takes
 one or more runs a side. Single runs get no interval; their ratio is a change only outside the
 script's measured run-to-run noise (or a conservative default band when it is unknown). A side
-measured on a busy machine is named, and no change is called from it.
+measured on a busy machine is named, and no change is called from it; nor from a single run whose
+timed steps changed level inside its window (it has no level to compare).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ COMPARISON_SCHEMA_VERSION = 2
 """2: the interval is over runs (none for single runs), ``noise_band``, ``before_runs``/``after_runs``,
 ``contended`` and ``trial`` added, verdict ``not measurable``."""
 NOT_MEASURABLE = "not measurable"
-"""Verdict when the figures would call a change but a side was measured on a busy machine."""
+"""Verdict when the figures would call a change but a side was measured on a busy machine, or is
+one run whose timed steps were not steady."""
 GPU_ONLY_PARTS = frozenset({"h2d_copy", "d2h_copy", "sync_wait", "gpu_compute", "gpu_idle"})
 """Breakdown parts that are zero by construction on a CPU-only run."""
 
@@ -433,6 +435,17 @@ def compare_groups(
         notes.append(
             f"{who} measured on a busy machine: the {s.times(speedup)} is not called a change; re-run both sides "
             "on a quiet machine"
+        )
+        verdict = NOT_MEASURABLE
+    unsteady = tuple(side for side, runs in (("before", before), ("after", after))
+                     if len(runs) == 1 and not step_time(runs[0]).steady)
+    if unsteady and ci is None and verdict in ("faster", "slower"):
+        # NOTE: a run whose steps changed level inside its window has no level of its own: the
+        # A/A pair behind this read 0.95 -> 1.78 ms mid-window on one side, and 2.33x "faster".
+        who = "both runs'" if len(unsteady) == 2 else f"the {unsteady[0]} run's"
+        notes.append(
+            f"{who} timed steps were not steady: one such run is not a level, so the {s.times(speedup)} is not "
+            "called a change; repeat the runs and compare them as groups (--before/--after)"
         )
         verdict = NOT_MEASURABLE
     if trial is not None:

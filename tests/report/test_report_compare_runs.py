@@ -172,6 +172,25 @@ def test_api_reads_the_noise_from_either_run_dir(tmp_path: Path) -> None:
 # --- busy machines ------------------------------------------------------------------------------
 
 
+def test_a_single_run_whose_steps_changed_level_calls_no_change() -> None:
+    # The quiet A/A pair that read 2.33x "faster": one run's steps went from 0.95 to 1.78 ms mid-window.
+    shifted = (1.23, 0.95, 0.9, 1.36, 1.78, 1.76, 1.79, 1.78, 1.86, 1.73)
+    steady = (1.02, 0.71, 0.62, 0.62, 0.61, 0.56, 0.57, 0.65, 0.52, 0.62)
+
+    def run_with(rate: float, times: tuple[float, ...]):
+        r = at_rate(make_report(), rate)
+        return dataclasses.replace(r, run=dataclasses.replace(r.run, timed_step_times_ms=times))
+
+    cmp = compare_reports(run_with(2644.0, shifted), run_with(6158.0, steady))
+    assert cmp.verdict == NOT_MEASURABLE and cmp.speedup == pytest.approx(6158 / 2644)
+    assert any("the before run's timed steps were not steady" in n for n in cmp.notes)
+    assert regression(compare_reports(run_with(6158.0, steady), run_with(2644.0, shifted)), 5) is None
+    # Both steady: the same 2.33x is a change (outside the default band).
+    assert compare_reports(run_with(2644.0, steady), run_with(6158.0, steady)).verdict == "faster"
+    # Within the noise, an unsteady side changes nothing: no change was going to be called.
+    assert compare_reports(run_with(6000.0, shifted), run_with(6158.0, steady)).verdict == "no measurable effect"
+
+
 def test_a_busy_side_is_named_and_no_change_is_called_from_it() -> None:
     quiet = at_rate(make_report(), 100.0)
     busy = at_rate(make_report(), 25.0, busy=True)  # the "0.25x slower" from a busy run
