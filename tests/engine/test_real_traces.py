@@ -30,6 +30,18 @@ def finding(diagnosis, code):
     return next(f for f in diagnosis.findings if f.code == code)
 
 
+def test_resnet50_trains_it_is_not_called_inference(diagnosed):
+    # Its profiler (2021) names backward functions by their autograd node (318 CudnnConvolutionBackward).
+    metrics, d = diagnosed("kineto/resnet50_num_workers_0")
+    assert metrics.summary["backward_op_count"] >= 50
+    assert "CO004" not in codes(d)
+
+
+def test_bert_inference_runs_no_backward(diagnosed):
+    metrics, _ = diagnosed("tracelens/h100")
+    assert metrics.summary["backward_op_count"] == 0
+
+
 def test_resnet50_num_workers_0_is_data_loading_bound(diagnosed):
     metrics, d = diagnosed("kineto/resnet50_num_workers_0")
     assert d.primary is not None and d.primary.category == "data_loading"
