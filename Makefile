@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # local CPU wheel, while an unpinned torch would pull several GB of CUDA packages.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup demo test test-unit test-all lint bench bench-trace bench-zoo clean docs
+.PHONY: setup demo test test-unit test-all lint bench bench-trace bench-zoo bench-accuracy clean docs
 
 setup: $(STAMP)
 
@@ -47,6 +47,10 @@ bench-trace: $(STAMP)
 
 bench-zoo: $(STAMP)
 	$(PY) benchmarks/zoo.py
+
+# advisor-bench: 100 generated cases, their truth timed plainly, docs/accuracy.md (about 30 min; quiet machine)
+bench-accuracy: $(STAMP)
+	$(PY) benchmarks/accuracy/run.py
 
 # docs/rules.md is generated from rules/**/*.yaml, docs/fixes.md from advisor/fixes/catalog/ and
 # docs/report.schema.json from the Report model; tests/cli/test_docs.py,

@@ -1,0 +1,100 @@
+"""advisor-bench (benchmarks/accuracy): generated cases, the truth's expectation, the scoring."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(autouse=True)
+def _bench_on_path(monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(BENCH), *sys.path])
+    for name in [m for m in sys.modules if m == "accuracy" or m.startswith("accuracy.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+BASE = {"mlp": 10.0, "cnn": 40.0, "lm": 30.0, "gru": 20.0, "unet3d": 50.0}
+
+
+def test_cases_are_seeded_and_a_slice_spans_the_cross():
+    from accuracy.cases import FAMILIES, generate
+
+    a, b = generate(100, 7, BASE), generate(100, 7, BASE)
+    assert a == b and generate(100, 8, BASE) != a
+    assert len({(c.family, c.kind, c.severity) for c in a}) == 51  # every cell of the cross
+    assert len({c.family for c in a[:10]}) >= 3 and len({c.kind for c in a[:10]}) >= 4
+    assert {c.family for c in a} == set(FAMILIES)
+    assert all(c.kind != "hand_attention" or c.family == "lm" for c in a)
+
+
+def test_every_script_parses_and_marks_its_injection(tmp_path: Path):
+    from accuracy.cases import generate, write
+    from accuracy.score import injected
+
+    for case in generate(51, 3, BASE):
+        script = write(case, tmp_path)
+        ast.parse(script.read_text())
+        lines, funcs = injected(script)
+        assert bool(lines) == (case.kind != "healthy"), case.id
+        assert not lines or funcs or case.kind == "oversubscribed"  # a thread count set at module level
+
+
+def test_the_expectation_comes_from_the_measured_share():
+    from accuracy.cases import Case
+    from accuracy.score import Row, expectation
+    from accuracy.truth import Truth
+
+    case = Case("c", "mlp", "io_wait", "strong", 5.0, 1)
+    assert expectation(case, Truth(on_ms=20.0, off_ms=10.0)) == ("data_loading", True)  # 50%
+    assert expectation(case, Truth(on_ms=20.0, off_ms=19.8)) == (None, True)  # 1%: no bottleneck
+    assert expectation(case, Truth(on_ms=20.0, off_ms=19.0)) == ("data_loading", False)  # 5%: borderline
+    assert Truth(on_ms=10.0, off_ms=12.0).share == 0.0
+    row = Row(case, expected=None, alarms=["CO005"])
+    assert row.right is False  # a warning on a case with no bottleneck is a false alarm
+    assert Row(case, expected="data_loading", found="data_loading").right is True
+    assert Row(case, expected="data_loading", scored=False, found="compute").right is None
+
+
+def test_scoring_reads_the_primary_alarms_and_locations(tmp_path: Path):
+    from accuracy.cases import Case, write
+    from accuracy.score import Row, score
+
+    case = Case("c001-mlp-io_wait-strong", "mlp", "io_wait", "strong", 5.0, 1)
+    script = write(case, tmp_path)
+    report = {
+        "primary": {"category": "data_loading"},
+        "findings": [{"code": "DL001", "severity": "warning", "locations": []},
+                     {"code": "SY002", "severity": "info", "locations": []}],
+        "locations": [{"file": str(script), "line": 1, "function": "__getitem__"}],
+    }
+    row = Row(case, expected="data_loading")
+    score(row, script, report)
+    assert (row.found, row.alarms, row.located, row.right) == ("data_loading", ["DL001"], True, True)
+    report["locations"] = [{"file": "/elsewhere/" + script.name + "x", "line": 1, "function": "__getitem__"}]
+    score(row, script, report)
+    assert row.located is False
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_ten_case_slice_runs_end_to_end(tmp_path: Path):
+    """Ten generated cases through truth and advisor: every row measured and scored, none errored.
+
+    Whether advisor is right depends on how busy the machine is (the truth is a timing), so the
+    slice checks the harness, and the full run's figures go to docs/accuracy.md.
+    """
+    from accuracy.run import main
+
+    out = tmp_path / "acc.md"
+    assert main(["--cases", "10", "--work", str(tmp_path / "w"), "--markdown", str(out),
+                 "--json", str(tmp_path / "acc.json")]) == 0
+    data = json.loads((tmp_path / "acc.json").read_text())
+    assert len(data["rows"]) == 10 and all(not r["error"] for r in data["rows"]), data["rows"]
+    assert all(r["share"] is not None and r["expected"] in (None, r["category"]) for r in data["rows"])
+    assert "## Confusion matrix" in out.read_text()
