@@ -60,7 +60,7 @@ def diagnose_script(
     metrics = compute_metrics(traces, capture=capture, pstats_path=pstats if pstats and pstats.is_file() else None)
     diagnosis = evaluate(on_headline_scale(metrics, capture.timed.step_times_ms), engine_config,
                          (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
-    report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces, metrics.extra.get("focus_rank")))
+    report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces, metrics.focus_rank))
     report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None),
                      notes=(*report.notes, *_timeline_note(run_dir)))
     # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.

@@ -1,27 +1,28 @@
 """Source diffs that make kept fixes permanent, and the explicit ``--write`` that applies them.
 
 :func:`make_diff` parses the user's script with libcst (which keeps comments and formatting)
-and makes the mechanical changes a kept fix stands for:
+and makes the mechanical changes the kept fixes stand for. Each kept fix fills one
+:class:`~advisor.fixes.diff_plan.DiffPlan` through its ``plan_diff``; :func:`transform` then
 
-- DataLoader settings: ``num_workers``, ``pin_memory``, ``persistent_workers``,
-  ``prefetch_factor`` set as keyword arguments of every ``DataLoader(...)`` call (an existing
-  keyword or positional argument is replaced in place, keeping its comment);
-- ``batch_fusion`` / ``larger_batch``: the DataLoader's ``batch_size`` multiplied by the factor
-  (``batch_size=<expr> * k``; an integer literal is multiplied out), with an ``# advisor:`` line
-  saying what that changes (accumulation count, learning rate);
-- ``torch_compile`` / ``channels_last``: ``model = torch.compile(model)`` /
-  ``model = model.to(memory_format=torch.channels_last)`` after the model's assignment, where the
-  model is the object whose ``.parameters()`` feeds a ``torch.optim`` optimizer;
-- ``bf16_autocast``: the statement that calls the model wrapped in
-  ``with torch.autocast(device_type=..., dtype=torch.bfloat16):``;
-- ``fused_optimizer``: ``fused=True`` on the optimizer's constructor;
-- ``cpu_threads`` / ``cudnn_benchmark`` / ``tf32``: one statement after the imports;
-- ``non_blocking_copy``: ``non_blocking=True`` on ``.to(device)`` calls inside loops;
-- ``fused_attention``: hand-written attention in a class's ``forward`` rewritten into
-  ``scaled_dot_product_attention`` by :mod:`advisor.fixes.attention` (what the run-time install
-  binds too), ``attn_implementation="sdpa"`` on ``from_pretrained(...)`` calls;
-- ``activation_checkpointing``: in a loop over a list of blocks, ``x = layer(x)`` becomes
-  ``x = checkpoint(layer, x, use_reentrant=False)`` (and ``checkpoint`` is imported).
+1. runs the fixes' own :class:`~advisor.fixes.diff_plan.SourceEdit` objects on the script as
+   written, in catalog order, once per fix (``fused_attention`` rewrites hand-written attention
+   with :mod:`advisor.fixes.attention`, ``host_reads`` and ``activation_checkpointing`` bring
+   theirs from :mod:`advisor.fixes.edits`);
+2. makes the plan's generic edits in one pass (:mod:`advisor.fixes.diff_edits`):
+
+   - DataLoader keywords (``num_workers``, ``pin_memory``, ``persistent_workers``,
+     ``prefetch_factor``) set on every ``DataLoader(...)`` call (an existing keyword or
+     positional argument is replaced in place, keeping its comment);
+   - its ``batch_size`` multiplied by a factor (``batch_fusion`` / ``larger_batch``:
+     ``batch_size=<expr> * k``; an integer literal is multiplied out);
+   - ``model = torch.compile(model)`` / ``model = model.to(memory_format=torch.channels_last)``
+     after the model's assignment, where the model is the object whose ``.parameters()`` feeds
+     a ``torch.optim`` optimizer;
+   - the statement that calls the model wrapped in bf16 ``torch.autocast``;
+   - ``fused=True`` on the optimizer's constructor; ``non_blocking=True`` on ``.to(device)``
+     calls inside loops;
+   - statements after the imports (``cpu_threads``, ``cudnn_benchmark``, ``tf32``, an edit's
+     import); context managers around the loop over the DataLoader (``inference_mode``).
 
 What cannot be made mechanical (e.g. the gradient-accumulation count after batch fusion, the
 learning rate after a larger batch, fp16 loss scaling, input layout for channels_last) is said
@@ -44,7 +45,7 @@ import libcst as cst
 from advisor.errors import InputError
 from advisor.fixes import catalog
 from advisor.fixes.diff_edits import _LoaderFinder, _ModelFinder, _Transformer
-from advisor.fixes.fix import DiffPlan
+from advisor.fixes.diff_plan import DiffPlan, EditScope, SourceEdit
 from advisor.fixes.model import Trial
 
 
@@ -64,18 +65,8 @@ def _plan(kept: Sequence[Trial]) -> DiffPlan:
                     plan.manual.append(fix.manual)
             else:
                 plan.manual.append(f"{fix_id}: no mechanical change is known for this fix")
-    if plan.threads_for_workers:
-        # NOTE: what the runtime did: leave one core per loader worker (cores - workers, >= 1).
-        workers = plan.loader_kwargs.get("num_workers", "")
-        n = int(workers) if workers.isdigit() else 0
-        if n:
-            plan.header_statements.append(
-                f"torch.set_num_threads(max(1, torch.get_num_threads() - {n}))"
-                "  # advisor: a core per loader worker"
-            )
-        else:
-            plan.manual.append("cpu_threads: call torch.set_num_threads(cores - num_workers) at start-up")
-        plan.threads_for_workers = False
+    for finish in dict.fromkeys(plan.finish):
+        finish(plan)
     plan.batch_fixes[:] = list(dict.fromkeys(plan.batch_fixes))
     plan.header_statements[:] = list(dict.fromkeys(plan.header_statements))
     plan.manual[:] = list(dict.fromkeys(plan.manual))
@@ -98,12 +89,15 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
     module.visit(finder)
     loaders = _LoaderFinder()
     module.visit(loaders)
+    manual = list(plan.manual)
+    # NOTE: the fixes' own edits see the script as written (their notes lead, in catalog order);
+    # what they add after the imports joins the generic pass's header statements.
+    scope = EditScope(finder.model, frozenset(loaders.names), plan.header_statements)
+    for edit in _ordered(plan.edits):
+        module, notes = edit.apply(module, scope)
+        manual += notes
     tr = _Transformer(plan, finder.model, loaders.names)
     new = module.visit(tr)
-    manual = list(plan.manual)
-    if plan.fused_attention:
-        new, notes = fused_attention(new)
-        manual += notes
     if plan.loader_kwargs and "loader" not in tr.done:
         manual.append("DataLoader settings: no DataLoader(...) call found; set " + ", ".join(
             f"{k}={v}" for k, v in plan.loader_kwargs.items()))
@@ -126,16 +120,6 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
         manual.append(f"torch_compile: add {finder.model} = torch.compile({finder.model}) after the model is built")
     if plan.autocast_device and "autocast" not in tr.done and finder.model:
         manual.append(f"bf16_autocast: wrap the forward pass in torch.autocast(device_type={plan.autocast_device!r}, dtype=torch.bfloat16)")
-    if plan.read_every and "host_reads" not in tr.done:
-        manual.append(
-            f"host_reads: no per-step read found in a loop over a DataLoader; keep logged values on the "
-            f"device (running sums) and read them every {plan.read_every} steps"
-        )
-    if tr.reads_left:
-        manual.append(
-            f"host_reads: {tr.reads_left} per-step read(s) stay in place because later code in the loop "
-            "uses their value; keep those values on the device (running sums) and read them less often"
-        )
     if plan.wrap_data_loop and "data_loop" not in tr.done:
         manual.append(
             "no loop over a DataLoader found; open "
@@ -144,27 +128,17 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
         )
     if plan.fused and "fused" not in tr.done:
         manual.append("fused_optimizer: pass fused=True to the optimizer")
-    if plan.checkpoint_loops and "checkpoint" not in tr.done:
-        manual.append(catalog.get("activation_checkpointing").manual)
     code = new.code
     if plan.header_statements and not re.search(r"^import torch\b|^from torch\b", source, re.M):
         code = "import torch\n" + code
     return code, manual
 
 
-def fused_attention(module: cst.Module) -> tuple[cst.Module, list[str]]:
-    """Rewrite hand-written attention (the run-time install's own transformation); say what is left."""
-    from advisor.fixes.attention import rewrite_module
-
-    new, rw = rewrite_module(module)
-    notes = [f"fused_attention: {why}; left as written" for why in rw.refused]
-    if not rw.changed and not rw.loads:
-        notes.append(
-            "fused_attention: no class forward with q @ k.transpose(-2, -1) -> softmax -> @ v found in this "
-            "script; call torch.nn.functional.scaled_dot_product_attention(q, k, v, ...) where attention is "
-            "computed (Hugging Face: from_pretrained(..., attn_implementation=\"sdpa\"))"
-        )
-    return new, notes
+def _ordered(edits: Sequence[SourceEdit]) -> list[SourceEdit]:
+    """Return the kept fixes' own edits in catalog order, one per fix (the last planned wins)."""
+    order = {fix_id: i for i, fix_id in enumerate(catalog.fix_ids())}
+    last = {e.name: e for e in edits}
+    return sorted(last.values(), key=lambda e: order.get(e.name, len(order)))
 
 
 def diff_root(script: Path) -> Path:

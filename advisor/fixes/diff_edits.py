@@ -1,10 +1,12 @@
-"""The libcst edits behind a diff: one pass over the user's script that carries out a :class:`DiffPlan`.
+"""The generic libcst pass behind a diff: one pass over the user's script that carries out a :class:`DiffPlan`.
 
 :class:`_Transformer` sets DataLoader keywords, scales the batch size, wraps the model
-(compile, channels_last) and its forward (autocast), sets ``fused=True`` on the optimizer,
-moves per-step host reads behind a step counter and checkpoints loops over blocks;
-:class:`_ModelFinder` and :class:`_LoaderFinder` find the model and the loaders first. What each
-edit is for is listed in :mod:`advisor.fixes.diff`, which plans the edits and makes the diff.
+(compile, channels_last), its forward (autocast) and the data loop, sets ``fused=True`` on the
+optimizer and inserts statements after the imports; :class:`_ModelFinder` and
+:class:`_LoaderFinder` find the model and the loaders first. :func:`callee` and
+:func:`iterates_loader` are shared with the fixes' own edits (:mod:`advisor.fixes.edits`).
+What each edit is for is listed in :mod:`advisor.fixes.diff`, which plans the edits and makes
+the diff.
 """
 
 from __future__ import annotations
@@ -14,23 +16,33 @@ from typing import Any
 import libcst as cst
 
 from advisor.fixes.attention_exprs import dotted
-from advisor.fixes.fix import DiffPlan
+from advisor.fixes.diff_plan import DiffPlan
 
 # DataLoader positional parameters (torch.utils.data.DataLoader.__init__ order).
 _LOADER_POSITIONS = {"batch_size": 1, "num_workers": 5, "pin_memory": 7}
 
 
-def _callee(node: cst.Call) -> str:
+def callee(node: cst.Call) -> str:
     """Dotted name of a call's function, e.g. ``torch.optim.SGD`` (empty when not a name)."""
     return dotted(node.func)
 
 
 def _is_loader(node: cst.Call) -> bool:
-    return _callee(node).split(".")[-1] == "DataLoader"
+    return callee(node).split(".")[-1] == "DataLoader"
+
+
+def iterates_loader(node: cst.For, loaders: set[str] | frozenset[str]) -> bool:
+    """Tell whether a ``for`` iterates a DataLoader (a name in ``loaders`` bound to one, or the call itself)."""
+    it = node.iter
+    if isinstance(it, cst.Call) and _is_loader(it):
+        return True
+    if isinstance(it, cst.Call) and callee(it) == "enumerate" and it.args:
+        it = it.args[0].value
+    return isinstance(it, cst.Name) and it.value in loaders
 
 
 def _is_optimizer(node: cst.Call) -> bool:
-    name = _callee(node)
+    name = callee(node)
     return "optim." in name or name in {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"}
 
 
@@ -124,7 +136,6 @@ class _Transformer(cst.CSTTransformer):
         self.done: set[str] = set()
         self.loop_depth = 0
         self.skipped_splat: set[str] = set()
-        self.reads_left = 0
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -168,7 +179,7 @@ class _Transformer(cst.CSTTransformer):
             self.done.add("non_blocking")
         return updated
 
-    # -- loops (non_blocking only inside them) ------------------------------------------------
+    # -- loops (non_blocking only inside them; the data loop wrapped) ------------------------
 
     def visit_For(self, node: cst.For) -> None:  # noqa: N802
         self.loop_depth += 1
@@ -177,70 +188,7 @@ class _Transformer(cst.CSTTransformer):
         self, original: cst.For, updated: cst.For
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         self.loop_depth -= 1
-        if self.plan.checkpoint_loops and not self._over_loader(original):
-            updated = self._checkpoint_calls(updated)
-        before: list[cst.BaseStatement] = []
-        if self.plan.read_every and "host_reads" not in self.done and self._over_loader(original):
-            updated, before = self._read_every(updated)
-        if before:
-            return cst.FlattenSentinel([*before, self._wrap_loop(original, updated)])
         return self._wrap_loop(original, updated)
-
-    def _read_every(self, loop: cst.For) -> tuple[cst.For, list[cst.BaseStatement]]:
-        """Move the loop body's host-read statements under ``if step % N == 0``."""
-        body = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
-        reads = [i for i, st in enumerate(body) if _host_read_statement(st)]
-        # NOTE: an assignment moves only when no statement left behind reads its target.
-        kept = set(reads)
-        for i in reads:
-            names = _assigned(body[i])
-            if names is None or any(
-                _uses(body[j], names) for j in range(i + 1, len(body)) if j not in kept
-            ):
-                kept.discard(i)
-        self.reads_left = len(reads) - len(kept)
-        if not kept:
-            return loop, []
-        self.done.add("host_reads")
-        counter, before = _loop_counter(loop)
-        cond = cst.parse_expression(f"{counter} % {self.plan.read_every} == 0")
-        out: list[cst.BaseStatement] = []
-        if before:
-            out.append(cst.parse_statement(f"{counter} += 1\n"))
-        for i, st in enumerate(body):
-            if i in kept:
-                out.append(cst.If(test=cond, body=cst.IndentedBlock(body=[st.with_changes(leading_lines=[])]),
-                                  leading_lines=st.leading_lines))
-            else:
-                out.append(st)
-        return loop.with_changes(body=loop.body.with_changes(body=out)), before
-
-    def _checkpoint_calls(self, loop: cst.For) -> cst.For:
-        """``h = layer(h, ...)`` -> ``h = checkpoint(layer, h, ..., use_reentrant=False)`` in a loop over blocks."""
-        if not isinstance(loop.target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
-            return loop
-        layer = loop.target.value
-        out: list[Any] = []
-        for st in loop.body.body:
-            small = st.body[0] if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 else None
-            call = small.value if isinstance(small, cst.Assign) else None
-            if (
-                isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == layer
-                and call.args and all(a.keyword is None and a.star == "" for a in call.args)
-            ):
-                args = [cst.Arg(cst.Name(layer)), *call.args]
-                args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in args]
-                args.append(cst.Arg(keyword=cst.Name("use_reentrant"), value=cst.Name("False"),
-                                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                                          whitespace_after=cst.SimpleWhitespace(""))))
-                new = small.with_changes(value=call.with_changes(func=cst.Name("checkpoint"), args=args))
-                st = st.with_changes(body=[new])
-                self.done.add("checkpoint")
-            out.append(st)
-        imp = "from torch.utils.checkpoint import checkpoint"
-        if "checkpoint" in self.done and imp not in self.plan.header_statements:
-            self.plan.header_statements.append(imp)
-        return loop.with_changes(body=loop.body.with_changes(body=out))
 
     def _wrap_loop(self, original: cst.For, updated: cst.For) -> cst.BaseStatement:
         if self.plan.wrap_data_loop and "data_loop" not in self.done and self._over_loader(original):
@@ -252,14 +200,8 @@ class _Transformer(cst.CSTTransformer):
             )
         return updated
 
-    def _over_loader(self, node: cst.For) -> bool:  # noqa: D401
-        """Tell whether a ``for`` iterates a DataLoader (a name bound to one, or the call itself)."""
-        it = node.iter
-        if isinstance(it, cst.Call) and _is_loader(it):
-            return True
-        if isinstance(it, cst.Call) and _callee(it) == "enumerate" and it.args:
-            it = it.args[0].value
-        return isinstance(it, cst.Name) and it.value in self.loaders
+    def _over_loader(self, node: cst.For) -> bool:
+        return iterates_loader(node, self.loaders)
 
     def visit_While(self, node: cst.While) -> None:  # noqa: N802
         self.loop_depth += 1
@@ -340,69 +282,3 @@ class _Transformer(cst.CSTTransformer):
             body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=[])]),
             leading_lines=stmt.leading_lines,
         )
-
-
-_READ_ATTRS = frozenset({"item", "cpu", "tolist", "numpy"})
-_READ_FUNCS = frozenset({"float", "int", "print"})
-
-
-def _host_read_statement(stmt: Any) -> bool:
-    """Tell whether a simple statement reads a tensor back to the host (``.item()``, ``print``...)."""
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False
-    found = False
-
-    class V(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:  # noqa: N802
-            nonlocal found
-            f = node.func
-            if isinstance(f, cst.Attribute) and f.attr.value in _READ_ATTRS:
-                found = True
-            elif isinstance(f, cst.Name) and f.value in _READ_FUNCS and node.args and not all(
-                isinstance(a.value, (cst.SimpleString, cst.Integer, cst.Float)) for a in node.args
-            ):
-                found = True
-
-    stmt.visit(V())
-    return found
-
-
-def _assigned(stmt: Any) -> set[str] | None:
-    """Names a simple statement binds (empty for a bare call); None when it does more."""
-    names: set[str] = set()
-    for small in stmt.body:
-        if isinstance(small, cst.Expr):
-            continue
-        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
-            [small.target] if isinstance(small, (cst.AugAssign, cst.AnnAssign)) else None)
-        if targets is None:
-            return None
-        for t in targets:
-            if not isinstance(t, cst.Name):
-                return None
-            names.add(t.value)
-    return names
-
-
-def _uses(stmt: Any, names: set[str]) -> bool:
-    """Tell whether a statement mentions any of ``names``."""
-    found = False
-
-    class V(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:  # noqa: N802
-            nonlocal found
-            found = found or node.value in names
-
-    stmt.visit(V())
-    return found
-
-
-def _loop_counter(loop: cst.For) -> tuple[str, list[cst.BaseStatement]]:
-    """Return the loop's step counter: ``enumerate``'s index, else a new one set to 0 before the loop."""
-    it, target = loop.iter, loop.target
-    if (
-        isinstance(it, cst.Call) and _callee(it) == "enumerate" and isinstance(target, cst.Tuple)
-        and target.elements and isinstance(target.elements[0].value, cst.Name)
-    ):
-        return target.elements[0].value.value, []
-    return "advisor_step", [cst.parse_statement("advisor_step = 0  # advisor: counts steps for the reads below\n")]

@@ -30,6 +30,7 @@ from advisor.capture.model import DataLoaderInfo, RunCapture, RunSpec, ScriptCon
 from advisor.capture.records import OUT_OF_MEMORY
 from advisor.capture.vocab import MemoryKind, StepSource
 from advisor.engine.model import Safety
+from advisor.fixes.diff_plan import DiffPlan
 
 SAFE = Safety.SAFE
 UNSAFE = Safety.UNSAFE
@@ -204,57 +205,6 @@ class VariantPlan:
     label: str = ""
 
 
-@dataclass
-class DiffPlan:
-    """The source edits the kept fixes ask for, gathered before the script is rewritten.
-
-    Fixes fill it through their ``plan_diff``; :mod:`advisor.fixes.diff` carries it out. Values
-    are Python source text, so this module needs no parser.
-
-    Attributes:
-        loader_kwargs: ``DataLoader(...)`` keyword -> expression to set.
-        batch_factor: Multiply the DataLoader's ``batch_size`` by this.
-        batch_fixes: The fixes behind ``batch_factor`` (named when it cannot be applied).
-        compile: ``model = torch.compile(model, <compile_kwargs>)`` after the model is built.
-        compile_kwargs: Keyword source for ``torch.compile`` (e.g. ``mode="max-autotune"``).
-        channels_last: ``model = model.to(memory_format=torch.channels_last)`` likewise.
-        autocast_device: Wrap the statement calling the model in bf16 autocast on this device.
-        fused: ``fused=True`` on the optimizer's constructor.
-        non_blocking: ``non_blocking=True`` on ``.to(device)`` calls inside loops.
-        threads_for_workers: Lower the thread count by the loader workers (resolved at the end).
-        header_statements: Statements inserted after the imports.
-        wrap_data_loop: Context expressions to open around the loop over the DataLoader
-            (``torch.inference_mode()``).
-        read_every: Move the loop's per-step host reads (``.item()``, ``float(t)``, ``.cpu()``,
-            ``print``) under ``if step % N == 0`` (0: leave them).
-        checkpoint_loops: In loops over a list of blocks (``for layer in self.layers``), call
-            each block through ``torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)``.
-        commands: New command lines that make a fix permanent through the script's own
-            arguments (no source change).
-        manual: What cannot be made mechanical, one line each.
-        fused_attention: Rewrite hand-written attention in the script's classes into
-            ``scaled_dot_product_attention`` (:mod:`advisor.fixes.attention`).
-    """
-
-    loader_kwargs: dict[str, str] = field(default_factory=dict)
-    batch_factor: int = 1
-    batch_fixes: list[str] = field(default_factory=list)
-    compile: bool = False
-    compile_kwargs: str = ""
-    channels_last: bool = False
-    autocast_device: str | None = None
-    fused: bool = False
-    non_blocking: bool = False
-    threads_for_workers: bool = False
-    header_statements: list[str] = field(default_factory=list)
-    wrap_data_loop: list[str] = field(default_factory=list)
-    read_every: int = 0
-    checkpoint_loops: bool = False
-    commands: list[str] = field(default_factory=list)
-    manual: list[str] = field(default_factory=list)
-    fused_attention: bool = False
-
-
 @dataclass(frozen=True)
 class RungRuns:
     """What the runs of a measured rung saw: the evidence a fix measured on top of it reads.
@@ -324,7 +274,9 @@ class Fix:
             for this fix; torch is imported inside, never at module level.
         adjust_loader: Child side: change one ``DataLoader(...)`` call's bound arguments.
         on_model: Child side: set up the model on its first outermost call.
-        plan_diff: Parent side: add this fix's source edits to a :class:`DiffPlan`.
+        plan_diff: Parent side: add this fix's source edits to a :class:`DiffPlan`: its generic
+            primitives, or the fix's own transformation as a
+            :class:`~advisor.fixes.diff_plan.SourceEdit` in ``plan.edits``.
         manual: What to change by hand, for a fix with no mechanical diff.
         advice: Why no safe run-time change exists, for a fix that is only a diff: it is never
             run, its trial reads ``advice`` (never a measured win), and its diff is offered.

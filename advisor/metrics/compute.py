@@ -370,7 +370,6 @@ def merge_digests(
         "peak_tflops": next((d.run["peak_tflops"] for d in digests if d.run.get("peak_tflops")), None),
         "top_kernels": list(lead.top_kernels),
         "breakdown_mode": "gpu" if has_gpu else "cpu",
-        "focus_rank": shown.rank if shown is not digests[0] else None,
         **views.tables,
     }
     share = peak_share(summary, capture, extra["dominant_dtype"], extra["peak_tflops"])
@@ -387,6 +386,7 @@ def merge_digests(
         notes=tuple(dict.fromkeys(notes)),
         device=devices,
         extra=extra,
+        focus_rank=shown.rank if shown is not digests[0] else None,
     )
 
 

@@ -57,7 +57,9 @@ class Metrics:
         locations: Source locations for syncs, copies and data loading, most costly first.
         notes: Remarks about the analysis (no ProfilerStep found, old trace format, ...).
         device: Device names seen in the trace (e.g. ``NVIDIA H100 80GB HBM3``), if any.
-        extra: Small JSON-able details for reports (top kernels, dtype mix, ...).
+        extra: Small JSON-able details for reports (top kernels, dtype mix, the named tables).
+        focus_rank: The rank whose trace gave the source locations, time tables and top kernels
+            when it is not the first rank (the straggler of a job); None for the first rank's.
     """
 
     source: str
@@ -68,3 +70,4 @@ class Metrics:
     notes: tuple[str, ...] = ()
     device: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    focus_rank: int | None = None

@@ -401,7 +401,7 @@ def build_report(
         warnings=warnings,
         device=tuple(metrics.device),
         tables={k: tuple(metrics.extra[k]) for k in TABLE_KEYS if metrics.extra.get(k)},
-        focus_rank=metrics.extra.get("focus_rank"),
+        focus_rank=metrics.focus_rank,
     )
     return with_fixes(report, fixes) if fixes else report
 

@@ -10,7 +10,8 @@ from advisor.capture.model import FixRequest, RunSpec
 from advisor.errors import InputError
 from advisor.fixes import catalog
 from advisor.fixes.catalog import script_args
-from advisor.fixes.fix import DiffPlan, FixContext
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import FixContext
 from advisor.fixes.model import Trial, set_name
 from advisor.sweep import child
 from advisor.sweep.model import Cell

@@ -59,7 +59,7 @@ def test_jobs_give_the_metrics_of_one_process(job: Path, reference, jobs: int) -
     _same_metrics(reference, merged)
     assert merged.summary["straggler_rank"] == STRAGGLER
     # the tables and locations are the straggler's, in both paths
-    assert focus is not None and focus.rank == STRAGGLER and merged.extra["focus_rank"] == STRAGGLER
+    assert focus is not None and focus.rank == STRAGGLER and merged.focus_rank == STRAGGLER
     assert any(f"rank {STRAGGLER}'s, the straggler" in n for n in merged.notes)
     assert merged.summary["rank_count"] == RANKS
     assert len(merged.extra["collectives"]) == 2  # all_to_all and all_reduce matched across ranks

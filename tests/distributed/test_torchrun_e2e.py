@@ -145,7 +145,7 @@ def test_slowed_rank_is_named_the_straggler(slow_run) -> None:
     assert 0.5 * SLOW_MS < balance.wait_ms < 3 * SLOW_MS  # about the delay injected per batch; load adds to it
     # where the time goes is shown for the rank the job waits for: its loader line holds the delay
     # (rank 0's holds a fraction of a millisecond)
-    assert m.extra["focus_rank"] == 1
+    assert m.focus_rank == 1
     loader = [loc for loc in m.locations if loc.kind == "data_loading"]
     assert loader and max(loc.time_ms or 0.0 for loc in loader) > 0.8 * SLOW_MS, loader
 

@@ -2,15 +2,18 @@
 
 Each module of this package defines ``FIX``, a :class:`~advisor.fixes.fix.Fix` holding the
 fix's metadata, applicability check, variants, run-time install and diff plan (or manual
-note). :func:`get_fixes` collects them in :data:`MODULES` order, which is also the order the
-runtime applies them in (workers before the fixes that need workers, channels_last before
-compile). Adding a fix means adding its module here, its test, and a rule that suggests it.
+note). :func:`get_fixes` collects every module of the package: those in :data:`MODULES` first,
+in that order, which is also the order the runtime applies them in (workers before the fixes
+that need workers, channels_last before compile), then any other in name order. Adding a fix
+means adding its module here (listed in :data:`MODULES` only when its run-time place matters),
+its test, and a rule that suggests it.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import pkgutil
 from collections.abc import Iterable
 
 from advisor.fixes.fix import Fix
@@ -38,7 +41,23 @@ MODULES: tuple[str, ...] = (
     "activation_checkpointing",
     "fit_accumulation",
 )
-"""Catalog modules, in the order fixes are listed and applied."""
+"""Catalog modules whose place in the run-time order is fixed, in the order fixes are listed and applied.
+
+A module of this package that is not listed follows them, in name order.
+"""
+
+
+def module_names() -> tuple[str, ...]:
+    """Every fix module of this package: :data:`MODULES` in order, then the others by name.
+
+    Raises:
+        ValueError: :data:`MODULES` names a module the package does not have.
+    """
+    found = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
+    missing = [name for name in MODULES if name not in found]
+    if missing:
+        raise ValueError(f"advisor.fixes.catalog.MODULES names no module: {', '.join(missing)}")
+    return (*MODULES, *sorted(found - set(MODULES)))
 
 
 def collect(fixes: Iterable[Fix]) -> dict[str, Fix]:
@@ -61,9 +80,9 @@ def collect(fixes: Iterable[Fix]) -> dict[str, Fix]:
 
 @functools.cache
 def get_fixes() -> dict[str, Fix]:
-    """Every fix in the catalog, by id, in :data:`MODULES` order (torch is not imported)."""
+    """Every fix in the catalog, by id, in :func:`module_names` order (torch is not imported)."""
     fixes = []
-    for name in MODULES:
+    for name in module_names():
         module = importlib.import_module(f"{__name__}.{name}")
         fix = module.FIX
         if fix.id != name:

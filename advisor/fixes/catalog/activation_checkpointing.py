@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 from advisor.capture.vocab import StepSource
-from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, Objective
+from advisor.fixes.diff_plan import DiffPlan, EditScope
+from advisor.fixes.fix import SAFE, Fix, FixContext, Objective
 
 MANUAL = (
     "activation_checkpointing: call each repeated block through "
@@ -121,9 +123,27 @@ def on_model(state: Any, module: Any) -> None:
     state.applied("activation_checkpointing", f"checkpointed {what} (use_reentrant=False)")
 
 
+@dataclass(frozen=True)
+class CheckpointLoops:
+    """The diff's edit (:class:`~advisor.fixes.diff_plan.SourceEdit`): :mod:`advisor.fixes.edits.activation_checkpointing`."""
+
+    name = "activation_checkpointing"
+
+    def apply(self, module: Any, scope: EditScope) -> tuple[Any, list[str]]:
+        """Checkpoint the block calls of loops over blocks and import ``checkpoint``; else say what to do by hand."""
+        from advisor.fixes.edits.activation_checkpointing import IMPORT, checkpoint_loops
+
+        new, done = checkpoint_loops(module, scope.loaders)
+        if not done:
+            return new, [MANUAL]
+        if IMPORT not in scope.header_statements:
+            scope.header_statements.append(IMPORT)
+        return new, []
+
+
 def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
     """Checkpoint the calls in loops over a block list (``x = checkpoint(layer, x, ...)``)."""
-    plan.checkpoint_loops = True
+    plan.edits.append(CheckpointLoops())
 
 
 FIX = Fix(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.capture.model import RunSpec
-from advisor.fixes.fix import LOSS_RTOL_PRECISION, UNSAFE, DiffPlan, Fix, FixContext, VariantPlan
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import LOSS_RTOL_PRECISION, UNSAFE, Fix, FixContext, VariantPlan
 
 
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:

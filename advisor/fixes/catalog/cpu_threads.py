@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.capture.model import RunSpec
-from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, VariantPlan
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import SAFE, Fix, FixContext, VariantPlan
 
 
 def thread_ladder(current: int) -> tuple[int, ...]:
@@ -80,8 +81,24 @@ def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
     threads = params.get("threads")
     if threads:
         plan.header_statements.append(f"torch.set_num_threads({int(threads)})")
+    elif _threads_for_workers not in plan.finish:
+        plan.finish.append(_threads_for_workers)
+
+
+def _threads_for_workers(plan: DiffPlan) -> None:
+    """Leave one core per loader worker (cores - workers, >= 1), as the runtime did.
+
+    A finish step: the worker count is known only once every kept fix has planned.
+    """
+    workers = plan.loader_kwargs.get("num_workers", "")
+    n = int(workers) if workers.isdigit() else 0
+    if n:
+        plan.header_statements.append(
+            f"torch.set_num_threads(max(1, torch.get_num_threads() - {n}))"
+            "  # advisor: a core per loader worker"
+        )
     else:
-        plan.threads_for_workers = True
+        plan.manual.append("cpu_threads: call torch.set_num_threads(cores - num_workers) at start-up")
 
 
 FIX = Fix(

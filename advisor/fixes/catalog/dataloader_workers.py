@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.capture.model import RunSpec
-from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, VariantPlan, needs_loader
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import SAFE, Fix, FixContext, VariantPlan, needs_loader
 
 
 def worker_ladder(cores: int, current: int = 0) -> tuple[int, ...]:

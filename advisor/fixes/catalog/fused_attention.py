@@ -21,9 +21,11 @@ to ``from_pretrained(...)`` calls.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from advisor.fixes.fix import UNSAFE, DiffPlan, Fix
+from advisor.fixes.diff_plan import DiffPlan, EditScope
+from advisor.fixes.fix import UNSAFE, Fix
 
 # NOTE: SDPA is the same attention rounded differently. Measured on examples/attention_lm.py
 # (context 128, 6 steps, same seed, CPU, torch 2.13): the first losses differ by 1e-7 relative
@@ -170,9 +172,30 @@ def rewrite_class(cls: type) -> tuple[bool, str | None]:
     return True, None
 
 
+@dataclass(frozen=True)
+class RewriteAttention:
+    """The diff's edit (:class:`~advisor.fixes.diff_plan.SourceEdit`): :mod:`advisor.fixes.attention`, as at run time."""
+
+    name = "fused_attention"
+
+    def apply(self, module: Any, scope: EditScope) -> tuple[Any, list[str]]:
+        """Rewrite hand-written attention in the script's classes; say what is left as written."""
+        from advisor.fixes.attention import rewrite_module
+
+        new, rw = rewrite_module(module)
+        notes = [f"fused_attention: {why}; left as written" for why in rw.refused]
+        if not rw.changed and not rw.loads:
+            notes.append(
+                "fused_attention: no class forward with q @ k.transpose(-2, -1) -> softmax -> @ v found in this "
+                "script; call torch.nn.functional.scaled_dot_product_attention(q, k, v, ...) where attention is "
+                "computed (Hugging Face: from_pretrained(..., attn_implementation=\"sdpa\"))"
+            )
+        return new, notes
+
+
 def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
     """Rewrite hand-written attention in the script's classes; ``attn_implementation="sdpa"`` on loads."""
-    plan.fused_attention = True
+    plan.edits.append(RewriteAttention())
 
 
 FIX = Fix(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.fixes.fix import LOSS_RTOL_PRECISION, UNSAFE, DiffPlan, Fix
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import LOSS_RTOL_PRECISION, UNSAFE, Fix
 
 
 def install(state: Any, params: dict[str, Any]) -> None:

@@ -9,17 +9,33 @@ host under ``if step % N == 0:`` (a counter is added when the loop has none).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from advisor.fixes.fix import SAFE, DiffPlan, Fix
+from advisor.fixes.diff_plan import DiffPlan, EditScope
+from advisor.fixes.fix import SAFE, Fix
 
 READ_EVERY = 20
 """Steps between host reads in the diff."""
 
 
+@dataclass(frozen=True)
+class ReadEvery:
+    """The diff's edit (:class:`~advisor.fixes.diff_plan.SourceEdit`): :mod:`advisor.fixes.edits.host_reads`."""
+
+    every: int = READ_EVERY
+    name = "host_reads"
+
+    def apply(self, module: Any, scope: EditScope) -> tuple[Any, list[str]]:
+        """Move the reads of the first loop over a DataLoader; say what is left."""
+        from advisor.fixes.edits.host_reads import read_every
+
+        return read_every(module, self.every, scope.loaders)
+
+
 def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
     """Move per-step host reads under ``if step % N == 0`` in the loop over the DataLoader."""
-    plan.read_every = int(params.get("every", READ_EVERY))
+    plan.edits.append(ReadEvery(int(params.get("every", READ_EVERY))))
 
 
 FIX = Fix(

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.capture.vocab import StepSource
-from advisor.fixes.fix import LOSS_RTOL_SAFE, SAFE, DiffPlan, Fix, FixContext
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import LOSS_RTOL_SAFE, SAFE, Fix, FixContext
 
 
 def check(ctx: FixContext) -> str | None:

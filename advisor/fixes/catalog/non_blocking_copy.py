@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.fixes.fix import SAFE, DiffPlan, Fix, needs_cuda
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import SAFE, Fix, needs_cuda
 
 
 def install(state: Any, params: dict[str, Any]) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.capture.phases import SOURCE_DATALOADER
-from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, RungRuns, needs_loader
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import SAFE, Fix, FixContext, RungRuns, needs_loader
 
 
 def check(ctx: FixContext) -> str | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, needs_cuda, needs_loader
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import SAFE, Fix, FixContext, needs_cuda, needs_loader
 
 
 def check(ctx: FixContext) -> str | None:

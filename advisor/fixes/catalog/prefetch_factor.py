@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.capture.model import RunSpec
-from advisor.fixes.fix import SAFE, DiffPlan, Fix, FixContext, RungRuns, VariantPlan, needs_loader
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import SAFE, Fix, FixContext, RungRuns, VariantPlan, needs_loader
 
 DEFAULT_PREFETCH = 4
 

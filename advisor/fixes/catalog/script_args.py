@@ -23,7 +23,8 @@ from typing import Any
 from advisor.capture.model import RunSpec
 from advisor.capture.records import ScriptOption
 from advisor.capture.vocab import ConfigStyle
-from advisor.fixes.fix import LOSS_RTOL_BATCH, UNSAFE, DiffPlan, Fix, FixContext, VariantPlan
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import LOSS_RTOL_BATCH, UNSAFE, Fix, FixContext, VariantPlan
 
 ACCUMULATION_NAMES = frozenset({
     "accum", "accumsteps", "accumulation", "accumulationsteps", "accumulate", "accumulategradbatches",

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.capture.model import RunSpec
-from advisor.fixes.fix import LOSS_RTOL_PRECISION, UNSAFE, DiffPlan, Fix, FixContext, VariantPlan
+from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.fix import LOSS_RTOL_PRECISION, UNSAFE, Fix, FixContext, VariantPlan
 
 # torch.compile keywords a trial may choose (tests use the fast "eager" backend).
 COMPILE_KEYS = ("backend", "mode", "dynamic")
