@@ -19,7 +19,7 @@ from advisor.report.model import Report
 from advisor.report.svg import esc
 
 if TYPE_CHECKING:
-    from advisor.report.view import ReportView
+    from advisor.report.view import Headline, ReportView
 
 CSS = """
 :root{--bg:#f7f7f8;--card:#fff;--fg:#1d1d1f;--muted:#6b6b73;--line:#e3e3e8;--accent:#4e79a7;
@@ -38,6 +38,7 @@ h2{font-size:17px;margin:34px 0 10px}
 .card .v{font-size:22px;font-weight:650;margin-top:2px}
 .card .d{font-size:13px;color:var(--muted)}
 .card.primary{border-left:4px solid #e15759}
+.card.kept{border-left:4px solid #59a14f}.card.nothing-kept{border-left:4px solid #f28e2b}
 .panel{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:14px 16px}
 .finding{background:var(--card);border:1px solid var(--line);border-left:4px solid var(--sev);border-radius:10px;padding:10px 14px;margin:10px 0}
 .finding .head{display:flex;gap:10px;align-items:baseline;flex-wrap:wrap}
@@ -160,9 +161,25 @@ def diff_block(diff: str) -> str:
     return "<pre>" + "".join(lines) + "</pre>"
 
 
+def _outcome_card(h: Headline) -> str:
+    """Return the first card: the kept fixes' measured speedup, or "nothing" kept and why ("" when no trial ran)."""
+    if h.speedup is not None:
+        sp = h.speedup
+        detail = " · ".join(x for x in (sp.ci_text, f"{', '.join(sp.fixes)}: {sp.basis_text}") if x)
+        return card("Kept · measured speedup", s.times(sp.speedup), detail, "kept")
+    if h.kept:
+        return card("Kept", ", ".join(h.kept), "speedup not measured", "kept")
+    if h.nothing_kept:
+        return card("Kept", "nothing", h.nothing_kept, "nothing-kept")
+    return ""
+
+
 def _cards(report: Report, view: ReportView) -> str:
     h = view.headline
     out = []
+    outcome = _outcome_card(h)
+    if outcome:
+        out.append(outcome)  # NOTE: the answer first (issue #32)
     b = h.bottleneck
     if b is not None:
         out.append(card("Primary bottleneck", b.label, b.measured_text, "primary"))
@@ -175,15 +192,6 @@ def _cards(report: Report, view: ReportView) -> str:
         out.append(card("Primary bottleneck", "none found", "no rule fired above its threshold"))
     if h.rate is not None:
         out.append(card("Throughput", s.rate(h.rate), f"{h.rate_unit} · {h.rate_caption}"))
-    if h.speedup is not None:
-        sp = h.speedup
-        out.append(
-            card(
-                "Measured speedup",
-                s.times(sp.speedup),
-                " · ".join(x for x in (sp.ci_text, f"with {', '.join(sp.fixes)}: {sp.basis_text}") if x),
-            )
-        )
     out.append(card("Step time", h.step_text, f"{h.step_caption} · {h.device}"))
     out.append(card("Findings", str(len(report.findings)), h.findings))
     return '<div class="cards">' + "".join(out) + "</div>"

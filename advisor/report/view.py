@@ -29,6 +29,7 @@ from advisor.report import headline as _headline
 from advisor.report import style as s
 from advisor.report.figures import device_text, part_shares, severity_counts, title_of
 from advisor.report.model import Report
+from advisor.report.outcome import nothing_kept_reason
 
 MAX_LOCATIONS = 30
 """Source locations the view keeps (the terminal shows fewer; JSON has them all)."""
@@ -181,6 +182,9 @@ class Headline:
     step_caption: str
     device: str
     findings: str
+    nothing_kept: str | None = None
+    """Why no fix was kept, when trials ran and none was (:mod:`advisor.report.outcome`)."""
+    kept: tuple[str, ...] = ()
 
     @property
     def rate_text(self) -> str:
@@ -353,6 +357,8 @@ def build_headline(report: Report) -> Headline:
         step_caption=step.caption(),
         device=device_text(report),
         findings=severity_counts(report.findings),
+        nothing_kept=nothing_kept_reason(report),
+        kept=tuple(report.kept_fixes),
     )
 
 
