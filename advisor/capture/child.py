@@ -163,6 +163,8 @@ class ChildSession:
             if main is not None and getattr(main, "__file__", None) == self.script:
                 self.script_config.read_globals(vars(main))
         self.write(finished=False)
+        if rec.phase in (Phase.PROFILED, Phase.CPROFILE) and not rec.phases.asked(rec.phase):
+            return  # NOTE: a phase asked with 0 steps (every fix trial's profilers) is passed through, not shown
         self._event(rec.phase)
 
     def write(self, finished: bool) -> None:
