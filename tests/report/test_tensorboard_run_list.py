@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from proc_helpers import interrupt
 from report_fixtures import record_cpu_trace
 
 from advisor.report.tensorboard_logdir import PLUGIN_RUNS_PATH, prepare_logdir, run_label
@@ -100,12 +100,7 @@ def test_tensorboard_lists_the_pair_and_leaves_no_process_behind(diagnosed_run: 
         family |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
         assert family, "TensorBoard should be running under advisor"
     finally:
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
+        _, err = interrupt(proc, timeout_s=60)
     assert proc.returncode == 0, err
     assert "child.json" not in err and "config.json" not in err
     left = []
