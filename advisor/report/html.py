@@ -348,7 +348,8 @@ def _run(report: Report) -> str:
     rows: list[tuple[str, str]] = []
     if run.script:
         rows.append(("Script", " ".join([run.script, *run.args])))
-    rows.append(("Status", run.status + (f" (exit {run.exit_code})" if run.exit_code not in (None, 0) else "")))
+    rows.append(("Status", s.run_status_label(run.status)
+                 + (f" (exit {run.exit_code})" if run.exit_code not in (None, 0) else "")))
     if run.error:
         rows.append(("Error", run.error))
     if run.step_source:
@@ -361,12 +362,31 @@ def _run(report: Report) -> str:
     if run.peak_memory_bytes is not None:
         rows.append(("Peak memory", s.nbytes(run.peak_memory_bytes)))
     for key, value in sorted((run.environment or {}).items()):
-        if value not in (None, "", 0):
-            rows.append((key.replace("_", " ").capitalize(), str(value)))
+        if value not in (None, "", 0, [], {}):
+            rows.append((key.replace("_", " ").capitalize(), value))
     if report.device:
         rows.append(("Devices in trace", ", ".join(report.device)))
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{_env_cell(v)}</td></tr>" for k, v in rows)
     return f"<h2>Run</h2><table>{body}</table>"
+
+
+def _env_cell(value: object) -> str:
+    """Return an environment value as escaped HTML: records (the matmul peaks) as a small table.
+
+    ``str()`` of a list of dicts printed the matmul peaks as a raw Python literal (issue #32).
+    """
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
+        cols = list(dict.fromkeys(k for v in value for k in v))
+        head = "".join(f"<th>{esc(c.replace('_', ' '))}</th>" for c in cols)
+        rows = "".join("<tr>" + "".join(f"<td>{_env_cell(v.get(c, ''))}</td>" for c in cols) + "</tr>" for v in value)
+        return f"<table><tr>{head}</tr>{rows}</table>"
+    if isinstance(value, dict):
+        return esc(" · ".join(f"{k.replace('_', ' ')}: {v}" for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return esc(", ".join(str(v) for v in value))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return esc(str(value))
 
 
 def _status(report: Report) -> str:

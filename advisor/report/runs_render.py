@@ -93,12 +93,12 @@ def _cells(r: RunSummary) -> _RunCells:
         name=r.name,
         when=_short_time(r.when),
         script=display_path(r.script) if r.script else "—",
-        status=r.status if r.ranks <= 1 else f"{r.status} ({r.ranks} ranks)",
+        status=s.run_status_label(r.status) + ("" if r.ranks <= 1 else f" ({r.ranks} ranks)"),
         status_style=status_style,
         primary=primary,
         kept=", ".join(r.kept_fixes) or "—",
         speedup=s.times(r.speedup) if r.kept_fixes else "—",
-        steps="—" if r.steps_measured is None else str(r.steps_measured),
+        steps="—" if r.steps_run is None else str(r.steps_run),
     )
 
 

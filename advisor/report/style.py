@@ -291,6 +291,19 @@ def has_memory(trials: Any) -> bool:
     return any(getattr(t, "peak_memory_bytes", None) for t in trials if t is not None)
 
 
+RUN_STATUS_LABELS: dict[str, str] = {
+    "stopped": "complete",
+    "completed": "complete (ran to its end)",
+}
+"""Capture statuses in words for people; ``stopped`` (advisor ended the script after its profiled
+steps, as planned) read as a failure on a successful capture (issue #32). JSON keeps the words."""
+
+
+def run_status_label(status: str) -> str:
+    """Return a capture status for display: ``complete`` for a normal stop, the word itself otherwise."""
+    return RUN_STATUS_LABELS.get(status, status)
+
+
 def status_line(status: str, trials: Any) -> str | None:
     """One line saying a report is not final (``running``/``interrupted``), or None when it is.
 

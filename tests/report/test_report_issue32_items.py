@@ -1,0 +1,29 @@
+"""Smaller report items of issue #32, one test each."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from report_fixtures import make_report
+
+from advisor.report.html import render_html
+
+
+def _with_run(**fields):
+    report = make_report()
+    return dataclasses.replace(report, run=dataclasses.replace(report.run, **fields))
+
+
+def test_html_matmul_peaks_are_a_table_not_a_python_literal() -> None:
+    peaks = [{"dtype": "fp32", "threads": 2, "tflops": 0.115, "device": "cpu"},
+             {"dtype": "bf16", "threads": 2, "tflops": 0.001, "device": "cpu"}]
+    page = render_html(_with_run(environment={"matmul_peaks": peaks, "torch": "2.13.0"}))
+    row = page[page.index("Matmul peaks"):][:800]
+    assert "{'dtype'" not in page and "{&#x27;dtype" not in page
+    assert "<th>dtype</th>" in row and "<td>0.115</td>" in row and "<td>bf16</td>" in row
+
+
+def test_html_status_of_a_normal_stop_reads_complete() -> None:
+    page = render_html(_with_run(status="stopped"))
+    status = page[page.index("<th>Status</th>"):][:60]
+    assert "complete" in status and "stopped" not in status
