@@ -27,3 +27,22 @@ def test_html_status_of_a_normal_stop_reads_complete() -> None:
     page = render_html(_with_run(status="stopped"))
     status = page[page.index("<th>Status</th>"):][:60]
     assert "complete" in status and "stopped" not in status
+
+
+def test_the_diff_is_saved_as_fix_diff_and_printed_by_report_diff(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from advisor.cli.main import cli
+
+    report = make_report()
+    assert report.diff.strip()
+    report.save(tmp_path)
+    assert (tmp_path / "fix.diff").read_text(encoding="utf-8") == report.diff
+    result = CliRunner().invoke(cli, ["report", str(tmp_path), "--diff"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (report.diff if report.diff.endswith("\n") else report.diff + "\n")
+    # a later save with nothing kept leaves no stale diff behind
+    dataclasses.replace(report, diff="").save(tmp_path)
+    assert not (tmp_path / "fix.diff").exists()
+    result = CliRunner().invoke(cli, ["report", str(tmp_path), "--diff"])
+    assert result.exit_code == 0 and result.stdout == "" and "no kept fix" in result.stderr
