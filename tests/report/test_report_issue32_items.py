@@ -46,3 +46,34 @@ def test_the_diff_is_saved_as_fix_diff_and_printed_by_report_diff(tmp_path) -> N
     assert not (tmp_path / "fix.diff").exists()
     result = CliRunner().invoke(cli, ["report", str(tmp_path), "--diff"])
     assert result.exit_code == 0 and result.stdout == "" and "no kept fix" in result.stderr
+
+
+def test_ci_paths_are_relative_to_the_repository_root(tmp_path, monkeypatch) -> None:
+    import json as _json
+
+    from advisor.engine.model import Location
+    from advisor.report.ci_paths import repo_path
+    from advisor.report.github import render_github
+    from advisor.report.sarif import render_sarif
+
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "examples").mkdir()
+    script = repo / "examples" / "train.py"
+    script.write_text("pass\n")
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)
+    monkeypatch.chdir(repo / "examples")  # run from a subfolder: the path is still the repository's
+    assert repo_path(str(script)) == "examples/train.py"
+    assert repo_path("train.py") == "examples/train.py"  # relative to where advisor ran
+    assert repo_path("/elsewhere/x.py") == "/elsewhere/x.py"
+
+    report = make_report()
+    finding = dataclasses.replace(report.findings[0], locations=(Location(file=str(script), line=3),))
+    report = dataclasses.replace(report, findings=(finding,))
+    sarif = _json.loads(render_sarif(report))
+    uris = [loc["physicalLocation"]["artifactLocation"]["uri"] for r in sarif["runs"][0]["results"] for loc in r["locations"]]
+    assert uris == ["examples/train.py"]
+    assert "file=examples/train.py,line=3" in render_github(report)
+
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(repo / "examples"))  # a workflow's checkout wins
+    assert repo_path(str(script)) == "train.py"
