@@ -227,6 +227,27 @@ def trial_score(trial: Any) -> str:
     return text
 
 
+SAFE_LOSS_NOTICE = 0.001
+"""A safe fix's loss drift (relative, against the baseline with the same seed) above which the report says so."""
+
+
+def safe_loss_note(trial: Any) -> str:
+    """Say when a fix labelled safe moved the loss noticeably ("" otherwise).
+
+    *Safe* means the arithmetic is unchanged, yet a run can still see other data: DataLoader
+    workers draw random augmentations from their own seeded generators, so the loss of the first
+    steps differs. The trial passes (it is within the safe tolerance) but a user reading "safe:
+    keeps numerics" next to a 1.16% loss change deserved a word (issue #32).
+    """
+    diff = finite(getattr(trial, "loss_max_rel_diff", None))
+    if getattr(trial, "safety", "") != "safe" or diff is None or diff <= SAFE_LOSS_NOTICE:
+        return ""
+    return (
+        f"loss moved {pct(diff, 2)} from the baseline's with the same seed: a safe fix keeps the "
+        "arithmetic, but the data can differ (DataLoader workers seed their own random augmentations)"
+    )
+
+
 def trial_interval(trial: Any) -> str:
     """Return a trial's interval (``[1.21–1.40]``), with ``range`` after it when it spans every run against every other."""
     text = ci(getattr(trial, "ci_low", None), getattr(trial, "ci_high", None))

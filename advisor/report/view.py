@@ -384,7 +384,7 @@ def _trial_row(t: Trial, combined: bool) -> TrialRow:
         verdict=_verdict_label(t),
         loss=s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—",
         memory=s.trial_memory(t),
-        note="; ".join(x for x in (s.trial_score(t), t.reason) if x),
+        note="; ".join(x for x in (s.trial_score(t), t.reason, s.safe_loss_note(t)) if x),
         reference=s.trial_reference(t),
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 
 from report_fixtures import make_report
 
@@ -77,3 +78,17 @@ def test_ci_paths_are_relative_to_the_repository_root(tmp_path, monkeypatch) -> 
 
     monkeypatch.setenv("GITHUB_WORKSPACE", str(repo / "examples"))  # a workflow's checkout wins
     assert repo_path(str(script)) == "train.py"
+
+
+def test_a_safe_fix_that_moved_the_loss_says_so() -> None:
+    from advisor.report.render import render
+
+    report = make_report()
+    moved = dataclasses.replace(report.trials[0], loss_max_rel_diff=0.0116)
+    report = dataclasses.replace(report, trials=(moved, *report.trials[1:]))
+    assert moved.safety == "safe"
+    for fmt in ("text", "markdown", "html"):
+        out = " ".join(html.unescape(render(report, fmt, width=160)).split()).replace("\\", "")
+        assert "loss moved 1.16% from the baseline's with the same seed" in out, fmt
+    same = dataclasses.replace(report, trials=(dataclasses.replace(moved, loss_max_rel_diff=0.0), *report.trials[1:]))
+    assert "loss moved" not in render(same, "text")
