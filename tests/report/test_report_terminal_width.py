@@ -110,3 +110,17 @@ def test_advisor_runs_honours_columns(monkeypatch: pytest.MonkeyPatch, tmp_path)
     out = render_runs([row], tmp_path)
     assert max(cell_len(line) for line in out.splitlines()) <= 80, out
     assert "train-20261121-120000" in out and "examples/data_loading.py" in out
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_advisor_compare_fits_too(width: int) -> None:
+    from report_fixtures import make_after_report
+
+    from advisor.report.compare import compare_reports
+    from advisor.report.compare_render import render_comparison_text
+
+    cmp = compare_reports(make_report(), make_after_report())
+    wide = render_comparison_text(cmp, width=MAX_WIDTH * 3)
+    narrow = render_comparison_text(cmp, width=width)
+    assert sorted(_tokens(wide) - _tokens(narrow)) == []
+    assert max(cell_len(line) for line in narrow.splitlines()) <= width
