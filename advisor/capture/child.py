@@ -170,6 +170,7 @@ class ChildSession:
     def write(self, finished: bool) -> None:
         """Write ``child.json`` (atomically): everything measured so far."""
         rec = self.recorder
+        namer = getattr(rec.profiler, "namer", None)
         data: dict[str, Any] = {
             **rec.snapshot(),
             "status": self.status,
@@ -185,6 +186,7 @@ class ChildSession:
             "finished": finished,
             "pid": os.getpid(),
             "wall_s": round(time.perf_counter() - self.t0, 4),
+            "module_names": dict(namer.names) if namer is not None else {},
         }
         if finished:
             peak, kind = peak_memory()
