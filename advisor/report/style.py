@@ -11,6 +11,7 @@ from typing import Any
 
 from advisor._num import finite
 from advisor._paths import display_path
+from advisor.capture.vocab import RunStatus
 from advisor.metrics.registry import BREAKDOWN_PARTS
 from advisor.report.model import ReportStatus
 
@@ -313,8 +314,8 @@ def has_memory(trials: Any) -> bool:
 
 
 RUN_STATUS_LABELS: dict[str, str] = {
-    "stopped": "complete",
-    "completed": "complete (ran to its end)",
+    RunStatus.STOPPED: "complete",
+    RunStatus.COMPLETED: "complete (ran to its end)",
 }
 """Capture statuses in words for people; ``stopped`` (advisor ended the script after its profiled
 steps, as planned) read as a failure on a successful capture (issue #32). JSON keeps the words."""
