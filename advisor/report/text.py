@@ -138,24 +138,25 @@ def _trials(view: ReportView, width: int = WIDTH) -> RenderableType | None:
     rows = view.trials
     if not rows:
         return None
-    # NOTE: seven columns of whole numbers need 85 columns with a cell of padding each side; below
-    # the default width the padding goes (the blank rule between columns still separates them),
-    # so no column is cropped (issue #32).
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1) if width >= WIDTH else (0, 0))
+    # NOTE: seven columns of whole numbers need 85+ columns with a cell of padding each side and
+    # the interval beside the ratio. Below the default width (issue #32: at 80 columns rich cropped
+    # the Loss and Peak mem columns off the table) the padding goes, the header and the interval
+    # are stacked on lines of their own, and only the verdict wraps: every width is then decided
+    # by whole tokens, none by rich shrinking a column it cannot wrap.
+    narrow = width < WIDTH
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0) if narrow else (0, 1))
     # NOTE: never narrower than the longest fix id, so ids wrap at " + ", never mid-name.
     longest = max((len(w) for r in rows for w in r.name.split()), default=18)
     table.add_column("Fix", min_width=max(12, longest), max_width=max(24, longest), overflow="fold")
     table.add_column("Before", justify="right", no_wrap=True)
     table.add_column("After", justify="right", no_wrap=True)
-    # NOTE: the interval wraps under the ratio when the terminal is narrow (issue #32: at 80
-    # columns rich cropped the Loss and Peak mem columns off the table).
-    table.add_column("Speedup [95% CI]", justify="right", min_width=11)
+    table.add_column("Speedup\n[95% CI]" if narrow else "Speedup [95% CI]", justify="right", no_wrap=True)
     # NOTE: the verdict wraps at spaces ("no measurable / effect"): seven unwrappable columns
     # were 101 columns wide and rich cropped the last one (Peak mem read "275.3 Mi").
-    table.add_column("Verdict", min_width=10, max_width=None if width >= WIDTH else 13)
+    table.add_column("Verdict", min_width=10, max_width=13 if narrow else None)
     table.add_column("Loss Δ", justify="right", no_wrap=True)
     if view.has_memory:
-        table.add_column("Peak mem", justify="right", min_width=5)  # "412.0 MiB" wraps at its space when narrow
+        table.add_column("Peak mem", justify="right", no_wrap=True)
     combined_at = len(rows) - 1 if rows[-1].combined else -1
     for i, r in enumerate(rows):
         verdict_style = {"improved": "green", "slower": "red", "failed": "bold red"}.get(r.trial.verdict, "")
@@ -166,7 +167,7 @@ def _trials(view: ReportView, width: int = WIDTH) -> RenderableType | None:
             name,
             safe_text(r.before),
             safe_text(r.after),
-            safe_text(r.speedup),
+            safe_text(r.speedup.replace(" ", "\n") if narrow else r.speedup),
             safe_text(r.verdict, verdict_style),
             safe_text(r.loss),
             *([safe_text(r.memory.replace(" (", "\n("))] if view.has_memory else []),
