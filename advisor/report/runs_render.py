@@ -44,7 +44,7 @@ def render_runs_text(rows: Sequence[RunSummary], directory: Path, color: bool = 
         # NOTE: issue #32: at 80 columns the eight-column table folded names and scripts into
         # five-letter pieces. Too narrow for the table, each run gets a block: its name and
         # script whole on their own lines, the figures wrapped at spaces below.
-        console.print(safe_text(f"Runs in {directory}", "bold"), crop=False)
+        console.print(safe_text(f"Runs in {directory}", "bold"), overflow="ignore", crop=False)
         for c in cells:
             console.print()
             head = Text.assemble(safe_text(c.name, "bold"), "  ", Text(c.when), "  ", Text(c.status, style=c.status_style))
