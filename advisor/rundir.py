@@ -43,6 +43,7 @@ CHILD_FILE = "child.json"
 CAPTURE_FILE = "capture.json"
 PSTATS_FILE = "profile.pstats"
 REPORT_FILE = "report.json"
+FIX_DIFF_FILE = "fix.diff"
 SWEEP_FILE = "sweep.json"
 SWEEP_DIFF_FILE = "sweep.diff"
 SWEEP_FLOPS_FILE = "sweep_flops.json"
@@ -57,7 +58,7 @@ RANK_DIR_RE = re.compile(r"^rank(\d+)$")
 
 MANAGED_FILES = (
     CONFIG_FILE, STDOUT_LOG, STDERR_LOG, EVENTS_FILE, CHILD_FILE, CAPTURE_FILE, PSTATS_FILE, REPORT_FILE, NODE_FILE,
-    SWEEP_FILE, SWEEP_DIFF_FILE,
+    SWEEP_FILE, SWEEP_DIFF_FILE, FIX_DIFF_FILE,
 )
 """Files of a run directory; replaced when a run directory is reused."""
 MANAGED_DIRS = (TRACES_DIR, TORCHRUN_LOGS_DIR, TRIALS_DIR, TENSORBOARD_DIR, KEPT_DIR)

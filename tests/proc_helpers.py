@@ -101,3 +101,13 @@ def signal_when(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def interrupt(proc: subprocess.Popen, timeout_s: float = 30.0) -> tuple[str, str]:
+    """Send ``proc`` SIGINT (what Ctrl-C delivers) and collect its output; SIGKILL it if it hangs."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()

@@ -82,8 +82,13 @@ def regression(comparison: Comparison, max_pct: float) -> str | None:
 
 def write_comparison(comparison: Comparison, fmt: str | None, output: Path | None) -> Path | None:
     """Render a comparison and write it to ``output`` or stdout; return the file written, if any."""
+    import sys
+
     from advisor.report.compare_render import render_comparison
+    from advisor.report.console import terminal_width
     from advisor.report.render import resolve_format, use_color, write_output
 
     chosen = resolve_format(fmt, output)
-    return write_output(render_comparison(comparison, chosen, color=use_color(chosen, output)), chosen, output)
+    width = terminal_width(sys.stdout) if output is None or str(output) == "-" else None
+    text = render_comparison(comparison, chosen, color=use_color(chosen, output), width=width)
+    return write_output(text, chosen, output)

@@ -21,7 +21,7 @@ def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], No
     live.__enter__()
     state = {"live": True}
 
-    status: dict[str, Any] = {"spinner": None, "last": None}
+    status: dict[str, Any] = {"spinner": None}
 
     def stop() -> None:
         if state["live"]:
@@ -35,25 +35,46 @@ def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], No
         if state["live"]:
             state["live"] = False  # the capture bar is finished once trials start
             live.__exit__(None, None, None)
-        text = escape(event.line())
+        text = escape(event.line() + total_left(event))
         if getattr(event, "in_flight", ""):
             # NOTE: a run in flight updates one transient line on a terminal; in a log (not a
-            # terminal) it gets a line per phase, never one per step.
+            # terminal) it gets no line at all: one line per finished run (issue #32: a phase
+            # line per run made six lines per trial and 291 lines for one diagnose).
             if console.is_terminal:
                 if status["spinner"] is None:
                     status["spinner"] = console.status(f"[dim]fix trial[/dim] {text}")
                     status["spinner"].start()
                 else:
                     status["spinner"].update(f"[dim]fix trial[/dim] {text}")
-            elif status["last"] != (event.run, event.in_flight):
-                status["last"] = (event.run, event.in_flight)
-                console.print(f"[dim]fix trial[/dim] {text}", highlight=False, soft_wrap=True)
             return
         # NOTE: soft_wrap: one event, one line, however long; a log cut at rich's 80 columns
         # split "running: starting" across two lines
         console.print(f"[dim]fix trial[/dim] {text}", highlight=False, soft_wrap=True)
 
     return live, on_trial, stop
+
+
+def total_left(event: Any) -> str:
+    """``  (~3m10s in all, counting a combined run)``: the whole loop's remaining time, or "".
+
+    The loop plans a stage only once the one before has its verdicts, so its own estimate covers
+    the current stage ("5 more in this stage (~1m)"); a user in a 6-minute run never learnt how
+    long was left (issue #32). The total adds the combined measurement that follows the trials
+    (two runs per round: the kept set and its baseline), at the runs' typical wall time so far;
+    fixes measured on top of another are not foreseen, so it is a lower bound and says so.
+    """
+    from advisor.fixes.loop.progress import clock_text
+
+    left = getattr(event, "runs_left", None)
+    eta = getattr(event, "eta_s", None)
+    if not left or eta is None:
+        return ""
+    stage = str(getattr(event, "stage", ""))
+    if stage == "combined":
+        return ""  # NOTE: the last stage: its own estimate is the total
+    per_run = eta / left
+    later = 2 * max(int(getattr(event, "repeats", 0) or 0), 1)
+    return f"  (~{clock_text(eta + later * per_run)} in all, counting a combined run)"
 
 
 def sweep_progress() -> tuple[Callable[[Any], None], Callable[[], None]]:

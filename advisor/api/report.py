@@ -24,10 +24,15 @@ def write_report(report: Report, fmt: str | None, output: Path | None) -> Path |
     Returns:
         The file written, or None for stdout.
     """
+    import sys
+
+    from advisor.report.console import terminal_width
     from advisor.report.render import render, resolve_format, use_color, write_output
 
     chosen = resolve_format(fmt, output)
-    return write_output(render(report, chosen, color=use_color(chosen, output)), chosen, output)
+    # NOTE: a file gets the fixed width; stdout gets the terminal's (or COLUMNS) so it never wraps.
+    width = terminal_width(sys.stdout) if output is None or str(output) == "-" else None
+    return write_output(render(report, chosen, color=use_color(chosen, output), width=width), chosen, output)
 
 
 def exit_code_for(report: Report, fail_on: str) -> int:

@@ -19,11 +19,12 @@ def list_runs(directory: Path, limit: int | None = None) -> list[RunSummary]:
 
 def render_runs(rows: Sequence[RunSummary], directory: Path) -> str:
     """Render the runs table as text, coloured and as wide as the terminal when stdout is one."""
-    import shutil
+    import sys
 
+    from advisor.report.console import terminal_width
     from advisor.report.render import use_color
     from advisor.report.runs_render import render_runs_text
 
-    color = use_color("text", None)
-    width = shutil.get_terminal_size().columns if color else 160
-    return render_runs_text(rows, directory, color=color, width=width)
+    # NOTE: COLUMNS and the terminal's width are honoured whether or not colour is on (issue #32:
+    # the table was drawn 158 columns wide under COLUMNS=80).
+    return render_runs_text(rows, directory, color=use_color("text", None), width=terminal_width(sys.stdout))

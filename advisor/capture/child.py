@@ -163,11 +163,14 @@ class ChildSession:
             if main is not None and getattr(main, "__file__", None) == self.script:
                 self.script_config.read_globals(vars(main))
         self.write(finished=False)
+        if rec.phase in (Phase.PROFILED, Phase.CPROFILE) and not rec.phases.asked(rec.phase):
+            return  # NOTE: a phase asked with 0 steps (every fix trial's profilers) is passed through, not shown
         self._event(rec.phase)
 
     def write(self, finished: bool) -> None:
         """Write ``child.json`` (atomically): everything measured so far."""
         rec = self.recorder
+        namer = getattr(rec.profiler, "namer", None)
         data: dict[str, Any] = {
             **rec.snapshot(),
             "status": self.status,
@@ -183,6 +186,7 @@ class ChildSession:
             "finished": finished,
             "pid": os.getpid(),
             "wall_s": round(time.perf_counter() - self.t0, 4),
+            "module_names": dict(namer.names) if namer is not None else {},
         }
         if finished:
             peak, kind = peak_memory()

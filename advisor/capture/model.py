@@ -206,6 +206,8 @@ class RunCapture:
             interpreter) or ``warm`` (forked from the warm-start server).
         memory_budget_bytes: The ``--memory-budget`` the run was held to (None: none); the
             metrics read it as the device's memory, the limit the run has.
+        module_names: torch.profiler's module labels (``Conv2d_5``) -> the model's qualified
+            names (``layers.1.short.0``), from the profiled window (:mod:`advisor.capture.module_names`).
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -245,6 +247,7 @@ class RunCapture:
     script_config: ScriptConfig = field(default_factory=ScriptConfig)
     start: StartKind = StartKind.COLD
     memory_budget_bytes: int | None = None
+    module_names: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from advisor.capture.module_names import ModuleNamer
+
 
 def _record_always(_step: int) -> Any:
     from torch.profiler import ProfilerAction
@@ -33,6 +35,7 @@ class TorchProfilerControl:
         self.notes = notes
         self._prof: Any = None
         self.call_sites: Any = None  # hooks.CallSites, set once the hooks are installed
+        self.namer = ModuleNamer()  # the model's names for the trace's nn.Module frames
 
     def start(self) -> None:
         """Start torch.profiler (CPU, plus CUDA when available) with shapes, memory, stacks."""
@@ -51,6 +54,7 @@ class TorchProfilerControl:
             with_modules=True,  # nn.Module frames: the module view (advisor.metrics.modules)
         )
         self._prof.start()
+        self.namer.enable()
         if self.call_sites is not None:
             self.call_sites.enable()
 
@@ -66,6 +70,7 @@ class TorchProfilerControl:
             return
         if self.call_sites is not None:
             self.call_sites.disable()
+        self.namer.disable()
         prof.stop()
         if not export:
             return

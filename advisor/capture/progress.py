@@ -30,6 +30,7 @@ from advisor._terminal import silence_stream
 from advisor.capture.model import (
     Phase,
     ProgressEvent,
+    RunStatus,
 )
 
 PHASE_LABELS = {
@@ -43,13 +44,19 @@ PHASE_LABELS = {
 }
 
 
+DONE_WORDS = {RunStatus.STOPPED: "complete", RunStatus.COMPLETED: "complete (ran to its end)"}
+"""How a capture's end reads on the progress line."""
+
+
 def describe(event: ProgressEvent) -> str:
     """One line of text for an event, e.g. ``timed steps 3/20``."""
     label = PHASE_LABELS.get(event.phase, event.phase)
     if event.phase_steps:
         label += f" {event.phase_step}/{event.phase_steps}"
     if event.phase == Phase.DONE and event.message:
-        label += f": {event.message}"
+        # NOTE: "stopped" is the normal end (advisor stops the script after profiling); it read as
+        # a failure on a successful capture (issue #32)
+        label += f": {DONE_WORDS.get(event.message, event.message)}"
     return label
 
 

@@ -458,9 +458,11 @@ def _merge(
         )
     if status == RunStatus.CRASHED and steps_seen == 0 and isinstance(error, dict):
         error = {**error, "last_line": last_stderr_line(run_dir / STDERR_LOG)}
-    if gpu.note:
-        notes.append(gpu.note)
     env = child.get("environment") or to_jsonable(environment())
+    if gpu.note and env.get("device") != "cpu":
+        # NOTE: a CPU run has no GPU to sample; "GPU not sampled: NVML Shared Library Not Found"
+        # on every CPU run was noise (issue #32). On a GPU run it says why utilisation is missing.
+        notes.append(gpu.note)
     env["git_commit"] = git_commit(script.parent)
     merged = {
         **child,

@@ -12,7 +12,7 @@ import click
 
 from advisor import api
 from advisor._terminal import printable
-from advisor.cli.options import compare_format_option, output_option
+from advisor.cli.options import compare_format_option, compare_output_option
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
 COMPARE_EPILOG = """\b
@@ -43,7 +43,7 @@ Examples:
     help="A run after the change (repeatable; with BEFORE AFTER, added to AFTER's group).",
 )
 @compare_format_option
-@output_option
+@compare_output_option
 @click.option(
     "--fail-on-regression",
     "fail_on_regression",

@@ -37,6 +37,7 @@ Examples:
 def config(target: Path | None, fmt: str) -> int:
     """Show each setting, its value, and where it came from (default or a config file)."""
     resolved, selection = api.config_view(target or Path.cwd(), option_keys=diagnose_option_keys())
+    resolved = with_option_defaults(resolved)
     selected = [r.code for r in selection.selected]
     deselected = [r.code for r in selection.deselected]
     if fmt == "json":
@@ -46,6 +47,34 @@ def config(target: Path | None, fmt: str) -> int:
     for warning in selection.warnings:
         click.echo(f"advisor: warning: {warning}", err=True)
     return 0
+
+
+def with_option_defaults(resolved: ResolvedConfig) -> ResolvedConfig:
+    """Add every ``diagnose`` option no config file sets, at its default, after the resolved ones.
+
+    The docs promise every key a project may set; only the rule selection and the keys a file set
+    were shown (issue #32), so ``steps``, ``repeats`` or ``budget`` could not be looked up here.
+    """
+    from dataclasses import replace
+
+    from advisor.cli.cmd_diagnose import diagnose
+    from advisor.cli.configured import option_keys
+
+    present = {s.key for s in resolved.settings}
+    extra = tuple(
+        Setting(key, _default_of(opt)) for key, opt in option_keys(diagnose).items() if key not in present
+    )
+    return replace(resolved, settings=(*resolved.settings, *extra))
+
+
+def _default_of(opt: click.Option) -> Any:
+    """Return an option's default as TOML would hold it (None when it has none; flags false)."""
+    default = opt.get_default(click.Context(click.Command("advisor")), call=True)
+    if opt.is_flag and not isinstance(default, bool):
+        return False
+    if isinstance(default, tuple):
+        return list(default)
+    return default if isinstance(default, (bool, int, float, str, list)) else None
 
 
 def as_json(

@@ -15,6 +15,7 @@ from advisor import api
 from advisor.api import EngineConfig, RunSpec, RunStatus
 from advisor.cli._common import emit_report
 from advisor.cli.configured import ConfiguredCommand, given_as, option_keys
+from advisor.cli.grouped_help import grouped
 from advisor.cli.options import (
     ByteSize,
     PositiveSeconds,
@@ -43,8 +44,20 @@ def default_run_dir(script: Path) -> Path:
     return api.new_run_dir(Path("advisor-runs") / f"{script.stem}-{stamp}")
 
 
+HELP_GROUPS = (
+    ("Everyday", ("as_module", "out_dir", "no_fixes", "unsafe_fixes", "only_fixes", "show_diff", "write", "timeout")),
+    ("Fix loop", ("budget_s", "repeats", "exhaustive", "cold_start", "seed", "memory_budget")),
+    ("Capture phases", ("warmup", "timed_steps", "profile_steps", "full")),
+    ("Distributed (torchrun, several nodes)",
+     ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_id")),
+    ("Output", ("fmt", "output", "fail_on", "quiet", "verbose", "help")),
+    ("Rule selection", ("select", "extend_select", "ignore", "preview", "no_inline_ignores")),
+)
+"""``--help``'s sections (issue #32: 33 options in one list, multi-node among the everyday ones)."""
+
+
 @click.command(
-    cls=ConfiguredCommand,
+    cls=grouped(ConfiguredCommand, HELP_GROUPS),
     epilog=EPILOG,
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False},
 )
@@ -68,7 +81,8 @@ def default_run_dir(script: Path) -> Path:
               "its processes hold on CPU (shared pages counted once); a run over it is out of memory, and the memory fixes are tried.")
 @click.option("--no-fixes", is_flag=True, help="Diagnose only; do not try fixes.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also try fixes that may change numerics or batch semantics (bf16, compile, batch fusion, larger batches...).")
-@click.option("--fix", "only_fixes", multiple=True, metavar="ID", help="Try only this fix (repeatable).")
+@click.option("--fix", "only_fixes", multiple=True, metavar="ID",
+              help="Try only this fix (repeatable); `advisor fixes` lists the ids, `advisor fix ID` explains one.")
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1, max=20),
               help="Interleaved baseline/variant repeats per fix.")
 @click.option("--budget", "budget_s", type=PositiveSeconds(), default=None, metavar="SECONDS",

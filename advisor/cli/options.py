@@ -87,13 +87,19 @@ compare_format_option = click.option(
     default=None,
     help="Output format (default: from -o's extension, else text).",
 )
-output_option = click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
-    default=None,
-    help="Write to FILE instead of stdout (.txt, .md, .html, .json, .sarif).",
-)
+def _output_option(extensions: str) -> Callable[[F], F]:
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+        default=None,
+        help=f"Write to FILE instead of stdout ({extensions}).",
+    )
+
+
+output_option = _output_option(".txt, .md, .html, .json, .sarif")
+# NOTE: compare writes no SARIF (it has no findings of its own to list for CI)
+compare_output_option = _output_option(".txt, .md, .html, .json")
 fail_on_option = click.option(
     "--fail-on",
     type=click.Choice(FAIL_ON),

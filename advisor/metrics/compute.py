@@ -41,6 +41,7 @@ from advisor.metrics.contention import contention_metrics
 from advisor.metrics.digest import LeadExtras, RankDigest, digest
 from advisor.metrics.gpuview import merge_views
 from advisor.metrics.model import Metrics
+from advisor.metrics.modules import with_model_names
 from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
 from advisor.metrics.sources import finish_locations
@@ -372,6 +373,9 @@ def merge_digests(
         "breakdown_mode": "gpu" if has_gpu else "cpu",
         **views.tables,
     }
+    if capture is not None and capture.module_names and extra.get("modules"):
+        # NOTE: one map per process; a job's module table is the lead rank's, as its other tables
+        extra["modules"] = with_model_names(extra["modules"], capture.module_names)
     share = peak_share(summary, capture, extra["dominant_dtype"], extra["peak_tflops"])
     summary.update(peak_share_metrics(share))
     extra["peak_share"] = to_jsonable(share)

@@ -11,7 +11,7 @@ here is forward time; the report says so.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -115,3 +115,21 @@ def top_modules(table: pd.DataFrame, limit: int = TOP_MODULES) -> pd.DataFrame:
 
     visit("")
     return sub.loc[order].reset_index()
+
+
+def with_model_names(records: list[dict[str, Any]], names: dict[str, str]) -> list[dict[str, Any]]:
+    """Return module-table rows with each path's labels replaced by the model's own names.
+
+    ``Sequential_0/Block_0/Conv2d_1`` becomes ``1.conv (Conv2d)`` when the capture mapped
+    ``Conv2d_1`` to its qualified name (:mod:`advisor.capture.module_names`): the qualified name
+    already holds the path, and the class says what the module is. A label without a name (a
+    root module, a trace from elsewhere) keeps its path.
+    """
+    if not names:
+        return records
+    out = []
+    for row in records:
+        label = str(row.get("module", "")).rsplit("/", 1)[-1]
+        name = names.get(label)
+        out.append({**row, "module": f"{name} ({label.rsplit('_', 1)[0]})"} if name else row)
+    return out

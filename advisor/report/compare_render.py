@@ -66,9 +66,14 @@ def evidence_rows(cmp: Comparison) -> list[tuple[str, str]]:
 # --- text ---------------------------------------------------------------------------------
 
 
-def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
-    """Return the comparison for a terminal (deterministic without colour)."""
-    console, buf = make_console(color, WIDTH)
+def render_comparison_text(cmp: Comparison, *, color: bool = False, width: int | None = None) -> str:
+    """Return the comparison for a terminal (deterministic without colour) at ``width`` columns."""
+    width = width or WIDTH
+    console, buf = make_console(color, width)
+    # NOTE: below the default width the tables drop their cell padding and their headers wrap,
+    # so numbers are never cropped off an 80-column terminal (issue #32)
+    wide = width >= WIDTH
+    pad, num = ((0, 1), {"no_wrap": True}) if wide else ((0, 0), {"min_width": 8})
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
@@ -95,10 +100,10 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
                 body.append("\n")
         sections.append(Group(Text("Not comparable", style="bold yellow"), body))
     if cmp.parts:
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=pad)
         table.add_column("Part", no_wrap=True)
         for h in ("Before", "After", "Δ per step", "Share before", "Share after", "Δ share"):
-            table.add_column(h, justify="right", no_wrap=True)
+            table.add_column(h, justify="right", **num)
         for p in cmp.parts:
             d = p.delta_ms
             table.add_row(
@@ -112,10 +117,10 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False) -> str:
             )
         sections.append(Group(Text("Per-part change (mean per step)", style="bold"), table))
     if cmp.operators:
-        otable = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
+        otable = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=pad)
         otable.add_column("Operator", overflow="fold")
         for h in ("Before", "After", "Δ per step", "Calls before", "Calls after"):
-            otable.add_column(h, justify="right", no_wrap=True)
+            otable.add_column(h, justify="right", **num)
         for o in cmp.operators:
             d = o.delta_ms
             otable.add_row(
@@ -333,7 +338,7 @@ COMPARISON_RENDERERS: dict[str, Callable[..., str]] = {
 }
 
 
-def render_comparison(cmp: Comparison, fmt: str, *, color: bool = False) -> str:
+def render_comparison(cmp: Comparison, fmt: str, *, color: bool = False, width: int | None = None) -> str:
     """Render ``cmp`` in ``fmt`` (one of ``text``, ``markdown``, ``html``, ``json``).
 
     Raises:
@@ -342,4 +347,5 @@ def render_comparison(cmp: Comparison, fmt: str, *, color: bool = False) -> str:
     renderer = COMPARISON_RENDERERS.get(fmt)
     if renderer is None:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(COMPARISON_RENDERERS)}")
-    return renderer(cmp, color=color)
+    # NOTE: only the terminal renderer has a width
+    return renderer(cmp, color=color, width=width) if fmt == "text" else renderer(cmp, color=color)

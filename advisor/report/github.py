@@ -9,8 +9,8 @@ start a workflow command of its own (``::add-mask::``, ``::stop-commands::``).
 
 from __future__ import annotations
 
-from advisor._paths import display_path
 from advisor.engine.model import Finding, sort_findings
+from advisor.report.ci_paths import repo_path
 from advisor.report.model import Report
 
 COMMANDS: dict[str, str] = {"error": "error", "warning": "warning", "info": "notice"}
@@ -31,7 +31,7 @@ def annotation(finding: Finding, script: str | None) -> str:
     """One workflow command for ``finding``, at its first code location (else at the script)."""
     props: list[str] = []
     loc = finding.locations[0] if finding.locations else None
-    file = display_path(loc.file) if loc is not None else (display_path(script) if script else "")
+    file = repo_path(loc.file) if loc is not None else (repo_path(script) if script else "")
     if file:
         props.append(f"file={escape_property(file)}")
         if loc is not None and loc.line and loc.line > 0:
@@ -39,7 +39,7 @@ def annotation(finding: Finding, script: str | None) -> str:
     props.append(f"title={escape_property(f'{finding.code} {finding.name}')}")
     message = finding.message
     if len(finding.locations) > 1:
-        others = ", ".join(f"{display_path(x.file)}:{x.line}" for x in finding.locations[1:])
+        others = ", ".join(f"{repo_path(x.file)}:{x.line}" for x in finding.locations[1:])
         message += f" (also at {others})"
     if finding.fixes:
         message += "\nfix: " + ", ".join(f"{x.id} ({x.safety})" for x in finding.fixes)

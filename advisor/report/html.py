@@ -19,7 +19,7 @@ from advisor.report.model import Report
 from advisor.report.svg import esc
 
 if TYPE_CHECKING:
-    from advisor.report.view import ReportView
+    from advisor.report.view import Headline, ReportView
 
 CSS = """
 :root{--bg:#f7f7f8;--card:#fff;--fg:#1d1d1f;--muted:#6b6b73;--line:#e3e3e8;--accent:#4e79a7;
@@ -38,6 +38,7 @@ h2{font-size:17px;margin:34px 0 10px}
 .card .v{font-size:22px;font-weight:650;margin-top:2px}
 .card .d{font-size:13px;color:var(--muted)}
 .card.primary{border-left:4px solid #e15759}
+.card.kept{border-left:4px solid #59a14f}.card.nothing-kept{border-left:4px solid #f28e2b}
 .panel{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:14px 16px}
 .finding{background:var(--card);border:1px solid var(--line);border-left:4px solid var(--sev);border-radius:10px;padding:10px 14px;margin:10px 0}
 .finding .head{display:flex;gap:10px;align-items:baseline;flex-wrap:wrap}
@@ -160,9 +161,25 @@ def diff_block(diff: str) -> str:
     return "<pre>" + "".join(lines) + "</pre>"
 
 
+def _outcome_card(h: Headline) -> str:
+    """Return the first card: the kept fixes' measured speedup, or "nothing" kept and why ("" when no trial ran)."""
+    if h.speedup is not None:
+        sp = h.speedup
+        detail = " · ".join(x for x in (sp.ci_text, f"{', '.join(sp.fixes)}: {sp.basis_text}") if x)
+        return card("Kept · measured speedup", s.times(sp.speedup), detail, "kept")
+    if h.kept:
+        return card("Kept", ", ".join(h.kept), "speedup not measured", "kept")
+    if h.nothing_kept:
+        return card("Kept", "nothing", h.nothing_kept, "nothing-kept")
+    return ""
+
+
 def _cards(report: Report, view: ReportView) -> str:
     h = view.headline
     out = []
+    outcome = _outcome_card(h)
+    if outcome:
+        out.append(outcome)  # NOTE: the answer first (issue #32)
     b = h.bottleneck
     if b is not None:
         out.append(card("Primary bottleneck", b.label, b.measured_text, "primary"))
@@ -175,15 +192,6 @@ def _cards(report: Report, view: ReportView) -> str:
         out.append(card("Primary bottleneck", "none found", "no rule fired above its threshold"))
     if h.rate is not None:
         out.append(card("Throughput", s.rate(h.rate), f"{h.rate_unit} · {h.rate_caption}"))
-    if h.speedup is not None:
-        sp = h.speedup
-        out.append(
-            card(
-                "Measured speedup",
-                s.times(sp.speedup),
-                " · ".join(x for x in (sp.ci_text, f"with {', '.join(sp.fixes)}: {sp.basis_text}") if x),
-            )
-        )
     out.append(card("Step time", h.step_text, f"{h.step_caption} · {h.device}"))
     out.append(card("Findings", str(len(report.findings)), h.findings))
     return '<div class="cards">' + "".join(out) + "</div>"
@@ -340,7 +348,8 @@ def _run(report: Report) -> str:
     rows: list[tuple[str, str]] = []
     if run.script:
         rows.append(("Script", " ".join([run.script, *run.args])))
-    rows.append(("Status", run.status + (f" (exit {run.exit_code})" if run.exit_code not in (None, 0) else "")))
+    rows.append(("Status", s.run_status_label(run.status)
+                 + (f" (exit {run.exit_code})" if run.exit_code not in (None, 0) else "")))
     if run.error:
         rows.append(("Error", run.error))
     if run.step_source:
@@ -353,12 +362,31 @@ def _run(report: Report) -> str:
     if run.peak_memory_bytes is not None:
         rows.append(("Peak memory", s.nbytes(run.peak_memory_bytes)))
     for key, value in sorted((run.environment or {}).items()):
-        if value not in (None, "", 0):
-            rows.append((key.replace("_", " ").capitalize(), str(value)))
+        if value not in (None, "", 0, [], {}):
+            rows.append((key.replace("_", " ").capitalize(), value))
     if report.device:
         rows.append(("Devices in trace", ", ".join(report.device)))
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{_env_cell(v)}</td></tr>" for k, v in rows)
     return f"<h2>Run</h2><table>{body}</table>"
+
+
+def _env_cell(value: object) -> str:
+    """Return an environment value as escaped HTML: records (the matmul peaks) as a small table.
+
+    ``str()`` of a list of dicts printed the matmul peaks as a raw Python literal (issue #32).
+    """
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
+        cols = list(dict.fromkeys(k for v in value for k in v))
+        head = "".join(f"<th>{esc(c.replace('_', ' '))}</th>" for c in cols)
+        rows = "".join("<tr>" + "".join(f"<td>{_env_cell(v.get(c, ''))}</td>" for c in cols) + "</tr>" for v in value)
+        return f"<table><tr>{head}</tr>{rows}</table>"
+    if isinstance(value, dict):
+        return esc(" · ".join(f"{k.replace('_', ' ')}: {v}" for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return esc(", ".join(str(v) for v in value))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return esc(str(value))
 
 
 def _status(report: Report) -> str:

@@ -16,7 +16,7 @@ from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
 
 if TYPE_CHECKING:
-    from advisor.report.view import ReportView, TrialRow
+    from advisor.report.view import Headline, ReportView, TrialRow
 
 # NOTE: only characters that are markup anywhere in a line; "-", "+", "#" and "1." matter only
 # at the start of a line and are handled there, which keeps the Markdown source readable.
@@ -71,9 +71,24 @@ def bar(frac: Any, width: int = BAR_WIDTH) -> str:
     return "█" * (cells // 2) + ("▌" if cells % 2 else "")
 
 
+def _outcome(h: Headline) -> str:
+    """Return the summary's first row: the kept fixes and their measured speedup, or nothing and why ("" when no trial ran)."""
+    if h.speedup is not None:
+        fixes = ", ".join(md_code(k) for k in h.speedup.fixes)
+        return f"{fixes}: measured **{h.speedup.ratio_text}**: {md_text(h.speedup.basis_text)}"
+    if h.kept:
+        return ", ".join(md_code(k) for k in h.kept)
+    if h.nothing_kept:
+        return f"**nothing**: {md_text(h.nothing_kept)}"
+    return ""
+
+
 def _summary(report: Report, view: ReportView) -> list[str]:
     h = view.headline
     rows: list[list[str]] = []
+    outcome = _outcome(h)
+    if outcome:
+        rows.append(["**Kept**", outcome])  # NOTE: the answer first (issue #32)
     b = h.bottleneck
     if b is not None:
         rows.append(["**Primary bottleneck**", f"**{md_text(b.label)}**: {md_text(b.measured_text)}"])
@@ -84,9 +99,6 @@ def _summary(report: Report, view: ReportView) -> list[str]:
         rows.append(["**Primary bottleneck**", "none found"])
     if h.rate is not None:
         rows.append(["**Throughput**", f"{md_text(h.rate_text)} ({md_text(h.rate_caption)})"])
-    if h.speedup is not None:
-        fixes = ", ".join(md_code(k) for k in h.speedup.fixes)
-        rows.append(["**Measured speedup**", f"**{h.speedup.ratio_text}** with {fixes}: {md_text(h.speedup.basis_text)}"])
     rows.append(["**Step time**", f"{md_text(h.step_text)} {md_text(h.step_caption)} · {md_text(h.device)}"])
     rows.append(["**Findings**", md_text(h.findings)])
     if report.run.error:

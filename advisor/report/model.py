@@ -45,7 +45,8 @@ new field. History:
   and ``peak_memory_bytes`` / ``baseline_peak_memory_bytes`` / ``memory_kind``. :meth:`Report.load`
   fills ``fixes`` and ``reference`` of an older file from those strings.
 """
-from advisor.rundir import REPORT_FILE  # noqa: E402
+from advisor._files import write_text  # noqa: E402
+from advisor.rundir import FIX_DIFF_FILE, REPORT_FILE  # noqa: E402
 
 
 class ReportStatus(Vocab):
@@ -209,9 +210,18 @@ class Report:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def save(self, run_dir: Path) -> Path:
-        """Write ``report.json`` into ``run_dir``."""
+        """Write ``report.json`` into ``run_dir``, and ``fix.diff`` beside it when a diff was made.
+
+        ``fix.diff`` is the diff that makes the kept fixes permanent, ready for ``git apply`` or
+        ``patch -p1`` (issue #32: it was only inside the JSON and on the terminal with ``--diff``).
+        """
         path = Path(run_dir) / REPORT_FILE
         dump_json(self.to_dict(), path)
+        diff_path = Path(run_dir) / FIX_DIFF_FILE
+        if self.diff.strip():
+            write_text(diff_path, self.diff)
+        elif diff_path.is_file():
+            diff_path.unlink()  # NOTE: a diff of an earlier save no longer kept
         return path
 
     @classmethod

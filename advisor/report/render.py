@@ -14,6 +14,7 @@ from typing import TextIO
 
 from advisor._files import write_text
 from advisor.errors import UsageError
+from advisor.report.console import WIDTH
 from advisor.report.gate import gate
 from advisor.report.model import Report
 from advisor.rundir import refuse_managed_output
@@ -37,35 +38,35 @@ EXTENSIONS: dict[str, str] = {
 """``-o`` file extension -> format."""
 
 
-def _render_text(report: Report, *, color: bool = False) -> str:
+def _render_text(report: Report, *, color: bool = False, width: int | None = None) -> str:
     from advisor.report.text import render_text
 
-    return render_text(report, color=color)
+    return render_text(report, color=color, width=width or WIDTH)
 
 
-def _render_markdown(report: Report, *, color: bool = False) -> str:
+def _render_markdown(report: Report, *, color: bool = False, width: int | None = None) -> str:
     from advisor.report.markdown import render_markdown
 
     return render_markdown(report)
 
 
-def _render_html(report: Report, *, color: bool = False) -> str:
+def _render_html(report: Report, *, color: bool = False, width: int | None = None) -> str:
     from advisor.report.html import render_html
 
     return render_html(report)
 
 
-def _render_json(report: Report, *, color: bool = False) -> str:
+def _render_json(report: Report, *, color: bool = False, width: int | None = None) -> str:
     return report.to_json()  # findings sorted by Report.to_dict
 
 
-def _render_sarif(report: Report, *, color: bool = False) -> str:
+def _render_sarif(report: Report, *, color: bool = False, width: int | None = None) -> str:
     from advisor.report.sarif import render_sarif
 
     return render_sarif(report)
 
 
-def _render_github(report: Report, *, color: bool = False) -> str:
+def _render_github(report: Report, *, color: bool = False, width: int | None = None) -> str:
     from advisor.report.github import render_github
 
     return render_github(report)
@@ -80,16 +81,18 @@ RENDERERS: dict[str, Renderer] = {
     "sarif": _render_sarif,
     "github": _render_github,
 }
-"""Format name -> ``renderer(report, *, color=False) -> str``."""
+"""Format name -> ``renderer(report, *, color=False, width=None) -> str`` (only text uses the width)."""
 
 
-def render(report: Report, fmt: str, *, color: bool = False) -> str:
+def render(report: Report, fmt: str, *, color: bool = False, width: int | None = None) -> str:
     """Render ``report`` in ``fmt``.
 
     Args:
         report: The report to render.
         fmt: One of :data:`FORMATS`.
         color: ANSI colours for ``text`` (only when writing to a terminal).
+        width: Columns for ``text`` (:func:`advisor.report.console.terminal_width`); None is
+            the fixed, deterministic width.
 
     Raises:
         UsageError: ``fmt`` is not a known format.
@@ -97,7 +100,7 @@ def render(report: Report, fmt: str, *, color: bool = False) -> str:
     renderer = RENDERERS.get(fmt)
     if renderer is None:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    return renderer(report, color=color)
+    return renderer(report, color=color, width=width)
 
 
 def guess_format(path: Path | str | None, default: str = "text") -> str:
@@ -128,12 +131,13 @@ def resolve_format(fmt: str | None, out: Path | None) -> str:
 
 
 def use_color(fmt: str, out: Path | None, stream: TextIO | None = None) -> bool:
-    """Colour only for text going to a terminal, and never when ``NO_COLOR`` is set."""
+    """Colour only for text going to a terminal, never when ``NO_COLOR`` is set or ``TERM=dumb``."""
     stream = stream if stream is not None else sys.stdout
     return (
         fmt == "text"
         and out is None
         and not os.environ.get("NO_COLOR")
+        and os.environ.get("TERM") != "dumb"
         and hasattr(stream, "isatty")
         and stream.isatty()
     )

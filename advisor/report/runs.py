@@ -56,6 +56,8 @@ class RunSummary:
         speedup: Measured speedup of the kept fixes: the combined trial when it measured exactly
             the kept set, else the one kept fix's own trial; None when nothing was kept or measured.
         steps_measured: Steps the analysis measured (profiled steps for a run without a report).
+        steps_run: Steps the script ran while captured (warm-up, timed and profiled: the
+            ``steps`` column; issue #32: it showed the 10 profiled steps of a 45-step capture).
         ranks: Number of ranks (1 unless a torchrun launch).
         has_report: Whether a readable ``report.json`` was found.
         reason: Why the row is ``unreadable``, or what is missing from a partial run; one line.
@@ -72,6 +74,7 @@ class RunSummary:
     kept_fixes: tuple[str, ...] = ()
     speedup: float | None = None
     steps_measured: int | None = None
+    steps_run: int | None = None
     ranks: int = 1
     has_report: bool = False
     reason: str | None = None
@@ -145,6 +148,11 @@ def summarise_run(run_dir: Path) -> RunSummary:
             fields.update(_from_capture(capture))
         if report is not None:
             fields.update(_from_report(report))
+            if not fields.get("steps_run"):
+                # NOTE: a report without its capture (advisor analyze): the phases it records
+                run = report.run
+                total = (run.warmup_steps or 0) + (run.timed_steps or 0) + (run.profiled_steps or 0)
+                fields["steps_run"] = total or fields.get("steps_measured")
     except _LOAD_ERRORS as exc:  # a loadable file whose values are the wrong shapes
         problems.append(_one_line(exc, run_dir, REPORT_FILE if report is not None else CAPTURE_FILE))
     if fields.get("when") is None:
@@ -164,6 +172,10 @@ def _from_capture(capture: RunCapture) -> dict[str, Any]:
         "script": _str_or_none(capture.script),
         "status": _str_or_none(capture.status) or "unknown",
         "steps_measured": _int_or_none(capture.profiled_steps),
+        "steps_run": _int_or_none(capture.steps_seen) or _int_or_none(
+            (capture.warmup_steps or 0) + (capture.timed_steps or 0) + (capture.profiled_steps or 0)
+            + (capture.cprofiled_steps or 0)
+        ) or None,
         "ranks": max(len(capture.ranks or ()), 1),
     }
 

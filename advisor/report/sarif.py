@@ -21,8 +21,8 @@ from typing import Any
 from urllib.parse import quote
 
 from advisor import __version__
-from advisor._paths import display_path
 from advisor.engine.model import Finding, sort_findings
+from advisor.report.ci_paths import repo_path
 from advisor.report.model import Report
 
 SARIF_VERSION = "2.1.0"
@@ -32,12 +32,12 @@ LEVELS: dict[str, str] = {"error": "error", "warning": "warning", "info": "note"
 
 
 def artifact_uri(file: str) -> str:
-    """Return a file name as a SARIF ``artifactLocation.uri``, relative to the working directory when under it.
+    """Return a file name as a SARIF ``artifactLocation.uri``, relative to the repository root when under it.
 
     Relative paths become percent-encoded relative URI references with ``/`` separators;
-    absolute paths elsewhere become ``file://`` URIs.
+    absolute paths elsewhere become ``file://`` URIs (:mod:`advisor.report.ci_paths`).
     """
-    shown = display_path(file)
+    shown = repo_path(file)
     if os.path.isabs(shown):
         return "file://" + quote(PurePosixPath(shown.replace(os.sep, "/")).as_posix(), safe="/")
     return quote(shown.replace(os.sep, "/"), safe="/")

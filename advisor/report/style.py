@@ -11,6 +11,7 @@ from typing import Any
 
 from advisor._num import finite
 from advisor._paths import display_path
+from advisor.capture.vocab import RunStatus
 from advisor.metrics.registry import BREAKDOWN_PARTS
 from advisor.report.model import ReportStatus
 
@@ -227,6 +228,27 @@ def trial_score(trial: Any) -> str:
     return text
 
 
+SAFE_LOSS_NOTICE = 0.001
+"""A safe fix's loss drift (relative, against the baseline with the same seed) above which the report says so."""
+
+
+def safe_loss_note(trial: Any) -> str:
+    """Say when a fix labelled safe moved the loss noticeably ("" otherwise).
+
+    *Safe* means the arithmetic is unchanged, yet a run can still see other data: DataLoader
+    workers draw random augmentations from their own seeded generators, so the loss of the first
+    steps differs. The trial passes (it is within the safe tolerance) but a user reading "safe:
+    keeps numerics" next to a 1.16% loss change deserved a word (issue #32).
+    """
+    diff = finite(getattr(trial, "loss_max_rel_diff", None))
+    if getattr(trial, "safety", "") != "safe" or diff is None or diff <= SAFE_LOSS_NOTICE:
+        return ""
+    return (
+        f"loss moved {pct(diff, 2)} from the baseline's with the same seed: a safe fix keeps the "
+        "arithmetic, but the data can differ (DataLoader workers seed their own random augmentations)"
+    )
+
+
 def trial_interval(trial: Any) -> str:
     """Return a trial's interval (``[1.21–1.40]``), with ``range`` after it when it spans every run against every other."""
     text = ci(getattr(trial, "ci_low", None), getattr(trial, "ci_high", None))
@@ -289,6 +311,19 @@ def trial_memory(trial: Any) -> str:
 def has_memory(trials: Any) -> bool:
     """Tell whether any trial recorded its peak memory (older reports did not)."""
     return any(getattr(t, "peak_memory_bytes", None) for t in trials if t is not None)
+
+
+RUN_STATUS_LABELS: dict[str, str] = {
+    RunStatus.STOPPED: "complete",
+    RunStatus.COMPLETED: "complete (ran to its end)",
+}
+"""Capture statuses in words for people; ``stopped`` (advisor ended the script after its profiled
+steps, as planned) read as a failure on a successful capture (issue #32). JSON keeps the words."""
+
+
+def run_status_label(status: str) -> str:
+    """Return a capture status for display: ``complete`` for a normal stop, the word itself otherwise."""
+    return RUN_STATUS_LABELS.get(status, status)
 
 
 def status_line(status: str, trials: Any) -> str | None:

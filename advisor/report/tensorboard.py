@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from advisor._proc import die_with_parent
+from advisor._proc import die_with_parent, group_members, kill_group
 from advisor.errors import UsageError
 from advisor.report.tensorboard_logdir import PreparedLogdir
 
@@ -182,9 +182,10 @@ def serve(
 
 
 OFFLINE_NOTE = (
-    "advisor: note: TensorBoard's profiler page loads Google Charts from the internet; without "
-    "internet access it shows a spinner forever. Offline, read the self-contained HTML report "
-    "(advisor report RUN_DIR -o report.html) or open the trace in chrome://tracing"
+    "advisor: offline: the profiler plugin's page loads Google Charts from the internet; without "
+    "internet access it shows a spinner forever, whatever advisor serves. What works offline: the "
+    "self-contained HTML report (advisor report RUN_DIR -o report.html) and the trace files below "
+    "in chrome://tracing (Perfetto's page, too, must first load from the internet)"
 )
 """Said every time: the plugin's page cannot load offline, and nothing on our side can tell."""
 
@@ -224,25 +225,37 @@ def _log_tail(path: Path) -> str:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop the child: SIGINT, then SIGTERM, then SIGKILL, a few seconds apart.
+    """Stop TensorBoard's whole process group: SIGINT, then SIGTERM, then SIGKILL, a few seconds apart.
 
-    A second Ctrl-C while waiting skips straight to SIGKILL: the user wants out now, and the
-    server must not be left running behind us.
+    TensorBoard starts a data server and the plugin's loader workers in its own group (it leads
+    the session it was started in); signalling only its pid once left those behind in one stop
+    of three (issue #32). The group gets each signal, and whatever outlives the main process is
+    killed. A second Ctrl-C while waiting skips straight to SIGKILL: the user wants out now, and
+    the server must not be left running behind us.
     """
-    if proc.poll() is not None:
-        return
+    pgid = proc.pid  # NOTE: start_new_session: the child leads its own group
     try:
-        for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-            try:
-                proc.send_signal(sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        if proc.poll() is None:
+            for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+                kill_group(pgid, sig)
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        _sweep_group(pgid)
     except KeyboardInterrupt:
-        proc.kill()
+        kill_group(pgid, signal.SIGKILL)
         proc.wait()
         raise
+
+
+def _sweep_group(pgid: int, timeout_s: float = 3.0) -> None:
+    """Stop what is left of a process group after its leader exited: SIGTERM, then SIGKILL."""
+    if not group_members(pgid):
+        return
+    kill_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    kill_group(pgid, signal.SIGKILL)

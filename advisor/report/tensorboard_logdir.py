@@ -23,6 +23,7 @@ from pathlib import Path
 from advisor.errors import InputError
 from advisor.rundir import (
     CAPTURE_FILE,
+    KEPT_DIR,
     RANK_DIR_RE,
     REPORT_FILE,
     TENSORBOARD_DIR,
@@ -89,14 +90,18 @@ def find_traces(path: Path) -> list[Path]:
             listed = []
     if listed:
         return sorted(listed)
-    tb = (path / TB_DIR).resolve()
-    found = [
-        p
-        for p in path.rglob("*")
-        if is_trace_file(p) and tb not in p.resolve().parents and (p.name.endswith(TRACE_SUFFIXES) or p.parent.name == TRACES_DIR)
-    ]
+    found = profiled_traces(path) if _is_run_dir(path) else []
     if not found:
-        found = [p for p in path.rglob("*") if is_trace_file(p) and tb not in p.resolve().parents]
+        tb = (path / TB_DIR).resolve()
+        found = [
+            p
+            for p in path.rglob("*")
+            if is_trace_file(p) and tb not in p.resolve().parents
+            and (p.name.endswith(TRACE_SUFFIXES) or p.parent.name == TRACES_DIR)
+        ]
+    if not found and not _is_run_dir(path):
+        # NOTE: a folder of someone's traces with other names; never a run directory's own JSON files
+        found = [p for p in path.rglob("*") if is_trace_file(p) and (path / TB_DIR).resolve() not in p.resolve().parents]
     if not found:
         raise InputError(f"no trace files (*.pt.trace.json[.gz]) under {path}; run `advisor diagnose` first")
     return sorted(found)
@@ -203,16 +208,45 @@ def _worker_of(trace: Path, run_dir: Path) -> str:
     return "rank0"
 
 
+def profiled_traces(folder: Path) -> list[Path]:
+    """Return the traces a run folder's profiler wrote, and nothing else; [] when it has none.
+
+    Only files its ``capture.json`` lists, else ``*.pt.trace.json[.gz]`` files and files in a
+    ``traces/`` folder. Never :func:`find_traces`' last resort of any ``.json`` file: a trial
+    run, timed without the profiler, holds ``child.json`` and ``config.json``, which were once
+    served as ``rank0.pt.trace.json`` (issue #32: 52 "Failed to parse" lines in TensorBoard).
+    """
+    capture = folder / CAPTURE_FILE
+    if capture.is_file():
+        try:
+            data = json.loads(capture.read_text(encoding="utf-8"))
+            listed = [folder / p for p in data.get("trace_files", []) if (folder / p).is_file()]
+        except (OSError, ValueError, AttributeError, TypeError):
+            listed = []
+        if listed:
+            return sorted(listed)
+    skip = {(folder / d).resolve() for d in (TB_DIR, TRIALS_DIR, KEPT_DIR)}
+    return sorted(
+        p for p in folder.rglob("*")
+        if is_trace_file(p) and not skip & set(p.resolve().parents)
+        and (p.name.endswith(TRACE_SUFFIXES) or p.parent.name == TRACES_DIR)
+    )
+
+
 def _run_sources(run_dir: Path) -> list[_Source]:
-    """Return the traces of one run directory: its capture (``baseline``), then any profiled trial run."""
+    """Return the traces of one run directory: its capture (``baseline``), the kept fixes' run, then trial runs.
+
+    The kept fixes' profiled run (``kept/``) comes second, so the first two runs the plugin lists
+    are the before/after pair its Diff view compares.
+    """
     sources = [_Source(t, run_label(run_dir), _worker_of(t, run_dir)) for t in find_traces(run_dir)]
+    kept = run_dir / KEPT_DIR
+    if kept.is_dir():
+        sources += [_Source(t, run_label(run_dir, KEPT_DIR), _worker_of(t, kept)) for t in profiled_traces(kept)]
     trials = run_dir / TRIALS_DIR
     for trial in sorted(p for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else ():
-        try:
-            found = find_traces(trial)
-        except InputError:
-            continue  # trial runs are timed without the profiler: most have no trace
-        sources += [_Source(t, run_label(run_dir, trial.name), _worker_of(t, trial)) for t in found]
+        # NOTE: trial runs are timed without the profiler: most have no trace, and are left out
+        sources += [_Source(t, run_label(run_dir, trial.name), _worker_of(t, trial)) for t in profiled_traces(trial)]
     return sources
 
 

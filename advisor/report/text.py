@@ -17,10 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor.report import style as s
-from advisor.report.console import WIDTH, make_console, safe_text
+from advisor.report.console import WIDTH, make_console, safe_text, unsplit
 from advisor.report.gputables import gpu_sections
 from advisor.report.model import Report
-from advisor.report.view import ReportView, TrialRow, build_view
+from advisor.report.view import Headline, ReportView, TrialRow, build_view
 
 BAR_WIDTH = 40
 TEXT_LOCATIONS = 8
@@ -32,6 +32,11 @@ def _summary_panel(report: Report, view: ReportView) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
+    # NOTE: the answer first (issue #32): what was kept and its measured speedup, or that
+    # nothing was kept and why; the diagnosis that led there follows.
+    outcome = _outcome(h)
+    if outcome is not None:
+        grid.add_row("Kept", outcome)
     b = h.bottleneck
     if b is not None:
         grid.add_row(
@@ -46,13 +51,6 @@ def _summary_panel(report: Report, view: ReportView) -> Panel:
         grid.add_row("Primary bottleneck", Text("none found", style="green"))
     if h.rate is not None:
         grid.add_row("Throughput", safe_text(f"{h.rate_text} ({h.rate_caption})"))
-    if h.speedup is not None:
-        line = Text()
-        line.append(safe_text(h.speedup.ratio_text, "bold green"))
-        line.append(" with ")
-        line.append(safe_text(", ".join(h.speedup.fixes), "bold"))
-        line.append(safe_text(f": {h.speedup.basis_text}"))
-        grid.add_row("Measured speedup", line)
     grid.add_row("Step time", safe_text(f"{h.step_text} {h.step_caption} · {h.device}"))
     if report.run.step_source and report.run.step_source_reason:
         grid.add_row("Steps from", safe_text(f"{report.run.step_source}: {report.run.step_source_reason}"))
@@ -64,6 +62,22 @@ def _summary_panel(report: Report, view: ReportView) -> Panel:
     title = Text("advisor · ")
     title.append(safe_text(h.title, "bold"))
     return Panel(grid, title=title, title_align="left", box=box.ROUNDED, padding=(0, 1))
+
+
+def _outcome(h: Headline) -> Text | None:
+    """``dataloader_workers — measured 1.59× [...]: 812 → 1,291 samples/s ...``, or ``nothing — why``."""
+    if h.speedup is not None:
+        line = Text()
+        line.append(safe_text(", ".join(h.speedup.fixes), "bold"))
+        line.append(" — measured ")
+        line.append(safe_text(h.speedup.ratio_text, "bold green"))
+        line.append(safe_text(f": {h.speedup.basis_text}"))
+        return line
+    if h.kept:
+        return safe_text(", ".join(h.kept), "bold")
+    if h.nothing_kept:
+        return Text.assemble(Text("nothing", style="bold yellow"), " — ", safe_text(h.nothing_kept))
+    return None
 
 
 def _breakdown(view: ReportView, color: bool) -> RenderableType | None:
@@ -120,18 +134,26 @@ def _findings(report: Report) -> RenderableType:
     return Group(Text(f"Findings ({len(report.findings)})", style="bold"), table)
 
 
-def _trials(view: ReportView) -> RenderableType | None:
+def _trials(view: ReportView, width: int = WIDTH) -> RenderableType | None:
     rows = view.trials
     if not rows:
         return None
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
-    table.add_column("Fix", min_width=18, max_width=24, overflow="fold")
+    # NOTE: seven columns of whole numbers need 85+ columns with a cell of padding each side and
+    # the interval beside the ratio. Below the default width (issue #32: at 80 columns rich cropped
+    # the Loss and Peak mem columns off the table) the padding goes, the header and the interval
+    # are stacked on lines of their own, and only the verdict wraps: every width is then decided
+    # by whole tokens, none by rich shrinking a column it cannot wrap.
+    narrow = width < WIDTH
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 0) if narrow else (0, 1))
+    # NOTE: never narrower than the longest fix id, so ids wrap at " + ", never mid-name.
+    longest = max((len(w) for r in rows for w in r.name.split()), default=18)
+    table.add_column("Fix", min_width=max(12, longest), max_width=max(24, longest), overflow="fold")
     table.add_column("Before", justify="right", no_wrap=True)
     table.add_column("After", justify="right", no_wrap=True)
-    table.add_column("Speedup [95% CI]", justify="right", no_wrap=True)
+    table.add_column("Speedup\n[95% CI]" if narrow else "Speedup [95% CI]", justify="right", no_wrap=True)
     # NOTE: the verdict wraps at spaces ("no measurable / effect"): seven unwrappable columns
     # were 101 columns wide and rich cropped the last one (Peak mem read "275.3 Mi").
-    table.add_column("Verdict", min_width=10)
+    table.add_column("Verdict", min_width=10, max_width=13 if narrow else None)
     table.add_column("Loss Δ", justify="right", no_wrap=True)
     if view.has_memory:
         table.add_column("Peak mem", justify="right", no_wrap=True)
@@ -145,7 +167,7 @@ def _trials(view: ReportView) -> RenderableType | None:
             name,
             safe_text(r.before),
             safe_text(r.after),
-            safe_text(r.speedup),
+            safe_text(r.speedup.replace(" ", "\n") if narrow else r.speedup),
             safe_text(r.verdict, verdict_style),
             safe_text(r.loss),
             *([safe_text(r.memory.replace(" (", "\n("))] if view.has_memory else []),
@@ -258,7 +280,7 @@ def _warnings(report: Report) -> RenderableType | None:
     return Group(Text(f"Warnings ({len(report.warnings)})", style="bold yellow"), body)
 
 
-def _notes(report: Report) -> RenderableType | None:
+def _notes(report: Report, width: int) -> RenderableType | None:
     notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
     if not notes:
         return None
@@ -268,7 +290,8 @@ def _notes(report: Report) -> RenderableType | None:
         body.append(safe_text(n))
         if i < len(notes) - 1:
             body.append("\n")
-    return Group(Text("Notes", style="bold"), body)
+    # NOTE: a path longer than the line stays whole on its own line (issue #32)
+    return Text.assemble(Text("Notes\n", style="bold"), unsplit(body, width), no_wrap=True, overflow="ignore")
 
 
 def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> str:
@@ -290,21 +313,26 @@ def render_text(report: Report, *, color: bool = False, width: int = WIDTH) -> s
         _warnings(report),
         _breakdown(view, color),
         _findings(report),
-        _trials(view),
+        _trials(view, width),
         _diff(report, color),
         _locations(view),
         _gpu_tables(report),
-        _notes(report),
+        _notes(report, width),
     ]
     for section in sections:
         if section is None:
             continue
         console.print()
-        console.print(section)
+        if isinstance(section, Text) and section.no_wrap:
+            console.print(section, crop=False, overflow="ignore", no_wrap=True)  # pre-wrapped by unsplit
+        else:
+            console.print(section)
     console.print(Rule(style="dim"))
     bits = [f"source: {report.source}"] if report.source else []
     bits += [f"advisor {report.advisor_version}", report.created]
-    console.print(safe_text("  ·  ".join(b for b in bits if b), "dim"))
+    # NOTE: the run's path is never split (issue #32)
+    footer = unsplit(safe_text("  ·  ".join(b for b in bits if b), "dim"), width)
+    console.print(footer, crop=False, overflow="ignore", no_wrap=True)
     text = buf.getvalue()
     # NOTE: rich pads table rows with trailing spaces; stripping them keeps diffs and golden
     # files clean without changing what a reader sees.

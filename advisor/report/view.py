@@ -29,6 +29,7 @@ from advisor.report import headline as _headline
 from advisor.report import style as s
 from advisor.report.figures import device_text, part_shares, severity_counts, title_of
 from advisor.report.model import Report
+from advisor.report.outcome import nothing_kept_reason
 
 MAX_LOCATIONS = 30
 """Source locations the view keeps (the terminal shows fewer; JSON has them all)."""
@@ -181,6 +182,9 @@ class Headline:
     step_caption: str
     device: str
     findings: str
+    nothing_kept: str | None = None
+    """Why no fix was kept, when trials ran and none was (:mod:`advisor.report.outcome`)."""
+    kept: tuple[str, ...] = ()
 
     @property
     def rate_text(self) -> str:
@@ -353,6 +357,8 @@ def build_headline(report: Report) -> Headline:
         step_caption=step.caption(),
         device=device_text(report),
         findings=severity_counts(report.findings),
+        nothing_kept=nothing_kept_reason(report),
+        kept=tuple(report.kept_fixes),
     )
 
 
@@ -378,7 +384,7 @@ def _trial_row(t: Trial, combined: bool) -> TrialRow:
         verdict=_verdict_label(t),
         loss=s.pct(t.loss_max_rel_diff, 2) if t.loss_max_rel_diff is not None else "—",
         memory=s.trial_memory(t),
-        note="; ".join(x for x in (s.trial_score(t), t.reason) if x),
+        note="; ".join(x for x in (s.trial_score(t), t.reason, s.safe_loss_note(t)) if x),
         reference=s.trial_reference(t),
     )
 

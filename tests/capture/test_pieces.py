@@ -56,7 +56,7 @@ def test_progress_display_writes_phase_and_steps():
         show(ProgressEvent("timed", step=3, steps_total=8, phase_step=2, phase_steps=3))
         show(ProgressEvent("done", step=8, steps_total=8, message="stopped"))
     text = out.getvalue()
-    assert "train.py" in text and "8/8 steps" in text and "done: stopped" in text
+    assert "train.py" in text and "8/8 steps" in text and "done: complete" in text  # "stopped" read as a failure (issue #32)
     assert describe(ProgressEvent("timed", phase_step=2, phase_steps=3)) == "timed steps 2/3"
 
 

@@ -28,8 +28,32 @@ def test_trial_lines_are_not_wrapped_in_a_log(capsys) -> None:
     stop()
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     trial = [ln for ln in lines if "fix trial" in ln]
-    assert len(trial) == 2, lines  # one per event: no continuation lines
-    assert all(len(ln) > 80 for ln in trial) and trial[0].endswith("step 0/13")
+    assert len(trial) == 1, lines  # one per finished run: no continuation lines, no in-flight line
+    assert len(trial[0]) > 80 and trial[0].endswith("1.02x so far")
+
+
+def test_a_log_gets_one_line_per_run_not_one_per_phase(capsys) -> None:
+    # issue #32: six phase lines per trial run (starting, warmup, timed, profiled, cProfile, finishing)
+    _, on_trial, stop = live_progress("train.py")
+    for run in (2, 3):
+        for phase in ("starting", "warmup", "timed", "finishing"):
+            on_trial(_Event(f"[run {run}]  pin_memory  1/3  running: {phase}", run=run, in_flight=phase))
+        on_trial(_Event(f"[run {run}]  pin_memory  1/3  120.0 samples/s", run=run))
+    stop()
+    trial = [ln for ln in capsys.readouterr().err.splitlines() if "fix trial" in ln]
+    assert len(trial) == 2 and all("running" not in ln for ln in trial), trial
+
+
+def test_the_line_gives_the_whole_loop_s_remaining_time() -> None:
+    from advisor.api.progress import total_left
+    from advisor.fixes.loop.progress import TrialProgress
+
+    event = TrialProgress("pin_memory", 1, 3, run=4, runs_left=5, eta_s=50.0, stage="trials")
+    # 5 runs left in the stage at 10 s each, then the combination: 2 runs per round x 3 rounds
+    assert total_left(event) == "  (~1m50s in all, counting a combined run)"
+    last = TrialProgress("combined", 1, 3, run=9, runs_left=2, eta_s=20.0, stage="combined")
+    assert total_left(last) == ""  # the last stage's own estimate is the total
+    assert total_left(TrialProgress("x", 1, 3)) == ""  # nothing known yet
 
 
 def test_sweep_lines_are_not_wrapped_in_a_log(capsys) -> None:

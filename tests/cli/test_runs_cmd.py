@@ -20,7 +20,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "report.json"
 
 KEYS = [
     "name", "path", "when", "script", "status", "primary_category", "primary_share",
-    "primary_recoverable", "kept_fixes", "speedup", "steps_measured", "ranks", "has_report", "reason",
+    "primary_recoverable", "kept_fixes", "speedup", "steps_measured", "steps_run", "ranks", "has_report", "reason",
 ]
 
 
@@ -236,3 +236,17 @@ def test_listing_modifies_nothing(tmp_path: Path) -> None:
         code, _ = _invoke(str(tmp_path), "--format", fmt)
         assert code == 0
     assert _snapshot(tmp_path) == before
+
+
+def test_steps_are_the_steps_the_capture_ran_and_a_normal_stop_reads_complete(tmp_path: Path) -> None:
+    # issue #32: "steps 10" (the profiled steps) for a 45-step capture, status "stopped" for a success
+    from advisor.report.runs_render import render_runs_text
+
+    run_dir = tmp_path / "train-1"
+    RunCapture(run_dir=str(run_dir), script="train.py", status="stopped", warmup_steps=5, timed_steps=20,
+               profiled_steps=10, cprofiled_steps=10, steps_seen=45).save(run_dir)
+    (row,) = list_runs(tmp_path)
+    assert row.steps_run == 45 and row.steps_measured == 10 and row.status == "stopped"  # JSON keeps the words
+    text = render_runs_text([row], tmp_path, width=160)
+    line = next(ln for ln in text.splitlines() if "train-1" in ln)
+    assert " complete " in line and "stopped" not in line and line.rstrip().endswith("45")

@@ -34,6 +34,10 @@ def test_every_advisor_package_is_listed_in_pyproject():
     missing = sorted(on_disk - listed)
     assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"
     assert "advisor._rules" in listed
+    # each rules/<category>/ folder is a package of data: unlisted, every install warns (issue #32)
+    categories = {f"advisor._rules.{p.parent.name}" for p in (REPO / "rules").glob("*/*.yaml")}
+    missing = sorted(categories - listed)
+    assert not missing, f"add {missing} to [tool.setuptools] packages (and package-data) in pyproject.toml"
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +52,14 @@ def wheel(tmp_path_factory) -> Path:
             shutil.copy2(REPO / name, src / name)
     out = tmp_path_factory.mktemp("dist")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
+        # NOTE: not -q: the backend's warnings are what test_the_build_prints_no_warning reads
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    (out / "build.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
     wheels = list(out.glob("advisor-*.whl"))
     assert len(wheels) == 1
     return wheels[0]
@@ -93,3 +99,12 @@ def test_rules_load_from_the_unpacked_wheel(wheel, tmp_path):
     count, root = proc.stdout.split()
     assert int(count) == len(list((REPO / "rules").rglob("*.yaml")))
     assert root.endswith("site/advisor/_rules")
+
+
+@pytest.mark.e2e
+def test_the_build_prints_no_warning_from_our_configuration(wheel):
+    # issue #32: ~80 lines of setuptools warnings on `pip install -e .` (a TOML-table license,
+    # the rules' category folders absent from the packages list)
+    log = (wheel.parent / "build.log").read_text(encoding="utf-8")
+    warnings = [line.strip() for line in log.splitlines() if "Warning" in line or "deprecated" in line]
+    assert warnings == [], warnings

@@ -268,6 +268,8 @@ def test_a_real_trial_run_reports_its_steps_while_in_flight(tmp_path):
     phases = [e.in_flight for e in events]
     assert "timed" in phases and all(e.fix == "baseline" and e.run == 1 for e in events)
     assert max(e.step for e in events) > 0
+    # issue #32: a trial run has no profilers; its progress never names their phases
+    assert not {"profiled", "cprofile"} & set(phases), phases
 
 
 # -- the kept fixes leave an "after" trace -------------------------------------------------------------

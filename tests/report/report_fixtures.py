@@ -365,3 +365,26 @@ def record_cpu_trace(run: Path) -> Path:
         json.dumps({"schema_version": 1, "trace_files": [str(trace.relative_to(run))]}), encoding="utf-8"
     )
     return trace
+
+
+def demo_like_report():
+    """The fixture report with the demo's wide trials table and the GPU tables of a trace."""
+    report = make_report()
+    long_note = (
+        "num_workers 0 -> 2, pin_memory on, persistent workers kept between epochs; "
+        "measured in 5 interleaved repeats against the baseline"
+    )
+    trials = tuple(
+        dataclasses.replace(t, reason=long_note, peak_memory_bytes=412 * 2**20, baseline_peak_memory_bytes=400 * 2**20)
+        for t in report.trials
+    )
+    combined = Trial(
+        "dataloader_workers+cpu_threads", "safe", 5.2, 208.0, 40.0, 38.1, 41.9, "improved",
+        loss_max_rel_diff=0.0, reason="combined run of the kept fixes; " + long_note,
+        fixes=("dataloader_workers", "cpu_threads"),
+        peak_memory_bytes=430 * 2**20, baseline_peak_memory_bytes=400 * 2**20,
+    )
+    gpu = make_gpu_trace_report()
+    return dataclasses.replace(
+        report, trials=trials, combined=combined, kept_fixes=("dataloader_workers", "cpu_threads"), tables=gpu.tables,
+    )

@@ -9,7 +9,6 @@ import os
 import queue
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from proc_helpers import gone_within, pids_with_args
+from proc_helpers import gone_within, interrupt, pids_with_args
 from report_fixtures import record_cpu_trace
 
 from advisor.errors import InputError, UsageError
@@ -182,12 +181,7 @@ def test_tensorboard_serves_the_run_over_http(captured_run: Path) -> None:
         values = [row[1 + 2 * (dl - 1)] for row in overview["steps"]["rows"]]
         assert sum(values) > 0, values
     finally:
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
-        try:
-            out, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
+        out, err = interrupt(proc)
     assert proc.returncode == 0, err
     assert out.strip() == ""  # the URL was the only line of data
     assert "ui.perfetto.dev" in err and "stopping TensorBoard" in err

@@ -102,7 +102,11 @@ def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
 FIX = Fix(
     id="dataloader_workers",
     safety=SAFE,
-    description="load batches in parallel worker processes (DataLoader num_workers, a ladder sized to the cores)",
+    description=(
+        "load batches in parallel worker processes (DataLoader num_workers, a ladder sized to the "
+        "cores); safe: the arithmetic is unchanged, but random augmentations in the workers draw "
+        "from the workers' own seeds, so a seeded run's loss can move a little"
+    ),
     applies_when="the script builds a DataLoader with fewer workers than cores (the step waits for data)",
     measured=(
         "a ladder of worker counts sized to the cores (1 and 2 on 2 cores); past the cores, fewer "
