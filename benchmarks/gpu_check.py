@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,9 @@ TOTAL_BUDGET_S = 420.0
 """Seconds for all examples together: the issue's 8 minutes on one H100, less start-up and margin."""
 MIN_EXAMPLE_S = 25.0
 """An example is not started with less than this left (its capture alone takes about that)."""
+TWIN_TIMED = ("chargpt",)
+"""Examples whose hand-tuned twin is timed plainly beside the original after the diagnose (issue #28)."""
+DONE = re.compile(r"^done: (\d+) steps, ([0-9.]+) samples/s", re.M)
 
 
 @dataclass
@@ -48,6 +52,7 @@ class Case:
     speedup: float | None = None
     trials: list[dict] = field(default_factory=list)
     trial_problems: list[str] = field(default_factory=list)
+    twin_speedup: float | None = None  # the hand-tuned twin over the original, timed plainly
     gpu_time_frac: float | None = None
     nvml_sampled: bool | None = None
     seconds: float = 0.0
@@ -124,6 +129,26 @@ def run_case(case: Case, spec: dict, out: Path, budget_s: float) -> None:
     read_report(case, json.loads(report_path.read_text(encoding="utf-8")))
 
 
+def plain_rate(script: Path, args: list[str], timeout: float) -> float | None:
+    """Samples/s a script prints on its ``done:`` line when run plainly (None: it did not finish)."""
+    try:
+        proc = subprocess.run([sys.executable, str(script), *args], cwd=script.parent, capture_output=True,
+                              text=True, timeout=timeout, process_group=0)
+    except subprocess.TimeoutExpired:
+        return None
+    m = DONE.search(proc.stdout)
+    return float(m.group(2)) if m else None
+
+
+def time_twin(case: Case, spec: dict, timeout: float) -> None:
+    """Time the original and its hand-tuned twin plainly, one after the other, and keep the ratio."""
+    args = list(spec.get("args") or [])
+    plain = plain_rate(EXAMPLES / f"{case.name}.py", args, timeout)
+    twin = plain_rate(EXAMPLES / "fixed" / f"{case.name}.py", args, timeout)
+    if plain and twin:
+        case.twin_speedup = round(twin / plain, 3)
+
+
 def read_report(case: Case, report: dict) -> None:
     """Judge one report: the primary, the trials, GPU time in the trace, NVML."""
     case.found = (report.get("primary") or {}).get("category")
@@ -155,14 +180,14 @@ def read_report(case: Case, report: dict) -> None:
 def markdown(env: dict, cases: list[Case], dry: bool, took: float) -> str:
     lines = ["# advisor GPU check", "", f"{'Dry run (no CUDA): plumbing only. ' if dry else ''}Took {took:.0f} s.", ""]
     lines += [f"- **{k}**: {v}" for k, v in env.items()]
-    lines += ["", "| example | expected | found | status | kept | speedup | GPU time | NVML | trial problems | s |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| example | expected | found | status | kept | speedup | twin (plain) | GPU time | NVML | trial problems | s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in cases:
         sp = "—" if c.speedup is None else f"{c.speedup:.2f}x"
         gt = "—" if c.gpu_time_frac is None else f"{c.gpu_time_frac:.0%}"
         why = f"{c.status}: {c.reason}" if c.reason else c.status
         lines.append(f"| {c.name} | {c.expected or '—'} | {c.found or '—'} | {why} | {', '.join(c.kept) or '—'} | "
-                     f"{sp} | {gt} | {c.nvml_sampled if c.nvml_sampled is not None else '—'} | "
+                     f"{sp} | {'—' if c.twin_speedup is None else f'{c.twin_speedup:.2f}x'} | {gt} | {c.nvml_sampled if c.nvml_sampled is not None else '—'} | "
                      f"{'; '.join(c.trial_problems) or '—'} | {c.seconds} |")
     return "\n".join(lines) + "\n"
 
@@ -191,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             case.reason = f"{left:.0f} s of the budget left"
             continue
         run_case(case, manifest[case.name], opts.out, share)
+        if case.name in TWIN_TIMED and opts.budget - (time.perf_counter() - t0) > 2 * MIN_EXAMPLE_S:
+            time_twin(case, manifest[case.name], timeout=180.0)
         print(f"{case.name}: {case.status} {case.reason} ({case.seconds} s)", flush=True)
     took = time.perf_counter() - t0
     data = {"environment": env, "dry_run": dry, "problems": problems, "seconds": round(took, 1),
