@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # local CPU wheel, while an unpinned torch would pull several GB of CUDA packages.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup demo test test-unit test-all lint bench bench-trace bench-zoo bench-accuracy clean docs
+.PHONY: setup demo test test-unit test-all lint bench bench-trace bench-zoo bench-accuracy gpu-wheels gpu-check clean docs
 
 setup: $(STAMP)
 
@@ -47,6 +47,17 @@ bench-trace: $(STAMP)
 
 bench-zoo: $(STAMP)
 	$(PY) benchmarks/zoo.py
+
+# The prepared GPU check (issue #28, docs/gpu.md). gpu-wheels, here: the packages the GPU machine
+# lacks, as Python 3.12 wheels, into .gpu-wheels/ (carried there). gpu-check, there: no venv, the
+# machine's own python3 and torch.
+gpu-wheels: $(STAMP)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .gpu-wheels msgspec libcst monai torch-tb-profiler
+
+gpu-check:
+	python3 -m pip install -q --no-index --no-deps .gpu-wheels/*.whl
+	python3 benchmarks/gpu_check.py
 
 # advisor-bench: 100 generated cases, their truth timed plainly, docs/accuracy.md (about 30 min; quiet machine)
 bench-accuracy: $(STAMP)

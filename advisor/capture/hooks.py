@@ -224,12 +224,14 @@ class TorchHooks:
             if depth[0] == 0:
                 if len(outermost) < _MAX_OUTERMOST:
                     outermost.setdefault(id(module), weakref.ref(module))
-                rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0)
+                rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
+                                grad=torch.is_grad_enabled())
                 narrow_module_hooks()
 
         def on_module(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
             if not is_compiling() and threading.get_ident() == main:
-                rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0)
+                rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
+                                grad=torch.is_grad_enabled())
 
         module_handles = [
             register_module_forward_pre_hook(pre_forward),
@@ -265,13 +267,14 @@ class TorchHooks:
         original_next = _BaseDataLoaderIter.__next__
 
         def __next__(it: Any) -> Any:
-            rec.batch_requested()
+            grad = torch.is_grad_enabled()
+            rec.batch_requested(grad)
             try:
                 batch = original_next(it)
             except StopIteration:
-                rec.epoch_ended()
+                rec.epoch_ended(grad)
                 raise
-            rec.batch_yielded(count_samples(batch))
+            rec.batch_yielded(count_samples(batch), grad)
             return batch
 
         self._patch(_BaseDataLoaderIter, "__next__", __next__)

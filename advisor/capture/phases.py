@@ -32,6 +32,11 @@ loop is seen without a change to the script:
   backward calls, model calls and DataLoader batches end no step. A loop accumulating 40
   micro-batches per optimizer step (nanoGPT) would otherwise fill every phase with micro-batch
   "steps" and be stopped before its first real step.
+* Once a ``torch.optim`` optimizer exists, model calls and DataLoader batches with grad disabled
+  (``no_grad``, ``inference_mode``) are evaluation between steps, never steps nor their samples:
+  a nanoGPT-style ``estimate_loss`` at iteration 0 runs hundreds of forward passes before the
+  first optimizer step, and counting them gave the baseline module steps and its trials
+  optimizer steps ("not comparable"). Without an optimizer they are an inference script's steps.
 """
 
 from __future__ import annotations

@@ -175,12 +175,18 @@ class StepRecorder:
             return frozenset(keys)
         return None
 
-    def module_call(self, key: int, samples: int | None, in_optimizer_step: bool = False) -> None:
+    def _evaluating(self, grad: bool) -> bool:
+        """Whether grad-disabled work is evaluation in a training script (see :mod:`~advisor.capture.phases`)."""
+        return not grad and self._optimizer_created
+
+    def module_call(self, key: int, samples: int | None, in_optimizer_step: bool = False, grad: bool = True) -> None:
         """Handle the end of an outermost ``nn.Module`` call (``key``: the module) of ``samples``.
 
         Inside an optimizer step (an LBFGS closure re-running the model on the same batch) a
-        call is no boundary, and only the step's first call counts samples.
+        call is no boundary, and only the step's first call counts samples; nor is evaluation.
         """
+        if self._evaluating(grad):
+            return
         now = self.clock()
         if self._lead_module is None:
             self._lead_module = key
@@ -203,8 +209,10 @@ class StepRecorder:
         elif ends:
             self._boundary(SOURCE_MODULE, now)
 
-    def batch_requested(self) -> None:
-        """Handle entry into a DataLoader iterator's ``__next__``."""
+    def batch_requested(self, grad: bool = True) -> None:
+        """Handle entry into a DataLoader iterator's ``__next__`` (an evaluation loader's is ignored)."""
+        if self._evaluating(grad):
+            return
         now = self.clock()
         if self.source not in (None, SOURCE_DATALOADER):
             return
@@ -219,15 +227,19 @@ class StepRecorder:
             return
         self._boundary(SOURCE_DATALOADER, now)
 
-    def batch_yielded(self, samples: int | None) -> None:
+    def batch_yielded(self, samples: int | None, grad: bool = True) -> None:
         """Count a batch of ``samples`` samples (None: unknown) yielded by a DataLoader."""
+        if self._evaluating(grad):
+            return
         self._cur_batches += 1
         self._batches_seen = True
         if samples is not None:
             self._cur_samples = (self._cur_samples or 0) + samples
 
-    def epoch_ended(self) -> None:
+    def epoch_ended(self, grad: bool = True) -> None:
         """Note that a DataLoader iterator raised StopIteration (the epoch ended)."""
+        if self._evaluating(grad):
+            return
         self._epoch_ended = True
         if self.phase == Phase.TIMED:
             self._timed_epoch_ends += 1
@@ -250,10 +262,8 @@ class StepRecorder:
         """Close an open profiler window, exporting it: the script ended or is being stopped."""
         if self.open_window is not None:
             if not self.stop_requested:
-                self.notes.append(
-                    f"the script ended during the {self.open_window} window: its last step "
-                    "in the trace is incomplete (it runs to the script's end)"
-                )
+                self.notes.append(f"the script ended during the {self.open_window} window: its last step "
+                                  "in the trace is incomplete (it runs to the script's end)")
             self._close_window(export=True)
 
     # ----- results ---------------------------------------------------------------------------
@@ -270,9 +280,7 @@ class StepRecorder:
             samples=samples,
             samples_per_s=samples_per_s,
             steps_per_s=steps_per_s,
-            time_to_first_step_s=(
-                self.first_step_end - self.start_time if self.first_step_end is not None else None
-            ),
+            time_to_first_step_s=None if self.first_step_end is None else self.first_step_end - self.start_time,
             batches=tuple(self.step_batches),
             backwards=tuple(self.step_backwards),
             optimizers_per_step=self._optimizers.members if self.source == SOURCE_OPTIMIZER else 0,
@@ -292,10 +300,7 @@ class StepRecorder:
             "profiled_steps": self.counts.get(Phase.PROFILED, 0),
             "cprofiled_steps": self.counts.get(Phase.CPROFILE, 0),
             "timed": self.timed_phase(),
-            "losses": [
-                *self.losses,
-                *([self._cur_loss] if self._cur_loss is not None and self.wants_loss() else []),
-            ],
+            "losses": [*self.losses, *([self._cur_loss] if self._cur_loss is not None and self.wants_loss() else [])],
             "notes": list(self.notes),
             "phases_s": self.phase_seconds(),
         }
@@ -306,13 +311,8 @@ class StepRecorder:
 
     def phase_seconds(self, now: float | None = None) -> dict[str, float]:
         """Return where the child's time went so far, in seconds (see :func:`~advisor.capture.timeline.phase_seconds`)."""
-        return phase_seconds(
-            self.phase_started,
-            self.start_time,
-            self.first_step_end,
-            self.phase,
-            self.clock() if now is None else now,
-        )
+        return phase_seconds(self.phase_started, self.start_time, self.first_step_end, self.phase,
+                             self.clock() if now is None else now)
 
     def phase_progress(self) -> tuple[int, int]:
         """Return (steps done, steps asked) in the current phase."""

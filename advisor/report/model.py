@@ -28,6 +28,7 @@ from advisor.metrics.contention import contention_warnings
 from advisor.metrics.gpuview import TABLE_KEYS
 from advisor.metrics.model import Metrics, SourceLocation
 from advisor.metrics.registry import BREAKDOWN_PARTS
+from advisor.report.device_checks import device_warnings, gpu_unseen
 
 REPORT_SCHEMA_VERSION = 3
 """Layout version of ``report.json``.
@@ -389,8 +390,10 @@ def build_report(
     primary = diagnosis.primary.category if diagnosis.primary else None
     warnings = tuple(dict.fromkeys((
         *diagnosis.warnings, *contention_warnings(metrics.summary, primary), *steadiness_warnings(run.timed_step_times_ms),
-        *compile_warnings(capture),
+        *compile_warnings(capture), *device_warnings(capture, metrics.summary),
     )))
+    if gpu_unseen(capture, metrics.summary):
+        diagnosis = dataclasses.replace(diagnosis, primary=None)
     categories: dict[str, float] = {}
     for f in diagnosis.findings:
         categories[f.category] = max(categories.get(f.category, 0.0), f.impact_frac)

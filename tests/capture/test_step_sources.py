@@ -202,3 +202,33 @@ def test_an_optimizer_that_never_steps_gives_way_to_backward_calls():
         rec.backward()
         clock.advance(0.001)
     assert rec.source == "backward" and rec.steps_seen == 3
+
+
+def test_evaluation_before_the_first_optimizer_step_is_no_step():
+    # nanoGPT-style: the optimizer is built, then estimate_loss() runs 400 forward passes under
+    # no_grad at iteration 0, then training; the steps are optimizer steps, 32 samples each.
+    rec, clock, *_ = make(warmup=2, timed=3, profiled=0, cprofile=0, full=True)
+    model = 1
+    rec.optimizer_created()
+    for _ in range(400):
+        rec.batch_requested(grad=False)
+        rec.batch_yielded(64, grad=False)
+        rec.module_call(model, 64, grad=False)
+        clock.advance(0.001)
+    rec.epoch_ended(grad=False)  # the validation loader ran out: no epoch of the training loader
+    for _ in range(6):
+        rec.module_call(model, 32)
+        rec.backward()
+        clock.advance(0.01)
+        rec.optimizer_step()
+    assert rec.source == "optimizer"
+    assert rec.step_samples == [32, 32, 32] and rec.step_times_ms == pytest.approx([10.0] * 3)
+    assert not any("restart" in n or "dropped" in n for n in rec.notes)
+
+
+def test_without_an_optimizer_no_grad_calls_are_the_steps_of_inference():
+    rec, clock, *_ = make(warmup=1, timed=3, profiled=0, cprofile=0, full=True)
+    for _ in range(6):
+        rec.module_call(1, 8, grad=False)
+        clock.advance(0.002)
+    assert rec.source == "module" and rec.step_times_ms == pytest.approx([2.0] * 3)

@@ -21,3 +21,10 @@ def test_lbfgs_closure_is_one_step_per_optimizer_step(run_script):
     # the closure's backward calls run inside the step: no accumulation is read into them
     assert cap.timed.backwards == (0, 0, 0)
     assert cap.timed.samples == (64, 64, 64)  # from the model's input: no DataLoader
+
+
+def test_evaluation_at_iteration_zero_leaves_optimizer_steps(run_script):
+    # 60 forward passes under no_grad before the first optimizer step, and again every 25 steps.
+    cap, _ = run_script("eval_every.py", warmup_steps=3, timed_steps=5, profiled_steps=0)
+    assert cap.step_source == "optimizer", cap.step_source_reason
+    assert cap.timed.samples == (8, 8, 8, 8, 8)

@@ -60,7 +60,7 @@ def _diagnose(name: str, tmp_path: Path) -> dict:
 HEAVY = frozenset(
     {"monai_segmentation", "monai_scaling", "transformer_lm", "grad_accumulation", "inference_autograd", "data_loading"}
     # attention_lm: 54 s at load 5.8 on 2 cores (context 256 attention in fp32)
-    | {"attention_lm"}
+    | {"attention_lm", "chargpt"}  # chargpt: the GPU config, seconds per step on 2 cores
 ) | {"memory_bound"}  # ~1 GiB of activations, seconds per step on 2 shared cores
 
 
