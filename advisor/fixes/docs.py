@@ -70,6 +70,11 @@ def sample_diff(fix: Fix) -> str:
     from advisor.fixes.diff import notes_header, transform
 
     kept = [Trial(fix=fix.id, safety=fix.safety, params=sample_params(fix))]
+    if fix.requires:
+        # NOTE: a fix measured on top of another is kept with it, and its edit may be sized by it
+        # (cpu_threads gives a core to each loader worker): alone it can change nothing at all.
+        base = catalog.get(fix.requires)
+        kept.insert(0, Trial(fix=base.id, safety=base.safety, params=sample_params(base)))
     new, manual = transform(SAMPLE_SCRIPT, kept)
     notes = notes_header(kept, manual)
     body = difflib.unified_diff(
@@ -145,7 +150,8 @@ def explain(fix: Fix) -> str:
         "",
         "## Diff",
         *(["What to change by hand: " + fix.manual] if fix.manual else []),
-        *(["On a sample script:", "```diff", diff.rstrip(), "```"] if changed else []),
+        *([f"On a sample script{f', with `{fix.requires}` it is measured on top of' if fix.requires else ''}:",
+           "```diff", diff.rstrip(), "```"] if changed else []),
         *([] if changed or fix.manual else ["No mechanical change on the sample script."]),
     ])
 

@@ -90,3 +90,12 @@ def test_a_duplicate_or_dangling_fix_is_refused() -> None:
         catalog.collect([Fix("x", "safe", "x", requires="nope")])
     with pytest.raises(ValueError, match="safety must be"):
         Fix("x", "maybe", "x")
+
+
+def test_a_fix_measured_on_top_of_another_shows_its_diff_with_it():
+    # `advisor fix cpu_threads` said "no mechanical change" although diagnose writes one: alone on
+    # the sample script it had no workers to give cores to. persistent_workers alone wrote a
+    # DataLoader that torch refuses (persistent workers need num_workers > 0).
+    assert "torch.set_num_threads(" in sample_diff(catalog.get("cpu_threads"))
+    for fix_id in ("persistent_workers", "prefetch_factor", "cpu_threads"):
+        assert "num_workers=1" in sample_diff(catalog.get(fix_id)), fix_id
