@@ -23,7 +23,8 @@ While the GPU is idle, the CPU's activity explains why:
 5. ``sync_wait``: the CPU waits in a sync call (``cuda*Synchronize``) or in
    ``aten::item`` / ``_local_scalar_dense``;
 6. ``communication``: a CPU-side collective (``nccl:``/``gloo:``/``c10d::``) is in progress;
-7. ``data_loading``: inside ``enumerate(DataLoader)#...__next__``;
+7. ``data_loading``: inside ``enumerate(DataLoader)#...__next__``, or in a user function that
+   assembles batches in the training process (:mod:`advisor.metrics.input_work`);
 8. ``optimizer``: inside ``Optimizer.step#...``;
 9. ``cpu_ops``: inside any operator or CUDA runtime call (host overhead, launches);
 10. ``gpu_idle``: the GPU is idle and the CPU is in none of the above (Python between ops,
@@ -59,8 +60,15 @@ def _pieces(events: pd.DataFrame, mask: np.ndarray, windows: Windows) -> Pieces:
     return clip_to_steps(sub["ts"].to_numpy(), sub["end"].to_numpy(), windows)
 
 
-def priority_layers(events: pd.DataFrame, cls: Classified, windows: Windows) -> list[tuple[str, Pieces]]:
-    """Return the (part, clipped intervals) layers in priority order for this trace."""
+def priority_layers(
+    events: pd.DataFrame, cls: Classified, windows: Windows, input_work: np.ndarray | None = None,
+) -> list[tuple[str, Pieces]]:
+    """Return the (part, clipped intervals) layers in priority order for this trace.
+
+    ``input_work``: rows of the user's batch-assembling calls (:mod:`advisor.metrics.input_work`),
+    counted as data loading beside the DataLoader's ``__next__``.
+    """
+    loading = cls.dataloader if input_work is None else cls.dataloader | input_work
     layers: list[tuple[str, np.ndarray]] = []
     if cls.has_gpu:
         other_copy = cls.memcpy & ~cls.h2d & ~cls.d2h
@@ -73,20 +81,23 @@ def priority_layers(events: pd.DataFrame, cls: Classified, windows: Windows) -> 
     layers += [
         ("sync_wait", cls.sync_call | cls.item),
         ("communication", cls.comm_op),
-        ("data_loading", cls.dataloader),
+        ("data_loading", loading),
         ("optimizer", cls.optimizer),
         ("cpu_ops", cls.cpu_op | cls.runtime),
     ]
     return [(part, _pieces(events, mask, windows)) for part, mask in layers]
 
 
-def breakdown(events: pd.DataFrame, cls: Classified, windows: Windows) -> pd.DataFrame:
+def breakdown(
+    events: pd.DataFrame, cls: Classified, windows: Windows, input_work: np.ndarray | None = None,
+) -> pd.DataFrame:
     """Per-step ``<part>_ms`` and ``<part>_frac`` columns (one row per window).
 
     Args:
         events: The trace's events table.
         cls: Its classification masks.
         windows: Its step windows.
+        input_work: Rows that assemble batches in the training process (data loading too).
 
     Returns:
         A frame with ``step_time_ms`` and, for every part of ``BREAKDOWN_PARTS``, ``<part>_ms``
@@ -97,7 +108,7 @@ def breakdown(events: pd.DataFrame, cls: Classified, windows: Windows) -> pd.Dat
     part_us = {part: np.zeros(n) for part in BREAKDOWN_PARTS}
     covered = np.zeros(n)
     acc = merge(concat())
-    for part, pieces in priority_layers(events, cls, windows):
+    for part, pieces in priority_layers(events, cls, windows, input_work):
         acc = merge(concat(acc, pieces))
         now = np.bincount(acc.window, weights=acc.length, minlength=n) if len(acc.start) else np.zeros(n)
         part_us[part] += now - covered

@@ -20,7 +20,7 @@ from advisor._steady import assess
 from advisor.metrics.model import Metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS
 
-HOST_STEP_MS = ("step_time_ms", "dataloader_wait_ms", "sync_ms", *(f"{p}_ms" for p in BREAKDOWN_PARTS))
+HOST_STEP_MS = ("step_time_ms", "dataloader_wait_ms", "input_assembly_ms", "sync_ms", *(f"{p}_ms" for p in BREAKDOWN_PARTS))
 """Per-step times on the step's wall clock, which a slower profiled step stretches with it.
 
 Not the longest GPU gap nor communication time: single device-side spans, not parts of the

@@ -101,6 +101,11 @@ _SPECS: tuple[MetricSpec, ...] = (
     ),
     # --- data loading -----------------------------------------------------------------------------
     MetricSpec("dataloader_wait_ms", "ms", "step", "Time in DataLoader __next__ per step"),
+    MetricSpec(
+        "input_assembly_ms", "ms", "step",
+        "Time per step in the user's own functions that assemble batches in the training process "
+        "(indexing, slicing, stacking; no model call inside; advisor.metrics.input_work)",
+    ),
     # --- memory -----------------------------------------------------------------------------------
     MetricSpec("peak_memory_bytes", "bytes", "run", "Peak memory: CUDA max allocated on GPU, peak RSS on CPU"),
     MetricSpec("device_memory_bytes", "bytes", "run", "Total memory of the device (GPU memory, or system RAM on CPU)"),
@@ -201,7 +206,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
         "h2d_pageable_frac", "h2d_bandwidth_gbps", "h2d_blocking_count", "d2h_count", "d2h_bytes",
     ),
     "cpu_ops": ("cpu_op_count", "cpu_op_median_us", "cpu_op_small_frac", "autograd_op_count", "backward_op_count"),
-    "data_loading": ("dataloader_wait_ms",),
+    "data_loading": ("dataloader_wait_ms", "input_assembly_ms"),
     "attention": ("hand_attention_count",),
     "communication": ("comm_overlap_frac", "comm_time_ms"),
     "flops": ("flops_per_step", "achieved_tflops"),

@@ -26,6 +26,7 @@ from advisor.metrics.events import (
     outermost,
 )
 from advisor.metrics.flops import FlopsResult, compute_flops, peak_tflops
+from advisor.metrics.input_work import assembly_mask
 from advisor.metrics.intervals import (
     Pieces,
     Windows,
@@ -209,6 +210,8 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     cols.update(_copy_columns(scan) if gpu else _nan_family(scan, "copies"))
     cols.update(_cpu_op_columns(scan))
     cols["dataloader_wait_ms"] = union_per_step(_clip(ev, cls.dataloader, windows), scan.n) / 1e3
+    assembly = assembly_mask(ev, cls, top_level_ops(ev, cls))
+    cols["input_assembly_ms"] = union_per_step(_clip(ev, assembly, windows), scan.n) / 1e3
     cols["hand_attention_count"] = hand_attention_count(ev, cls.cpu_op, windows, scan.n)
     cols.update(_comm_columns(scan))
     fl = compute_flops(ev, cls.cpu_op)
@@ -221,7 +224,7 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
         notes.append(f"{trace.path.name}: {mem_note}")
 
     steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
-    steps = pd.concat([steps, breakdown(ev, cls, windows), pd.DataFrame(cols)], axis=1)
+    steps = pd.concat([steps, breakdown(ev, cls, windows, assembly), pd.DataFrame(cols)], axis=1)
     return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl)
 
 

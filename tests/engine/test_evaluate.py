@@ -124,7 +124,7 @@ def test_numpy_and_nan_values_are_cleaned():
     assert d.findings[0].evidence == {
         "cpu_count": None, "data_loading_frac": 0.3, "dataloader_num_workers": None,
         "dataloader_persistent_workers_flag": None, "dataloader_pin_memory_flag": None,
-        "dataloader_wait_ms": None}
+        "dataloader_wait_ms": None, "input_assembly_ms": None}
     assert type(d.findings[0].evidence["data_loading_frac"]) is float
 
 
