@@ -93,6 +93,17 @@ def _check_interrupted_capture(tmp_path: Path, run_dir: Path, sig: int, code: in
     )
     rows = json.loads(listed.stdout)
     assert [(r["name"], r["status"]) for r in rows] == [("spawns", "interrupted")]
+    # NOTE: the timed steps measured before the signal are the run's report (issue #30: they
+    # were in capture.json only, `advisor report` said "no report.json", `advisor runs` "steps 0").
+    assert rows[0]["has_report"] and rows[0]["steps_measured"] >= 19, rows
+    assert "kept in" in err and "advisor report" in err, err
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "interrupted" and report["run"]["status"] == "interrupted"
+    shown = subprocess.run(
+        [sys.executable, "-m", "advisor", "report", "--format", "json", str(run_dir)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert shown.returncode == 0, shown.stderr
 
 
 @pytest.mark.parametrize("sig", CATCHABLE, ids=lambda s: signal.Signals(s).name)
@@ -106,6 +117,12 @@ def test_sigkill_ends_the_whole_tree(tmp_path: Path) -> None:
     code, _, run_dir, left = _signal_advisor(tmp_path, signal.SIGKILL, nproc=1)
     assert code == -signal.SIGKILL
     assert left == []
+    listed = subprocess.run(
+        [sys.executable, "-m", "advisor", "runs", "--format", "json", str(run_dir.parent)],
+        capture_output=True, text=True, cwd=tmp_path, check=True,
+    )
+    # NOTE: nothing could be saved, but the run is not silently missing from the list.
+    assert [(r["name"], r["status"]) for r in json.loads(listed.stdout)] == [("spawns", "killed")]
 
 
 def test_processes_the_script_leaves_behind_are_ended_when_it_exits(tmp_path: Path) -> None:
