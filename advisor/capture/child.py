@@ -250,6 +250,7 @@ class ChildSession:
             if reconfigure is not None:
                 reconfigure(line_buffering=True)
         signal.signal(signal.SIGTERM, _on_sigterm)
+        keep = _StopSignalKept()
         self.write(finished=False)
         outcome, exc = "ended", None
         try:
@@ -273,6 +274,7 @@ class ChildSession:
             outcome, exc = "crashed", e
             if self.recorder.stop_requested and _caused_by_stop(e):
                 outcome = "stopped"  # the script's own cleanup raised while we stopped it
+        keep.restore()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finishing: let the export complete
         return self._finish(outcome, exc)
 
@@ -342,6 +344,36 @@ class ChildSession:
 
 def _on_sigterm(_signum: int, _frame: Any) -> None:
     raise _Terminated()
+
+
+class _StopSignalKept:
+    """While the script runs, SIGTERM stays advisor's stop request whatever the script sets.
+
+    advisor asks this child to save with SIGTERM (a timeout, Ctrl-C in advisor, a memory
+    budget). A script that ignores SIGTERM, or handles it its own way, took that request away:
+    the child was killed after its grace and the timed steps measured were lost (issue #30).
+    The script's ``signal.signal(SIGTERM, ...)`` is recorded and answered as if it took effect
+    (``getsignal`` returns it), but the handler installed stays ours.
+    """
+
+    def __init__(self) -> None:
+        self._signal, self._getsignal = signal.signal, signal.getsignal
+        self._script_handler: Any = signal.SIG_DFL
+
+        def set_handler(signalnum: Any, handler: Any) -> Any:
+            if signalnum == signal.SIGTERM:
+                previous, self._script_handler = self._script_handler, handler
+                return previous
+            return self._signal(signalnum, handler)
+
+        def get_handler(signalnum: Any) -> Any:
+            return self._script_handler if signalnum == signal.SIGTERM else self._getsignal(signalnum)
+
+        signal.signal, signal.getsignal = set_handler, get_handler  # type: ignore[assignment]
+
+    def restore(self) -> None:
+        """Give ``signal.signal`` and ``signal.getsignal`` back (the script has ended)."""
+        signal.signal, signal.getsignal = self._signal, self._getsignal  # type: ignore[assignment]
 
 
 def _caused_by_stop(exc: BaseException) -> bool:

@@ -145,3 +145,37 @@ def test_torchrun_job_leaves_nothing_behind(tmp_path: Path, sig: int) -> None:
     assert left == []
     if sig != signal.SIGKILL:
         _check_interrupted_capture(tmp_path, run_dir, sig, code, err)
+
+
+def test_a_script_that_ignores_sigterm_still_keeps_its_timed_steps(tmp_path: Path) -> None:
+    """advisor's stop request reaches the capture child whatever the script did to SIGTERM (issue #30)."""
+    run_dir = tmp_path / "advisor-runs" / "ignores"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--warmup", "1", "--steps", "100000",
+         "--out", str(run_dir), str(SPAWNS.parent / "ignores_sigterm.py")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while "step 20\n" not in _text(run_dir / "stdout.log"):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode() if proc.stderr else ""
+            time.sleep(0.2)
+        started = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert time.monotonic() - started < 8, "the child did not save on the stop request: it was killed after its grace"
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["run"]["status"] == "interrupted" and report["run"]["timed_steps"] >= 19
+    assert gone_within(str(run_dir / "config.json")) == []
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
