@@ -114,7 +114,9 @@ def read_trace_json(path: Path) -> dict:
     gc.disable()
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
-            data = json.load(fh)
+            # NOTE: strict=False reads the raw control characters torch writes unescaped into
+            # string fields (a script named with ESC/BEL lands in ``traceName``, issue #30).
+            data = json.load(fh, strict=False)
     except (OSError, ValueError, EOFError) as exc:
         raise InputError(f"{path} is not a readable trace ({exc}); re-record it") from exc
     finally:

@@ -366,3 +366,20 @@ def test_script_name_with_a_quote_is_diagnosed(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert report["run"]["status"] == "stopped"
     assert any("re-escaped" in note for note in report["notes"])
+
+
+def test_raw_control_characters_in_any_string_field_are_read_not_called_truncated(tmp_path: Path) -> None:
+    """torch writes a run folder named after ``esc\\e]0;PWNED\\a\\e[31m.py`` raw into ``traceName`` (issue #30)."""
+    from advisor.report.tensorboard_logdir import read_trace_json
+    from advisor.trace.load import load_trace
+
+    text = _kineto_lines(_events([]))
+    bad = "/runs/esc\x1b]0;PWNED\x07\x1b[31m-1/traces/t.pt.trace.json"
+    text = text[: text.rindex("]")] + f'],"traceName": "{bad}" }}\n'  # as torch lays out its last line
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)  # the file really is invalid JSON
+    trace = load_trace(path)
+    assert "ProfilerStep#1" in set(trace.events["name"])
+    assert read_trace_json(path)["traceName"] == bad  # the TensorBoard and Perfetto copies read it too
