@@ -187,15 +187,16 @@ def new_run_dir(base: Path) -> Path:
     return create_unique(base)
 
 
-def check_out_dir(out_dir: Path) -> Path:
-    """Refuse an ``--out`` folder a capture could not use (a file, or someone else's non-empty folder).
+def check_out_dir(out_dir: Path, replace: bool = False) -> Path:
+    """Refuse an ``--out`` folder a capture could not use, or an existing run unless ``replace``.
 
     Raises:
-        UsageError: The folder is a file, or not empty and not an advisor run directory.
+        UsageError: The folder is a file, not empty and not an advisor run directory, or a run
+            directory already (without ``replace``: the message says what it holds).
     """
     from advisor.rundir import check
 
-    return check(out_dir)
+    return check(out_dir, replace)
 
 
 def rendezvous_env(
