@@ -25,6 +25,7 @@ import time
 
 _T0 = time.perf_counter()  # NOTE: first, so time to first step includes every import below
 
+import atexit  # noqa: E402
 import importlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -37,7 +38,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from advisor._proc import die_with_parent, end_own_children  # noqa: E402
+from advisor._proc import become_subreaper, die_with_parent, end_own_children  # noqa: E402
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
@@ -430,6 +431,11 @@ def main(argv: list[str] | None = None, t0: float = _T0) -> None:
     # is killed outright, SIGTERM us too -- the same stop as a timeout: the trace is saved and
     # the script does not train on unobserved.
     die_with_parent(signal.SIGTERM)
+    # NOTE: what the script orphans (a daemon in a session of its own) becomes ours, not init's,
+    # and this atexit hook ends it when we exit (the results are written by then); the parent's
+    # group and tree sweeps cannot see such a process once it left our group and our tree.
+    if become_subreaper():
+        atexit.register(_kill_children)
     config = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     spec = from_dict(RunSpec, config["spec"])
     session = ChildSession(spec, Path(config["run_dir"]), t0)

@@ -179,3 +179,16 @@ def _text(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def test_a_daemon_in_a_new_session_whose_parent_exited_at_once_is_ended(tmp_path: Path) -> None:
+    """A process orphaned before the tree sweep saw it, in its own session, still ends with the run (issue #30)."""
+    run_dir = tmp_path / "run"
+    marker = f"advisor-fault-{uuid.uuid4().hex}"
+    done = subprocess.run(
+        [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--warmup", "1", "--steps", "2",
+         "--profile-steps", "0", "--full", "--out", str(run_dir), str(SPAWNS.parent / "daemonizes.py"), marker],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert gone_within(f"{marker}-daemon", timeout_s=5) == []
