@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from advisor import api
+from advisor._terminal import printable_line
 from advisor.api import EngineConfig, RunSpec, RunStatus
 from advisor.cli._common import emit_report
 from advisor.cli.configured import ConfiguredCommand, given_as, option_keys
@@ -215,7 +216,8 @@ def diagnose(
     code = emit_report(result.report, fmt, output, fail_on)
     if show_diff:
         click.echo(result.report.diff or "# advisor: no kept fix has a mechanical source change\n", nl=False)
-    click.echo(f"advisor: run saved in {result.run_dir}  (advisor report {result.run_dir} --format html -o report.html)", err=True)
+    where = printable_line(str(result.run_dir))
+    click.echo(f"advisor: run saved in {where}  (advisor report {where} --format html -o report.html)", err=True)
     _raise_for_script(result, misplaced)
     return code
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from advisor import api
+from advisor._terminal import printable_line
 from advisor.api import RunSpec
 from advisor.cli.options import ByteSize, PositiveSeconds
 from advisor.errors import UsageError
@@ -99,5 +100,5 @@ def _emit(table: object, fmt: str, output: Path | None) -> None:
     """Write the sweep to ``-o`` (saying so on stderr), else to stdout."""
     written = api.write_sweep(table, fmt, output)
     if written is not None:
-        click.echo(f"advisor: wrote {written}", err=True)
+        click.echo(f"advisor: wrote {printable_line(str(written))}", err=True)
 

@@ -17,7 +17,7 @@ import click
 
 from advisor import __version__
 from advisor._proc import Interrupted, signals_interrupt
-from advisor._terminal import printable, silence_stream
+from advisor._terminal import printable_line, silence_stream
 from advisor.errors import EXIT_USAGE, AdvisorError
 
 # command name -> "module:attribute"; modules are imported only when the command runs.
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         with signals_interrupt():  # SIGTERM/SIGHUP stop as ^C does: children ended, data saved
             rv: Any = cli.main(args=argv, prog_name="advisor", standalone_mode=False)
     except AdvisorError as exc:
-        click.echo(f"advisor: error: {printable(exc.message)}", err=True)
+        click.echo(f"advisor: error: {printable_line(exc.message)}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):  # Click turns ^C (and our SIGTERM) into Abort
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except Exception as exc:  # the one boundary: never a stack trace for the user
         click.echo(
-            f"advisor: internal error: {type(exc).__name__}: {exc} "
+            f"advisor: internal error: {type(exc).__name__}: {printable_line(str(exc))} "
             "(please report it with the command you ran; set ADVISOR_DEBUG=1 for the traceback)",
             err=True,
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from advisor._files import write_text
+from advisor._terminal import printable, printable_styled
 from advisor.errors import UsageError
 from advisor.report.gate import gate
 from advisor.report.model import Report
@@ -82,6 +83,10 @@ RENDERERS: dict[str, Renderer] = {
 }
 """Format name -> ``renderer(report, *, color=False) -> str``."""
 
+READ_ON_TERMINALS: frozenset[str] = frozenset({"text", "markdown", "github"})
+"""Formats read as they are on a terminal or in a CI log: every control character in them is
+escaped here, once for all renderers (HTML, JSON and SARIF escape by their own syntax)."""
+
 
 def render(report: Report, fmt: str, *, color: bool = False) -> str:
     """Render ``report`` in ``fmt``.
@@ -97,7 +102,12 @@ def render(report: Report, fmt: str, *, color: bool = False) -> str:
     renderer = RENDERERS.get(fmt)
     if renderer is None:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    return renderer(report, color=color)
+    out = renderer(report, color=color)
+    if fmt in READ_ON_TERMINALS:
+        # NOTE: the one door (advisor._terminal): a script's error message or an operator name
+        # holding ESC/BEL (a terminal-title sequence) is shown, never obeyed (issue #30).
+        out = printable_styled(out) if color else printable(out)
+    return out
 
 
 def guess_format(path: Path | str | None, default: str = "text") -> str:
