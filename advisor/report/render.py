@@ -166,6 +166,9 @@ def write_output(text: str, fmt: str, out: Path | None, stream: TextIO | None = 
         InputError: The file cannot be written.
     """
     stream = stream if stream is not None else sys.stdout
+    if (out is None or str(out) == "-") and stream is None:
+        # NOTE: started with stdout closed (`advisor report RUN >&-`): Python sets sys.stdout to None
+        raise UsageError("stdout is closed, so the report has nowhere to go; redirect it (> FILE) or pass -o FILE")
     if out is None or str(out) == "-":
         if fmt == "html" and hasattr(stream, "isatty") and stream.isatty():
             raise UsageError("HTML is not written to a terminal; pass -o report.html or pipe it")

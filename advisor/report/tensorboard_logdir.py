@@ -84,7 +84,9 @@ def find_traces(path: Path) -> list[Path]:
     if capture.is_file():
         try:
             data = json.loads(capture.read_text(encoding="utf-8"))
-            listed = [path / p for p in data.get("trace_files", []) if (path / p).is_file()]
+            # NOTE: only paths inside the run directory, as advisor writes them (issue #30)
+            listed = [path / p for p in data.get("trace_files", [])
+                      if not Path(p).is_absolute() and ".." not in Path(p).parts and (path / p).is_file()]
         except (OSError, ValueError):
             listed = []
     if listed:
@@ -302,8 +304,11 @@ OWNER_FILE = "owner.pid"
 """In a temporary copy: the pid of the advisor process that serves it."""
 
 
-def remove_stale_copies(root: Path | None = None) -> list[Path]:
-    """Delete temporary copies whose advisor process is gone; return what was removed.
+def remove_stale_copies(root: Path | None = None, owner: int | None = None) -> list[Path]:
+    """Delete temporary copies whose advisor process is gone (or ``owner``'s); return what was removed.
+
+    ``owner`` (this process's pid) removes the copy a failed preparation left half-written (a
+    full temp folder), which no later run would see as stale while this process lives.
 
     A copy is removed when TensorBoard stops, but an advisor killed outright (SIGKILL, the OOM
     killer) runs no clean-up, and its copy of the traces would stay in the temp folder for good.
@@ -320,7 +325,10 @@ def remove_stale_copies(root: Path | None = None) -> list[Path]:
             pid = int((folder / OWNER_FILE).read_text(encoding="utf-8").strip())
         except (OSError, ValueError):
             continue
-        if pid <= 0 or pid == os.getpid() or _alive(pid):
+        if owner is not None:
+            if pid != owner:
+                continue
+        elif pid <= 0 or pid == os.getpid() or _alive(pid):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)

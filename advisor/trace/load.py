@@ -41,6 +41,7 @@ from advisor.trace.decode import _decode_guarded, _InvalidJSON
 from advisor.trace.model import CATEGORY_ALIASES, MISSING, REPAIRED_KEY, Trace
 from advisor.trace.read import _gc_paused, _read_bytes, find_trace_files
 from advisor.trace.repair import _repair_names, escape_controls
+from advisor.trace.sanity import check_values, not_a_number
 
 __all__ = [
     "CATEGORY_ALIASES",
@@ -77,7 +78,7 @@ def load_trace(path: Path, index: int = 0) -> Trace:
             fixed, escaped = escape_controls(raw)
             fixed, repaired = _repair_names(fixed)
             if not (repaired or escaped):
-                raise TraceError(str(exc)) from exc
+                raise TraceError(not_a_number(path, raw) or str(exc)) from exc
             del raw
             raw = fixed
             try:
@@ -106,6 +107,7 @@ def load_trace(path: Path, index: int = 0) -> Trace:
     info = info if isinstance(info, dict) else {}
     if isinstance(info.get("rank"), int):
         rank = int(info["rank"])
+    check_values(path, frame)
     return Trace(path=path, rank=rank, events=frame, metadata=metadata)
 
 
