@@ -219,3 +219,16 @@ def _first_x(events: list[dict]) -> dict:
 def test_impossible_trace_values_are_bad_input_not_a_report(capsys, tmp_path: Path, change, fragment: str) -> None:  # type: ignore[no-untyped-def]
     line = one_line_error(*invoke(capsys, "analyze", str(_trace(tmp_path, change)))[::2])
     assert fragment in line and "truncated" not in line, line
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "key"), [('steps = "ten"', "steps"), ("warmup = -5", "warmup"), ("budget = nan", "budget")])
+def test_config_flags_values_diagnose_would_refuse(capsys, tmp_path: Path, monkeypatch, line: str, key: str) -> None:
+    """`advisor config` showed them without a word, exit 0, while `diagnose` stopped on them."""
+    (tmp_path / "pyproject.toml").write_text(f"[tool.advisor]\n{line}\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke(capsys, "config")
+    assert code == 2 and out  # the settings are still shown, then the refusal
+    assert f"{key}:" in err and "advisor diagnose refuses this value" in err and "internal error" not in err
