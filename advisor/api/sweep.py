@@ -85,6 +85,24 @@ def sweep_script(
     return table
 
 
+def nothing_ran(table: Any) -> str | None:
+    """Say why a sweep measured nothing (every cell failed, ran out of memory or could not apply), else None.
+
+    Such a sweep exited 0 as if it had found a recommended cell (issue #30); the caller exits 3,
+    the script failed, with the table still written.
+    """
+    from advisor.sweep.model import CellStatus
+
+    results = tuple(getattr(table, "results", ()))
+    if not results or any(r.status == CellStatus.OK for r in results):
+        return None
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[str(r.status)] = counts.get(str(r.status), 0) + 1
+    how = ", ".join(f"{n} {status}" for status, n in counts.items())
+    return f"no cell of the sweep could run ({how}); the table says why for each"
+
+
 def load_sweep(path: Path) -> Any:
     """Read a saved SweepTable from a sweep's run directory or its ``sweep.json``."""
     from advisor.sweep.model import load_table

@@ -11,7 +11,7 @@ from advisor import api
 from advisor._terminal import printable_line
 from advisor.api import RunSpec
 from advisor.cli.options import ByteSize, PositiveSeconds
-from advisor.errors import UsageError
+from advisor.errors import ScriptFailed, UsageError
 
 EPILOG = """\b
 Examples:
@@ -93,7 +93,13 @@ def sweep(
     finally:
         stop()
     _emit(table, fmt, output)
+    failed = api.nothing_ran(table)
+    if failed is not None:
+        raise ScriptFailed(f"{failed}; each run's logs are in the sweep's run directory ({TRIALS_HINT})")
     return 0
+
+
+TRIALS_HINT = "trials/*/stderr.log"
 
 
 def _emit(table: object, fmt: str, output: Path | None) -> None:

@@ -232,3 +232,21 @@ def test_config_flags_values_diagnose_would_refuse(capsys, tmp_path: Path, monke
     code, out, err = invoke(capsys, "config")
     assert code == 2 and out  # the settings are still shown, then the refusal
     assert f"{key}:" in err and "advisor diagnose refuses this value" in err and "internal error" not in err
+
+
+def test_an_unreadable_capture_is_called_unreadable_not_invalid(tmp_path: Path, monkeypatch) -> None:
+    from advisor.capture.model import RunCapture
+    from advisor.errors import InputError
+
+    run = _run(tmp_path)
+    real = Path.read_text
+
+    def refuse(self: Path, *a, **k):  # type: ignore[no-untyped-def]
+        if self.name == "capture.json":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    with pytest.raises(InputError, match="cannot read .*Permission denied.*check its permissions") as info:
+        RunCapture.load(run)
+    assert "not valid JSON" not in str(info.value)
