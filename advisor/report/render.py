@@ -138,12 +138,13 @@ def resolve_format(fmt: str | None, out: Path | None) -> str:
 
 
 def use_color(fmt: str, out: Path | None, stream: TextIO | None = None) -> bool:
-    """Colour only for text going to a terminal, and never when ``NO_COLOR`` is set."""
+    """Colour only for text going to a terminal, never when ``NO_COLOR`` is set or ``TERM=dumb`` (no escapes at all)."""
     stream = stream if stream is not None else sys.stdout
     return (
         fmt == "text"
         and out is None
         and not os.environ.get("NO_COLOR")
+        and os.environ.get("TERM") != "dumb"
         and hasattr(stream, "isatty")
         and stream.isatty()
     )

@@ -250,3 +250,18 @@ def test_an_unreadable_capture_is_called_unreadable_not_invalid(tmp_path: Path, 
     with pytest.raises(InputError, match="cannot read .*Permission denied.*check its permissions") as info:
         RunCapture.load(run)
     assert "not valid JSON" not in str(info.value)
+
+
+def test_a_dumb_terminal_gets_no_colour(monkeypatch) -> None:
+    """`TERM=dumb` on a terminal still got ANSI colour (issue #30)."""
+    from advisor.report.render import use_color
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert use_color("text", None, Tty())  # type: ignore[arg-type]
+    monkeypatch.setenv("TERM", "dumb")
+    assert not use_color("text", None, Tty())  # type: ignore[arg-type]
