@@ -109,8 +109,9 @@ def _save_interrupted(
             report.save(run_dir)
     except (AdvisorError, OSError, ValueError, KeyboardInterrupt):
         return  # NOTE: the capture is on disk; `advisor analyze` can still build the report later
+    # NOTE: profiled steps count only when their trace was written (an export cut short has none)
     measured = f"{capture.timed_steps} timed step(s)" + (
-        f" and {capture.profiled_steps} profiled step(s)" if capture.profiled_steps else "")
+        f" and {capture.profiled_steps} profiled step(s)" if capture.profiled_steps and capture.trace_files else "")
     raise Interrupted(
         f"interrupted during the capture; the {measured} measured are kept in {run_dir} "
         f"(advisor report {run_dir})",

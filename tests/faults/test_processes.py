@@ -13,6 +13,7 @@ the torchrun runs are slow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -147,19 +148,21 @@ def test_torchrun_job_leaves_nothing_behind(tmp_path: Path, sig: int) -> None:
         _check_interrupted_capture(tmp_path, run_dir, sig, code, err)
 
 
-def test_a_script_that_ignores_sigterm_still_keeps_its_timed_steps(tmp_path: Path) -> None:
-    """advisor's stop request reaches the capture child whatever the script did to SIGTERM (issue #30)."""
-    run_dir = tmp_path / "advisor-runs" / "ignores"
+def _interrupt_when(tmp_path: Path, run_dir: Path, options: list[str], ready) -> tuple[int, str, float]:  # type: ignore[no-untyped-def]
+    """Run ignores_sigterm.py under diagnose with ``options``; SIGINT advisor once ``ready()``.
+
+    Returns the exit code, stderr and the seconds advisor took to end after the signal.
+    """
     proc = subprocess.Popen(
-        [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--warmup", "1", "--steps", "100000",
+        [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--warmup", "1", *options,
          "--out", str(run_dir), str(SPAWNS.parent / "ignores_sigterm.py")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
     )
     try:
         deadline = time.monotonic() + 180
-        while "step 20\n" not in _text(run_dir / "stdout.log"):
+        while not ready():
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode() if proc.stderr else ""
-            time.sleep(0.2)
+            time.sleep(0.1)
         started = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
@@ -167,8 +170,16 @@ def test_a_script_that_ignores_sigterm_still_keeps_its_timed_steps(tmp_path: Pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, err
-    assert time.monotonic() - started < 8, "the child did not save on the stop request: it was killed after its grace"
+    return proc.returncode, err.decode(errors="replace"), time.monotonic() - started
+
+
+def test_a_script_that_ignores_sigterm_still_keeps_its_timed_steps(tmp_path: Path) -> None:
+    """advisor's stop request reaches the capture child whatever the script did to SIGTERM (issue #30)."""
+    run_dir = tmp_path / "advisor-runs" / "ignores"
+    code, err, took = _interrupt_when(
+        tmp_path, run_dir, ["--steps", "100000"], lambda: "step 20\n" in _text(run_dir / "stdout.log"))
+    assert code == 130, err
+    assert took < 8, "the child did not save on the stop request: it was killed after its grace"
     report = json.loads((run_dir / "report.json").read_text())
     assert report["run"]["status"] == "interrupted" and report["run"]["timed_steps"] >= 19
     assert gone_within(str(run_dir / "config.json")) == []
@@ -192,3 +203,27 @@ def test_a_daemon_in_a_new_session_whose_parent_exited_at_once_is_ended(tmp_path
     )
     assert done.returncode in (0, 1), done.stderr
     assert gone_within(f"{marker}-daemon", timeout_s=5) == []
+
+
+@pytest.mark.slow  # NOTE: the interrupted report itself is in make test (the catchable-signal cases)
+def test_an_interrupt_while_profiling_keeps_the_profiled_steps_finished(tmp_path: Path) -> None:
+    """The steps profiled before the signal are exported and analysed: the report's steps, not "steps 0" (issue #30)."""
+    run_dir = tmp_path / "advisor-runs" / "profiling"
+    code, err, _ = _interrupt_when(
+        tmp_path, run_dir, ["--steps", "2", "--profile-steps", "100000"], lambda: _profiled_steps(run_dir) >= 30)
+    assert code == 130, err
+    assert "profiled step(s) measured are kept" in err, err
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["run"]["status"] == "interrupted" and report["run"]["steps_measured"] >= 20, report["run"]
+    assert list((run_dir / "traces").iterdir())
+
+
+def _profiled_steps(run_dir: Path) -> int:
+    """The last profiled step the capture reported in its progress events (0 before profiling)."""
+    seen = 0
+    for line in _text(run_dir / "events.jsonl").splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("phase") == "profiled":
+                seen = max(seen, int(event.get("phase_step") or 0))
+    return seen
