@@ -9,7 +9,8 @@ plainly from the same shell. The price is that nothing else
 stops them when advisor itself dies abruptly (SIGKILL, an OOM kill, a closed CI job): a training
 script would keep the GPU busy, a TensorBoard server would keep the port. On Linux the kernel can
 send a signal to a process when its parent dies (``prctl(PR_SET_PDEATHSIG)``); this module asks
-for it. It also holds the sweeps that end a whole process tree (:class:`ProcessTree`,
+for it, and makes the capture child the subreaper of what the script orphans
+(:func:`become_subreaper`). It also holds the sweeps that end a whole process tree (:class:`ProcessTree`,
 :func:`kill_group`, :func:`end_own_children`) and turns SIGTERM/SIGHUP into the same clean stop as
 Ctrl-C (:func:`signals_interrupt`).
 """
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def own_group(sig: int = signal.SIGTERM) -> None:
@@ -60,6 +62,29 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
     if parent == 1:  # re-parented to init already: the parent we were started by is gone
         os.kill(os.getpid(), sig)
     return True
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``).
+
+    A process the script started whose parent exits is re-parented to the nearest subreaper
+    ancestor instead of init. The capture child asks for it, so whatever the script leaves --
+    a daemon double-forked into a session of its own (``start_new_session=True``), which leaves
+    the process group and, orphaned within milliseconds, escaped the parent's tree sweep --
+    stays its descendant, and :func:`end_own_children` ends it.
+
+    Returns:
+        True when the request was registered; False where the platform has no such mechanism.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:

@@ -4,7 +4,12 @@ Names from traces (kernels, ops, Python functions), script paths, file names and
 own error messages reach the terminal in reports and messages. An escape sequence among them
 could clear the screen, set the window title, or hide text; :func:`printable` turns every
 control character into a visible ``\xNN`` (``\uNNNN`` for Unicode bidirectional controls)
-instead. Line breaks and tabs are kept.
+instead. Line breaks and tabs are kept; :func:`printable_line` escapes them too, for what must
+stay one line (an error, "run saved in PATH", a progress line).
+
+This module is the one door for text that reaches a terminal or a CI log: the report formats
+read there (text, Markdown, GitHub annotations) pass through it as a whole in
+:func:`advisor.report.render.render`, and every line advisor itself says on stderr does too.
 """
 
 from __future__ import annotations
@@ -27,6 +32,24 @@ def _escape(match: re.Match[str]) -> str:
 def printable(text: str) -> str:
     """Return ``text`` with control characters (ESC, BEL, CR, bidi overrides...) escaped."""
     return _CONTROL.sub(_escape, text)
+
+
+def printable_line(text: str) -> str:
+    """Return ``text`` as one printable line: control characters escaped, line breaks and tabs too."""
+    return printable(str(text)).replace("\n", "\\x0a").replace("\t", "\\x09")
+
+
+# Colour and style (SGR: ESC [ params m) as rich writes it for a terminal.
+_SGR = re.compile("(\x1b\\[[0-9;]*m)")
+
+
+def printable_styled(text: str) -> str:
+    """Return ``text`` escaped as :func:`printable` does, but keep its colour codes (SGR sequences).
+
+    For the text report in colour: rich wrote the colours, around values already escaped
+    (:func:`advisor.report.console.safe_text`); every other escape sequence is made visible.
+    """
+    return "".join(part if i % 2 else printable(part) for i, part in enumerate(_SGR.split(text)))
 
 
 def silence_stream(stream: Any) -> None:

@@ -53,10 +53,19 @@ class ScriptFailed(AdvisorError):
 
 
 EXIT_INTERRUPTED = 130
-"""Ctrl-C or SIGTERM (128 + SIGINT, as shells report it); what was measured is saved first."""
+"""Ctrl-C (128 + SIGINT, as shells report it); SIGTERM exits 143 and SIGHUP 129 (128 + the signal)."""
 
 
 class Interrupted(AdvisorError):
-    """The user stopped a run (Ctrl-C, SIGTERM); the message says where what was measured is saved."""
+    """The user stopped a run (Ctrl-C, SIGTERM, SIGHUP); the message says where what was measured is saved.
+
+    The exit code is 128 + the signal's number, as a shell reports a process the signal ended,
+    whichever stage (capture, fix trials, sweep) it arrived in.
+    """
 
     exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, signum: int = 2) -> None:  # 2: SIGINT, Ctrl-C
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum

@@ -163,28 +163,51 @@ def prepare(out_dir: str | Path) -> Path:
     return run_dir
 
 
-def check(out_dir: str | Path) -> Path:
+def check(out_dir: str | Path, replace: bool = True) -> Path:
     """Refuse an ``--out`` that :func:`prepare` would refuse, touching nothing; return it absolute.
 
     The command line checks first, so a refused folder is an error before the live progress
-    starts (and before any process does).
+    starts (and before any process does). With ``replace`` False (what the user gets without
+    ``--replace``) a folder that already holds a run is refused too, saying what it holds: a
+    reused ``--out`` silently deleted another run's report, traces and trials (issue #30).
 
     Raises:
-        UsageError: ``out_dir`` is a file, or a non-empty folder that is not a run directory.
+        UsageError: ``out_dir`` is a file, a non-empty folder that is not a run directory, or
+            (``replace`` False) a run directory.
         InputError: It cannot be read.
     """
     run_dir = Path(out_dir).absolute()
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"{run_dir} exists and is not a folder; choose another --out")
     try:
-        if run_dir.is_dir() and any(run_dir.iterdir()) and not is_run_dir(run_dir):
-            raise UsageError(
-                f"{run_dir} is not empty and is not an advisor run directory; "
-                "pass --out with a new or empty folder"
-            )
+        if run_dir.is_dir() and any(run_dir.iterdir()):
+            if not is_run_dir(run_dir):
+                raise UsageError(
+                    f"{run_dir} is not empty and is not an advisor run directory; "
+                    "pass --out with a new or empty folder"
+                )
+            if not replace:
+                raise UsageError(
+                    f"{run_dir} already holds {describe_run(run_dir)}; pass --replace to delete it and "
+                    "run again there, or choose another --out"
+                )
     except OSError as exc:
         raise InputError(f"cannot read {run_dir} ({exc.strerror or exc}); choose another --out") from exc
     return run_dir
+
+
+def describe_run(run_dir: Path) -> str:
+    """Say in a few words what a run directory holds: whose run, its status, its trials."""
+    found = read_json(run_dir / CAPTURE_FILE) or (read_json(run_dir / CONFIG_FILE) or {}).get("spec") or {}
+    script = found.get("script") if isinstance(found, dict) else None
+    status = found.get("status") if isinstance(found, dict) else None
+    what = "a run" + (f" of {Path(str(script)).name}" if script else "") + (f" ({status})" if status else "")
+    trials = run_dir / TRIALS_DIR
+    count = sum(1 for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else 0
+    extras = [name for name in (REPORT_FILE, TRACES_DIR) if (run_dir / name).exists()]
+    if count:
+        extras.append(f"{count} trial run(s)")
+    return what + (f" with {', '.join(extras)}" if extras else "")
 
 
 def _clean(run_dir: Path) -> None:

@@ -40,7 +40,14 @@ from advisor.api.script import (
     rendezvous_env,
     validate_script,
 )
-from advisor.api.sweep import load_sweep, render_sweep, sweep_format, sweep_script, write_sweep
+from advisor.api.sweep import (
+    load_sweep,
+    nothing_ran,
+    render_sweep,
+    sweep_format,
+    sweep_script,
+    write_sweep,
+)
 from advisor.api.tensorboard import prepare_tensorboard, serve_tensorboard, tensorboard_check
 from advisor.capture.model import RunCapture, RunSpec, RunStatus
 from advisor.config import ANY_OPTION, ResolvedConfig, Setting, describe_source
@@ -88,6 +95,7 @@ __all__ = [
     "load_report",
     "load_side",
     "load_sweep",
+    "nothing_ran",
     "new_run_dir",
     "node_dir_name",
     "prepare_tensorboard",

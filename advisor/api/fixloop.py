@@ -7,7 +7,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from advisor.api.process import capture_function, signals_ignored, sigterm_interrupts
+from advisor.api.process import (
+    capture_function,
+    interrupt_signal,
+    signals_ignored,
+    sigterm_interrupts,
+)
 from advisor.capture.model import RunCapture, RunSpec
 from advisor.engine.model import Diagnosis
 from advisor.fixes.model import FixOutcome
@@ -101,7 +106,7 @@ def _fix_loop_saved(
 
     Ctrl-C or SIGTERM during the loop stops the trial's children (the capture stage ends its
     process group on any exception), saves the report with status ``interrupted`` and what was
-    measured, and raises :class:`~advisor.errors.Interrupted` (exit 130).
+    measured, and raises :class:`~advisor.errors.Interrupted` (exit 128 + the signal: 130, 143, 129).
     """
     import os
     import time
@@ -117,7 +122,7 @@ def _fix_loop_saved(
         timing = timing_of(time.perf_counter() - started, capture, outcome)
         return replace(with_fixes(report, outcome, status, pid), timing=timing)
 
-    asked_to_stop = [False]
+    asked_to_stop: list[Any] = [False]
 
     def checkpoint(outcome: FixOutcome) -> None:
         last[0] = outcome
@@ -132,14 +137,16 @@ def _fix_loop_saved(
     try:
         with sigterm_interrupts(asked_to_stop):
             outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        signum = interrupt_signal(exc, asked_to_stop[0])
         with signals_ignored():  # a second ^C must not cut the final write short
             done = saved(last[0], ReportStatus.INTERRUPTED)
             done.save(run_dir)
         n = sum(1 for t in done.trials if not t.unfinished)
         raise Interrupted(
             f"interrupted during the fix trials; the diagnosis and {n} finished trial(s) are saved in "
-            f"{run_dir} (advisor report {run_dir})"
+            f"{run_dir} (advisor report {run_dir})",
+            signum=signum,
         ) from None
     return saved(outcome, ReportStatus.COMPLETE)
 

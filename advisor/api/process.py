@@ -20,11 +20,24 @@ def capture_function(spec: RunSpec) -> Callable[..., RunCapture]:
     return capture
 
 
-@contextmanager
-def sigterm_interrupts(asked: list[bool] | None = None) -> Iterator[None]:
-    """Make SIGTERM act like Ctrl-C (KeyboardInterrupt) inside the block, in the main thread.
+def interrupt_signal(exc: BaseException, asked: bool | int = False) -> int:
+    """Return the signal number behind a KeyboardInterrupt: its own for SIGTERM/SIGHUP, SIGINT otherwise.
 
-    Both SIGTERM and SIGINT also set ``asked[0]``, so a caller can raise again at its next
+    ``asked`` is the flag :func:`sigterm_interrupts` set: the signal that asked to stop, when the
+    interrupt raised is a checkpoint's re-raise (its first one was swallowed).
+    """
+    import signal
+
+    if hasattr(exc, "signum"):
+        return int(exc.signum)
+    return int(asked) if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else int(signal.SIGINT)
+
+
+@contextmanager
+def sigterm_interrupts(asked: list[Any] | None = None) -> Iterator[None]:
+    """Make SIGTERM act like Ctrl-C (a KeyboardInterrupt carrying its signal) inside the block, in the main thread.
+
+    Both SIGTERM and SIGINT also set ``asked[0]`` (to the signal's number), so a caller can raise again at its next
     checkpoint if the first KeyboardInterrupt was swallowed.
     """
     import signal
@@ -34,10 +47,16 @@ def sigterm_interrupts(asked: list[bool] | None = None) -> Iterator[None]:
         yield
         return
 
+    from advisor._proc import Interrupted
+
     def on_term(signum: int, frame: Any) -> None:
         if asked is not None:
-            asked[0] = True
-        raise KeyboardInterrupt
+            asked[0] = signum
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        # NOTE: the signal travels with the interrupt, so a SIGTERM in the trials exits 143 as
+        # it does in the capture, not 130.
+        raise Interrupted(signum)
 
     previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

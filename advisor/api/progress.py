@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from advisor._terminal import printable_line
+
 
 def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], None], Callable[[], None]]:
     """Progress on stderr: a rich bar for the capture, then one line per fix-trial run.
@@ -17,7 +19,8 @@ def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], No
     from advisor.capture.progress import LiveProgress, ProgressConsole
 
     console = ProgressConsole()
-    live = LiveProgress(console=console, title=title)
+    # NOTE: the script's name as it reads: never markup, never a control sequence (issue #30)
+    live = LiveProgress(console=console, title=escape(printable_line(title)))
     live.__enter__()
     state = {"live": True}
 
@@ -35,7 +38,7 @@ def live_progress(title: str) -> tuple[Callable[[Any], None], Callable[[str], No
         if state["live"]:
             state["live"] = False  # the capture bar is finished once trials start
             live.__exit__(None, None, None)
-        text = escape(event.line() + total_left(event))
+        text = escape(printable_line(event.line() + total_left(event)))
         if getattr(event, "in_flight", ""):
             # NOTE: a run in flight updates one transient line on a terminal; in a log (not a
             # terminal) it gets no line at all: one line per finished run (issue #32: a phase
@@ -98,7 +101,7 @@ def sweep_progress() -> tuple[Callable[[Any], None], Callable[[], None]]:
             status["spinner"] = None
 
     def on_event(event: Any) -> None:
-        text = escape(event.line())
+        text = escape(printable_line(event.line()))
         if event.started and console.is_terminal:
             if status["spinner"] is None:
                 status["spinner"] = console.status(f"[dim]sweep[/dim] {text}")

@@ -46,13 +46,31 @@ def diagnose_script(
     import time
 
     from advisor.fixes.fix import is_out_of_memory
-    from advisor.metrics.compute import compute_metrics, load_run_traces
-    from advisor.metrics.headline_scale import on_headline_scale
     from advisor.report.model import timing_of
 
     started = time.perf_counter()
-    capture = capture_function(spec)(spec, progress)
+    try:
+        capture = capture_function(spec)(spec, progress)
+    except KeyboardInterrupt as exc:
+        _save_interrupted(spec, exc, engine_config, inline_ignores, started)
+        raise
     run_dir = Path(capture.run_dir or spec.out_dir)
+    diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
+    report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
+    # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
+    if fix_options.enabled and (capture.ok or is_out_of_memory(capture)):
+        report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started)
+    report.save(run_dir)
+    return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
+
+
+def _diagnosed(
+    capture: RunCapture, run_dir: Path, spec: RunSpec, engine_config: Any, inline_ignores: bool,
+) -> tuple[Any, Report]:
+    """Metrics, diagnosis and report of one capture (the traces it lists, its pstats file)."""
+    from advisor.metrics.compute import compute_metrics, load_run_traces
+    from advisor.metrics.headline_scale import on_headline_scale
+
     # NOTE: only the traces the capture lists (a crashed run may have none): loaded once, for
     # the metrics and the timeline alike.
     traces = load_run_traces(run_dir, capture)
@@ -61,13 +79,46 @@ def diagnose_script(
     diagnosis = evaluate(on_headline_scale(metrics, capture.timed.step_times_ms), engine_config,
                          (spec.cwd or Path.cwd(), Path(spec.script).parent), inline_ignores)
     report = build_report(metrics, diagnosis, capture=capture, timeline=_timeline(traces, metrics.focus_rank))
-    report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None),
-                     notes=(*report.notes, *_timeline_note(run_dir)))
-    # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
-    if fix_options.enabled and (capture.ok or is_out_of_memory(capture)):
-        report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started)
-    report.save(run_dir)
-    return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
+    return diagnosis, replace(report, notes=(*report.notes, *_timeline_note(run_dir)))
+
+
+def _save_interrupted(
+    spec: RunSpec, interrupt: KeyboardInterrupt, engine_config: Any, inline_ignores: bool, started: float,
+) -> None:
+    """Build ``report.json`` from what an interrupted capture saved, then raise :class:`Interrupted`.
+
+    The capture stage has already written ``capture.json`` (status ``interrupted``) with the
+    timed steps measured and any profiled steps finished; without a report, ``advisor report``
+    and ``advisor runs`` showed nothing of them. When nothing was saved (interrupted before the
+    child started) or the analysis itself fails or is interrupted again, the original interrupt
+    goes on unchanged: what is on disk stays as it is.
+    """
+    import time
+
+    from advisor.api.process import interrupt_signal, signals_ignored
+    from advisor.errors import AdvisorError, Interrupted
+    from advisor.report.model import ReportStatus, timing_of
+
+    run_dir = Path(spec.out_dir).absolute()
+    try:
+        capture = RunCapture.load(run_dir)
+        if not (capture.timed_steps or capture.profiled_steps):
+            return
+        _, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
+        report = replace(report, status=ReportStatus.INTERRUPTED,
+                         timing=timing_of(time.perf_counter() - started, capture, None))
+        with signals_ignored():  # a second ^C must not cut the write short
+            report.save(run_dir)
+    except (AdvisorError, OSError, ValueError, KeyboardInterrupt):
+        return  # NOTE: the capture is on disk; `advisor analyze` can still build the report later
+    # NOTE: profiled steps count only when their trace was written (an export cut short has none)
+    measured = f"{capture.timed_steps} timed step(s)" + (
+        f" and {capture.profiled_steps} profiled step(s)" if capture.profiled_steps and capture.trace_files else "")
+    raise Interrupted(
+        f"interrupted during the capture; the {measured} measured are kept in {run_dir} "
+        f"(advisor report {run_dir})",
+        signum=interrupt_signal(interrupt),
+    ) from None
 
 
 def _timeline(traces: Sequence[Any], rank: int | None = None) -> tuple[dict[str, Any], ...]:
@@ -139,15 +190,16 @@ def new_run_dir(base: Path) -> Path:
     return create_unique(base)
 
 
-def check_out_dir(out_dir: Path) -> Path:
-    """Refuse an ``--out`` folder a capture could not use (a file, or someone else's non-empty folder).
+def check_out_dir(out_dir: Path, replace: bool = False) -> Path:
+    """Refuse an ``--out`` folder a capture could not use, or an existing run unless ``replace``.
 
     Raises:
-        UsageError: The folder is a file, or not empty and not an advisor run directory.
+        UsageError: The folder is a file, not empty and not an advisor run directory, or a run
+            directory already (without ``replace``: the message says what it holds).
     """
     from advisor.rundir import check
 
-    return check(out_dir)
+    return check(out_dir, replace)
 
 
 def rendezvous_env(

@@ -8,7 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from advisor.api.process import capture_function, signals_ignored, sigterm_interrupts
+from advisor.api.process import (
+    capture_function,
+    interrupt_signal,
+    signals_ignored,
+    sigterm_interrupts,
+)
 from advisor.capture.model import RunCapture, RunSpec
 from advisor.errors import UsageError
 
@@ -24,7 +29,7 @@ def sweep_script(
     after every run (status ``running``) and at the end, and the recommended cell's diff as
     ``sweep.diff``. Ctrl-C or SIGTERM stops the run in flight (the capture stage ends its process
     group), saves the table with the cells finished so far and status ``interrupted``, and raises
-    :class:`~advisor.errors.Interrupted` (exit 130).
+    :class:`~advisor.errors.Interrupted` (exit 128 + the signal: 130, 143, 129).
 
     Cell runs are forked from a warm-start server, as the fix loop's trial runs are, unless
     ``cold_start`` (or a ``runner`` of the caller's is given).
@@ -40,7 +45,7 @@ def sweep_script(
     cells = parse_cells(batch_sizes, precisions, accumulations)
     out = create_unique(spec.out_dir)
     last: list[Any] = [SweepTable(script=str(spec.script), args=tuple(spec.args), status=SweepStatus.RUNNING)]
-    asked_to_stop = [False]
+    asked_to_stop: list[Any] = [False]
 
     def save(table: Any) -> None:
         (out / SWEEP_FILE).write_text(render_json(table), encoding="utf-8")
@@ -64,18 +69,38 @@ def sweep_script(
                 progress=progress, checkpoint=checkpoint,
             )
             table = replace(table, notes=(*table.notes, *started.notes("cell runs")))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        signum = interrupt_signal(exc, asked_to_stop[0])
         with signals_ignored():  # a second ^C must not cut the final write short
             done = replace(last[0], status=SweepStatus.INTERRUPTED)
             save(done)
         n = sum(1 for x in done.results if x.status != CellStatus.NOT_RUN and not x.unfinished)
         raise Interrupted(
-            f"interrupted; {n} finished cell(s) of {len(cells)} are saved in {out / SWEEP_FILE}"
+            f"interrupted; {n} finished cell(s) of {len(cells)} are saved in {out / SWEEP_FILE}",
+            signum=signum,
         ) from None
     save(table)
     if table.diff:
         (out / SWEEP_DIFF_FILE).write_text(table.diff, encoding="utf-8")
     return table
+
+
+def nothing_ran(table: Any) -> str | None:
+    """Say why a sweep measured nothing (every cell failed, ran out of memory or could not apply), else None.
+
+    Such a sweep exited 0 as if it had found a recommended cell (issue #30); the caller exits 3,
+    the script failed, with the table still written.
+    """
+    from advisor.sweep.model import CellStatus
+
+    results = tuple(getattr(table, "results", ()))
+    if not results or any(r.status == CellStatus.OK for r in results):
+        return None
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[str(r.status)] = counts.get(str(r.status), 0) + 1
+    how = ", ".join(f"{n} {status}" for status, n in counts.items())
+    return f"no cell of the sweep could run ({how}); the table says why for each"
 
 
 def load_sweep(path: Path) -> Any:

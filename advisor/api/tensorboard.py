@@ -19,9 +19,16 @@ def tensorboard_check() -> None:
 
 def prepare_tensorboard(run_dir: Path) -> PreparedLogdir:
     """Copy a run's (or a folder of runs') traces into a temporary log folder the plugin reads."""
-    from advisor.report.tensorboard_logdir import prepare_logdir
+    import os
 
-    return prepare_logdir(run_dir)
+    from advisor.report.tensorboard_logdir import prepare_logdir, remove_stale_copies
+
+    try:
+        return prepare_logdir(run_dir)
+    except BaseException:
+        # NOTE: a full temp folder or Ctrl-C mid-copy: the partial copy is ours, gone with us
+        remove_stale_copies(owner=os.getpid())
+        raise
 
 
 def serve_tensorboard(

@@ -25,6 +25,7 @@ import time
 
 _T0 = time.perf_counter()  # NOTE: first, so time to first step includes every import below
 
+import atexit  # noqa: E402
 import importlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -37,7 +38,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from advisor._proc import die_with_parent, end_own_children  # noqa: E402
+from advisor._proc import become_subreaper, die_with_parent, end_own_children  # noqa: E402
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
@@ -254,6 +255,7 @@ class ChildSession:
             if reconfigure is not None:
                 reconfigure(line_buffering=True)
         signal.signal(signal.SIGTERM, _on_sigterm)
+        keep = _StopSignalKept()
         self.write(finished=False)
         outcome, exc = "ended", None
         try:
@@ -277,6 +279,7 @@ class ChildSession:
             outcome, exc = "crashed", e
             if self.recorder.stop_requested and _caused_by_stop(e):
                 outcome = "stopped"  # the script's own cleanup raised while we stopped it
+        keep.restore()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finishing: let the export complete
         return self._finish(outcome, exc)
 
@@ -348,6 +351,36 @@ def _on_sigterm(_signum: int, _frame: Any) -> None:
     raise _Terminated()
 
 
+class _StopSignalKept:
+    """While the script runs, SIGTERM stays advisor's stop request whatever the script sets.
+
+    advisor asks this child to save with SIGTERM (a timeout, Ctrl-C in advisor, a memory
+    budget). A script that ignores SIGTERM, or handles it its own way, took that request away:
+    the child was killed after its grace and the timed steps measured were lost (issue #30).
+    The script's ``signal.signal(SIGTERM, ...)`` is recorded and answered as if it took effect
+    (``getsignal`` returns it), but the handler installed stays ours.
+    """
+
+    def __init__(self) -> None:
+        self._signal, self._getsignal = signal.signal, signal.getsignal
+        self._script_handler: Any = signal.SIG_DFL
+
+        def set_handler(signalnum: Any, handler: Any) -> Any:
+            if signalnum == signal.SIGTERM:
+                previous, self._script_handler = self._script_handler, handler
+                return previous
+            return self._signal(signalnum, handler)
+
+        def get_handler(signalnum: Any) -> Any:
+            return self._script_handler if signalnum == signal.SIGTERM else self._getsignal(signalnum)
+
+        signal.signal, signal.getsignal = set_handler, get_handler  # type: ignore[assignment]
+
+    def restore(self) -> None:
+        """Give ``signal.signal`` and ``signal.getsignal`` back (the script has ended)."""
+        signal.signal, signal.getsignal = self._signal, self._getsignal  # type: ignore[assignment]
+
+
 def _caused_by_stop(exc: BaseException) -> bool:
     seen = 0
     cur: BaseException | None = exc
@@ -402,6 +435,11 @@ def main(argv: list[str] | None = None, t0: float = _T0) -> None:
     # is killed outright, SIGTERM us too -- the same stop as a timeout: the trace is saved and
     # the script does not train on unobserved.
     die_with_parent(signal.SIGTERM)
+    # NOTE: what the script orphans (a daemon in a session of its own) becomes ours, not init's,
+    # and this atexit hook ends it when we exit (the results are written by then); the parent's
+    # group and tree sweeps cannot see such a process once it left our group and our tree.
+    if become_subreaper():
+        atexit.register(_kill_children)
     config = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     spec = from_dict(RunSpec, config["spec"])
     session = ChildSession(spec, Path(config["run_dir"]), t0)

@@ -279,7 +279,9 @@ class RunCapture:
             )
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+        except OSError as exc:  # NOTE: unreadable is not invalid: "not valid JSON ([Errno 13])" misled
+            raise InputError(f"cannot read {path} ({exc.strerror or exc}); check its permissions") from exc
+        except ValueError as exc:
             raise InputError(f"{path} is not valid JSON ({exc}); re-run `advisor diagnose`") from exc
         except RecursionError:
             raise InputError(f"{path} is nested too deeply to be a capture; re-run `advisor diagnose`") from None

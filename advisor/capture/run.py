@@ -251,7 +251,9 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None, warm: Any =
     validate_spec(spec)
     run_dir = prepare_run_dir(spec.out_dir)
     spec_for_child = {**to_jsonable(spec), "script": str(script)}
-    dump_json({"spec": spec_for_child, "run_dir": str(run_dir)}, run_dir / CONFIG_FILE)
+    # NOTE: the pid tells `advisor runs` whether a run without capture.json is still capturing
+    # or was killed outright (SIGKILL, OOM) before it could save anything.
+    dump_json({"spec": spec_for_child, "run_dir": str(run_dir), "pid": os.getpid()}, run_dir / CONFIG_FILE)
     cmd = [sys.executable, "-m", "advisor.capture.child", str(run_dir / CONFIG_FILE)]
 
     if progress is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from advisor import api
+from advisor._terminal import printable_line
 from advisor.api import Report
 from advisor.errors import EXIT_FINDINGS
 
@@ -18,9 +19,9 @@ def emit_report(report: Report, fmt: str | None, output: Path | None, fail_on: s
     """Render ``report`` to stdout or ``output`` and return the exit code ``--fail-on`` implies."""
     written = api.write_report(report, fmt, Path(output) if output is not None else None)
     if written is not None:
-        click.echo(f"advisor: wrote {written}", err=True)
+        click.echo(f"advisor: wrote {printable_line(str(written))}", err=True)
     for warning in report.warnings:
-        click.echo(f"advisor: warning: {warning}", err=True)
+        click.echo(f"advisor: warning: {printable_line(warning)}", err=True)
     code = api.exit_code_for(report, fail_on)
     failing = api.failing_lines(report, fail_on) if code == EXIT_FINDINGS else ()
     if failing:

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from advisor import api
-from advisor._terminal import printable
+from advisor._terminal import printable, printable_line
 from advisor.cli.options import compare_format_option, compare_output_option
 from advisor.errors import EXIT_FINDINGS, EXIT_OK, UsageError
 
@@ -75,7 +75,7 @@ def compare(
     comparison = api.compare_paths(before, after, allow_mismatch=allow_mismatch)
     written = api.write_comparison(comparison, fmt, output)
     if written is not None:
-        click.echo(f"advisor: wrote {written}", err=True)
+        click.echo(f"advisor: wrote {printable_line(str(written))}", err=True)
     for reason in comparison.not_comparable:
         click.echo(f"advisor: warning: not comparable: {printable(reason)}", err=True)
     if fail_on_regression is None:

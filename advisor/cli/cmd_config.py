@@ -15,6 +15,8 @@ import click
 from advisor import api
 from advisor.api import ResolvedConfig, Setting, describe_source
 from advisor.cli.cmd_diagnose import diagnose_option_keys
+from advisor.cli.configured import config_defaults
+from advisor.errors import UsageError
 
 EPILOG = """\b
 Examples:
@@ -46,6 +48,10 @@ def config(target: Path | None, fmt: str) -> int:
         click.echo(as_text(resolved, selected, deselected))
     for warning in selection.warnings:
         click.echo(f"advisor: warning: {warning}", err=True)
+    refused = _refused_value(target or Path.cwd())
+    if refused is not None:
+        # NOTE: shown above as written, but `diagnose` stops on it: say so, and fail as it would
+        raise UsageError(f"{refused}; advisor diagnose refuses this value")
     return 0
 
 
@@ -75,6 +81,18 @@ def _default_of(opt: click.Option) -> Any:
     if isinstance(default, tuple):
         return list(default)
     return default if isinstance(default, (bool, int, float, str, list)) else None
+
+
+def _refused_value(start: Path) -> str | None:
+    """Return the first config value ``advisor diagnose`` would refuse (``steps = "ten"``, ``warmup = -5``), else None."""
+    from advisor.cli.cmd_diagnose import diagnose
+
+    folder = start if start.is_dir() else start.parent
+    try:
+        config_defaults(diagnose, click.Context(diagnose), folder)
+    except UsageError as exc:
+        return exc.message.rstrip(".")
+    return None
 
 
 def as_json(

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from advisor import api
+from advisor._terminal import printable_line
 from advisor.api import EngineConfig, RunSpec, RunStatus
 from advisor.cli._common import emit_report
 from advisor.cli.configured import ConfiguredCommand, given_as, option_keys
@@ -67,6 +68,8 @@ HELP_GROUPS = (
               help="SCRIPT is a module name (package.module), run as `python -m` runs it, from the current folder.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run directory (default: advisor-runs/<script>-<timestamp>).")
+@click.option("--replace", "replace_out", is_flag=True,
+              help="Let --out name a folder that already holds a run: that run (report, traces, trials) is deleted.")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(min=0), help="Warm-up steps, not measured.")
 @click.option("--steps", "timed_steps", default=20, show_default=True, type=click.IntRange(min=1),
               help="Timed steps without the profiler (step times, samples/s).")
@@ -117,6 +120,7 @@ def diagnose(
     script_args: tuple[str, ...],
     as_module: bool,
     out_dir: Path | None,
+    replace_out: bool,
     warmup: int,
     timed_steps: int,
     profile_steps: int,
@@ -180,7 +184,7 @@ def diagnose(
         # every node writes its own folder: on a shared file system they sit side by side
         run_dir = run_dir / api.node_dir_name(node_rank)
     if out_dir is not None:
-        api.check_out_dir(run_dir)  # a refused --out is an error now, before the live progress
+        api.check_out_dir(run_dir, replace_out)  # a refused --out is an error now, before the live progress
     if nnodes > 1 and not no_fixes:
         no_fixes = True
         click.echo(
@@ -226,7 +230,8 @@ def diagnose(
     code = emit_report(result.report, fmt, output, fail_on)
     if show_diff:
         click.echo(result.report.diff or "# advisor: no kept fix has a mechanical source change\n", nl=False)
-    click.echo(f"advisor: run saved in {result.run_dir}  (advisor report {result.run_dir} --format html -o report.html)", err=True)
+    where = printable_line(str(result.run_dir))
+    click.echo(f"advisor: run saved in {where}  (advisor report {where} --format html -o report.html)", err=True)
     _raise_for_script(result, misplaced)
     return code
 

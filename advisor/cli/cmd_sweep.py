@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from advisor import api
+from advisor._terminal import printable_line
 from advisor.api import RunSpec
 from advisor.cli.options import ByteSize, PositiveSeconds
-from advisor.errors import UsageError
+from advisor.errors import ScriptFailed, UsageError
 
 EPILOG = """\b
 Examples:
@@ -92,12 +93,18 @@ def sweep(
     finally:
         stop()
     _emit(table, fmt, output)
+    failed = api.nothing_ran(table)
+    if failed is not None:
+        raise ScriptFailed(f"{failed}; each run's logs are in the sweep's run directory ({TRIALS_HINT})")
     return 0
+
+
+TRIALS_HINT = "trials/*/stderr.log"
 
 
 def _emit(table: object, fmt: str, output: Path | None) -> None:
     """Write the sweep to ``-o`` (saying so on stderr), else to stdout."""
     written = api.write_sweep(table, fmt, output)
     if written is not None:
-        click.echo(f"advisor: wrote {written}", err=True)
+        click.echo(f"advisor: wrote {printable_line(str(written))}", err=True)
 

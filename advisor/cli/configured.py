@@ -33,8 +33,9 @@ NOT_IN_CONFIG: frozenset[str] = frozenset({
     "script", "script_args", "as_module", "out_dir", "fmt", "output",
     # which node this is and where its job meets: one launch's choice (differs per node)
     "node_rank", "rdzv_endpoint", "rdzv_id",
-    # --diff/--write: writing the user's files needs an explicit flag on each run
-    "show_diff", "write",
+    # --diff/--write: writing the user's files needs an explicit flag on each run; so does
+    # deleting an earlier run (--replace)
+    "show_diff", "write", "replace_out",
     # chatter on stderr is the caller's choice
     "quiet", "verbose", "help",
     # selection keys: read by advisor.config with their own layering (extend-select adds up)

@@ -7,6 +7,8 @@ only reads traces) never pays for importing torch.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import errno
 import gc
 import importlib
 import signal
@@ -17,7 +19,7 @@ import click
 
 from advisor import __version__
 from advisor._proc import Interrupted, signals_interrupt
-from advisor._terminal import printable, silence_stream
+from advisor._terminal import printable_line, silence_stream
 from advisor.errors import EXIT_USAGE, AdvisorError
 
 # command name -> "module:attribute"; modules are imported only when the command runs.
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         with signals_interrupt():  # SIGTERM/SIGHUP stop as ^C does: children ended, data saved
             rv: Any = cli.main(args=argv, prog_name="advisor", standalone_mode=False)
     except AdvisorError as exc:
-        click.echo(f"advisor: error: {printable(exc.message)}", err=True)
+        click.echo(f"advisor: error: {printable_line(exc.message)}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):  # Click turns ^C (and our SIGTERM) into Abort
@@ -118,9 +120,16 @@ def main(argv: list[str] | None = None) -> None:
         # fail again and print "Exception ignored"; point it at /dev/null first
         silence_stream(sys.stdout)
         sys.exit(0)
+    except OSError as exc:
+        # NOTE: the file system refused what the user pointed advisor at (a name over 255 bytes,
+        # a symlink loop, a folder without permission, a full disk): bad input, not a bug.
+        _say(f"advisor: error: {printable_line(os_error_line(exc))}")
+        if sys.stdout is not None and exc.errno == errno.ENOSPC:
+            silence_stream(sys.stdout)  # stdout on a full disk: the exit flush must not fail again
+        sys.exit(EXIT_USAGE)
     except Exception as exc:  # the one boundary: never a stack trace for the user
         click.echo(
-            f"advisor: internal error: {type(exc).__name__}: {exc} "
+            f"advisor: internal error: {type(exc).__name__}: {printable_line(str(exc))} "
             "(please report it with the command you ran; set ADVISOR_DEBUG=1 for the traceback)",
             err=True,
         )
@@ -128,6 +137,30 @@ def main(argv: list[str] | None = None) -> None:
             raise
         sys.exit(EXIT_USAGE)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an OSError the file system raised: what it was about, why, and what to do."""
+    why = exc.strerror or type(exc).__name__
+    names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+    where = f"{' -> '.join(names)}: " if names else "cannot write or read: "
+    if len(where) > 200:  # a name over the file system's limit is the case; keep the line readable
+        where = where[:120] + "…" + where[-60:]
+    todo = {
+        errno.ENAMETOOLONG: "a name in the path is longer than the file system allows (255 bytes); use a shorter one",
+        errno.ELOOP: "the path goes round a loop of symbolic links; fix the link",
+        errno.EACCES: "check its permissions",
+        errno.EPERM: "check its permissions",
+        errno.ENOSPC: "the disk is full; free some space or write elsewhere",
+        errno.EDQUOT: "the disk quota is used up; free some space or write elsewhere",
+    }.get(exc.errno or 0, "check the path")
+    return f"{where}{why}; {todo}"
+
+
+def _say(line: str) -> None:
+    """Write one line to stderr, whatever state stdout and stderr are in."""
+    with contextlib.suppress(Exception):
+        click.echo(line, err=True)
 
 
 def _skip_final_collections() -> None:

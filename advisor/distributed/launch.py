@@ -220,7 +220,7 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
     if logs_dir.exists():
         shutil.rmtree(logs_dir)
     config = run_dir / CONFIG_FILE
-    dump_json({"spec": {**to_jsonable(spec), "script": str(script)}, "run_dir": str(run_dir)}, config)
+    dump_json({"spec": {**to_jsonable(spec), "script": str(script)}, "run_dir": str(run_dir), "pid": os.getpid()}, config)
     cmd = torchrun_command(spec, config, logs_dir)
 
     if progress is not None:

@@ -130,11 +130,14 @@ def load_rules(root: Any = None, fixes: Mapping[str, str] | None = None) -> Rule
         if not root.is_dir():
             raise RuleError(f"{root}: rules folder does not exist")
     ruleset = RuleSet()
-    files = sorted(
-        (f for d in root.iterdir() if d.is_dir() for f in d.iterdir() if f.name.endswith((".yaml", ".yml"))),
-        key=lambda f: (str(f)),
-    )
-    stray = [f for f in root.iterdir() if f.is_file() and f.name.endswith((".yaml", ".yml"))]
+    try:
+        files = sorted(
+            (f for d in root.iterdir() if d.is_dir() for f in d.iterdir() if f.name.endswith((".yaml", ".yml"))),
+            key=lambda f: (str(f)),
+        )
+        stray = [f for f in root.iterdir() if f.is_file() and f.name.endswith((".yaml", ".yml"))]
+    except OSError as exc:  # an unreadable rules folder (PermissionError) is the folder's problem, said once
+        raise RuleError(f"{display_path(str(exc.filename or root))}: cannot list the rules ({exc.strerror or exc})") from None
     if stray:
         raise RuleError(f"{display_path(str(stray[0]))}: rule files belong in a category folder: rules/<category>/<CODE>.yaml")
     if not files:
@@ -157,6 +160,9 @@ def load_rule_file(file: Any, fixes: Mapping[str, str] | None = None) -> Rule:
         RuleError: ``<path>: <key>: <problem>``.
     """
     path = display_path(str(file))
+    if not file.is_file():
+        # NOTE: a FIFO named like a rule blocked `rules` and `analyze` forever in read_bytes
+        raise RuleError(f"{path}: not a regular file (a FIFO, device or folder); a rule is a plain YAML file")
     try:
         raw = file.read_bytes()
     except OSError as exc:

@@ -441,19 +441,42 @@ def locate_input(path: str | Path) -> tuple[list[Path], RunCapture | None, Path 
         files = find_trace_files(path / TRACES_DIR)
     else:
         files = []  # captured without the profiler: the capture alone is analysed
-    candidate = path / (capture.pstats_file or PSTATS_FILE)
+    candidate = _inside(path, capture.pstats_file or PSTATS_FILE)
     return files, capture, (candidate if candidate.is_file() else None)
 
 
 def run_trace_files(run_dir: Path, capture: RunCapture) -> list[Path]:
     """Trace files a run's capture lists: its own, then each rank's (torchrun), each file once."""
-    listed = [run_dir / f for f in capture.trace_files]
+    listed = [_inside(run_dir, f) for f in capture.trace_files]
     for rank_dir in capture.ranks:  # torchrun launches: one run directory per rank
-        sub = run_dir / rank_dir
+        sub = _inside(run_dir, rank_dir)
         if (sub / CAPTURE_FILE).is_file():
-            listed += [sub / f for f in RunCapture.load(sub).trace_files]
+            listed += [_inside(sub, f) for f in RunCapture.load(sub).trace_files]
     # NOTE: a merged capture may also list rank traces; loading one twice would double a rank.
-    return list(dict.fromkeys(p.resolve() for p in listed))
+    return list(dict.fromkeys(_resolved(p) for p in listed))
+
+
+def _inside(run_dir: Path, name: Any) -> Path:
+    """``run_dir / name`` for a path ``capture.json`` lists; InputError when it leads out of the run directory.
+
+    advisor writes these paths relative to the run directory; an absolute one or one through
+    ``..`` (a hand-edited or crafted capture) mixed a foreign trace into the run's report.
+    """
+    rel = Path(str(name))
+    if rel.is_absolute() or ".." in rel.parts:
+        raise InputError(
+            f"{run_dir / CAPTURE_FILE} lists {name}, outside the run directory; "
+            "advisor reads only the run's own files (re-run `advisor diagnose`, or `advisor analyze` that trace)"
+        )
+    return run_dir / rel
+
+
+def _resolved(path: Path) -> Path:
+    """``path.resolve()``, with a symlink loop (RuntimeError before Python 3.13) as an InputError."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise InputError(f"cannot follow {path} ({exc}); fix the link or re-run `advisor diagnose`") from exc
 
 
 def load_run_traces(run_dir: Path, capture: RunCapture) -> tuple[Trace, ...]:

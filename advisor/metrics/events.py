@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from advisor.errors import TraceError
 from advisor.metrics.intervals import Windows
 from advisor.trace.load import Trace
 
@@ -179,7 +180,13 @@ def find_windows(trace: Trace) -> tuple[Windows, bool]:
     )
     if is_step.any():
         steps = ev.loc[is_step, ["name", "ts", "end"]].sort_values("ts")
-        numbers = steps["name"].astype(str).str.slice(len("ProfilerStep#")).astype(np.int64).to_numpy()
+        digits = steps["name"].astype(str).str.slice(len("ProfilerStep#"))
+        if (digits.str.len() > 18).any():  # NOTE: past int64 (OverflowError); no profiler counts that far
+            raise TraceError(
+                f"{trace.path} has a step numbered ProfilerStep#{digits[digits.str.len() > 18].iloc[0][:40]}, "
+                "past any count a profiler reaches; the trace is corrupt: re-record it"
+            )
+        numbers = digits.astype(np.int64).to_numpy()
         # Several threads may record the same step: keep the first span of each number.
         _, first = np.unique(numbers, return_index=True)
         keep = np.sort(first)

@@ -196,8 +196,15 @@ def pstats_locations(
 
     try:
         stats = pstats.Stats(str(pstats_path)).stats  # type: ignore[attr-defined]
+        return _hot_spots(stats, steps, is_user)
     except Exception:  # noqa: BLE001 - a broken optional file must not stop the analysis
+        # NOTE: a crafted file with the wrong shapes inside (a caller that is not a tuple) raised
+        # TypeError past this guard (issue #30): the whole walk is inside it now.
         return []
+
+
+def _hot_spots(stats: dict, steps: int, is_user: UserPredicate) -> list[SourceLocation]:
+    """Find the user's functions reached from torch.utils.data in cProfile ``stats``, costliest first (five)."""
     callees: dict[tuple, set] = defaultdict(set)
     roots = []
     for func, (_cc, _nc, _tt, _ct, callers) in stats.items():

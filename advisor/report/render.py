@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from advisor._files import write_text
+from advisor._terminal import printable, printable_styled
 from advisor.errors import UsageError
 from advisor.report.console import WIDTH
 from advisor.report.gate import gate
@@ -83,6 +84,10 @@ RENDERERS: dict[str, Renderer] = {
 }
 """Format name -> ``renderer(report, *, color=False, width=None) -> str`` (only text uses the width)."""
 
+READ_ON_TERMINALS: frozenset[str] = frozenset({"text", "markdown", "github"})
+"""Formats read as they are on a terminal or in a CI log: every control character in them is
+escaped here, once for all renderers (HTML, JSON and SARIF escape by their own syntax)."""
+
 
 def render(report: Report, fmt: str, *, color: bool = False, width: int | None = None) -> str:
     """Render ``report`` in ``fmt``.
@@ -100,7 +105,12 @@ def render(report: Report, fmt: str, *, color: bool = False, width: int | None =
     renderer = RENDERERS.get(fmt)
     if renderer is None:
         raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    return renderer(report, color=color, width=width)
+    out = renderer(report, color=color, width=width)
+    if fmt in READ_ON_TERMINALS:
+        # NOTE: the one door (advisor._terminal): a script's error message or an operator name
+        # holding ESC/BEL (a terminal-title sequence) is shown, never obeyed (issue #30).
+        out = printable_styled(out) if color else printable(out)
+    return out
 
 
 def guess_format(path: Path | str | None, default: str = "text") -> str:
@@ -131,7 +141,7 @@ def resolve_format(fmt: str | None, out: Path | None) -> str:
 
 
 def use_color(fmt: str, out: Path | None, stream: TextIO | None = None) -> bool:
-    """Colour only for text going to a terminal, never when ``NO_COLOR`` is set or ``TERM=dumb``."""
+    """Colour only for text going to a terminal, never when ``NO_COLOR`` is set or ``TERM=dumb`` (no escapes at all)."""
     stream = stream if stream is not None else sys.stdout
     return (
         fmt == "text"
@@ -160,6 +170,9 @@ def write_output(text: str, fmt: str, out: Path | None, stream: TextIO | None = 
         InputError: The file cannot be written.
     """
     stream = stream if stream is not None else sys.stdout
+    if (out is None or str(out) == "-") and stream is None:
+        # NOTE: started with stdout closed (`advisor report RUN >&-`): Python sets sys.stdout to None
+        raise UsageError("stdout is closed, so the report has nowhere to go; redirect it (> FILE) or pass -o FILE")
     if out is None or str(out) == "-":
         if fmt == "html" and hasattr(stream, "isatty") and stream.isatty():
             raise UsageError("HTML is not written to a terminal; pass -o report.html or pipe it")

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from advisor import rundir
 from advisor.capture.model import RunCapture
 from advisor.errors import AdvisorError, InputError
 from advisor.report import style as s
 from advisor.report.model import Report, ReportStatus
 from advisor.report.view import category_step_frac
-from advisor.rundir import CAPTURE_FILE, REPORT_FILE
+from advisor.rundir import CAPTURE_FILE, CONFIG_FILE, REPORT_FILE
 
 STATUS_UNREADABLE = "unreadable"
 """Status of a run whose ``capture.json`` or ``report.json`` could not be read."""
@@ -87,9 +88,14 @@ class RunSummary:
 
 
 def is_run_dir(path: Path) -> bool:
-    """Return True when ``path`` is a folder holding ``capture.json`` or ``report.json``."""
+    """Return True when ``path`` is a folder holding ``capture.json``, ``report.json`` or a capture's ``config.json``.
+
+    A run killed outright during its capture (SIGKILL, an OOM kill) left only the config the
+    child was started with, its logs and progress: it is listed, as ``killed``.
+    """
     try:
-        return path.is_dir() and ((path / CAPTURE_FILE).exists() or (path / REPORT_FILE).exists())
+        return path.is_dir() and ((path / CAPTURE_FILE).exists() or (path / REPORT_FILE).exists()
+                                  or rundir.is_run_dir(path))
     except OSError:  # an unreadable folder is not listed rather than crashing the listing
         return False
 
@@ -161,6 +167,8 @@ def summarise_run(run_dir: Path) -> RunSummary:
     if problems:
         fields["status"] = STATUS_UNREADABLE
         fields["reason"] = "; ".join(problems)
+    elif capture is None and report is None:
+        fields.update(_from_config(run_dir))
     elif report is None:
         fields["reason"] = f"no {REPORT_FILE} (the run was not analysed; see its logs)"
     return dataclasses.replace(base, **fields)
@@ -171,12 +179,26 @@ def _from_capture(capture: RunCapture) -> dict[str, Any]:
     return {
         "script": _str_or_none(capture.script),
         "status": _str_or_none(capture.status) or "unknown",
-        "steps_measured": _int_or_none(capture.profiled_steps),
+        # NOTE: a run interrupted before its profiled steps still measured its timed steps.
+        "steps_measured": _int_or_none(capture.profiled_steps) or _int_or_none(capture.timed_steps),
         "steps_run": _int_or_none(capture.steps_seen) or _int_or_none(
             (capture.warmup_steps or 0) + (capture.timed_steps or 0) + (capture.profiled_steps or 0)
             + (capture.cprofiled_steps or 0)
         ) or None,
         "ranks": max(len(capture.ranks or ()), 1),
+    }
+
+
+def _from_config(run_dir: Path) -> dict[str, Any]:
+    """Return what a run with only its ``config.json`` tells: still capturing, or killed before saving."""
+    config = rundir.read_json(run_dir / CONFIG_FILE) or {}
+    spec = config.get("spec") if isinstance(config.get("spec"), dict) else {}
+    running = _alive(config.get("pid"))
+    return {
+        "script": _str_or_none(spec.get("script")),
+        "status": ReportStatus.RUNNING.value if running else STATUS_KILLED,
+        "reason": None if running else (
+            f"killed during its capture: no {CAPTURE_FILE} was saved (its logs are in the folder)"),
     }
 
 
@@ -201,7 +223,8 @@ def _from_report(report: Report) -> dict[str, Any]:
         "primary_recoverable": s.finite(getattr(primary, "share", None)),
         "kept_fixes": kept,
         "speedup": kept_speedup(report),
-        "steps_measured": _int_or_none(getattr(run, "steps_measured", None)),
+        "steps_measured": _int_or_none(getattr(run, "steps_measured", None))
+        or _int_or_none(getattr(run, "timed_steps", None)),  # no trace (interrupted early): its timed steps
     }
     if len(report.ranks or ()) > 1:
         out["ranks"] = len(report.ranks)

@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from advisor._proc import die_with_parent, group_members, kill_group
+from advisor._proc import Interrupted, die_with_parent, group_members, kill_group
 from advisor.errors import UsageError
 from advisor.report.tensorboard_logdir import PreparedLogdir
 
@@ -169,9 +169,10 @@ def serve(
         if proc.returncode not in (0, -signal.SIGINT, -signal.SIGTERM):
             raise UsageError(f"TensorBoard exited with code {proc.returncode}: {_log_tail(log_path) or 'no output'}")
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         say("advisor: stopping TensorBoard")
-        return 0
+        # NOTE: 128 + the signal, as every other command stopped by one exits (issue #30)
+        return 128 + int(getattr(exc, "signum", signal.SIGINT))
     finally:
         _stop(proc)
         log.close()
@@ -208,7 +209,7 @@ def _stop_on_sigterm() -> signal.Handlers | None:
     """Make SIGTERM behave like Ctrl-C while serving, so `kill` also stops TensorBoard cleanly."""
 
     def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        raise Interrupted(signum)
 
     try:
         return signal.signal(signal.SIGTERM, handler)  # type: ignore[return-value]

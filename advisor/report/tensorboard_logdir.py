@@ -85,7 +85,9 @@ def find_traces(path: Path) -> list[Path]:
     if capture.is_file():
         try:
             data = json.loads(capture.read_text(encoding="utf-8"))
-            listed = [path / p for p in data.get("trace_files", []) if (path / p).is_file()]
+            # NOTE: only paths inside the run directory, as advisor writes them (issue #30)
+            listed = [path / p for p in data.get("trace_files", [])
+                      if not Path(p).is_absolute() and ".." not in Path(p).parts and (path / p).is_file()]
         except (OSError, ValueError):
             listed = []
     if listed:
@@ -119,7 +121,9 @@ def read_trace_json(path: Path) -> dict:
     gc.disable()
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
-            data = json.load(fh)
+            # NOTE: strict=False reads the raw control characters torch writes unescaped into
+            # string fields (a script named with ESC/BEL lands in ``traceName``, issue #30).
+            data = json.load(fh, strict=False)
     except (OSError, ValueError, EOFError) as exc:
         raise InputError(f"{path} is not a readable trace ({exc}); re-record it") from exc
     finally:
@@ -334,8 +338,11 @@ OWNER_FILE = "owner.pid"
 """In a temporary copy: the pid of the advisor process that serves it."""
 
 
-def remove_stale_copies(root: Path | None = None) -> list[Path]:
-    """Delete temporary copies whose advisor process is gone; return what was removed.
+def remove_stale_copies(root: Path | None = None, owner: int | None = None) -> list[Path]:
+    """Delete temporary copies whose advisor process is gone (or ``owner``'s); return what was removed.
+
+    ``owner`` (this process's pid) removes the copy a failed preparation left half-written (a
+    full temp folder), which no later run would see as stale while this process lives.
 
     A copy is removed when TensorBoard stops, but an advisor killed outright (SIGKILL, the OOM
     killer) runs no clean-up, and its copy of the traces would stay in the temp folder for good.
@@ -352,7 +359,10 @@ def remove_stale_copies(root: Path | None = None) -> list[Path]:
             pid = int((folder / OWNER_FILE).read_text(encoding="utf-8").strip())
         except (OSError, ValueError):
             continue
-        if pid <= 0 or pid == os.getpid() or _alive(pid):
+        if owner is not None:
+            if pid != owner:
+                continue
+        elif pid <= 0 or pid == os.getpid() or _alive(pid):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)

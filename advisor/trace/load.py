@@ -40,7 +40,8 @@ from advisor.trace.columns import ROOFLINE_SHAPE_OPS, SHAPE_OPS
 from advisor.trace.decode import _decode_guarded, _InvalidJSON
 from advisor.trace.model import CATEGORY_ALIASES, MISSING, REPAIRED_KEY, Trace
 from advisor.trace.read import _gc_paused, _read_bytes, find_trace_files
-from advisor.trace.repair import _repair_names
+from advisor.trace.repair import _repair_names, escape_controls
+from advisor.trace.sanity import check_values, not_a_number
 
 __all__ = [
     "CATEGORY_ALIASES",
@@ -74,15 +75,16 @@ def load_trace(path: Path, index: int = 0) -> Trace:
         try:
             head, frame = _decode_guarded(path, raw)
         except _InvalidJSON as exc:
-            fixed, repaired = _repair_names(raw)
-            if not repaired:
-                raise TraceError(str(exc)) from exc
+            fixed, escaped = escape_controls(raw)
+            fixed, repaired = _repair_names(fixed)
+            if not (repaired or escaped):
+                raise TraceError(not_a_number(path, raw) or str(exc)) from exc
             del raw
             raw = fixed
             try:
                 head, frame = _decode_guarded(path, raw)
             except _InvalidJSON as again:
-                raise TraceError(f"{again} (after re-escaping {repaired} event names)") from again
+                raise TraceError(f"{again} (after re-escaping {repaired} event names and {escaped} control characters)") from again
     del raw
     metadata: dict[str, Any] = {}
     if repaired:
@@ -105,6 +107,7 @@ def load_trace(path: Path, index: int = 0) -> Trace:
     info = info if isinstance(info, dict) else {}
     if isinstance(info.get("rank"), int):
         rank = int(info["rank"])
+    check_values(path, frame)
     return Trace(path=path, rank=rank, events=frame, metadata=metadata)
 
 

@@ -1,4 +1,8 @@
-"""Event-name repair: re-escape the names torch writes into a trace without escaping them."""
+"""Trace repair: re-escape what torch writes into a trace without escaping it.
+
+Two passes, both run only after the strict parse failed: raw control characters anywhere
+(:func:`escape_controls`) and whole event names (:func:`_repair_names`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,28 @@ from typing import Any
 _NAME_LINE = re.compile(rb'^(?P<lead>[ \t]*"name": ")(?P<value>.*)(?P<end>"[ \t]*,?[ \t\r]*)$')
 _NAME_START = re.compile(rb'^[ \t]*"name": "')
 _MAX_NAME_LINES = 20
+# NOTE: JSON allows no raw byte below 0x20 anywhere but the whitespace tab, LF and CR between
+# tokens, so every other one in a trace stands inside a string torch did not escape.
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def escape_controls(raw: Any) -> tuple[bytes, int]:
+    r"""Escape the raw control characters in ``raw`` as JSON ``\u00XX``; return the bytes and how many.
+
+    torch writes string fields as it finds them: a run directory named after a script whose name
+    holds ESC or BEL (a terminal-title sequence) lands raw in the trace's ``traceName``, which is
+    not on a ``"name":`` line of its own, and the strict parser called advisor's own trace
+    truncated (issue #30). The escape keeps the characters; the renderers escape them again
+    for the terminal.
+    """
+    count = 0
+
+    def escape(m: re.Match[bytes]) -> bytes:
+        nonlocal count
+        count += 1
+        return b"\\u%04x" % m.group(0)[0]
+
+    return _CONTROL.sub(escape, bytes(raw)), count
 
 
 def _repair_names(raw: Any) -> tuple[bytes, int]:

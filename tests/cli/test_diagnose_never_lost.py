@@ -86,8 +86,9 @@ def test_a_stop_signal_whose_interrupt_was_swallowed_still_stops_the_loop_at_the
         return FixOutcome(trials=(DONE, OPEN))
 
     monkeypatch.setattr(api, "try_fixes", fake_try_fixes)
-    with pytest.raises(Interrupted):
+    with pytest.raises(Interrupted) as err:
         _loop(tmp_path)
+    assert err.value.exit_code == 128 + signal.SIGTERM  # as a SIGTERM in the capture exits (issue #30)
     assert runs_after == [1]
     final = Report.load(tmp_path)
     assert final.status == ReportStatus.INTERRUPTED and final.trials == (DONE, OPEN)

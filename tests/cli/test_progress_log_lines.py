@@ -62,3 +62,18 @@ def test_sweep_lines_are_not_wrapped_in_a_log(capsys) -> None:
     stop()
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].endswith("x" * 100), lines
+
+
+def test_progress_shows_a_hostile_script_name_never_obeys_it(capsys) -> None:
+    """The diagnose progress line printed the script's name raw: ESC/BEL set the terminal's title (issue #30)."""
+    import re
+
+    from advisor.capture.model import Phase, ProgressEvent
+
+    on_capture, on_trial, stop = live_progress("esc\x1b]0;PWNED\x07[bold].py")
+    on_capture(ProgressEvent(phase=Phase.TIMED, step=3, steps_total=10, phase_step=2, phase_steps=5))
+    on_trial(_Event("pin_memory\x1b[2J 1/3"))
+    stop()
+    err = capsys.readouterr().err
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", err), repr(err)
+    assert "\\x1b]0;PWNED\\x07" in err and "\\x1b[2J" in err

@@ -67,6 +67,37 @@ def test_text_report_escapes_control_characters_from_traces_and_file_names(capsy
     assert "\\x1b]0;owned\\x07" in out  # shown, not obeyed
 
 
+def _hostile_report(tmp_path: Path) -> Path:
+    """A report whose script, error, operator names and finding locations hold ESC/BEL (issue #30)."""
+    data = golden()
+    data["run"]["script"] = f"/tmp/esc{ESC}\x1b[31m.py"
+    data["run"]["error"] = f"RuntimeError: boom {ESC}"
+    for finding in data["findings"]:
+        finding["message"] = f"slow op aten::{ESC}"
+        for loc in finding["locations"]:
+            loc["file"] = f"train{ESC}.py"
+    return save_report(tmp_path, data)
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "github"])
+def test_every_terminal_format_escapes_control_characters(capsys, tmp_path: Path, fmt: str) -> None:
+    """Markdown and `--format github` (its ``file=`` too) printed raw ESC/BEL; text already escaped."""
+    run = _hostile_report(tmp_path)
+    code, out, err = invoke(capsys, "report", "--format", fmt, str(run))
+    assert code in (0, 1), err
+    assert out and not _CONTROL.search(out), "a control character reached the terminal"
+    assert "\\x1b]0;owned\\x07" in out  # shown, not obeyed
+
+
+def test_one_line_messages_escape_line_breaks_too(capsys, tmp_path: Path) -> None:
+    """A path with a newline made "run saved in ..." (and errors) two lines, the second unmarked."""
+    from advisor._terminal import printable_line
+
+    assert printable_line("/runs/a\nb\x1b]0;x\x07\tc") == "/runs/a\\x0ab\\x1b]0;x\\x07\\x09c"
+    code, _, err = invoke(capsys, "report", str(tmp_path / "missing\nline"))
+    assert "\\x0a" in one_line_error(code, err)
+
+
 def test_error_messages_escape_control_characters_in_file_names(capsys, tmp_path: Path) -> None:
     code, _, err = invoke(capsys, "report", str(tmp_path / f"missing{ESC}"))
     line = one_line_error(code, err)
@@ -366,3 +397,20 @@ def test_script_name_with_a_quote_is_diagnosed(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert report["run"]["status"] == "stopped"
     assert any("re-escaped" in note for note in report["notes"])
+
+
+def test_raw_control_characters_in_any_string_field_are_read_not_called_truncated(tmp_path: Path) -> None:
+    """torch writes a run folder named after ``esc\\e]0;PWNED\\a\\e[31m.py`` raw into ``traceName`` (issue #30)."""
+    from advisor.report.tensorboard_logdir import read_trace_json
+    from advisor.trace.load import load_trace
+
+    text = _kineto_lines(_events([]))
+    bad = "/runs/esc\x1b]0;PWNED\x07\x1b[31m-1/traces/t.pt.trace.json"
+    text = text[: text.rindex("]")] + f'],"traceName": "{bad}" }}\n'  # as torch lays out its last line
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)  # the file really is invalid JSON
+    trace = load_trace(path)
+    assert "ProfilerStep#1" in set(trace.events["name"])
+    assert read_trace_json(path)["traceName"] == bad  # the TensorBoard and Perfetto copies read it too

@@ -68,3 +68,21 @@ def test_output_never_overwrites_a_sweeps_own_files(capsys, saved, name):
     code, _, err = invoke(capsys, "sweep", "--load", str(run_dir), "--format", "text", "-o", str(run_dir / name))
     assert "would overwrite" in one_line_error(code, err)
     assert (run_dir / "sweep.json").read_text() == before
+
+
+def test_a_sweep_where_no_cell_could_run_exits_3(capsys, tmp_path, monkeypatch):
+    """Every cell over the memory budget (the plain run fits): the table is still written, but it is not a success (issue #30)."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n")
+    real = api.sweep_script
+
+    def every_cell_oom(spec, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return real(spec, *args, runner=MemoryRunner(budget=400 * 2**20), **{k: v for k, v in kwargs.items() if k != "runner"})
+
+    monkeypatch.setattr(api, "sweep_script", every_cell_oom)
+    code, out, err = invoke(capsys, "sweep", "--batch-sizes", "16,32", "-q", "--format", "json",
+                            "--out", str(tmp_path / "run"), str(script))
+    assert out, err
+    assert json.loads(out)["recommended"] is None  # the table still comes out
+    line = one_line_error(code, err, exit_code=3)
+    assert "no cell of the sweep could run (4 out_of_memory)" in line

@@ -247,7 +247,9 @@ def test_bad_line_split_falls_back(tmp_path, monkeypatch):
     assert load_trace(path).events["ext_id"].tolist() == list(range(200))
 
 
-def test_empty_event_list(tmp_path):
+def test_empty_event_list_is_bad_input(tmp_path):
+    """A trace of no events was analysed to "none found", exit 0 (issue #30): it is bad input."""
     path = tmp_path / "empty_events.json"
     path.write_text('{"traceEvents": [ ]}')
-    assert len(load_trace(path).events) == 0
+    with pytest.raises(TraceError, match="holds no trace events"):
+        load_trace(path)

@@ -1,0 +1,267 @@
+"""Inputs that raised an internal error, hung, or made a report of nothing: one line and exit 2 now.
+
+Cases from the issue #30 campaign: a path component over 255 bytes in every command that takes a
+path, a symlink loop under ``traces/``, folders that cannot be listed, a crafted
+``profile.pstats``, a step number past int64, stdout closed or on a full disk, a full temp folder
+for ``tensorboard``, a FIFO among the rules, ``capture.json`` pointing outside its run, and
+trace values no profiler writes (negative durations, absurd timestamps, NaN, no events).
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import marshal
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+from cli_helpers import invoke, one_line_error
+
+from advisor.errors import RuleError
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_TRACE = REPO / "tests" / "data" / "cpu_small" / "worker0.pt.trace.json.gz"
+GOLDEN = REPO / "tests" / "golden" / "report.json"
+LONG = "x" * 300  # one component over the 255 bytes a Linux file name may hold
+
+
+def _run(tmp_path: Path, name: str = "run", trace: str = "traces/worker0.pt.trace.json.gz") -> Path:
+    """A run directory with a capture listing ``trace`` and the CPU trace in ``traces/``."""
+    run = tmp_path / name
+    (run / "traces").mkdir(parents=True)
+    shutil.copyfile(CPU_TRACE, run / "traces" / "worker0.pt.trace.json.gz")
+    (run / "capture.json").write_text(json.dumps({"script": "train.py", "status": "stopped", "trace_files": [trace]}))
+    return run
+
+
+def _trace(tmp_path: Path, change) -> Path:  # type: ignore[no-untyped-def]
+    data = json.loads(gzip.decompress(CPU_TRACE.read_bytes()))
+    change(data["traceEvents"])
+    path = tmp_path / "bad.pt.trace.json"
+    path.write_text(json.dumps(data))  # NOTE: Python's json writes NaN as it is, as a crafted file would
+    return path
+
+
+# -- paths the file system refuses ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ("analyze", LONG), ("runs", LONG), ("report", LONG), ("compare", LONG, LONG), ("tensorboard", LONG),
+], ids=lambda a: a[0])
+def test_a_name_over_255_bytes_is_one_line(capsys, tmp_path: Path, monkeypatch, argv: tuple[str, ...]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = invoke(capsys, *argv)
+    # NOTE: tensorboard says which folder it prepares first; the error is still one line of its own
+    line = one_line_error(code, err.replace(f"advisor: preparing traces from {LONG}\n", ""))
+    assert "internal error" not in line and ("too long" in line or "does not exist" in line or "no " in line), line
+
+
+def test_output_name_over_255_bytes_is_one_line(capsys, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(GOLDEN, run / "report.json")
+    one_line_error(*invoke(capsys, "report", str(run), "-o", str(tmp_path / f"{LONG}.md"))[::2])
+
+
+def test_a_symlink_loop_under_traces_is_one_line(capsys, tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    shutil.rmtree(run / "traces")
+    (run / "traces").symlink_to("traces")  # points at itself
+    line = one_line_error(*invoke(capsys, "analyze", str(run))[::2])
+    assert "fix the link" in line or "loop" in line.lower(), line
+
+
+def test_capture_json_cannot_point_outside_its_run(capsys, tmp_path: Path) -> None:
+    foreign = _run(tmp_path, "other")
+    run = _run(tmp_path, "run", trace=str(foreign / "traces" / "worker0.pt.trace.json.gz"))
+    line = one_line_error(*invoke(capsys, "analyze", str(run))[::2])
+    assert "outside the run directory" in line
+    run2 = _run(tmp_path, "run2", trace="../other/traces/worker0.pt.trace.json.gz")
+    assert "outside the run directory" in one_line_error(*invoke(capsys, "analyze", str(run2))[::2])
+
+
+def test_an_unreadable_traces_folder_is_one_line(capsys, tmp_path: Path, monkeypatch) -> None:
+    """PermissionError under ``traces/`` (root cannot reproduce it with chmod: raised here as the kernel would)."""
+    run = _run(tmp_path)
+    real = Path.is_file
+
+    def refuse(self: Path) -> bool:
+        if self.parent.name == "traces":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_file", refuse)
+    line = one_line_error(*invoke(capsys, "analyze", str(run))[::2])
+    assert "Permission denied; check its permissions" in line
+
+
+def test_an_unlistable_rules_folder_is_a_rule_error(tmp_path: Path, monkeypatch) -> None:
+    from advisor.engine.rules import load_rules
+
+    root = tmp_path / "rules"
+    shutil.copytree(REPO / "rules", root)
+    real = Path.iterdir
+
+    def refuse(self: Path):  # type: ignore[no-untyped-def]
+        if self == root / "sync":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", refuse)
+    with pytest.raises(RuleError, match="cannot list the rules"):
+        load_rules(root)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_among_the_rules_is_refused_not_waited_on(tmp_path: Path) -> None:
+    from advisor.engine.rules import load_rules
+
+    root = tmp_path / "rules"
+    shutil.copytree(REPO / "rules", root)
+    os.mkfifo(root / "sync" / "SY999.yaml")
+
+    def hung(*_a):  # type: ignore[no-untyped-def]
+        raise AssertionError("rule loading waited on the FIFO")
+
+    # NOTE: before the fix this blocked forever on the FIFO's open; fail instead of hanging the suite
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        with pytest.raises(RuleError, match="not a regular file"):
+            load_rules(root)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_crafted_pstats_file_is_ignored_not_a_crash(tmp_path: Path) -> None:
+    from advisor.metrics.sources import pstats_locations
+
+    path = tmp_path / "profile.pstats"
+    with path.open("wb") as fh:  # a caller that is not a (file, line, function) tuple
+        marshal.dump({("train.py", 1, "f"): (1, 1, 0.1, 0.1, {5: (1, 1, 0.1, 0.1)})}, fh)
+    assert pstats_locations(path, steps=2) == []
+
+
+# -- streams --------------------------------------------------------------------------------------
+
+
+def test_stdout_closed_is_one_line(capsys, tmp_path: Path, monkeypatch) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(GOLDEN, run / "report.json")
+    monkeypatch.setattr("sys.stdout", None)  # what Python sets when started with `>&-`
+    line = one_line_error(*invoke(capsys, "report", str(run))[::2])
+    assert "stdout is closed" in line
+
+
+def test_stdout_on_a_full_disk_is_one_line(capsys, tmp_path: Path, monkeypatch) -> None:
+    from advisor.report import render
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(GOLDEN, run / "report.json")
+
+    class Full:
+        def write(self, text: str) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self) -> None:
+            pass
+
+        def fileno(self) -> int:
+            raise OSError("no descriptor")
+
+    monkeypatch.setattr(render.sys, "stdout", Full())
+    line = one_line_error(*invoke(capsys, "report", str(run))[::2])
+    assert "No space left on device" in line and "disk is full" in line
+
+
+def test_a_full_temp_folder_for_tensorboard_leaves_no_copy(capsys, tmp_path: Path, monkeypatch) -> None:
+    import tempfile
+
+    from advisor.report import tensorboard_logdir
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+
+    def full(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tensorboard_logdir.json, "dump", full)
+    from advisor import api
+
+    with pytest.raises(OSError):
+        api.prepare_tensorboard(_run(tmp_path))
+    assert list(temp.iterdir()) == []  # the partial copy went with the error
+
+
+# -- values no profiler writes ---------------------------------------------------------------------
+
+
+def _first_x(events: list[dict]) -> dict:
+    return next(e for e in events if e.get("ph") == "X" and e.get("dur"))
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    (lambda ev: [e.update(dur=-e["dur"]) for e in ev if "dur" in e], "negative duration"),
+    (lambda ev: [e.update(ts=e["ts"] * 1e290) for e in ev if "ts" in e], "timestamp no clock reads"),
+    (lambda ev: _first_x(ev).update(dur=float("nan")), "NaN"),
+    (lambda ev: ev.clear(), "no trace events"),
+    (lambda ev: [e.update(name="ProfilerStep#99999999999999999999999") for e in ev
+                 if str(e.get("name", "")).startswith("ProfilerStep#")], "past any count"),
+], ids=["negative-dur", "ts-x1e290", "nan", "no-events", "step-overflow"])
+def test_impossible_trace_values_are_bad_input_not_a_report(capsys, tmp_path: Path, change, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    line = one_line_error(*invoke(capsys, "analyze", str(_trace(tmp_path, change)))[::2])
+    assert fragment in line and "truncated" not in line, line
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "key"), [('steps = "ten"', "steps"), ("warmup = -5", "warmup"), ("budget = nan", "budget")])
+def test_config_flags_values_diagnose_would_refuse(capsys, tmp_path: Path, monkeypatch, line: str, key: str) -> None:
+    """`advisor config` showed them without a word, exit 0, while `diagnose` stopped on them."""
+    (tmp_path / "pyproject.toml").write_text(f"[tool.advisor]\n{line}\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke(capsys, "config")
+    assert code == 2 and out  # the settings are still shown, then the refusal
+    assert f"{key}:" in err and "advisor diagnose refuses this value" in err and "internal error" not in err
+
+
+def test_an_unreadable_capture_is_called_unreadable_not_invalid(tmp_path: Path, monkeypatch) -> None:
+    from advisor.capture.model import RunCapture
+    from advisor.errors import InputError
+
+    run = _run(tmp_path)
+    real = Path.read_text
+
+    def refuse(self: Path, *a, **k):  # type: ignore[no-untyped-def]
+        if self.name == "capture.json":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    with pytest.raises(InputError, match="cannot read .*Permission denied.*check its permissions") as info:
+        RunCapture.load(run)
+    assert "not valid JSON" not in str(info.value)
+
+
+def test_a_dumb_terminal_gets_no_colour(monkeypatch) -> None:
+    """`TERM=dumb` on a terminal still got ANSI colour (issue #30)."""
+    from advisor.report.render import use_color
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert use_color("text", None, Tty())  # type: ignore[arg-type]
+    monkeypatch.setenv("TERM", "dumb")
+    assert not use_color("text", None, Tty())  # type: ignore[arg-type]
