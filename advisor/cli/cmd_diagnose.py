@@ -46,7 +46,7 @@ def default_run_dir(script: Path) -> Path:
 
 
 HELP_GROUPS = (
-    ("Everyday", ("as_module", "out_dir", "no_fixes", "unsafe_fixes", "only_fixes", "show_diff", "write", "timeout")),
+    ("Everyday", ("as_module", "out_dir", "replace_out", "no_fixes", "unsafe_fixes", "only_fixes", "show_diff", "write", "timeout")),
     ("Fix loop", ("budget_s", "repeats", "exhaustive", "cold_start", "seed", "memory_budget")),
     ("Capture phases", ("warmup", "timed_steps", "profile_steps", "full")),
     ("Distributed (torchrun, several nodes)",

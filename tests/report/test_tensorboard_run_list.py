@@ -101,7 +101,7 @@ def test_tensorboard_lists_the_pair_and_leaves_no_process_behind(diagnosed_run: 
         assert family, "TensorBoard should be running under advisor"
     finally:
         _, err = interrupt(proc, timeout_s=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err  # 128 + SIGINT (issue #30)
     assert "child.json" not in err and "config.json" not in err
     left = []
     deadline = time.monotonic() + 10
