@@ -172,10 +172,16 @@ def reference_residuals(baseline: Sequence[float | None]) -> list[float]:
 
 def paired_estimate(
     baseline: Sequence[float | None], variant: Sequence[float | None],
-    min_effect: float = MIN_EFFECT, alpha: float = 0.05,
+    min_effect: float = MIN_EFFECT, alpha: float = 0.05, history: Sequence[float | None] | None = None,
 ) -> Estimate:
-    """:func:`estimate` of a sandwiched measurement, its noise pooled with the reference's own."""
-    return estimate(paired_ratios(baseline, variant), min_effect, alpha, reference_residuals(baseline))
+    """:func:`estimate` of a sandwiched measurement, its noise pooled with the reference's own.
+
+    ``history``: every run of the reference's configuration in the whole diagnose, in the order
+    they ran (this measurement's among them); its residuals replace those of ``baseline`` alone,
+    so a level the configuration held in an earlier stage and left is heard too.
+    """
+    nulls = reference_residuals(baseline if history is None else history)
+    return estimate(paired_ratios(baseline, variant), min_effect, alpha, nulls)
 
 
 def estimate(
@@ -268,7 +274,7 @@ def range_estimate(
 
 def decided_early(
     baseline: Sequence[float | None], variant: Sequence[float | None], looks: int,
-    min_effect: float = MIN_EFFECT,
+    min_effect: float = MIN_EFFECT, history: Sequence[float | None] | None = None,
 ) -> bool:
     """Whether a trial may stop before its planned rounds: its interval decides, corrected for repeated looks.
 
@@ -281,7 +287,7 @@ def decided_early(
     below ``1 + min_effect`` (no win is possible any more: more pairs would not change what is
     kept). Never before :data:`MIN_PAIRS` pairs.
     """
-    est = paired_estimate(baseline, variant, min_effect, alpha=0.05 / max(1, looks))
+    est = paired_estimate(baseline, variant, min_effect, alpha=0.05 / max(1, looks), history=history)
     if est.pairs < MIN_PAIRS:
         return False
     if est.verdict in ("improved", "slower"):

@@ -323,3 +323,16 @@ def test_trial_runs_time_a_window_not_the_captures_step_count(tmp_path: Path, as
     # 8 steps or 1 s, whichever is longer; never more steps than the user asked the capture for
     assert TRIAL_TIMED_STEPS == 8 and (trial.timed_steps, trial.min_timed_s) == (timed, MIN_TRIAL_WINDOW_S)
     assert loop.trial_spec("x", (), {"timed_steps": 5}).timed_steps == 5  # a ladder rung's own count wins
+
+
+def test_a_reference_that_changed_level_between_stages_widens_the_interval():
+    # The demo's combination (2026-11-26, quiet): its stage's plain baselines 246.5, 245.4, 254.2
+    # around 430.8 and 434.5 read [1.67-1.82]; the same plain script had run at 278.9-371.8 in the
+    # first stage, and compare of the capture with the kept run read 1.27x.
+    stage, fixed = [246.5, 245.4, 254.2], [430.8, 434.5]
+    history = [278.9, 371.8, 325.0, 360.1, *stage]
+    narrow = paired_estimate(stage, fixed)
+    wide = paired_estimate(stage, fixed, history=history)
+    assert narrow.ci_low > 1.6 and narrow.ci_high < 1.9
+    assert wide.speedup == narrow.speedup and wide.ci_low < 1.4 and wide.ci_high > 2.2
+    assert wide.verdict == "improved"  # still a win, measured less precisely than its stage alone said

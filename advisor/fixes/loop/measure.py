@@ -85,6 +85,10 @@ class Measurer:
         self.clock: Callable[[], float] = time.perf_counter
         self.started = self.clock()
         self.unit = ""  # samples/s or steps/s: what the first baseline run counted
+        # NOTE: the rates of every run of one reference setting, across stages, in run order:
+        # the demo's plain baseline ran at 279-372 samples/s in the first stage and 245-254 in
+        # the combination's, whose two pairs alone read [1.67-1.82] (stats.paired_estimate).
+        self.history: dict[str, list[float | None]] = {}
 
     @property
     def budget_s(self) -> float | None:
@@ -269,8 +273,10 @@ class Measurer:
         ref_loaders: tuple[Any, ...] = ()
         ref_source: str | None = None
         ref_facts: list[RunFacts] = []
+        history = self.history.setdefault(ref_label if reference else "", [])
         for v in variants:
             v.ref_rates, v.ref_ttfs, v.ref_peaks, v.ref_facts = ref_rates, ref_ttfs, ref_peaks, ref_facts
+            v.ref_history = history
         planned = self.repeats
         running = list(variants)
         self.current = list(variants)
@@ -283,6 +289,7 @@ class Measurer:
                 ),
             )
             ref_rates.append(self.rate(cap))
+            history.append(ref_rates[-1])
             if cap.ok:
                 ref_facts.append(facts_of(cap, ref_rates[-1]))
                 self.unit = self.unit or ("samples/s" if cap.timed.samples_per_s else "steps/s")
@@ -311,7 +318,7 @@ class Measurer:
                     # NOTE: runs that disagree are judged by their range, never stopped on an interval.
                     if (
                         self.early_stop and v.active and not disagree(v)
-                        and decided_early(v.ref_rates, v.rates, self.looks, self.min_effect)
+                        and decided_early(v.ref_rates, v.rates, self.looks, self.min_effect, v.ref_history)
                     ):
                         v.early = r
                 running = [v for v in running if v.active and not v.early]
@@ -339,7 +346,7 @@ class Measurer:
     def _undecided(self, v: Variant) -> bool:
         if disagree(v):
             return False  # more runs of a machine that changes under them would not decide it
-        est = paired_estimate(v.ref_rates, v.rates, self.min_effect)
+        est = paired_estimate(v.ref_rates, v.rates, self.min_effect, history=v.ref_history)
         # NOTE: only a possible win is worth more runs; slower and no_effect are both dropped.
         if est.speedup is None or est.verdict not in (NO_EFFECT, UNDECIDED):
             return False
@@ -433,7 +440,7 @@ class Measurer:
         if spread:
             est = range_estimate(ref_rates, v.rates, self.min_effect)
         else:
-            est = paired_estimate(ref_rates, v.rates, self.min_effect)
+            est = paired_estimate(ref_rates, v.rates, self.min_effect, history=v.ref_history)
         used = [a for a in ref_rates if a]
         verdict, why = est.verdict, est.reason
         if spread:

@@ -42,6 +42,7 @@ class Variant:
     reference: str = ""
     ref_note: str = ""
     ref_rates: list[float | None] = field(default_factory=list)
+    ref_history: list[float | None] | None = None  # every run of the reference's setting so far
     ref_ttfs: list[float] = field(default_factory=list)
     ref_peaks: list[int] = field(default_factory=list)
     facts: list[RunFacts] = field(default_factory=list)  # what each measured run recorded
