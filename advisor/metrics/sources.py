@@ -136,7 +136,28 @@ def _trace_locations(analysis: TraceAnalysis, is_user: UserPredicate) -> list[So
             out += _aggregate("h2d", resolver, tid[launch[keep]], ts[launch[keep]], cost[keep], n)
     # NOTE: without GPU activity `.to(device)` copies nothing: no host-to-device location.
     out += _dataloader_frames(analysis, resolver.stacks, is_user)
+    out += _assembly_frames(analysis, is_user)
     return out
+
+
+def _assembly_frames(analysis: TraceAnalysis, is_user: UserPredicate) -> list[SourceLocation]:
+    """Locate the user's batch-assembling functions (:mod:`advisor.metrics.input_work`), by time per step."""
+    if analysis.assembly is None:
+        return []
+    ev = analysis.trace.events
+    rows = np.flatnonzero(_in_step(analysis, analysis.assembly))
+    totals: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    durs = ev["dur"].to_numpy()
+    for row, name in zip(rows, take(ev["name"], rows), strict=True):
+        frame = parse_frame(str(name))
+        if frame and is_user(frame[0]):
+            totals[frame][0] += 1.0
+            totals[frame][1] += float(durs[row])
+    per = max(len(analysis.windows), 1)
+    return [
+        SourceLocation("data_loading", f, line, func, count=c / per, time_ms=t / per / 1e3, source="trace")
+        for (f, line, func), (c, t) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:5]
+    ]
 
 
 def _dataloader_frames(analysis: TraceAnalysis, resolver: Any, is_user: UserPredicate) -> list[SourceLocation]:

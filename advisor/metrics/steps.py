@@ -56,6 +56,7 @@ class TraceAnalysis:
     run: dict[str, Any]
     notes: tuple[str, ...] = ()
     flops: FlopsResult | None = field(default=None, repr=False)
+    assembly: np.ndarray | None = field(default=None, repr=False)  # rows of batch-assembling user calls
 
 
 def _clip(events: pd.DataFrame, mask: np.ndarray, windows: Windows) -> Pieces:
@@ -225,7 +226,7 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
 
     steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
     steps = pd.concat([steps, breakdown(ev, cls, windows, assembly), pd.DataFrame(cols)], axis=1)
-    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl)
+    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl, assembly)
 
 
 def _nan_family(scan: _Scan, family: str) -> dict[str, np.ndarray]:

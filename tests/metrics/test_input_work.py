@@ -72,3 +72,6 @@ def test_a_script_that_stacks_slices_per_batch_gets_dl006(tmp_path):
     assert report["summary"]["input_assembly_ms"] > 0 and report["summary"]["data_loading_frac"] > 0.05
     codes = {f["code"] for f in report["findings"]}
     assert "DL006" in codes and "DL001" not in codes
+    (dl006,) = [f for f in report["findings"] if f["code"] == "DL006"]
+    assert any(loc["function"] == "get_batch" and loc["file"].endswith("eval_every.py") and loc["line"] == 12
+               for loc in dl006["locations"]), dl006["locations"]
