@@ -376,6 +376,8 @@ def merge_digests(
     if capture is not None and capture.module_names and extra.get("modules"):
         # NOTE: one map per process; a job's module table is the lead rank's, as its other tables
         extra["modules"] = with_model_names(extra["modules"], capture.module_names)
+    if capture is not None and capture.module_names and extra.get("memory_lines"):
+        extra["memory_lines"] = with_model_names(extra["memory_lines"], capture.module_names)
     share = peak_share(summary, capture, extra["dominant_dtype"], extra["peak_tflops"])
     summary.update(peak_share_metrics(share))
     extra["peak_share"] = to_jsonable(share)

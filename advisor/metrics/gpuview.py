@@ -19,12 +19,13 @@ import pandas as pd
 
 from advisor.metrics.collectives import merge_collectives
 from advisor.metrics.idle import attribute_idle
+from advisor.metrics.memory_lines import TOP_LINES, memory_by_line
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.modules import module_times, top_modules
 from advisor.metrics.operators import operator_times
 from advisor.metrics.roofline import TOP_OPS, compute_roofline
 from advisor.metrics.tensorcore import misaligned
-from advisor.metrics.userframes import UserPredicate, looks_like_user_file
+from advisor.metrics.userframes import UserPredicate, _Resolver, looks_like_user_file
 
 if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
 TOP_FUNCTIONS = 10
 """Rows of the idle-by-function table kept in the report."""
 
-TABLE_KEYS: tuple[str, ...] = ("idle_functions", "roofline", "modules", "operators", "collectives", "misaligned_ops")
+TABLE_KEYS: tuple[str, ...] = (
+    "idle_functions", "roofline", "modules", "memory_lines", "operators", "collectives", "misaligned_ops",
+)
 """Keys of ``Metrics.extra`` (and ``Report.tables``) this module fills, in display order."""
 
 
@@ -99,6 +102,9 @@ def rank_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, l
     if len(modules):
         ordered = top_modules(modules)
         tables["modules"] = _records(ordered, len(ordered))
+    memory = memory_by_line(a, is_user, _Resolver(a, is_user))
+    if len(memory):
+        tables["memory_lines"] = _records(memory, TOP_LINES)
     operators = operator_times(a)
     if len(operators):
         tables["operators"] = _records(operators, len(operators))

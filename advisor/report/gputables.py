@@ -132,6 +132,29 @@ def _modules(rows: list[dict[str, Any]]) -> Section:
     )
 
 
+def _memory_lines(rows: list[dict[str, Any]]) -> Section:
+    def where(r: dict[str, Any]) -> str:
+        return f"{r['file']}:{r['line']} ({r['function']})" if r.get("line") else str(r["file"])
+
+    def module(r: dict[str, Any]) -> str:
+        more = int(r.get("modules") or 0) - 1
+        return f"{r['module']} +{more} more" if r.get("module") and more > 0 else str(r.get("module") or "—")
+
+    return Section(
+        "memory_lines",
+        "Memory live at the peak, by the function that allocated it",
+        ("Where", "Module", "MiB", "Share of peak", "Tensors"),
+        (False, False, True, True, True),
+        tuple((where(r), module(r), _f(r["mib"], ".1f"), _pct(r["share"]), s.number(r["tensors"])) for r in rows),
+        "Allocations made by the profiled steps and not yet freed at their highest total (the profiler's "
+        "[memory] events), by the user's function running then (its def line, as the profiler's stacks name it); "
+        "the module is the block (the module just inside the model) running when most of "
+        "a line's bytes were allocated. What a block's forward allocated and still holds at the peak is what "
+        "activation checkpointing frees.",
+        detail=(1,),
+    )
+
+
 def _operators(rows: list[dict[str, Any]]) -> Section:
     return Section(
         "operators",
@@ -186,6 +209,7 @@ BUILDERS: dict[str, Callable[[list[dict[str, Any]]], Section]] = {
     "idle_functions": _idle,
     "roofline": _roofline,
     "modules": _modules,
+    "memory_lines": _memory_lines,
     "operators": _operators,
     "collectives": _collectives,
     "misaligned_ops": _misaligned,

@@ -41,6 +41,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     call_stack: str | None = msgspec.field(default=None, name="Call stack")
     total_allocated: int = msgspec.field(default=MISSING, name="Total Allocated")
     mem_bytes: int = msgspec.field(default=MISSING, name="Bytes")
+    mem_addr: int = msgspec.field(default=MISSING, name="Addr")
     device_type: int = msgspec.field(default=MISSING, name="Device Type")
     device_id: int = msgspec.field(default=MISSING, name="Device Id")
     py_id: int = msgspec.field(default=MISSING, name="Python id")
@@ -84,6 +85,7 @@ class _LooseArgs(msgspec.Struct, frozen=True, gc=False):
     call_stack: msgspec.Raw = msgspec.field(default=None, name="Call stack")
     total_allocated: Any = msgspec.field(default=MISSING, name="Total Allocated")
     mem_bytes: Any = msgspec.field(default=MISSING, name="Bytes")
+    mem_addr: Any = msgspec.field(default=MISSING, name="Addr")
     device_type: Any = msgspec.field(default=MISSING, name="Device Type")
     device_id: Any = msgspec.field(default=MISSING, name="Device Id")
     py_id: Any = msgspec.field(default=MISSING, name="Python id")
@@ -244,7 +246,7 @@ def _ints(items: list[Any], attr: str, strict: bool) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-_INT_ATTRS = ("correlation", "bytes", "stream", "device", "total_allocated", "mem_bytes",
+_INT_ATTRS = ("correlation", "bytes", "stream", "device", "total_allocated", "mem_bytes", "mem_addr",
               "device_type", "device_id", "py_id", "py_parent", "seq_nr")
 # Operators whose "Input Dims" / "Input type" / "Concrete Inputs" are kept: the matmul and
 # convolution family the FLOP count and the dtype mix use (a few per step, out of thousands
@@ -299,7 +301,7 @@ _KINDS = {
 _SPARSE_INTS = (
     ("corr", ("correlation",)),
     ("device", ("bytes", "stream", "device")),
-    ("memory", ("total_allocated", "mem_bytes", "device_type", "device_id")),
+    ("memory", ("total_allocated", "mem_bytes", "mem_addr", "device_type", "device_id")),
     ("python", ("py_id", "py_parent")),
     # an operator that recorded an autograd node (grad mode on) carries its sequence number
     ("host", ("seq_nr",)),

@@ -31,7 +31,7 @@ class Trace:
         events: One row per event. Columns: ``name``, ``cat``, ``ph``, ``pid``, ``tid``
             (categoricals; pid/tid as strings), ``ts``, ``dur``, ``end`` (float us; ``dur``
             is 0 for instants), the integer args ``ext_id``, ``correlation``, ``bytes``,
-            ``stream``, ``device``, ``total_allocated``, ``mem_bytes``, ``device_type``,
+            ``stream``, ``device``, ``total_allocated``, ``mem_bytes``, ``mem_addr``, ``device_type``,
             ``device_id``, ``py_id``, ``py_parent``, ``seq_nr`` (an operator's autograd sequence
             number: it recorded an autograd node) (``MISSING`` = -1 when absent), ``flops``
             (float, NaN when absent) and the categoricals ``input_dims``, ``input_type``,

@@ -1,0 +1,127 @@
+"""What holds memory at the peak, by the user's function (its def line) and module.
+
+From the profiler's ``[memory]`` events (recorded with ``profile_memory``: each allocation and
+free with its address and size), the peak is the moment the device's allocated total is
+highest inside the profiled steps; the tensors live then are the allocations made before it
+whose address was not freed in between. Each is attributed to the user's function that was
+running when it was allocated (the resolver the findings' locations use; the profiler's Python
+stacks name a function by its def line, so that is the line given) and to the block around it
+(the ``nn.Module`` frame just inside the model), so "the training loop holds 67% of the peak at
+backward" or "block 3's activations hold 60%" reads off the table, and the checkpointing and
+accumulation advice can point at code. Allocations made in a block's forward and still live at
+the peak are its activations: what activation checkpointing would free.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from advisor.metrics.events import name_mask, take
+from advisor.metrics.frames import UserPredicate
+from advisor.metrics.modules import MODULE_PREFIX
+
+if TYPE_CHECKING:
+    from advisor.metrics.steps import TraceAnalysis
+
+TOP_LINES = 10
+MAX_QUERIES = 20_000
+"""Live allocations resolved to a line at most (a sample beyond, scaled; as the locations do)."""
+COLUMNS = ["file", "line", "function", "module", "modules", "mib", "share", "tensors"]
+
+
+def _peak_rows(analysis: TraceAnalysis, device_type: int) -> tuple[pd.DataFrame, float] | None:
+    """Return the device's memory events and the time of its peak inside the profiled steps."""
+    ev, cls = analysis.trace.events, analysis.cls
+    if not cls.memory.any() or "mem_addr" not in ev.columns:
+        return None
+    mem = ev.loc[cls.memory, ["ts", "tid", "mem_bytes", "mem_addr", "total_allocated", "device_type"]]
+    mem = mem[(mem["device_type"] == device_type) & (mem["mem_addr"] >= 0)].sort_values("ts", kind="stable")
+    windows = analysis.windows
+    inside = mem[(mem["ts"] >= windows.start.min()) & (mem["ts"] <= windows.end.max())] if len(windows) else mem
+    if inside.empty:
+        return None
+    if (inside["total_allocated"] >= 0).any():
+        t_peak = float(inside.loc[inside["total_allocated"].idxmax(), "ts"])
+    else:
+        running = mem["mem_bytes"].cumsum()
+        t_peak = float(mem.loc[running[inside.index].idxmax(), "ts"])
+    return mem, t_peak
+
+
+def live_at_peak(mem: pd.DataFrame, t_peak: float) -> pd.DataFrame:
+    """Return the allocations made by ``t_peak`` whose address was not freed before it (rows of ``mem``)."""
+    by_addr = mem.sort_values(["mem_addr", "ts"], kind="stable")
+    same_next = by_addr["mem_addr"].shift(-1) == by_addr["mem_addr"]
+    next_ts = by_addr["ts"].shift(-1).where(same_next & (by_addr["mem_bytes"].shift(-1) < 0), np.inf)
+    alloc = (by_addr["mem_bytes"] > 0) & (by_addr["ts"] <= t_peak) & (next_ts > t_peak)
+    return by_addr[alloc]
+
+
+def _modules_at(analysis: TraceAnalysis, tids: np.ndarray, ts: np.ndarray) -> list[str]:
+    """Return the block running at each (thread, time): the module frame just inside the outermost, or ""."""
+    ev, cls = analysis.trace.events, analysis.cls
+    rows = np.flatnonzero(cls.python & name_mask(ev["name"], lambda n: n.startswith(MODULE_PREFIX)))
+    out = [""] * len(ts)
+    if not len(rows):
+        return out
+    names = [str(n)[len(MODULE_PREFIX):] for n in take(ev["name"], rows)]
+    f_tid = ev["tid"].cat.codes.to_numpy()[rows]
+    f_ts, f_end = ev["ts"].to_numpy()[rows], ev["end"].to_numpy()[rows]
+    for i, (t, x) in enumerate(zip(tids, ts, strict=True)):
+        # NOTE: frames covering x nest; in start order the first is the model, the second the
+        # block of it that allocated (a checkpointing unit), deeper ones its layers.
+        cover = np.flatnonzero((f_tid == t) & (f_ts <= x) & (f_end >= x))
+        if len(cover):
+            nested = cover[np.argsort(f_ts[cover], kind="stable")]
+            out[i] = names[nested[min(1, len(nested) - 1)]]
+    return out
+
+
+def memory_by_line(analysis: TraceAnalysis, is_user: UserPredicate, resolver: object) -> pd.DataFrame:
+    """Bytes live at the peak, grouped by the user's line (and module) that allocated them.
+
+    ``resolver``: the (thread, time) -> user frame resolver of :mod:`advisor.metrics.userframes`.
+    Empty when the trace has no memory events with addresses, or no user frame resolves.
+    """
+    device = 1 if analysis.cls.has_gpu else 0  # Kineto's Device Type: 0 CPU, 1 CUDA
+    found = _peak_rows(analysis, device)
+    if found is None or not getattr(resolver, "ok", False):
+        return pd.DataFrame(columns=COLUMNS)
+    live = live_at_peak(*found)
+    if live.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    total = float(live["mem_bytes"].sum())
+    pick = np.arange(len(live))
+    scale = 1.0
+    if len(live) > MAX_QUERIES:
+        pick = np.linspace(0, len(live) - 1, MAX_QUERIES).astype(np.int64)
+        scale = len(live) / len(pick)
+    tids = live["tid"].cat.codes.to_numpy()[pick] if hasattr(live["tid"], "cat") else live["tid"].to_numpy()[pick]
+    ts, nbytes = live["ts"].to_numpy()[pick], live["mem_bytes"].to_numpy()[pick]
+    modules = _modules_at(analysis, tids, ts)
+    groups: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    by_module: dict[tuple[str, int, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for t, x, b, module in zip(tids, ts, nbytes, modules, strict=True):
+        frame = resolver.resolve(int(t), float(x))  # type: ignore[attr-defined]
+        key = frame if frame is not None and is_user(frame[0]) else ("(not the user's code)", 0, "")
+        groups[key][0] += float(b) * scale
+        groups[key][1] += scale
+        if module:
+            by_module[key][module] += float(b) * scale
+    rows = [
+        {"file": f, "line": line, "function": func, **_top_module(by_module.get((f, line, func), {})),
+         "mib": b / 2**20, "share": b / total, "tensors": round(n)}
+        for (f, line, func), (b, n) in groups.items()
+    ]
+    return pd.DataFrame(rows, columns=COLUMNS).sort_values("mib", ascending=False).head(TOP_LINES)
+
+
+def _top_module(bytes_by_module: dict[str, float]) -> dict[str, object]:
+    """Name the module holding most of a line's bytes (``module``) and count the modules holding some (``modules``)."""
+    if not bytes_by_module:
+        return {"module": "", "modules": 0}
+    return {"module": max(bytes_by_module, key=bytes_by_module.__getitem__), "modules": len(bytes_by_module)}
