@@ -230,11 +230,31 @@ def trial_note(trial: Trial, speedup: float | None) -> str:
         f"the diagnose measured the kept fixes ({trial.fix}) at {_times(trial.speedup)} {_ci(trial.ci_low, trial.ci_high)} "
         f"{verdict} over {trial.repeats} interleaved run pair(s): the figure to trust"
     ).replace("  ", " ")
-    if speedup is not None and trial.ci_low is not None and trial.ci_high is not None:
-        if not trial.ci_low <= speedup <= trial.ci_high:
+    one = one_pair_range(trial)
+    if one is not None:
+        text += f"; one pair of single runs, as this comparison is, falls within {_ci(*one)} (95%)"
+        if speedup is not None and not one[0] <= speedup <= one[1]:
             text += (f"; this comparison's {_times(speedup)} lies outside it (one profiled run of the kept fixes "
                      "against the baseline capture, not interleaved)")
     return text
+
+
+def one_pair_range(trial: Trial) -> tuple[float, float] | None:
+    """Return where one new pair of single runs should fall, by the trial's own measurement (95%).
+
+    The trial's interval is for its *mean* speedup over ``n`` pairs; a comparison of one run
+    against one run is a single pair, whose spread is the pairs' own: the prediction interval
+    ``mean ± t·s·sqrt(1 + 1/n)``, which is the confidence interval widened by ``sqrt(n + 1)``
+    (on logs). A range over runs (``interval: run_range``) already spans single runs.
+    """
+    lo, hi, n = trial.ci_low, trial.ci_high, trial.repeats
+    if lo is None or hi is None or lo <= 0 or hi <= 0 or not n:
+        return None
+    if str(trial.interval) == "run_range":
+        return lo, hi
+    centre, half = (math.log(lo) + math.log(hi)) / 2.0, (math.log(hi) - math.log(lo)) / 2.0
+    widen = half * math.sqrt(n + 1)
+    return math.exp(centre - widen), math.exp(centre + widen)
 
 
 def contention_warning(report: Report) -> str | None:

@@ -236,6 +236,24 @@ def test_a_comparison_outside_the_trials_interval_says_so(tmp_path: Path) -> Non
     assert "this comparison's 6.31× lies outside it" in note
 
 
+def test_one_pair_of_runs_is_judged_by_the_pairs_spread_not_the_means_interval() -> None:
+    from advisor.fixes.model import Interval, Trial
+    from advisor.report.compare_stats import one_pair_range, trial_note
+
+    # The demo (2026-11-26, quiet): the combination 1.75x [1.67-1.82] over 2 pairs; compare of the
+    # capture with the kept run read 1.27x. The mean's interval is not where one pair falls.
+    t = Trial(fix="a+b", safety="safe", speedup=1.75, ci_low=1.67, ci_high=1.82, repeats=2, verdict="improved",
+              interval=Interval.CI95)
+    lo, hi = one_pair_range(t)
+    centre, half = (math.log(1.67) + math.log(1.82)) / 2, (math.log(1.82) - math.log(1.67)) / 2
+    assert (lo, hi) == pytest.approx((math.exp(centre - half * 3 ** 0.5), math.exp(centre + half * 3 ** 0.5)))
+    assert 1.55 < lo < 1.67 and 1.82 < hi < 1.95
+    assert "lies outside it" in trial_note(t, 1.27) and "lies outside it" not in trial_note(t, 1.85)
+    ranged = Trial(fix="a", safety="safe", speedup=1.3, ci_low=0.8, ci_high=2.1, repeats=3, verdict="unmeasurable",
+                   interval=Interval.RUN_RANGE)
+    assert one_pair_range(ranged) == (0.8, 2.1)
+
+
 # --- the gate and the command line --------------------------------------------------------------
 
 
