@@ -42,11 +42,14 @@ def _starts_within(starts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nda
     return np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")
 
 
-def assembly_mask(events: pd.DataFrame, cls: Classified, top_ops: np.ndarray) -> np.ndarray:
+def assembly_mask(
+    events: pd.DataFrame, cls: Classified, top_ops: np.ndarray, outermost: bool = True,
+) -> np.ndarray:
     """Rows of the outermost user-function calls that assemble input (see the module docstring).
 
     ``top_ops``: row positions of the top-level CPU operators (an op's own nested ops, such as
-    ``as_strided`` under ``select``, are not counted again).
+    ``as_strided`` under ``select``, are not counted again). ``outermost=False`` keeps every
+    qualifying call, nested ones too (for locations: the wrapper and the function doing the work).
     """
     out = np.zeros(len(events), dtype=bool)
     names = events["name"]
@@ -62,6 +65,9 @@ def assembly_mask(events: pd.DataFrame, cls: Classified, top_ops: np.ndarray) ->
     lo, hi = ts[candidates], end[candidates]
     n_model, n_data, n_ops = (_starts_within(a, lo, hi) for a in (model, data, every))
     keep = candidates[(n_model == 0) & (n_data >= 1) & (2 * n_data >= n_ops)]
+    if not outermost:
+        out[keep] = True
+        return out
     # NOTE: outermost only: a kept call inside another kept call's span is the same time.
     order = keep[np.argsort(ts[keep], kind="stable")]
     reach = -np.inf

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from advisor.metrics.events import take
+from advisor.metrics.input_work import assembly_mask
 from advisor.metrics.intervals import Windows, clip_to_steps, merge, point_step
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.steps import top_level_ops
@@ -142,10 +143,13 @@ def _trace_locations(analysis: TraceAnalysis, is_user: UserPredicate) -> list[So
 
 def _assembly_frames(analysis: TraceAnalysis, is_user: UserPredicate) -> list[SourceLocation]:
     """Locate the user's batch-assembling functions (:mod:`advisor.metrics.input_work`), by time per step."""
-    if analysis.assembly is None:
+    if analysis.assembly is None or not analysis.assembly.any():
         return []
     ev = analysis.trace.events
-    rows = np.flatnonzero(_in_step(analysis, analysis.assembly))
+    # NOTE: every qualifying call, not only the outermost the breakdown counts: a generator that
+    # wraps the one doing the work would otherwise be the only line named.
+    every = assembly_mask(ev, analysis.cls, top_level_ops(ev, analysis.cls), outermost=False)
+    rows = np.flatnonzero(_in_step(analysis, every))
     totals: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     durs = ev["dur"].to_numpy()
     for row, name in zip(rows, take(ev["name"], rows), strict=True):

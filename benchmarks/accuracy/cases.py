@@ -249,12 +249,21 @@ class GRUNet(nn.Module):
         return self.head(self.gru(x)[0][:, -1])
 
 
+def make_sample(i):
+    {sample}
+    return x, y
+
+
 class Data(Dataset):
+    def __init__(self):
+        # NOTE: built once, so that reading a sample costs nothing: a healthy case has no input cost
+        self.items = [make_sample(i) for i in range(256)]
+
     def __len__(self):
         return 4096
 
     def __getitem__(self, i):
-        {sample}
+        x, y = self.items[i % len(self.items)]
         if INJECT["on"]:
 {item}
         return x, y
