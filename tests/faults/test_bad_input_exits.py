@@ -265,3 +265,40 @@ def test_a_dumb_terminal_gets_no_colour(monkeypatch) -> None:
     assert use_color("text", None, Tty())  # type: ignore[arg-type]
     monkeypatch.setenv("TERM", "dumb")
     assert not use_color("text", None, Tty())  # type: ignore[arg-type]
+
+
+# -- the issue #30 follow-up campaign ------------------------------------------------------------
+
+
+def _steps(events: list[dict]) -> list[dict]:
+    return [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+
+
+@pytest.mark.parametrize("change", [
+    lambda ev: [e.update(dur=0) for e in _steps(ev)],
+    lambda ev: [e.update(ts=_steps(ev)[0]["ts"]) for e in _steps(ev)],
+    lambda ev: [e.update(ts=True) for e in ev if "ts" in e],
+    lambda ev: [e.pop("dur", None) for e in ev],
+], ids=["step-dur-0", "steps-start-together", "ts-true", "no-durations"])
+def test_steps_of_no_length_are_bad_input_not_a_zero_step_time(capsys, tmp_path: Path, change) -> None:  # type: ignore[no-untyped-def]
+    """These made "Step time 0.0 ms" with exit 0."""
+    line = one_line_error(*invoke(capsys, "analyze", str(_trace(tmp_path, change)))[::2])
+    assert "step of no length" in line, line
+
+
+@pytest.mark.parametrize("key", ["ts", "dur"])
+def test_an_integer_past_float64_in_a_trace_is_bad_input_not_an_overflow(capsys, tmp_path: Path, key: str) -> None:
+    """``"ts": 10**400`` raised OverflowError: an internal error."""
+    line = one_line_error(*invoke(capsys, "analyze", str(_trace(tmp_path, lambda ev: _first_x(ev).update({key: 10**400}))))[::2])
+    assert "internal error" not in line and "not a finite number" in line, line
+
+
+@pytest.mark.parametrize("value", [float("nan"), -1.0, 1e308])
+def test_impossible_step_times_in_capture_json_are_bad_input(capsys, tmp_path: Path, value: float) -> None:
+    """``advisor analyze RUN`` printed "Step time 1e308 ms" with exit 0 from such a capture.json."""
+    run = _run(tmp_path)
+    data = json.loads((run / "capture.json").read_text())
+    data["timed"] = {"step_times_ms": [1.0, value, 2.0]}
+    (run / "capture.json").write_text(json.dumps(data))
+    line = one_line_error(*invoke(capsys, "analyze", str(run))[::2])
+    assert "step_times_ms[1]" in line and "no step takes" in line, line
