@@ -414,3 +414,15 @@ def test_raw_control_characters_in_any_string_field_are_read_not_called_truncate
     trace = load_trace(path)
     assert "ProfilerStep#1" in set(trace.events["name"])
     assert read_trace_json(path)["traceName"] == bad  # the TensorBoard and Perfetto copies read it too
+
+
+@pytest.mark.parametrize("argv", [("rules",), ("rules", "--format", "markdown"), ("rule", "SY001"), ("rule", "--all")])
+def test_rule_text_with_control_characters_is_escaped_in_every_listing(capsys, tmp_path: Path, monkeypatch, argv) -> None:  # type: ignore[no-untyped-def]
+    """`advisor rules --format markdown` printed a rule's raw ESC/BEL (issue #30 campaign)."""
+    from advisor.engine.rules import load_rules
+
+    write_rule(tmp_path, {**RULE, "summary": f"summary {ESC}", "why": f"why {ESC}", "message": f"msg {ESC} {{sync_count}}"})
+    monkeypatch.setattr("advisor.cli.cmd_rules._ruleset", lambda: load_rules(tmp_path))
+    code, out, err = invoke(capsys, *argv)
+    assert code == 0, err
+    assert out and not _CONTROL.search(out), "a control character reached the terminal"
