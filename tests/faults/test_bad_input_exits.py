@@ -302,3 +302,31 @@ def test_impossible_step_times_in_capture_json_are_bad_input(capsys, tmp_path: P
     (run / "capture.json").write_text(json.dumps(data))
     line = one_line_error(*invoke(capsys, "analyze", str(run))[::2])
     assert "step_times_ms[1]" in line and "no step takes" in line, line
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("tool = 5\n", None),
+    ("[tool.advisor]\ntimeout = 1979-05-27T07:32:00Z\n", "a date or time"),
+    ("[tool.advisor]\nsteps = 07:32:00\n", "a date or time"),
+], ids=["tool-not-a-table", "datetime", "time"])
+def test_odd_toml_values_are_a_clear_answer_not_an_internal_error(capsys, tmp_path: Path, monkeypatch, text: str, fragment) -> None:  # type: ignore[no-untyped-def]
+    """`tool = 5` raised AttributeError, a TOML date TypeError in `advisor config`."""
+    (tmp_path / "pyproject.toml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    for argv in (("config",), ("analyze", str(CPU_TRACE))):
+        code, _, err = invoke(capsys, *argv)
+        assert "internal error" not in err, err
+        if fragment is None:
+            assert code in (0, 1), err  # not advisor's table: the file is not advisor's config
+        else:
+            assert fragment in one_line_error(code, err)
+
+
+@pytest.mark.parametrize("seed", ["99999999999999999999", "-1", "4294967296"])
+def test_a_seed_numpy_refuses_is_bad_input_before_anything_runs(capsys, tmp_path: Path, seed: str) -> None:
+    """Past 2**32 - 1 the script "failed before its first step" (exit 3), blamed on the script."""
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    code, _, err = invoke(capsys, "diagnose", "--no-fixes", f"--seed={seed}", "--out", str(tmp_path / "run"), str(script))
+    assert code == 2 and "--seed" in err, err
+    assert not (tmp_path / "run").exists()
