@@ -330,3 +330,17 @@ def test_a_seed_numpy_refuses_is_bad_input_before_anything_runs(capsys, tmp_path
     code, _, err = invoke(capsys, "diagnose", "--no-fixes", f"--seed={seed}", "--out", str(tmp_path / "run"), str(script))
     assert code == 2 and "--seed" in err, err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1\x1b]0;PWN\x07", "no.such.host.invalid", "192.0.2.1"])
+def test_a_host_that_is_no_address_is_said_so_escaped(capsys, tmp_path: Path, monkeypatch, host: str) -> None:
+    """The warning printed the host's raw ESC/BEL, and any unbindable host was "port 6006 ... is in use"."""
+    from advisor import api
+
+    monkeypatch.setattr(api, "tensorboard_check", lambda: None)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    code, out, err = invoke(capsys, "tensorboard", str(_run(tmp_path)), "--host", host)
+    assert code == 2, err
+    assert "\x1b" not in err and "\x07" not in err, err
+    assert "is in use" not in err and ("is not an address of this machine" in err or "cannot bind" in err), err
+    assert not list(tmp_path.glob("advisor-tb-*")), "the temporary copy was left behind"
