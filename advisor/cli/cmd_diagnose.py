@@ -175,8 +175,9 @@ def diagnose(
     misplaced = _advisor_options_in(script_args)
     if misplaced:
         click.echo(
-            f"advisor: note: {' '.join(misplaced)} comes after {script.name}, so it goes to the script "
-            "unchanged; advisor's own options go before SCRIPT",
+            # NOTE: the script's name is the user's text: through the terminal door (issue #30 campaign)
+            printable_line(f"advisor: note: {' '.join(misplaced)} comes after {script.name}, so it goes to the script "
+                           "unchanged; advisor's own options go before SCRIPT"),
             err=True,
         )
     config = engine_config(select, extend_select, ignore, preview, start=script.parent)
