@@ -104,8 +104,13 @@ def rank_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def read_json(path: str | Path) -> dict[str, Any] | None:
-    """Read a JSON object from ``path``; None when it is missing, unreadable or not an object."""
+    """Read a JSON object from ``path``; None when it is missing, unreadable, not a regular file or not an object.
+
+    NOTE: a FIFO (or /dev/zero) named capture.json blocked ``diagnose --out`` forever (issue #30 campaign).
+    """
     try:
+        if not Path(path).is_file():
+            return None
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None

@@ -344,3 +344,48 @@ def test_a_host_that_is_no_address_is_said_so_escaped(capsys, tmp_path: Path, mo
     assert "\x1b" not in err and "\x07" not in err, err
     assert "is in use" not in err and ("is not an address of this machine" in err or "cannot bind" in err), err
     assert not list(tmp_path.glob("advisor-tb-*")), "the temporary copy was left behind"
+
+
+def _no_hang(seconds: int = 20):  # type: ignore[no-untyped-def]
+    """Fail instead of hanging the suite (a FIFO open blocks until a writer comes)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def guard():  # type: ignore[no-untyped-def]
+        def hung(*_a):  # type: ignore[no-untyped-def]
+            raise AssertionError("advisor waited on the FIFO")
+
+        previous = signal.signal(signal.SIGALRM, hung)
+        signal.alarm(seconds)
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+
+    return guard()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("where", ["sweep.json", "folder/sweep.json"])
+def test_a_fifo_given_to_sweep_load_is_refused_not_waited_on(capsys, tmp_path: Path, where: str) -> None:
+    fifo = tmp_path / where
+    fifo.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(fifo)
+    with _no_hang():
+        line = one_line_error(*invoke(capsys, "sweep", "--load", str(tmp_path / where.split("/")[0]))[::2])
+    assert "not a regular file" in line
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_run_whose_capture_json_is_a_fifo_is_described_not_waited_on(capsys, tmp_path: Path) -> None:
+    """``diagnose --out RUN`` read RUN/capture.json to say whose run it is: a FIFO there blocked forever."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(GOLDEN, run / "report.json")
+    os.mkfifo(run / "capture.json")
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    with _no_hang():
+        line = one_line_error(*invoke(capsys, "diagnose", "--out", str(run), str(script))[::2])
+    assert "already holds a run" in line
