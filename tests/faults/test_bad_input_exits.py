@@ -389,3 +389,14 @@ def test_a_run_whose_capture_json_is_a_fifo_is_described_not_waited_on(capsys, t
     with _no_hang():
         line = one_line_error(*invoke(capsys, "diagnose", "--out", str(run), str(script))[::2])
     assert "already holds a run" in line
+
+
+@pytest.mark.parametrize("pid", [99999999999, 2**70, True])
+def test_runs_lists_a_run_whose_pid_no_process_can_have(capsys, tmp_path: Path, pid: object) -> None:
+    """A ``config.json`` pid past pid_t made `advisor runs` an internal error (OverflowError)."""
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"spec": {"script": "a.py"}, "run_dir": str(run), "pid": pid}))
+    code, out, err = invoke(capsys, "runs", str(tmp_path))
+    assert code == 0, err
+    assert "killed" in out
