@@ -400,3 +400,38 @@ def test_runs_lists_a_run_whose_pid_no_process_can_have(capsys, tmp_path: Path, 
     code, out, err = invoke(capsys, "runs", str(tmp_path))
     assert code == 0, err
     assert "killed" in out
+
+
+@pytest.mark.parametrize("argv", [("rules",), ("fixes",), ("rule", "DL001"), ("config",), ("report", "RUN")], ids=lambda a: a[0])
+def test_a_reader_that_closed_the_pipe_gets_exit_0_from_every_command(capsys, tmp_path: Path, monkeypatch, argv) -> None:  # type: ignore[no-untyped-def]
+    """`advisor rules | (exec 0<&-)` exited 1 (Click's EPIPE answer), `report` 0: 1 means findings in advisor (issue #30 campaign)."""
+    import sys
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(GOLDEN, run / "report.json")
+    monkeypatch.chdir(tmp_path)
+    real = sys.stdout
+
+    class Closed:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+        def fileno(self) -> int:
+            return real.fileno()
+
+        def isatty(self) -> bool:
+            return False
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(real, name)
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    monkeypatch.setattr("advisor._terminal.silence_stream", lambda stream: None)
+    monkeypatch.setattr("advisor.cli.main.silence_stream", lambda stream: None)
+    code, _, err = invoke(capsys, *[str(run) if a == "RUN" else a for a in argv])
+    assert code == 0, err
+    assert "internal error" not in err
