@@ -435,3 +435,21 @@ def test_a_reader_that_closed_the_pipe_gets_exit_0_from_every_command(capsys, tm
     code, _, err = invoke(capsys, *[str(run) if a == "RUN" else a for a in argv])
     assert code == 0, err
     assert "internal error" not in err
+
+
+@pytest.mark.parametrize("linked", ["traces/worker0.pt.trace.json.gz", "profile.pstats"])
+def test_a_symlink_inside_a_run_cannot_lead_outside_it(capsys, tmp_path: Path, linked: str) -> None:
+    """``traces/x -> another run's trace`` was followed: the foreign trace became the run's (issue #30 campaign)."""
+    foreign = _run(tmp_path, "other")
+    run = _run(tmp_path, "run")
+    (run / linked).unlink(missing_ok=True)
+    (run / linked).symlink_to(foreign / "traces" / "worker0.pt.trace.json.gz")
+    line = one_line_error(*invoke(capsys, "analyze", str(run))[::2])
+    assert "outside the run directory" in line
+
+
+def test_a_run_directory_reached_through_a_symlink_is_still_read(capsys, tmp_path: Path) -> None:
+    run = _run(tmp_path, "run")
+    (tmp_path / "link").symlink_to(run)
+    code, _, err = invoke(capsys, "analyze", str(tmp_path / "link"))
+    assert code in (0, 1), err
