@@ -432,7 +432,7 @@ def test_the_misplaced_option_note_escapes_the_script_name(capsys, tmp_path: Pat
     """"note: --steps comes after <name>" printed the script name's raw ESC/BEL (issue #30 campaign)."""
     import os
 
-    script = Path(os.fsdecode(bytes(tmp_path) + "/tl\x1b]0;PWN\x07.py".encode()))
+    script = Path(os.fsdecode(bytes(tmp_path) + b"/tl\x1b]0;PWN\x07.py"))
     script.write_text("x = 1\n")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "keep").write_text("not a run: refused after the note, before anything runs")
@@ -444,7 +444,7 @@ def test_the_misplaced_option_note_escapes_the_script_name(capsys, tmp_path: Pat
 def test_config_warnings_escape_the_config_path(capsys, tmp_path: Path, monkeypatch) -> None:
     import os
 
-    folder = Path(os.fsdecode(bytes(tmp_path) + "/d\x1b]0;PWN\x07".encode()))
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/d\x1b]0;PWN\x07"))
     folder.mkdir()
     (folder / "advisor.toml").write_text('select = ["XX9"]\nunknown-codes = "warn"\n')
     monkeypatch.chdir(folder)
