@@ -93,6 +93,35 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pgid, sig)
 
 
+LAST_GRACE_S = 2.0
+"""After a second ^C while the child saves, how long it may still take before it is killed."""
+
+
+def stop_child(proc: Any, grace_s: float, last_grace_s: float = LAST_GRACE_S) -> None:
+    """SIGTERM ``proc`` (its handler saves what it measured), wait ``grace_s``, then kill its group.
+
+    A second ^C (or SIGTERM, SIGHUP) while waiting shortens the wait to ``last_grace_s`` instead
+    of ending it at once: a double Ctrl-C, typed 50 ms apart, killed the child in the middle of
+    writing its measurements, and the run lost every timed step (issue #30). The second
+    interrupt is absorbed; the caller goes on with the first, and saves what the child wrote.
+    """
+    import subprocess
+
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    except KeyboardInterrupt:
+        with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.wait(timeout=last_grace_s)
+    if proc.poll() is None:
+        kill_group(proc.pid)
+    proc.wait()
+
+
 def group_members(pgid: int) -> list[int]:
     """PIDs of the live processes in process group ``pgid`` (empty where psutil is unusable)."""
     try:

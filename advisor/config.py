@@ -23,6 +23,7 @@ gate would pass) is an error, unless ``unknown-codes = "warn"`` asks for a warni
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -108,10 +109,19 @@ def find_config_file(start: Path | None = None) -> Path | None:
             candidate = folder / name
             if not candidate.is_file():
                 continue
-            if name == "pyproject.toml" and _read_toml(candidate).get("tool", {}).get("advisor") is None:
+            if name == "pyproject.toml" and _tool_table(_read_toml(candidate)) is None:
                 continue
             return candidate
     return None
+
+
+def _tool_table(data: dict[str, Any]) -> Any:
+    """``[tool.advisor]`` of a pyproject.toml, or None; a ``tool`` that is not a table has none.
+
+    ``tool = 5`` raised AttributeError, an internal error (issue #30 campaign).
+    """
+    tool = data.get("tool")
+    return tool.get("advisor") if isinstance(tool, dict) else None
 
 
 def load_config_file(
@@ -132,7 +142,8 @@ def load_config_file(
         raise UsageError(f"{path}: extend: cycle through {' -> '.join(str(p) for p in (*_seen, path))}")
     data = _read_toml(path)
     if path.name == "pyproject.toml":
-        table = data.get("tool", {}).get("advisor", {})
+        table = _tool_table(data)
+        table = {} if table is None else table
         where = f"{path}: [tool.advisor]"
     else:
         table = data
@@ -165,6 +176,9 @@ def validate_settings(
             raise UsageError(f"{where}: {key}: {REMOVED_KEYS[key]}")
         if key not in KNOWN_KEYS:
             if option_keys is ANY_OPTION or key in option_keys:
+                if isinstance(value, (datetime.date, datetime.time)):
+                    # NOTE: TOML's own dates reached `advisor config` as an internal error (issue #30 campaign)
+                    raise UsageError(f"{where}: {key}: a date or time is not a value --{key} takes")
                 settings[key] = value
                 continue
             known = (*KNOWN_KEYS, *sorted(option_keys))

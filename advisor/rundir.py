@@ -27,6 +27,7 @@ when it is empty or already an advisor run directory, and then only the names ab
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -103,8 +104,13 @@ def rank_dirs(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def read_json(path: str | Path) -> dict[str, Any] | None:
-    """Read a JSON object from ``path``; None when it is missing, unreadable or not an object."""
+    """Read a JSON object from ``path``; None when it is missing, unreadable, not a regular file or not an object.
+
+    NOTE: a FIFO (or /dev/zero) named capture.json blocked ``diagnose --out`` forever (issue #30 campaign).
+    """
     try:
+        if not Path(path).is_file():
+            return None
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
@@ -194,6 +200,22 @@ def check(out_dir: str | Path, replace: bool = True) -> Path:
     except OSError as exc:
         raise InputError(f"cannot read {run_dir} ({exc.strerror or exc}); choose another --out") from exc
     return run_dir
+
+
+def check_not_inside_a_run(out_dir: str | Path) -> None:
+    """Refuse an ``--out`` the user named inside another run directory (its trials are made by advisor).
+
+    ``--out runB/traces/new`` put a second run's trace among runB's, and ``advisor analyze
+    runB/traces`` then read both as one job (issue #30 campaign).
+
+    Raises:
+        UsageError: A folder above ``out_dir`` is a run directory.
+    """
+    run_dir = Path(out_dir).absolute()
+    with contextlib.suppress(OSError):
+        host = next((p for p in run_dir.parents if is_run_dir(p)), None)
+        if host is not None:
+            raise UsageError(f"{run_dir} is inside the run directory {host}; choose an --out outside it")
 
 
 def describe_run(run_dir: Path) -> str:

@@ -194,11 +194,13 @@ def check_out_dir(out_dir: Path, replace: bool = False) -> Path:
     """Refuse an ``--out`` folder a capture could not use, or an existing run unless ``replace``.
 
     Raises:
-        UsageError: The folder is a file, not empty and not an advisor run directory, or a run
-            directory already (without ``replace``: the message says what it holds).
+        UsageError: The folder is a file, not empty and not an advisor run directory, inside
+            another run directory, or a run directory already (without ``replace``: the message
+            says what it holds).
     """
-    from advisor.rundir import check
+    from advisor.rundir import check, check_not_inside_a_run
 
+    check_not_inside_a_run(out_dir)
     return check(out_dir, replace)
 
 

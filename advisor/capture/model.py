@@ -299,7 +299,29 @@ class RunCapture:
             check_types(cls, data, "capture")
         except TypeError as exc:
             raise InputError(f"{path}: {exc}; re-run `advisor diagnose`") from None
+        _check_times(path, data.get("timed") or {})
         return from_dict(cls, data)
+
+
+MAX_STEP_MS = 7 * 24 * 3600 * 1e3
+"""A week: no one training step the capture times lasts longer."""
+
+
+def _check_times(path: Path, timed: dict[str, Any]) -> None:
+    """Refuse step times no clock measured: NaN, negative, over a week (issue #30 campaign).
+
+    ``advisor analyze`` printed "Step time 1e308 ms" with exit 0 from a crafted capture.json;
+    the capture never writes NaN (it writes null), so such a value is bad input, not a report.
+    """
+    import math
+
+    for key in ("step_times_ms", "warmup_step_times_ms"):
+        for i, value in enumerate(timed.get(key) or ()):
+            if isinstance(value, (int, float)) and not (math.isfinite(value) and 0 <= value <= MAX_STEP_MS):
+                raise InputError(
+                    f"{path}: capture.timed.{key}[{i}] is {value!r} ms, a time no step takes "
+                    "(negative, not a number or over a week); re-run `advisor diagnose`"
+                )
 
 
 @dataclass(frozen=True)

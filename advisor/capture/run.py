@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor import rundir
-from advisor._proc import Interrupted, ProcessTree, kill_group, own_group
+from advisor._proc import Interrupted, ProcessTree, kill_group, own_group, stop_child
 from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
@@ -361,16 +361,10 @@ def _ask_to_save(proc: subprocess.Popen[bytes], tree: ProcessTree) -> None:
     """SIGTERM the child alone (its handler closes the profiler and writes child.json), then kill.
 
     The process group (DataLoader workers included) is killed afterwards by :func:`started`. A
-    second ^C while waiting skips the grace: everything is killed at once.
+    second ^C while waiting shortens the grace to a last moment for the save (:func:`stop_child`).
     """
     tree.refresh()
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        kill_group(proc.pid)
-        proc.wait()
+    stop_child(proc, TERM_GRACE_S)
 
 
 _TAIL_BYTES = 64 * 1024

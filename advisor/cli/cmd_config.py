@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from advisor import api
+from advisor._terminal import printable_line
 from advisor.api import ResolvedConfig, Setting, describe_source
 from advisor.cli.cmd_diagnose import diagnose_option_keys
 from advisor.cli.configured import config_defaults
@@ -47,7 +48,7 @@ def config(target: Path | None, fmt: str) -> int:
     else:
         click.echo(as_text(resolved, selected, deselected))
     for warning in selection.warnings:
-        click.echo(f"advisor: warning: {warning}", err=True)
+        click.echo(f"advisor: warning: {printable_line(warning)}", err=True)
     refused = _refused_value(target or Path.cwd())
     if refused is not None:
         # NOTE: shown above as written, but `diagnose` stops on it: say so, and fail as it would

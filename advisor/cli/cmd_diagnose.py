@@ -98,7 +98,9 @@ HELP_GROUPS = (
               help="Start every fix trial run in a fresh interpreter instead of forking it from a process "
               "that has imported torch and the script's libraries once (the warm start; it falls back "
               "to cold starts by itself where it cannot be used).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for loss-parity checks in fix trials.")
+# NOTE: numpy's seed range; past it the script "failed before its first step" (exit 3) (issue #30 campaign)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1),
+              help="Seed for loss-parity checks in fix trials.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff that makes the kept fixes permanent.")
 @click.option("--write", is_flag=True, help="Apply that diff to the script, keeping a .bak copy.")
 @click.option("--nproc-per-node", default=1, show_default=True, type=click.IntRange(min=1),
@@ -173,8 +175,9 @@ def diagnose(
     misplaced = _advisor_options_in(script_args)
     if misplaced:
         click.echo(
-            f"advisor: note: {' '.join(misplaced)} comes after {script.name}, so it goes to the script "
-            "unchanged; advisor's own options go before SCRIPT",
+            # NOTE: the script's name is the user's text: through the terminal door (issue #30 campaign)
+            printable_line(f"advisor: note: {' '.join(misplaced)} comes after {script.name}, so it goes to the script "
+                           "unchanged; advisor's own options go before SCRIPT"),
             err=True,
         )
     config = engine_config(select, extend_select, ignore, preview, start=script.parent)

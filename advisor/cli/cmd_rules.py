@@ -13,6 +13,7 @@ import sys
 import click
 
 from advisor import api
+from advisor._terminal import printable
 from advisor.api import Rule, RuleSet
 
 RULES_EPILOG = """\b
@@ -42,7 +43,8 @@ def rules(fmt: str) -> int:
     """List every rule: code, name, category, severity, fixes."""
     ruleset = _ruleset()
     if fmt == "markdown":
-        click.echo(rules_markdown(ruleset), nl=False)
+        # NOTE: the one door (advisor._terminal): a rule's text printed raw ESC/BEL here (issue #30 campaign)
+        click.echo(printable(rules_markdown(ruleset)), nl=False)
         return 0
     if fmt == "json":
         rows = [
@@ -79,7 +81,7 @@ def rule(code: str | None, show_all: bool, fmt: str) -> int:
         docs = [r.doc() for r in chosen]
         click.echo(json.dumps(docs if show_all else docs[0], indent=2))
         return 0
-    click.echo("\n\n".join(explain(r) for r in chosen))
+    click.echo(printable("\n\n".join(explain(r) for r in chosen)))
     return 0
 
 

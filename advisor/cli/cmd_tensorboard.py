@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from advisor import api
+from advisor._terminal import printable_line
 
 TENSORBOARD_EPILOG = """\b
 Serves a temporary, prepared copy of the traces so the deprecated plugin shows DataLoader
@@ -33,8 +34,8 @@ def tensorboard(run_dir: Path, port: int, host: str) -> int:
     """Start TensorBoard on RUN_DIR's traces (or every run in a folder of runs); prints the URL."""
     api.tensorboard_check()  # fail fast, before copying traces
     if host not in ("127.0.0.1", "localhost", "::1"):
-        click.echo(f"advisor: warning: binding {host}: anyone who can reach this machine can read the traces", err=True)
-    click.echo(f"advisor: preparing traces from {run_dir}", err=True)
+        say(f"advisor: warning: binding {host}: anyone who can reach this machine can read the traces")
+    say(f"advisor: preparing traces from {run_dir}")
     prepared = api.prepare_tensorboard(run_dir)
     if prepared.rewritten:
         click.echo(
@@ -46,6 +47,11 @@ def tensorboard(run_dir: Path, port: int, host: str) -> int:
         prepared,
         host=host,
         port=port,
-        echo=click.echo,
-        say=lambda msg: click.echo(msg, err=True),
+        echo=lambda msg: click.echo(printable_line(msg)),
+        say=say,
     )
+
+
+def say(message: str) -> None:
+    """One line on stderr through the terminal door: the host and the path are the user's text (issue #30 campaign)."""
+    click.echo(printable_line(message), err=True)

@@ -120,6 +120,12 @@ def main(argv: list[str] | None = None) -> None:
         # fail again and print "Exception ignored"; point it at /dev/null first
         silence_stream(sys.stdout)
         sys.exit(0)
+    except SystemExit as exc:
+        # NOTE: Click answers a closed pipe itself: it wraps stdout (``.wrapped``) and exits 1,
+        # which means "findings" in advisor; the same closed pipe gets 0 as above (issue #30 campaign)
+        if exc.code == 1 and getattr(sys.stdout, "wrapped", None) is not None:
+            sys.exit(0)
+        raise
     except OSError as exc:
         # NOTE: the file system refused what the user pointed advisor at (a name over 255 bytes,
         # a symlink loop, a folder without permission, a full disk): bad input, not a bug.

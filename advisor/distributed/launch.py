@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor import rundir
-from advisor._proc import ProcessTree
+from advisor._proc import ProcessTree, stop_child
 from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
@@ -50,7 +49,6 @@ from advisor.capture.run import (
     EventRelay,
     ProgressCallback,
     interrupted_error,
-    kill_group,
     prepare_run_dir,
     report_done,
     started,
@@ -348,13 +346,7 @@ def _supervise(
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM torchrun (it forwards it to the ranks, which save), then kill the group."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        kill_group(proc.pid)
-        proc.wait()
+    stop_child(proc, TERM_GRACE_S)
 
 
 def _copy_logs(logs_dir: Path, local: int, spec: RunSpec, folder: Path) -> tuple[str, str]:

@@ -465,7 +465,11 @@ def _inside(run_dir: Path, name: Any) -> Path:
     ``..`` (a hand-edited or crafted capture) mixed a foreign trace into the run's report.
     """
     rel = Path(str(name))
-    if rel.is_absolute() or ".." in rel.parts:
+    # NOTE: a symbolic link inside the run (traces/x.json -> another run's trace) led out of it
+    # as surely as an absolute path did (issue #30 campaign): where it exists, the real path counts
+    if rel.is_absolute() or ".." in rel.parts or (
+        (run_dir / rel).exists() and not _resolved(run_dir / rel).is_relative_to(_resolved(run_dir))
+    ):
         raise InputError(
             f"{run_dir / CAPTURE_FILE} lists {name}, outside the run directory; "
             "advisor reads only the run's own files (re-run `advisor diagnose`, or `advisor analyze` that trace)"

@@ -194,6 +194,13 @@ def find_windows(trace: Trace) -> tuple[Windows, bool]:
         end = steps["end"].to_numpy()[keep]
         # NOTE: windows must be disjoint; a step that overruns the next one's start is cut there.
         end = np.minimum(end, np.r_[start[1:], np.inf])
+        if (empty := ~(end > start)).any():
+            # NOTE: steps of no length (dur 0, or starting together) made "Step time 0.0 ms"
+            # with exit 0; a profiled step always takes time (issue #30 campaign)
+            raise TraceError(
+                f"{trace.path} has a step of no length (ProfilerStep#{numbers[keep][empty][0]}, or steps that "
+                "start at the same time): it was not written by a profiler as it is; re-record it"
+            )
         return Windows(numbers[keep], start, end), True
     real = (ev["ph"] == "X").to_numpy() & ~cat_mask(cats, ("Trace",)) & ev["ts"].notna().to_numpy()
     if not real.any():

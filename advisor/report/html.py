@@ -390,7 +390,7 @@ def _env_cell(value: object) -> str:
 
 
 def _status(report: Report) -> str:
-    line = s.status_line(report.status, report.trials)
+    line = s.status_line(report.status, report.trials, report.run.status)
     took = s.timing_line(report.timing)
     return ((f'<p class="warnings"><strong>{esc(line)}</strong></p>' if line else "")
             + (f"<p><small>{esc(took)}</small></p>" if took else ""))

@@ -193,7 +193,7 @@ def _diff(report: Report) -> list[str]:
 
 
 def _status(report: Report) -> list[str]:
-    line = s.status_line(report.status, report.trials)
+    line = s.status_line(report.status, report.trials, report.run.status)
     took = s.timing_line(report.timing)
     return [*([f"> **{md_text(line)}**"] if line else []), *([f"<sub>{md_text(took)}</sub>"] if took else [])]
 

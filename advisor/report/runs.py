@@ -246,7 +246,7 @@ def _loop_status(report: Report) -> str | None:
 
 def _alive(pid: Any) -> bool:
     """Whether a process with this id exists (one of another user counts: it exists)."""
-    if not isinstance(pid, int) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
         os.kill(pid, 0)
@@ -254,7 +254,7 @@ def _alive(pid: Any) -> bool:
         return False
     except PermissionError:
         return True
-    except OSError:
+    except (OSError, OverflowError):  # NOTE: a pid past pid_t raised OverflowError (issue #30 campaign)
         return False
     return True
 

@@ -326,15 +326,19 @@ def run_status_label(status: str) -> str:
     return RUN_STATUS_LABELS.get(status, status)
 
 
-def status_line(status: str, trials: Any) -> str | None:
+def status_line(status: str, trials: Any, run_status: str = "") -> str | None:
     """One line saying a report is not final (``running``/``interrupted``), or None when it is.
 
     Args:
         status: The report's ``status`` word.
         trials: Its trials; the unfinished ones are counted apart.
+        run_status: The capture's status: ``interrupted`` when the signal came before any trial.
     """
     if status in ("", ReportStatus.COMPLETE):
         return None
+    if status == ReportStatus.INTERRUPTED and run_status == "interrupted" and not trials:
+        # NOTE: "Interrupted during the fix trials" was said of a capture interrupted before them
+        return "Interrupted during the capture: this report holds the steps measured before it; no fix was tried."
     open_ = sum(1 for t in trials if getattr(t, "unfinished", False))
     done = len(trials) - open_
     counts = f"{done} trial(s) finished" + (f", {open_} unfinished (figures so far)" if open_ else "")

@@ -12,6 +12,7 @@ child process bound to 127.0.0.1 by default, and Ctrl-C stops it cleanly.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -46,15 +47,26 @@ def check_plugin() -> None:
 
 
 def port_free(host: str, port: int) -> bool:
-    """Return True when ``host:port`` can be bound right now (by a server, as TensorBoard binds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """Return True when ``host:port`` can be bound right now (by a server, as TensorBoard binds).
+
+    Raises:
+        UsageError: ``host`` is no address of this machine (unknown, or not one of its
+            interfaces): that was reported as "port 6006 on HOST is in use" (issue #30 campaign).
+    """
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise UsageError(f"--host {host} is not an address of this machine ({exc}); pass one, e.g. 127.0.0.1") from None
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         # NOTE: SO_REUSEADDR as servers (TensorBoard's werkzeug) set it: without it, connections
         # left in TIME_WAIT by a server that just stopped make a free port look taken.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
-        except OSError:
-            return False
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise UsageError(f"cannot bind {host}:{port} ({exc.strerror or exc}); pass an address of this machine as --host") from None
     return True
 
 
@@ -129,9 +141,15 @@ def serve(
     """
     echo = echo or print
     say = say or (lambda m: print(m, file=sys.stderr))
-    check_plugin()
-    if not port_free(host, port):
-        raise UsageError(f"port {port} on {host} is in use; pass another --port")
+    try:
+        check_plugin()
+        if not port_free(host, port):
+            raise UsageError(f"port {port} on {host} is in use; pass another --port")
+    except BaseException:
+        # NOTE: the copy went only with the next run's stale sweep (issue #30 campaign)
+        if prepared.temporary:
+            shutil.rmtree(prepared.logdir, ignore_errors=True)
+        raise
     log_path = prepared.logdir / "tensorboard.log"
     # NOTE: a log file, not a pipe: nobody drains a pipe while we wait, and a full one would
     # block TensorBoard.

@@ -261,7 +261,7 @@ def _gpu_tables(report: Report) -> RenderableType | None:
 
 
 def _status(report: Report) -> RenderableType | None:
-    line = s.status_line(report.status, report.trials)
+    line = s.status_line(report.status, report.trials, report.run.status)
     took = s.timing_line(report.timing)
     if line is None and took is None:
         return None

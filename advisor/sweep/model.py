@@ -159,6 +159,8 @@ def load_table(path: Path) -> SweepTable:
     """
     path = Path(path)
     file = path / SWEEP_FILE if path.is_dir() else path
+    if file.exists() and not file.is_file():  # NOTE: a FIFO blocked `sweep --load` forever (issue #30 campaign)
+        raise InputError(f"{file} is not a regular file (a FIFO, device or folder); pass a sweep's sweep.json or its folder")
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -8,6 +8,7 @@ the rows of the event kinds that carry them, kept sparse until the table is buil
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 from typing import Any
 
@@ -211,11 +212,20 @@ def _num(values: list[Any], default: float) -> np.ndarray:
     """Numbers -> float64; anything that is not a number (or is a bool) becomes ``default``."""
     try:
         return np.fromiter(values, dtype=np.float64, count=len(values))
-    except (TypeError, ValueError):
-        return np.array(
-            [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default for v in values],
-            dtype=np.float64,
-        )
+    except (TypeError, ValueError, OverflowError):
+        # NOTE: an integer past float64 (ts 10**400) raised OverflowError, an internal error;
+        # as infinity the trace's value check refuses it as bad input (issue #30 campaign)
+        return np.array([_float_or(v, default) for v in values], dtype=np.float64)
+
+
+def _float_or(value: Any, default: float) -> float:
+    """``value`` as a float (an int past float64 as +-inf), ``default`` when it is no number or a bool."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return default
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _floats(items: list[Any], attr: str, default: float, strict: bool) -> np.ndarray:

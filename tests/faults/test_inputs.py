@@ -414,3 +414,39 @@ def test_raw_control_characters_in_any_string_field_are_read_not_called_truncate
     trace = load_trace(path)
     assert "ProfilerStep#1" in set(trace.events["name"])
     assert read_trace_json(path)["traceName"] == bad  # the TensorBoard and Perfetto copies read it too
+
+
+@pytest.mark.parametrize("argv", [("rules",), ("rules", "--format", "markdown"), ("rule", "SY001"), ("rule", "--all")])
+def test_rule_text_with_control_characters_is_escaped_in_every_listing(capsys, tmp_path: Path, monkeypatch, argv) -> None:  # type: ignore[no-untyped-def]
+    """`advisor rules --format markdown` printed a rule's raw ESC/BEL (issue #30 campaign)."""
+    from advisor.engine.rules import load_rules
+
+    write_rule(tmp_path, {**RULE, "summary": f"summary {ESC}", "why": f"why {ESC}", "message": f"msg {ESC} {{sync_count}}"})
+    monkeypatch.setattr("advisor.cli.cmd_rules._ruleset", lambda: load_rules(tmp_path))
+    code, out, err = invoke(capsys, *argv)
+    assert code == 0, err
+    assert out and not _CONTROL.search(out), "a control character reached the terminal"
+
+
+def test_the_misplaced_option_note_escapes_the_script_name(capsys, tmp_path: Path) -> None:
+    """"note: --steps comes after <name>" printed the script name's raw ESC/BEL (issue #30 campaign)."""
+    import os
+
+    script = Path(os.fsdecode(bytes(tmp_path) + b"/tl\x1b]0;PWN\x07.py"))
+    script.write_text("x = 1\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "keep").write_text("not a run: refused after the note, before anything runs")
+    code, _, err = invoke(capsys, "diagnose", "--out", str(tmp_path / "run"), str(script), "--steps", "3")
+    assert code == 2 and "comes after" in err, err
+    assert not _CONTROL.search(err), err
+
+
+def test_config_warnings_escape_the_config_path(capsys, tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/d\x1b]0;PWN\x07"))
+    folder.mkdir()
+    (folder / "advisor.toml").write_text('select = ["XX9"]\nunknown-codes = "warn"\n')
+    monkeypatch.chdir(folder)
+    code, _, err = invoke(capsys, "config")
+    assert "warning" in err and not _CONTROL.search(err), err

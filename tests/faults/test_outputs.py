@@ -250,3 +250,12 @@ def test_write_through_a_symlink_edits_the_target(tmp_path: Path) -> None:
     write_diff(link, _diff_for(link, SCRIPT.replace("x = 1", "x = 2")))
     assert link.is_symlink()
     assert "x = 2" in real.read_text()
+
+
+@pytest.mark.parametrize("inside", ["traces/new", "x/y/z"])
+def test_out_inside_another_run_is_refused(capsys, tmp_path: Path, run_dir: Path, inside: str) -> None:
+    """``--out runB/traces/new`` put a second run's trace among runB's; `analyze runB/traces` read both (issue #30 campaign)."""
+    (run_dir / "traces").mkdir()
+    line = one_line_error(*_diagnose(capsys, tmp_path, "--out", str(run_dir / inside))[::2])
+    assert "inside the run directory" in line
+    assert sorted(p.name for p in run_dir.rglob("*")) == ["report.json", "traces"]

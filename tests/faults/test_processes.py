@@ -227,3 +227,30 @@ def _profiled_steps(run_dir: Path) -> int:
             if event.get("phase") == "profiled":
                 seen = max(seen, int(event.get("phase_step") or 0))
     return seen
+
+
+def test_a_double_ctrl_c_still_keeps_the_timed_steps(tmp_path: Path) -> None:
+    """A second ^C 50 ms after the first killed the child while it saved: no capture.json, no report (issue #30)."""
+    run_dir = tmp_path / "advisor-runs" / "double"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--warmup", "1", "--steps", "100000",
+         "--out", str(run_dir), str(SPAWNS.parent / "ignores_sigterm.py")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while "step 20\n" not in _text(run_dir / "stdout.log"):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode() if proc.stderr else ""
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["run"]["status"] == "interrupted" and report["run"]["timed_steps"] >= 19
+    assert gone_within(str(run_dir / "config.json")) == []

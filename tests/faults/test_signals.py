@@ -42,3 +42,22 @@ def test_a_hangup_ignored_on_purpose_stays_ignored(restore_handlers) -> None:
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_a_capture_interrupted_before_any_trial_is_not_called_a_fix_trial_interrupt(capsys, tmp_path, fmt: str) -> None:
+    """The report of a capture stopped by ^C said "Interrupted during the fix trials" (issue #30 campaign)."""
+    import json
+    from pathlib import Path
+
+    from cli_helpers import invoke
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "golden" / "report.json").read_text())
+    data.update(status="interrupted", trials=[])
+    data["run"]["status"] = "interrupted"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps(data))
+    code, out, err = invoke(capsys, "report", "--format", fmt, str(run))
+    assert code in (0, 1), err
+    assert "Interrupted during the capture" in out and "during the fix trials" not in out
