@@ -128,7 +128,7 @@ def render(case: Case) -> str:
     if k == "oversubscribed":
         threads = "torch.set_num_threads(8)  # INJECTED"
     item = {
-        "cpu_transform": "            x = x + torch.from_numpy(burn(INJECT_MS / BATCH)).float().mean() * 0  # INJECTED",
+        "cpu_transform": "            x = x + (torch.from_numpy(burn(INJECT_MS / BATCH)).mean() * 0).to(x.dtype)  # INJECTED",
         "io_wait": "            time.sleep(INJECT_MS / BATCH / 1000.0)  # INJECTED",
     }.get(k, "")
     assemble = "            batch = default_collate([data[j] for j in idx])"
