@@ -25,7 +25,7 @@ from advisor.metrics.modules import module_times, top_modules
 from advisor.metrics.operators import operator_times
 from advisor.metrics.roofline import TOP_OPS, compute_roofline
 from advisor.metrics.tensorcore import misaligned
-from advisor.metrics.userframes import UserPredicate, _Resolver, looks_like_user_file
+from advisor.metrics.userframes import UserPredicate, looks_like_user_file
 
 if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis
@@ -102,7 +102,7 @@ def rank_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, l
     if len(modules):
         ordered = top_modules(modules)
         tables["modules"] = _records(ordered, len(ordered))
-    memory = memory_by_line(a, is_user, _Resolver(a, is_user))
+    memory = memory_by_line(a, is_user)
     if len(memory):
         tables["memory_lines"] = _records(memory, TOP_LINES)
     operators = operator_times(a)

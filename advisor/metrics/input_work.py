@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.metrics.events import Classified, name_mask
+from advisor.metrics.events import Classified, name_mask, outermost
 from advisor.metrics.frames import looks_like_user_file, parse_frame
 
 DATA_OPS = frozenset({
@@ -42,14 +42,12 @@ def _starts_within(starts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nda
     return np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")
 
 
-def assembly_mask(
-    events: pd.DataFrame, cls: Classified, top_ops: np.ndarray, outermost: bool = True,
-) -> np.ndarray:
-    """Rows of the outermost user-function calls that assemble input (see the module docstring).
+def assembly_calls(events: pd.DataFrame, cls: Classified, top_ops: np.ndarray) -> np.ndarray:
+    """Rows of every user-function call that assembles input, nested ones too (see the module docstring).
 
     ``top_ops``: row positions of the top-level CPU operators (an op's own nested ops, such as
-    ``as_strided`` under ``select``, are not counted again). ``outermost=False`` keeps every
-    qualifying call, nested ones too (for locations: the wrapper and the function doing the work).
+    ``as_strided`` under ``select``, are not counted again). Locations name every such call (a
+    generator and the function inside it doing the work); time counts :func:`outermost_calls`.
     """
     out = np.zeros(len(events), dtype=bool)
     names = events["name"]
@@ -64,17 +62,14 @@ def assembly_mask(
     every = np.sort(ts[top])
     lo, hi = ts[candidates], end[candidates]
     n_model, n_data, n_ops = (_starts_within(a, lo, hi) for a in (model, data, every))
-    keep = candidates[(n_model == 0) & (n_data >= 1) & (2 * n_data >= n_ops)]
-    if not outermost:
-        out[keep] = True
-        return out
-    # NOTE: outermost only: a kept call inside another kept call's span is the same time.
-    order = keep[np.argsort(ts[keep], kind="stable")]
-    reach = -np.inf
-    for row in order:
-        if ts[row] >= reach:
-            out[row] = True
-            reach = end[row]
-        else:
-            reach = max(reach, end[row])
+    out[candidates[(n_model == 0) & (n_data >= 1) & (2 * n_data >= n_ops)]] = True
+    return out
+
+
+def outermost_calls(events: pd.DataFrame, calls: np.ndarray) -> np.ndarray:
+    """Keep the calls of ``calls`` not inside another one on their thread: the same time counts once."""
+    out = np.zeros(len(events), dtype=bool)
+    rows = np.flatnonzero(calls)
+    if len(rows):
+        out[outermost(events, rows)[0]] = True
     return out

@@ -23,6 +23,7 @@ import pandas as pd
 from advisor.metrics.events import name_mask, take
 from advisor.metrics.frames import UserPredicate
 from advisor.metrics.modules import MODULE_PREFIX
+from advisor.metrics.userframes import _Resolver
 
 if TYPE_CHECKING:
     from advisor.metrics.steps import TraceAnalysis
@@ -81,15 +82,18 @@ def _modules_at(analysis: TraceAnalysis, tids: np.ndarray, ts: np.ndarray) -> li
     return out
 
 
-def memory_by_line(analysis: TraceAnalysis, is_user: UserPredicate, resolver: object) -> pd.DataFrame:
+def memory_by_line(analysis: TraceAnalysis, is_user: UserPredicate) -> pd.DataFrame:
     """Bytes live at the peak, grouped by the user's line (and module) that allocated them.
 
-    ``resolver``: the (thread, time) -> user frame resolver of :mod:`advisor.metrics.userframes`.
-    Empty when the trace has no memory events with addresses, or no user frame resolves.
+    Empty when the trace has no memory events with addresses, or no user frame resolves (the
+    resolver is built only for a trace that has the events).
     """
     device = 1 if analysis.cls.has_gpu else 0  # Kineto's Device Type: 0 CPU, 1 CUDA
     found = _peak_rows(analysis, device)
-    if found is None or not getattr(resolver, "ok", False):
+    if found is None:
+        return pd.DataFrame(columns=COLUMNS)
+    resolver = _Resolver(analysis, is_user)
+    if not resolver.ok:
         return pd.DataFrame(columns=COLUMNS)
     live = live_at_peak(*found)
     if live.empty:
@@ -100,13 +104,13 @@ def memory_by_line(analysis: TraceAnalysis, is_user: UserPredicate, resolver: ob
     if len(live) > MAX_QUERIES:
         pick = np.linspace(0, len(live) - 1, MAX_QUERIES).astype(np.int64)
         scale = len(live) / len(pick)
-    tids = live["tid"].cat.codes.to_numpy()[pick] if hasattr(live["tid"], "cat") else live["tid"].to_numpy()[pick]
+    tids = live["tid"].cat.codes.to_numpy()[pick]
     ts, nbytes = live["ts"].to_numpy()[pick], live["mem_bytes"].to_numpy()[pick]
     modules = _modules_at(analysis, tids, ts)
     groups: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     by_module: dict[tuple[str, int, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for t, x, b, module in zip(tids, ts, nbytes, modules, strict=True):
-        frame = resolver.resolve(int(t), float(x))  # type: ignore[attr-defined]
+        frame = resolver.resolve(int(t), float(x))
         key = frame if frame is not None and is_user(frame[0]) else ("(not the user's code)", 0, "")
         groups[key][0] += float(b) * scale
         groups[key][1] += scale

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from advisor.metrics.events import take
-from advisor.metrics.input_work import assembly_mask
 from advisor.metrics.intervals import Windows, clip_to_steps, merge, point_step
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.steps import top_level_ops
@@ -142,14 +141,15 @@ def _trace_locations(analysis: TraceAnalysis, is_user: UserPredicate) -> list[So
 
 
 def _assembly_frames(analysis: TraceAnalysis, is_user: UserPredicate) -> list[SourceLocation]:
-    """Locate the user's batch-assembling functions (:mod:`advisor.metrics.input_work`), by time per step."""
-    if analysis.assembly is None or not analysis.assembly.any():
+    """Locate the user's batch-assembling functions (:mod:`advisor.metrics.input_work`), by time per step.
+
+    Every qualifying call, not only the outermost the breakdown counts: a generator that wraps
+    the one doing the work would otherwise be the only line named.
+    """
+    if analysis.assembly_calls is None:
         return []
     ev = analysis.trace.events
-    # NOTE: every qualifying call, not only the outermost the breakdown counts: a generator that
-    # wraps the one doing the work would otherwise be the only line named.
-    every = assembly_mask(ev, analysis.cls, top_level_ops(ev, analysis.cls), outermost=False)
-    rows = np.flatnonzero(_in_step(analysis, every))
+    rows = np.flatnonzero(_in_step(analysis, analysis.assembly_calls))
     totals: dict[tuple[str, int, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     durs = ev["dur"].to_numpy()
     for row, name in zip(rows, take(ev["name"], rows), strict=True):
@@ -157,7 +157,12 @@ def _assembly_frames(analysis: TraceAnalysis, is_user: UserPredicate) -> list[So
         if frame and is_user(frame[0]):
             totals[frame][0] += 1.0
             totals[frame][1] += float(durs[row])
-    per = max(len(analysis.windows), 1)
+    return _ranked_loading(totals, len(analysis.windows))
+
+
+def _ranked_loading(totals: dict[tuple[str, int, str], list[float]], n_steps: int) -> list[SourceLocation]:
+    """Return the five frames with the most time as data-loading locations, per step (count, time)."""
+    per = max(n_steps, 1)
     return [
         SourceLocation("data_loading", f, line, func, count=c / per, time_ms=t / per / 1e3, source="trace")
         for (f, line, func), (c, t) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:5]
@@ -205,12 +210,7 @@ def _dataloader_frames(analysis: TraceAnalysis, resolver: Any, is_user: UserPred
         if frame and (not isinstance(resolver, _PythonStacks) or is_user(frame[0])):
             totals[frame][0] += float(count[code])
             totals[frame][1] += float(time_us[code])
-    per = max(n, 1)
-    ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:5]
-    return [
-        SourceLocation("data_loading", f, line, func, count=c / per, time_ms=t / per / 1e3, source="trace")
-        for (f, line, func), (c, t) in ranked
-    ]
+    return _ranked_loading(totals, n)
 
 
 def pstats_locations(

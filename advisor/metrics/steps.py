@@ -26,7 +26,7 @@ from advisor.metrics.events import (
     outermost,
 )
 from advisor.metrics.flops import FlopsResult, compute_flops, peak_tflops
-from advisor.metrics.input_work import assembly_mask
+from advisor.metrics.input_work import assembly_calls, outermost_calls
 from advisor.metrics.intervals import (
     Pieces,
     Windows,
@@ -56,7 +56,7 @@ class TraceAnalysis:
     run: dict[str, Any]
     notes: tuple[str, ...] = ()
     flops: FlopsResult | None = field(default=None, repr=False)
-    assembly: np.ndarray | None = field(default=None, repr=False)  # rows of batch-assembling user calls
+    assembly_calls: np.ndarray | None = field(default=None, repr=False)  # rows of batch-assembling user calls
 
 
 def _clip(events: pd.DataFrame, mask: np.ndarray, windows: Windows) -> Pieces:
@@ -209,9 +209,11 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     cols.update(_kernel_columns(scan) if gpu else _nan_family(scan, "kernels"))
     cols.update(_sync_columns(scan))
     cols.update(_copy_columns(scan) if gpu else _nan_family(scan, "copies"))
-    cols.update(_cpu_op_columns(scan))
+    top = top_level_ops(ev, cls)
+    cols.update(_cpu_op_columns(scan, top))
     cols["dataloader_wait_ms"] = union_per_step(_clip(ev, cls.dataloader, windows), scan.n) / 1e3
-    assembly = assembly_mask(ev, cls, top_level_ops(ev, cls))
+    calls = assembly_calls(ev, cls, top)
+    assembly = outermost_calls(ev, calls)
     cols["input_assembly_ms"] = union_per_step(_clip(ev, assembly, windows), scan.n) / 1e3
     cols["hand_attention_count"] = hand_attention_count(ev, cls.cpu_op, windows, scan.n)
     cols.update(_comm_columns(scan))
@@ -226,7 +228,7 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
 
     steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
     steps = pd.concat([steps, breakdown(ev, cls, windows, assembly), pd.DataFrame(cols)], axis=1)
-    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl, assembly)
+    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl, calls)
 
 
 def _nan_family(scan: _Scan, family: str) -> dict[str, np.ndarray]:
@@ -308,9 +310,8 @@ def _is_backward_function(name: str) -> bool:
     return name.startswith("autograd::engine::evaluate_function") or _NODE.fullmatch(name) is not None
 
 
-def _cpu_op_columns(scan: _Scan) -> dict[str, np.ndarray]:
-    """Compute the ``cpu_ops`` family: top-level CPU operators, their median length, the short ones' share."""
-    top = top_level_ops(scan.ev, scan.cls)
+def _cpu_op_columns(scan: _Scan, top: np.ndarray) -> dict[str, np.ndarray]:
+    """Compute the ``cpu_ops`` family from the ``top``-level CPU operators: their count, median length, the short ones' share."""
     t_step = point_step(scan.ts[top], scan.windows)
     t_dur = scan.dur[top]
     count = _count(t_step, scan.n)
