@@ -27,7 +27,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from zoo import REPO, run_group  # noqa: E402 - a sibling script: kills the whole group on a timeout
+
 EXAMPLES = REPO / "examples"
 MANIFEST = EXAMPLES / "expected.json"
 TOTAL_BUDGET_S = 420.0
@@ -115,8 +117,7 @@ def run_case(case: Case, spec: dict, out: Path, budget_s: float) -> None:
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=budget_s + 120,
-                              process_group=0)
+        proc = run_group(cmd, budget_s + 120, env=env)
     except subprocess.TimeoutExpired:
         case.status, case.reason = "failed", f"did not finish within {budget_s + 120:.0f} s"
         return
@@ -132,8 +133,7 @@ def run_case(case: Case, spec: dict, out: Path, budget_s: float) -> None:
 def plain_rate(script: Path, args: list[str], timeout: float) -> float | None:
     """Samples/s a script prints on its ``done:`` line when run plainly (None: it did not finish)."""
     try:
-        proc = subprocess.run([sys.executable, str(script), *args], cwd=script.parent, capture_output=True,
-                              text=True, timeout=timeout, process_group=0)
+        proc = run_group([sys.executable, str(script), *args], timeout, cwd=script.parent)
     except subprocess.TimeoutExpired:
         return None
     m = DONE.search(proc.stdout)

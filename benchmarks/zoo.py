@@ -129,10 +129,12 @@ def best_after_fixes(report: dict) -> tuple[float | None, float | None, float | 
     return base, trial.samples_per_s, trial.speedup, kept
 
 
-def run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+def run_group(
+    cmd: list[str], timeout: float, cwd: Path = REPO, env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     """Run ``cmd`` in its own process group; on timeout kill the whole group (advisor's trial children too)."""
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
         process_group=0,  # its own group in our session: a session of its own is scheduled apart
     )
     try:

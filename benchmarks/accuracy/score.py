@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zoo import run_group
+
 from accuracy.cases import Case
 from accuracy.truth import Truth
 
@@ -81,8 +83,7 @@ def run_advisor(script: Path, out: Path, timeout: float) -> dict:
     """``advisor diagnose --no-fixes`` on the case, from its folder; return report.json."""
     shutil.rmtree(out, ignore_errors=True)
     exe = shutil.which("advisor", path=str(Path(sys.executable).parent)) or "advisor"
-    proc = subprocess.run([exe, "diagnose", *ADVISOR_ARGS, "--out", str(out), script.name], cwd=script.parent,
-                          capture_output=True, text=True, timeout=timeout, process_group=0)
+    proc = run_group([exe, "diagnose", *ADVISOR_ARGS, "--out", str(out), script.name], timeout, cwd=script.parent)
     path = out / "report.json"
     if not path.is_file():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from zoo import run_group  # a sibling script: kills the whole group on a timeout
 
 PROCESS_LEVEL = ("oversubscribed",)
 
@@ -41,8 +42,7 @@ def _run(script: Path, timeout: float, fixed: str | None = None) -> dict[str, li
         env = {**os.environ, "ADVISOR_BENCH_TRUTH": str(out)}
         if fixed:
             env["ADVISOR_BENCH_FIXED"] = fixed
-        proc = subprocess.run([sys.executable, script.name], cwd=script.parent, env=env, capture_output=True,
-                              text=True, timeout=timeout, process_group=0)
+        proc = run_group([sys.executable, script.name], timeout, cwd=script.parent, env=env)
         if proc.returncode != 0 or not out.is_file():
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"truth run of {script.name} exited {proc.returncode}: {tail[:200]}")
