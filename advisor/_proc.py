@@ -12,7 +12,7 @@ send a signal to a process when its parent dies (``prctl(PR_SET_PDEATHSIG)``); t
 for it, and makes the capture child the subreaper of what the script orphans
 (:func:`become_subreaper`). It also holds the sweeps that end a whole process tree (:class:`ProcessTree`,
 :func:`kill_group`, :func:`end_own_children`) and turns SIGTERM/SIGHUP into the same clean stop as
-Ctrl-C (:func:`signals_interrupt`).
+Ctrl-C (:func:`interrupt_once`).
 """
 
 from __future__ import annotations
@@ -96,27 +96,39 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
 LAST_GRACE_S = 2.0
 """After a second ^C while the child saves, how long it may still take before it is killed."""
 
+_STOP_POLL_S = 0.05
+
+HURRY = threading.Event()
+"""Set by a signal that arrives while the first one's clean-up runs (:func:`interrupt_once`)."""
+
 
 def stop_child(proc: Any, grace_s: float, last_grace_s: float = LAST_GRACE_S) -> None:
     """SIGTERM ``proc`` (its handler saves what it measured), wait ``grace_s``, then kill its group.
 
-    A second ^C (or SIGTERM, SIGHUP) while waiting shortens the wait to ``last_grace_s`` instead
-    of ending it at once: a double Ctrl-C, typed 50 ms apart, killed the child in the middle of
-    writing its measurements, and the run lost every timed step (issue #30). The second
-    interrupt is absorbed; the caller goes on with the first, and saves what the child wrote.
+    A second ^C (or SIGTERM, SIGHUP) shortens the wait to ``last_grace_s`` instead of ending it
+    at once: a double Ctrl-C, typed 50 ms apart, killed the child in the middle of writing its
+    measurements, and the run lost every timed step (issue #30). Inside :func:`interrupt_once`
+    the second signal only sets :data:`HURRY`; elsewhere it raises here and is absorbed. The
+    caller goes on with the first interrupt, and saves what the child wrote.
     """
     import subprocess
+    import time
 
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-        return
-    except subprocess.TimeoutExpired:
-        pass
-    except KeyboardInterrupt:
-        with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
-            proc.wait(timeout=last_grace_s)
+    deadline = time.monotonic() + grace_s
+    while proc.poll() is None:
+        now = time.monotonic()
+        if HURRY.is_set():
+            deadline = min(deadline, now + last_grace_s)
+        if now >= deadline:
+            break
+        try:
+            proc.wait(timeout=min(_STOP_POLL_S, deadline - now))
+        except subprocess.TimeoutExpired:
+            continue
+        except KeyboardInterrupt:
+            HURRY.set()
     if proc.poll() is None:
         kill_group(proc.pid)
     proc.wait()
@@ -249,30 +261,66 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def _raise_interrupted(signum: int, _frame: object) -> None:
-    raise Interrupted(signum)
+class _Latch:
+    """The stop signals seen by the :func:`interrupt_once` blocks in force (nested blocks share it)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.signum: int | None = None
+
+
+_LATCH = _Latch()
 
 
 @contextlib.contextmanager
-def signals_interrupt() -> Iterator[None]:
-    """While active, SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread, as ^C does.
+def interrupt_once(asked: list[Any] | None = None, final: bool = False) -> Iterator[None]:
+    """Inside the block the first SIGINT, SIGTERM or SIGHUP raises; the second only sets :data:`HURRY`.
 
-    Without it either signal ends the Python process at once: no ``finally`` runs, so the
-    script's process tree would be left running. Outside the main thread it does nothing, and a
-    signal the process already ignores (``nohup`` ignores SIGHUP) stays ignored.
+    The first raises as Ctrl-C does (:class:`KeyboardInterrupt`, or :class:`Interrupted` carrying
+    SIGTERM/SIGHUP: without a handler either would end Python at once, no ``finally`` run, the
+    script's process tree left running), so the clean-up that saves what was measured runs. A
+    second ^C typed 50 ms later landed inside that clean-up -- before the child was even asked
+    to save -- and its own KeyboardInterrupt skipped the save: no capture, no report (issue #30,
+    seen in CI); typed 200 ms later it printed a traceback during the exit. Now it hurries the
+    clean-up instead (:func:`stop_child` gives the child ``LAST_GRACE_S``). A third raises again:
+    the user insists, or the first raise was swallowed where Python ignores exceptions (a
+    ``__del__``). Nested blocks share one count, so the CLI's block covers the whole exit.
+    ``asked[0]`` is set to each signal's number. Outside the main thread it does nothing; a
+    signal the process ignores (``nohup`` ignores SIGHUP) stays ignored.
+
+    ``final``: the process ends after the block (the CLI's). Once a signal was seen its handlers
+    stay, so a second ^C during the exit (the error line, the exit's collection) is absorbed
+    too instead of printing a traceback.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if asked is not None:
+            asked[0] = signum
+        if _LATCH.signum is not None and not HURRY.is_set():
+            HURRY.set()
+            return
+        _LATCH.signum = _LATCH.signum or signum
+        raise KeyboardInterrupt if signum == signal.SIGINT else Interrupted(signum)
+
+    if _LATCH.depth == 0:
+        _LATCH.signum = None
+        HURRY.clear()
     previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is signal.SIG_IGN:
             continue  # NOTE: ignored on purpose (``nohup advisor ...``): keep ignoring it
         with contextlib.suppress(ValueError, OSError):
-            previous[sig] = signal.signal(sig, _raise_interrupted)
+            previous[sig] = signal.signal(sig, on_signal)
+    _LATCH.depth += 1
     try:
         yield
     finally:
+        _LATCH.depth -= 1
+        if final and _LATCH.signum is not None:
+            previous.clear()
         for sig, handler in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)

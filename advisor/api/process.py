@@ -35,35 +35,15 @@ def interrupt_signal(exc: BaseException, asked: bool | int = False) -> int:
 
 @contextmanager
 def sigterm_interrupts(asked: list[Any] | None = None) -> Iterator[None]:
-    """Make SIGTERM act like Ctrl-C (a KeyboardInterrupt carrying its signal) inside the block, in the main thread.
+    """Make SIGTERM and SIGHUP act like Ctrl-C inside the block, in the main thread; a second signal only hurries.
 
-    Both SIGTERM and SIGINT also set ``asked[0]`` (to the signal's number), so a caller can raise again at its next
-    checkpoint if the first KeyboardInterrupt was swallowed.
+    Every signal also sets ``asked[0]`` (to its number), so a caller can raise again at its next
+    checkpoint if the first KeyboardInterrupt was swallowed (:func:`advisor._proc.interrupt_once`).
     """
-    import signal
-    import threading
+    from advisor._proc import interrupt_once
 
-    if threading.current_thread() is not threading.main_thread():
+    with interrupt_once(asked):
         yield
-        return
-
-    from advisor._proc import Interrupted
-
-    def on_term(signum: int, frame: Any) -> None:
-        if asked is not None:
-            asked[0] = signum
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        # NOTE: the signal travels with the interrupt, so a SIGTERM in the trials exits 143 as
-        # it does in the capture, not 130.
-        raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextmanager

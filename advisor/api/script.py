@@ -45,15 +45,19 @@ def diagnose_script(
     """
     import time
 
+    from advisor._proc import interrupt_once
     from advisor.fixes.fix import is_out_of_memory
     from advisor.report.model import timing_of
 
     started = time.perf_counter()
-    try:
-        capture = capture_function(spec)(spec, progress)
-    except KeyboardInterrupt as exc:
-        _save_interrupted(spec, exc, engine_config, inline_ignores, started)
-        raise
+    # NOTE: one latch over the capture and the save of what it measured: a second ^C typed
+    # right after the first hurries the child's save instead of cutting it (and the report) short.
+    with interrupt_once():
+        try:
+            capture = capture_function(spec)(spec, progress)
+        except KeyboardInterrupt as exc:
+            _save_interrupted(spec, exc, engine_config, inline_ignores, started)
+            raise
     run_dir = Path(capture.run_dir or spec.out_dir)
     diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
     report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))

@@ -270,7 +270,7 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None, warm: Any =
         try:
             ended_by = _wait(proc, spec.timeout_s, start, tree, spec.memory_budget_bytes)
             timed_out = ended_by == "timeout"
-        except KeyboardInterrupt as exc:  # ^C, or SIGTERM/SIGHUP (advisor._proc.signals_interrupt)
+        except KeyboardInterrupt as exc:  # ^C, or SIGTERM/SIGHUP (advisor._proc.interrupt_once)
             interrupt = exc
             _ask_to_save(proc, tree)
         finally:

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from advisor import __version__
-from advisor._proc import Interrupted, signals_interrupt
+from advisor._proc import Interrupted, interrupt_once
 from advisor._terminal import printable_line, silence_stream
 from advisor.errors import EXIT_USAGE, AdvisorError
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     atexit.unregister(_skip_final_collections)  # once, however often main() runs in one process
     atexit.register(_skip_final_collections)
     try:
-        with signals_interrupt():  # SIGTERM/SIGHUP stop as ^C does: children ended, data saved
+        with interrupt_once(final=True):  # SIGTERM/SIGHUP stop as ^C does; a second one does not cut the save short
             rv: Any = cli.main(args=argv, prog_name="advisor", standalone_mode=False)
     except AdvisorError as exc:
         click.echo(f"advisor: error: {printable_line(exc.message)}", err=True)

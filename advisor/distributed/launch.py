@@ -234,7 +234,7 @@ def capture_distributed(spec: RunSpec, progress: ProgressCallback | None = None)
         relay.start()
         try:
             timed_out, stalled = _supervise(proc, run_dir, spec, start, tree)
-        except KeyboardInterrupt as exc:  # ^C, or SIGTERM/SIGHUP (advisor._proc.signals_interrupt)
+        except KeyboardInterrupt as exc:  # ^C, or SIGTERM/SIGHUP (advisor._proc.interrupt_once)
             interrupt = exc
         finally:
             try:
