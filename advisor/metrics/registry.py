@@ -92,7 +92,7 @@ _SPECS: tuple[MetricSpec, ...] = (
     # --- CPU ops ----------------------------------------------------------------------------------
     MetricSpec("cpu_op_count", "count", "step", "Top-level CPU operators (aten) per step"),
     MetricSpec("cpu_op_median_us", "us", "step", "Median duration of a top-level CPU operator (per-op overhead signal)"),
-    MetricSpec("autograd_op_count", "count", "step", "CPU operators per step that recorded an autograd graph node (grad mode on)"),
+    MetricSpec("autograd_op_count", "count", "step", "CPU operators per step run with grad mode on (the trace gives them an autograd sequence number)"),
     MetricSpec("backward_op_count", "count", "step", "Autograd backward functions run per step (0: no backward pass)"),
     MetricSpec("cpu_op_small_frac", "frac", "step", "Share of top-level CPU operators shorter than 20 us"),
     MetricSpec(
