@@ -74,10 +74,21 @@ def _accumulate(notes: dict[str, FixNote], k: int) -> None:
 
 def _count_flops(path: Path, at_step: int) -> None:
     """Count optimizer step ``at_step``'s FLOPs with FlopCounterMode and write them to ``path``."""
+    import torch
+    from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook
     from torch.utils.flop_counter import FlopCounterMode
 
-    state: dict[str, Any] = {"steps": 0, "mode": None}
+    state: dict[str, Any] = {"steps": 0, "mode": None, "input": None, "pre": None}
+
+    def first_input(_module: Any, args: Any) -> None:
+        x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if x is not None and state["input"] is None:
+            state["input"] = {"input_shape": list(x.shape), "input_integer": not x.is_floating_point()}
+        if state["pre"] is not None:
+            state["pre"].remove()
+            state["pre"] = None
+
     at_step = max(at_step, 2)  # the counter starts at a step's end: step 1's post-hook at the earliest
     start = at_step - 1
 
@@ -96,10 +107,11 @@ def _count_flops(path: Path, at_step: int) -> None:
                 mode = FlopCounterMode(display=False)
                 mode.__enter__()
                 state["mode"] = mode
+                state["pre"] = register_module_forward_pre_hook(first_input)
             elif n == at_step and state["mode"] is not None:
                 mode, state["mode"] = state["mode"], None
                 mode.__exit__(None, None, None)
-                write({"flops": int(mode.get_total_flops()), "step": n})
+                write({"flops": int(mode.get_total_flops()), "step": n, **(state["input"] or {})})
                 handle.remove()
         except Exception as exc:  # noqa: BLE001 - a failed count must not stop the script
             state["mode"] = None

@@ -47,7 +47,7 @@ def test_cells_over_the_memory_budget_are_marked_out_of_memory_and_not_run_again
         text = render(table)
         assert "out_of_memory" in text, fmt
     data = json.loads(RENDERERS["json"](table))
-    assert data["recommended"] == {"batch_size": 32, "precision": "bf16", "accumulation": 1}
+    assert data["recommended"] == {"batch_size": 32, "precision": "bf16", "accumulation": 1, "size": None}
     assert "★" in RENDERERS["text"](table)
 
 

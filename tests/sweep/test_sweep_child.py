@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from torch import nn
+from torch.nn.modules import module as module_module
 from torch.optim import optimizer as optimizer_module
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -87,11 +88,14 @@ def test_the_flop_count_covers_exactly_one_optimizer_step(tmp_path):
     model = nn.Linear(16, 32)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     hooks_before = len(optimizer_module._global_optimizer_post_hooks)
+    pre_hooks_before = len(module_module._global_forward_pre_hooks)
     for x in [torch.randn(8, 16) for _ in range(5)]:
         opt.zero_grad()
         model(x).sum().backward()
         opt.step()
     data = json.loads(path.read_text())
     # forward 2*B*in*out, and as much for the weight gradient (the input needs none): one step, not five
-    assert data == {"flops": 4 * 8 * 16 * 32, "step": 3}
+    # and the model's input of that step: what the input-size axis counts elements from
+    assert data == {"flops": 4 * 8 * 16 * 32, "step": 3, "input_shape": [8, 16], "input_integer": False}
+    assert len(module_module._global_forward_pre_hooks) == pre_hooks_before  # the input hook removed itself
     assert len(optimizer_module._global_optimizer_post_hooks) == hooks_before - 1  # the hook removed itself
