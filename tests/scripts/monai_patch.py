@@ -6,6 +6,7 @@ throughput change with the patch while the batch stays.
 """
 
 import argparse
+import itertools
 
 import torch
 from monai.data import DataLoader, Dataset
@@ -31,7 +32,7 @@ model = UNet(spatial_dims=3, in_channels=1, out_channels=1, channels=(4, 8), str
 loss_fn = DiceLoss(sigmoid=True)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 batches = (b for _ in range(args.steps) for b in loader)  # epochs until the steps are done
-for _, batch in zip(range(args.steps), batches):
+for batch in itertools.islice(batches, args.steps):
     opt.zero_grad()
     loss_fn(model(batch["image"]), batch["label"]).backward()
     opt.step()
