@@ -44,7 +44,8 @@ def _ints(text: str, option: str) -> list[int]:
               "else applied at run time (optimizer steps every A-th batch, gradients averaged).")
 @click.option("--sizes", default=None, metavar="S1,S2",
               help="Input sizes, set through the script's own size option (--patch-size, --roi, --image-size, "
-              "--seq-len, ...; --size-option names another): memory, samples/s and voxels/s (pixels/s, tokens/s) per size.")
+              "--seq-len, ...; --size-option names another), else by resizing its MONAI crop transforms at run "
+              "time: memory, samples/s and voxels/s (pixels/s, tokens/s) per size.")
 @click.option("--size-option", default=None, metavar="NAME",
               help="The script's option that --sizes sets (default: the first recognised size option it has).")
 @click.option("--memory-budget", type=ByteSize(), default=None, metavar="SIZE",

@@ -3,7 +3,7 @@
 The capture child imports this module by name (``RunSpec.fix_installers``) and calls
 :func:`install` once, before the script runs. Requests of the fix catalog go on to
 :func:`advisor.fixes.runtime.install` unchanged; this module adds the two requests only the sweep
-makes:
+makes (and :data:`advisor.sweep.spatial.SPATIAL_SIZE`, MONAI crops resized for the size axis):
 
 - :data:`ACCUMULATE` (``{"factor": k}``): gradient accumulation over ``k`` micro-batches for a
   script that has none of its own. Every optimizer's ``step`` becomes a no-op on all but each
@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from advisor.capture.model import FixNote, FixRequest, NoteState
+from advisor.sweep import spatial
 
 ACCUMULATE = "sweep_accumulation"
 """Request id: accumulate gradients over ``factor`` micro-batches per optimizer step."""
 COUNT_FLOPS = "sweep_flop_count"
 """Request id: count one optimizer step's FLOPs and write them to ``path``."""
-OWN = (ACCUMULATE, COUNT_FLOPS)
+OWN = (ACCUMULATE, COUNT_FLOPS, spatial.SPATIAL_SIZE)
 
 
 def install(fixes: Sequence[FixRequest]) -> dict[str, FixNote]:
@@ -44,6 +45,8 @@ def install(fixes: Sequence[FixRequest]) -> dict[str, FixNote]:
             _accumulate(notes, int(req.params.get("factor", 1)))
         elif req.id == COUNT_FLOPS:
             _count_flops(Path(str(req.params["path"])), int(req.params.get("step", 2)))
+        elif req.id == spatial.SPATIAL_SIZE:
+            spatial.install(notes, int(req.params["size"]))
     return notes
 
 

@@ -4,7 +4,8 @@ A cell's batch size goes through the catalog's ``larger_batch``, its precision t
 autocast, its accumulation through the script's own option or :mod:`advisor.sweep.child`, and
 its input size through the script's own size option (:data:`~advisor.fixes.catalog.script_args.SIZE_NAMES`:
 ``--patch-size``, ``--roi``, ``--image-size``, ``--seq-len``...), set on a new command line as
-the batch axis sets a batch-size option: exactly what the user would change.
+the batch axis sets a batch-size option: exactly what the user would change. A script without
+one gets its MONAI crop transforms resized at run time (:mod:`advisor.sweep.spatial`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ from advisor.capture.vocab import MemoryKind
 from advisor.fixes import catalog
 from advisor.fixes.catalog import script_args
 from advisor.fixes.fix import FixContext, ladder_steps
-from advisor.sweep import child
+from advisor.sweep import child, spatial
 from advisor.sweep.model import PRECISION_FIX, Cell, CellStatus
 
-NO_SIZE_OPTION = (
-    "the script exposes no input-size option advisor recognises ({names}); give it one, or name yours with "
-    "--size-option"
-)
+NO_SIZE_OPTION = "the script has no option called --{name}"
+RUNTIME_SIZE = "MONAI crop size (set at run time)"
+"""The size axis's name in the table when no option sets it: :mod:`advisor.sweep.spatial` does."""
 
 
 @dataclass
@@ -83,7 +83,7 @@ def plan_cell(
         requests.append(FixRequest("larger_batch", params))
         t.params["larger_batch"] = params
         rtols.append(catalog.get("larger_batch").loss_rtol)
-    if not _plan_size(t, ctx, spec, size_name):
+    if not _plan_size(t, ctx, spec, size_name, requests):
         return t
     if _plan_accumulation(t, ctx, spec, requests) is None:
         return t
@@ -112,16 +112,18 @@ def _set_option(t: Tally, spec: RunSpec, option: ScriptOption, value: int) -> No
     t.params["script_args"] = {"args": list(args), "command": script_args.command_line(spec, args), "changes": changes}
 
 
-def _plan_size(t: Tally, ctx: FixContext, spec: RunSpec, size_name: str | None) -> bool:
-    """Set the cell's input size through the script's size option; False with the cell marked not applied."""
+def _plan_size(t: Tally, ctx: FixContext, spec: RunSpec, size_name: str | None, requests: list[FixRequest]) -> bool:
+    """Set the cell's input size (its option, else MONAI's crops at run time); False with the cell marked not applied."""
     want = t.cell.size
     if want is None:
         return True
     option = size_option(ctx, size_name)
-    if option is None:
-        names = f"--{size_name}" if size_name else ", ".join(f"--{n}" for n in ("patch-size", "roi", "image-size", "seq-len"))
-        t.status, t.reason = CellStatus.NOT_APPLIED, NO_SIZE_OPTION.format(names=names)
+    if option is None and size_name is not None:
+        t.status, t.reason = CellStatus.NOT_APPLIED, NO_SIZE_OPTION.format(name=size_name)
         return False
+    if option is None:
+        requests.append(FixRequest(spatial.SPATIAL_SIZE, {"size": want}))
+        return True
     if want != option.value:
         _set_option(t, spec, option, want)
     return True

@@ -122,6 +122,9 @@ def summary(t: SweepTable) -> list[str]:
             f"recommended: {_cell_text(t.recommended)} (★: the fastest finished cell that fits and keeps its "
             f"loss within its changes' tolerance, up to {t.loss_tolerance:.0%})"
         )
+    elif t.size_option is not None and t.script_size is None:
+        lines.append("recommended: none (the script's own input size is not known, and sizes are the task's, "
+                     "not a speed setting to pick)")
     else:
         lines.append("recommended: none (no finished cell ran within memory with its loss in tolerance)")
     if t.reference is not None:
@@ -129,10 +132,12 @@ def summary(t: SweepTable) -> list[str]:
     lines.extend(_flops_lines(t))
     if t.size_option is not None:
         unit = _unit(t)
+        what = (f"the script's {t.size_option} (its own: {t.script_size})" if t.script_size is not None
+                else f"the {t.size_option}, every positive side")
         lines.append(
-            f"size: the script's {t.size_option} (its own: {t.script_size}); {unit}s/s: {unit}s "
-            f"of a sample of the model's input (read from a counted step) times samples/s; loss Δ is against the "
-            "first cell of the same size, and only cells of the script's own size are recommended"
+            f"size: {what}; {unit}s/s: {unit}s of a sample of the model's input (read from a counted step) times "
+            "samples/s; loss Δ is against the first cell of the same size, and only cells of the script's own "
+            "size are recommended"
         )
     if t.memory_budget_bytes:
         lines.append(f"memory budget: {t.memory_budget_bytes / 2**20:,.0f} MiB")

@@ -59,7 +59,7 @@ from advisor.sweep.model import (
     SweepStatus,
     SweepTable,
 )
-from advisor.sweep.plan import Tally, elements, plan_cell, size_option
+from advisor.sweep.plan import RUNTIME_SIZE, Tally, elements, plan_cell, size_option
 
 LOSS_STEPS = 5
 CHILD_INSTALLER = "advisor.sweep.child"
@@ -181,7 +181,9 @@ def run_sweep(
     ctx = context_from_capture(probe)
     step_ms = median(probe.timed.step_times_ms)
     tallies = [plan_cell(c, ctx, spec, step_ms, size_name) for c in cells]
-    sized = size_option(ctx, size_name) if any(c.size is not None for c in cells) else None
+    sized: ScriptOption | str | None = None
+    if any(c.size is not None for c in cells):
+        sized = size_option(ctx, size_name) or RUNTIME_SIZE
     notes: list[str] = []
     for t in tallies:
         if t.status == CellStatus.OK and not t.requests:
@@ -385,20 +387,22 @@ def _result(t: Tally, reference: Tally, repeats: int, env: Environment) -> CellR
 def _table(
     spec: RunSpec, tallies: list[Tally], repeats: int, ctx: FixContext, env: Environment, notes: list[str],
     status: str, runs: int, wall_s: float, load: tuple[float, float], final: bool,
-    sized: ScriptOption | None = None,
+    sized: ScriptOption | str | None = None,
 ) -> SweepTable:
     """Build the table so far: every cell's row, the recommended cell among the finished ones, its diff when ``final``.
 
     With an input-size axis, each size's first cell is the loss reference of that size's cells
     (another size is other data), and only cells of the script's own size are recommended: the
     size is the task's, not a speed setting, and samples/s across sizes compare different work.
+    ``sized`` is the script's size option, or :data:`~advisor.sweep.plan.RUNTIME_SIZE` when MONAI's
+    crops are resized at run time (the script's own size is then not known: no size cell is recommended).
     """
     reference = tallies[0]
     first_of = {}
     for t in tallies:
         first_of.setdefault(t.cell.size, t)
     results = tuple(_result(t, first_of[t.cell.size], repeats, env) for t in tallies)
-    own = sized.value if sized is not None else None
+    own = sized.value if isinstance(sized, ScriptOption) else None
     fitting = [
         (x, t) for x, t in zip(results, tallies, strict=True)
         if x.status == CellStatus.OK and x.samples_per_s and not x.unfinished
@@ -415,5 +419,5 @@ def _table(
         memory_budget_bytes=spec.memory_budget_bytes, script_batch_size=ctx.batch_size, notes=tuple(notes),
         wall_s=round(wall_s, 3), runs=runs, status=status, diff=diff,
         load_avg=tuple(x for x in load if math.isfinite(x)), device=device,
-        size_option=(sized.flag or sized.name) if sized is not None else None, script_size=own,
+        size_option=(sized.flag or sized.name) if isinstance(sized, ScriptOption) else sized, script_size=own,
     )

@@ -12,9 +12,10 @@ from advisor.capture.model import RunSpec
 from advisor.capture.records import ScriptOption
 from advisor.errors import UsageError
 from advisor.sweep.model import Cell, CellStatus
-from advisor.sweep.plan import elements
+from advisor.sweep.plan import RUNTIME_SIZE, elements
 from advisor.sweep.render import RENDERERS, header, rows
 from advisor.sweep.run import parse_cells, run_sweep
+from advisor.sweep.spatial import SPATIAL_SIZE
 
 PATCH = ScriptOption(name="patch_size", value=16, flag="--patch-size")
 SCRIPT = textwrap.dedent("""\
@@ -93,11 +94,23 @@ def test_size_and_accumulation_share_one_command_line(tmp_path):
     assert changes == [{"patch_size": 32, "accum": 2}]
 
 
-def test_a_script_without_a_size_option_gets_no_size_cells(tmp_path):
+def test_a_script_without_a_size_option_gets_its_monai_crops_resized_at_run_time(tmp_path):
     runner = MemoryRunner()
     table = run_sweep(_spec(tmp_path), parse_cells([8], ["fp32"], [1], [16, 32]), repeats=1, runner=runner)
-    assert {r.status for r in table.results} == {CellStatus.NOT_APPLIED}
-    assert "no input-size option" in table.results[0].reason
+    asked = [f.params["size"] for s in runner.calls for f in s.fixes if f.id == SPATIAL_SIZE]
+    assert asked == [16, 32] and all(s.args == () for s in runner.calls)
+    assert {r.status for r in table.results} == {CellStatus.OK}
+    assert table.size_option == RUNTIME_SIZE and table.script_size is None
+    assert table.recommended is None  # the script's own size is not known: no size is recommended over another
+    text = RENDERERS["text"](table)
+    assert "the MONAI crop size (set at run time), every positive side" in text
+    assert "recommended: none (the script's own input size is not known" in text
+
+
+def test_a_named_size_option_the_script_lacks_marks_the_cells_not_applied(tmp_path):
+    runner = MemoryRunner(options=(PATCH,))
+    table = run_sweep(_spec(tmp_path), [Cell(8, "fp32", 1, 12)], repeats=1, runner=runner, size_name="crop")
+    assert table.results[0].status == CellStatus.NOT_APPLIED and "no option called --crop" in table.results[0].reason
     assert len(runner.calls) == 1  # the plain run only
 
 
