@@ -119,3 +119,16 @@ def test_a_named_size_option_is_the_one_set(tmp_path):
     runner = MemoryRunner(options=(PATCH, crop))
     table = run_sweep(_spec(tmp_path), [Cell(8, "fp32", 1, 12)], repeats=1, runner=runner, size_name="crop")
     assert runner.calls[-1].args == ("--crop", "12") and table.size_option == "--crop"
+
+
+def test_the_crop_is_swept_before_the_stored_volumes_side():
+    from advisor.capture.model import ScriptConfig
+    from advisor.fixes.fix import FixContext
+    from advisor.sweep.plan import size_option
+
+    # examples/monai_segmentation.py: --size (the stored volumes) and --roi (the crop the network sees)
+    options = (ScriptOption(name="size", value=40, flag="--size"), ScriptOption(name="roi", value=32, flag="--roi"))
+    ctx = FixContext(script_config=ScriptConfig(options=options))
+    assert size_option(ctx).name == "roi" and size_option(ctx, "size").name == "size"
+    assert size_option(FixContext(script_config=ScriptConfig(options=options[:1]))).name == "size"
+    assert size_option(ctx, "patch-size") is None
