@@ -24,7 +24,9 @@ class SourceLocation:
     Attributes:
         kind: What happens there: ``sync``, ``item``, ``h2d``, ``d2h``, ``data_loading``, ``hot``,
             ``preprocess`` and ``host`` (GPU idle while that function ran, see
-            :mod:`advisor.metrics.idle`), ``misaligned`` (a tensor-core-unfriendly GEMM shape).
+            :mod:`advisor.metrics.idle`), ``misaligned`` (a tensor-core-unfriendly GEMM shape),
+            ``memory`` (a line whose allocations are live at the peak; its ``count`` is their
+            share of the peak, :mod:`advisor.metrics.memory_lines`).
         file: Source file as recorded (absolute or as the profiler saw it).
         line: Line number.
         function: Function name when known.

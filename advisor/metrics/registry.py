@@ -110,6 +110,11 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("peak_memory_bytes", "bytes", "run", "Peak memory: CUDA max allocated on GPU, peak RSS on CPU"),
     MetricSpec("device_memory_bytes", "bytes", "run", "Total memory of the device (GPU memory, or system RAM on CPU)"),
     MetricSpec("memory_used_frac", "frac", "run", "peak_memory_bytes / device_memory_bytes"),
+    MetricSpec(
+        "peak_activation_frac", "frac", "run",
+        "Share of the memory live at the profiled peak allocated inside a module's forward (activations kept for "
+        "backward: what activation checkpointing frees), from the profiler's memory events (advisor.metrics.memory_lines)",
+    ),
     # --- compute ----------------------------------------------------------------------------------
     MetricSpec("flops_per_step", "flops", "step", "Floating-point operations per step, from op shapes (matmul/conv/linear)"),
     MetricSpec("achieved_tflops", "TFLOP/s", "step", "flops_per_step / step time"),
