@@ -147,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     (work / "cases").mkdir(parents=True, exist_ok=True)
     started, load_start, t0 = dt.datetime.now(dt.UTC), load(), time.perf_counter()
     print(f"advisor-bench: {opts.cases} cases, seed {opts.seed}, in {work}; load average {load_start}", flush=True)
+    if os.getloadavg()[0] > (os.cpu_count() or 1):
+        # NOTE: measured, not guessed: a 10-case slice at load 5-9 on 2 cores calibrated the
+        # transformer at 1304 ms a step (about 23 ms quiet), so its injections were sized 50x and
+        # one case took 333 s; the truth and the time budget both measure the neighbours then.
+        print(f"advisor-bench: load average {load_start} is above the {os.cpu_count()} cores: the truth will "
+              "time the other work as well, and the run will take far longer than on a quiet machine",
+              file=sys.stderr, flush=True)
     base = calibrate(work / "cases", opts.timeout)
     rows = []
     for i, case in enumerate(generate(opts.cases, opts.seed, base), 1):
