@@ -19,15 +19,19 @@ def _bench_on_path(monkeypatch):
         monkeypatch.delitem(sys.modules, name)
 
 
-BASE = {"mlp": 10.0, "cnn": 40.0, "lm": 30.0, "gru": 20.0, "unet3d": 50.0}
+BASE = {f"{f}-b{b}": ms * b / 16 for f, ms in {"mlp": 10.0, "cnn": 40.0, "lm": 30.0, "gru": 20.0, "unet3d": 50.0}.items()
+        for b in (16, 64)}
 
 
 def test_cases_are_seeded_and_a_slice_spans_the_cross():
-    from accuracy.cases import FAMILIES, generate
+    from accuracy.cases import BATCHES, FAMILIES, generate
 
     a, b = generate(100, 7, BASE), generate(100, 7, BASE)
     assert a == b and generate(100, 8, BASE) != a
-    assert len({(c.family, c.kind, c.severity) for c in a}) == 51  # every cell of the cross
+    cells = {(c.family, c.batch, c.kind, c.severity) for c in a}
+    assert len(cells) == 100  # 100 cases, 100 different cells of the 102
+    assert len({(c.family, c.batch, c.kind, c.severity) for c in generate(102, 7, BASE)}) == 102
+    assert {c.batch for c in a} == set(BATCHES)
     assert len({c.family for c in a[:10]}) >= 3 and len({c.kind for c in a[:10]}) >= 4
     assert {c.family for c in a} == set(FAMILIES)
     assert all(c.kind != "hand_attention" or c.family == "lm" for c in a)
@@ -37,7 +41,7 @@ def test_every_script_parses_and_marks_its_injection(tmp_path: Path):
     from accuracy.cases import generate, write
     from accuracy.score import injected
 
-    for case in generate(51, 3, BASE):
+    for case in generate(102, 3, BASE):
         script = write(case, tmp_path)
         ast.parse(script.read_text())
         lines, funcs = injected(script)
@@ -50,11 +54,22 @@ def test_the_expectation_comes_from_the_measured_share():
     from accuracy.score import Row, expectation
     from accuracy.truth import Truth
 
-    case = Case("c", "mlp", "io_wait", "strong", 5.0, 1)
-    assert expectation(case, Truth(on_ms=20.0, off_ms=10.0)) == ("data_loading", True)  # 50%
-    assert expectation(case, Truth(on_ms=20.0, off_ms=19.8)) == (None, True)  # 1%: no bottleneck
-    assert expectation(case, Truth(on_ms=20.0, off_ms=19.0)) == ("data_loading", False)  # 5%: borderline
+    case = Case("c", "mlp", 16, "io_wait", "strong", 5.0, 1)
+    assert expectation(case, Truth(on_ms=20.0, off_ms=10.0, input_on_ms=10.0)) == ("data_loading", True)  # 50%
+    assert expectation(case, Truth(on_ms=20.0, off_ms=19.8, input_on_ms=0.2)) == (None, True)  # 1%: no bottleneck
+    assert expectation(case, Truth(on_ms=20.0, off_ms=19.0, input_on_ms=1.0)) == ("data_loading", False)  # borderline
+    # an input-path injection is read by the input share, timed in the same steps, not by on/off
+    assert expectation(case, Truth(on_ms=46.0, off_ms=23.5, input_on_ms=1.9)) == ("data_loading", False)
     assert Truth(on_ms=10.0, off_ms=12.0).share == 0.0
+    # the input path is measured for every kind: a plain collate that costs a share is data loading
+    healthy = Case("h", "mlp", 16, "healthy", "none", 0.0, 1)
+    assert expectation(healthy, Truth(on_ms=10.0, off_ms=10.0, input_on_ms=0.1)) == (None, True)
+    assert expectation(healthy, Truth(on_ms=10.0, off_ms=10.0, input_on_ms=2.0)) == ("data_loading", True)
+    assert expectation(healthy, Truth(on_ms=10.0, off_ms=10.0, input_on_ms=0.5)) == ("data_loading", False)
+    tiny = Case("t", "cnn", 16, "tiny_ops", "strong", 5.0, 1)
+    assert expectation(tiny, Truth(on_ms=10.0, off_ms=7.0, input_on_ms=0.2)) == ("small_kernels", True)
+    assert expectation(tiny, Truth(on_ms=10.0, off_ms=9.0, input_on_ms=3.0)) == ("data_loading", True)
+    assert Truth(on_ms=10.0, off_ms=5.0, input_on_ms=4.0).input_share == 0.4
     row = Row(case, expected=None, alarms=["CO005"])
     assert row.right is False  # a warning on a case with no bottleneck is a false alarm
     assert Row(case, expected="data_loading", found="data_loading").right is True
@@ -65,7 +80,7 @@ def test_scoring_reads_the_primary_alarms_and_locations(tmp_path: Path):
     from accuracy.cases import Case, write
     from accuracy.score import Row, score
 
-    case = Case("c001-mlp-io_wait-strong", "mlp", "io_wait", "strong", 5.0, 1)
+    case = Case("c001-mlp-io_wait-strong", "mlp", 16, "io_wait", "strong", 5.0, 1)
     script = write(case, tmp_path)
     report = {
         "primary": {"category": "data_loading"},
@@ -96,5 +111,5 @@ def test_a_ten_case_slice_runs_end_to_end(tmp_path: Path):
                  "--json", str(tmp_path / "acc.json")]) == 0
     data = json.loads((tmp_path / "acc.json").read_text())
     assert len(data["rows"]) == 10 and all(not r["error"] for r in data["rows"]), data["rows"]
-    assert all(r["share"] is not None and r["expected"] in (None, r["category"]) for r in data["rows"])
+    assert all(r["share"] is not None and r["expected"] in (None, r["category"], "data_loading") for r in data["rows"])
     assert "## Confusion matrix" in out.read_text()

@@ -1,12 +1,22 @@
 """Evaluate the selected rules over :class:`~advisor.metrics.model.Metrics` into a Diagnosis.
 
 The primary bottleneck is the category with the most *recoverable* step time: each finding
-carries ``impact_frac`` (its rule's ``impact`` expression, clamped to [0, 1]), a category's share
-is the largest impact among its findings (the max, not the sum, because rules in one category
-describe overlapping views of the same lost time, e.g. sync wait seen as "long waits" and as
-"many sync calls"), and the primary is the category with the largest share. Ties go to the
-category listed first in :data:`~advisor.engine.model.CATEGORIES`. Categories whose share is 0
-(advice without a time estimate, such as memory headroom) never become primary.
+carries ``impact_frac`` (its rule's ``impact`` expression, clamped to [0, 1]) and
+``impact_basis`` (how that share was obtained), a category's share is the largest impact among
+its findings (the max, not the sum, because rules in one category describe overlapping views of
+the same lost time, e.g. sync wait seen as "long waits" and as "many sync calls").
+
+A *measured* share (time the trace saw the step spend waiting for data, for a sync, in a copy)
+that its rule judged a problem (a warning or worse: the rule's threshold found the time
+material; an ``info`` finding is a note, such as a 0.6% sync wait) outranks a *bound* (a model's ceiling on what a fix could recover, such as per-op dispatch
+overhead, which is at most its estimate and may be much less): a bound of 90% cannot show that
+its true value beats a measured 25%, and the measured time is there to take back. So the primary
+is the category with the largest measured share, and only when no category has one, the one
+with the largest bound. Ties go to the category listed first in
+:data:`~advisor.engine.model.CATEGORIES`. Categories whose share is 0 (advice without a time
+estimate, such as memory headroom) never become primary. advisor-bench (``make bench-accuracy``)
+found the alternative, the largest share whatever its basis, putting a GRU's per-op overhead
+bound (SK003/SK005) above a measured 22-39% data-loading share.
 
 The estimated speedup is Amdahl's bound if that share of the step went away:
 ``1 / (1 - share)``, with the share capped at :data:`MAX_SHARE` so one finding never claims
@@ -27,8 +37,11 @@ from advisor.engine.model import (
     Diagnosis,
     EngineConfig,
     Finding,
+    ImpactBasis,
     Location,
     Primary,
+    Severity,
+    severity_rank,
     sort_findings,
 )
 from advisor.engine.rules import default_rules
@@ -118,6 +131,7 @@ def evaluate_rule(
         locations=locs,
         fixes=rule.fixes,
         impact_frac=impact,
+        impact_basis=rule.impact_basis,
     )
 
 
@@ -148,14 +162,19 @@ def pick_locations(
 
 
 def choose_primary(findings: list[Finding] | tuple[Finding, ...]) -> Primary | None:
-    """Choose the category with the most recoverable step time, with its Amdahl speedup (module doc)."""
+    """Choose the category with the most recoverable step time, a measured share before a bound (module doc)."""
+    measured = category_shares([f for f in findings if f.impact_basis == ImpactBasis.MEASURED
+                                and severity_rank(f.severity) >= severity_rank(Severity.WARNING)])
     shares = category_shares(findings)
-    if not shares:
+    ranked = {c: v for c, v in measured.items() if v > 0.0} or shares
+    if not ranked:
         return None
-    best = max(shares.items(), key=lambda kv: (kv[1], -CATEGORIES.index(kv[0])))
+    best = max(ranked.items(), key=lambda kv: (kv[1], -CATEGORIES.index(kv[0])))
     if best[1] <= 0.0:
         return None
-    share = min(best[1], MAX_SHARE)
+    # NOTE: the primary's share is the category's (its largest impact of any basis), as the
+    # report's category column shows it; the basis decided which category, not how much.
+    share = min(shares[best[0]], MAX_SHARE)
     return Primary(category=best[0], share=round(share, 4), estimated_speedup=round(1.0 / (1.0 - share), 3))
 
 

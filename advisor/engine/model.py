@@ -35,6 +35,17 @@ class Safety(Vocab):
     UNSAFE = "unsafe"
 
 
+class ImpactBasis(Vocab):
+    """How a rule's ``impact`` share of the step was obtained (``impact_basis:`` in a rule file).
+
+    The primary choice ranks a measured share above a bound (:func:`advisor.engine.evaluate.choose_primary`).
+    """
+
+    MEASURED = "measured"  # time the trace measured the step spending on this cause (a wait, a copy)
+    BOUND = "bound"  # a model's upper bound on what the fix could recover (per-op overhead, precision)
+    NONE = "none"  # no share claimed: only a fix trial measures it (impact is 0)
+
+
 class LocationKind(Vocab):
     """Which source locations a rule's finding points at (``locations:`` in a rule file)."""
 
@@ -96,6 +107,8 @@ class Finding:
         locations: Where in the user's code (may be empty).
         fixes: Fixes to try, with their safety.
         impact_frac: Share of step time this finding could recover (for the primary choice).
+        impact_basis: How ``impact_frac`` was obtained; a report from before it was recorded
+            reads as ``bound``, the weaker claim.
     """
 
     code: str
@@ -107,6 +120,7 @@ class Finding:
     locations: tuple[Location, ...] = ()
     fixes: tuple[FixRef, ...] = ()
     impact_frac: float = 0.0
+    impact_basis: ImpactBasis = ImpactBasis.BOUND
 
 
 @dataclass(frozen=True)

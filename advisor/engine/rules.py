@@ -36,6 +36,7 @@ from advisor.engine.model import (
     SEVERITIES,
     Category,
     FixRef,
+    ImpactBasis,
     LocationKind,
     Safety,
     Severity,
@@ -45,6 +46,7 @@ from advisor.errors import RuleError
 from advisor.metrics.registry import METRICS, is_declared
 
 STATUSES: tuple[str, ...] = RuleStatus.values()
+IMPACT_BASES: tuple[str, ...] = ImpactBasis.values()
 LOCATION_KINDS: tuple[str, ...] = LocationKind.values()
 """``SourceLocation.kind`` values a rule may attach (see advisor.metrics.model)."""
 
@@ -57,6 +59,7 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "status",
     "when",
     "impact",
+    "impact_basis",
     "message",
     "fixes",
     "why",
@@ -249,6 +252,14 @@ def parse_rule(
         impact = parse_expression(data["impact"], is_declared, known)
     except ConditionError as exc:
         raise fail("impact", str(exc)) from None
+    basis = text("impact_basis")
+    if basis not in IMPACT_BASES:
+        raise fail("impact_basis", f"{basis!r} is not one of {', '.join(IMPACT_BASES)}")
+    # NOTE: "none" and a constant 0 must go together: a rule that claims no share says so in
+    # both places, and one that claims a share says how it got it.
+    claims_nothing = not impact.names and impact.evaluate({}) == 0
+    if claims_nothing != (basis == ImpactBasis.NONE):
+        raise fail("impact_basis", f"{basis!r} with impact {impact.source!r}: use 'none' exactly when the impact is 0")
     try:
         message = parse_template(data["message"], is_declared, known)
     except ConditionError as exc:
@@ -278,6 +289,7 @@ def parse_rule(
         status=RuleStatus(status),
         when=when,
         impact=impact,
+        impact_basis=ImpactBasis(basis),
         message=message,
         fixes=fix_refs,
         why=text("why"),

@@ -14,7 +14,7 @@ from typing import Any
 from advisor._vocab import Vocab
 from advisor.engine.condition import Expression, did_you_mean
 from advisor.engine.message import Template
-from advisor.engine.model import Category, FixRef, LocationKind, Severity
+from advisor.engine.model import Category, FixRef, ImpactBasis, LocationKind, Severity
 from advisor.errors import RuleError, UsageError
 
 GROUPS: dict[str, str] = {
@@ -54,6 +54,7 @@ class Rule:
         status: :class:`RuleStatus` (``preview`` needs ``--preview``).
         when: Condition over declared metrics; the rule fires when it holds.
         impact: Share of step time the fix could recover (for the primary choice).
+        impact_basis: How that share is obtained (:class:`~advisor.engine.model.ImpactBasis`).
         message: Template filled with the evidence.
         fixes: Fix ids (shared vocabulary) with their safety.
         why: Why it matters, and where each threshold comes from.
@@ -73,6 +74,7 @@ class Rule:
     status: RuleStatus
     when: Expression
     impact: Expression
+    impact_basis: ImpactBasis
     message: Template
     fixes: tuple[FixRef, ...]
     why: str
@@ -99,6 +101,7 @@ class Rule:
             "status": self.status,
             "when": self.when.source,
             "impact": self.impact.source,
+            "impact_basis": self.impact_basis,
             "message": self.message.source,
             "fixes": [{"id": f.id, "safety": f.safety} for f in self.fixes],
             "why": self.why,

@@ -1,11 +1,20 @@
-"""The case generator: one training script per (model family, bottleneck kind, severity).
+"""The case generator: one training script per (model family, batch size, bottleneck kind, severity).
 
 Every script is written from the pieces below, so nothing here was tuned against advisor's
 output. A kind injects its work behind ``INJECT["on"]``; the script's own truth mode
 (:mod:`benchmarks.accuracy.truth`) flips that switch every few steps and times both, which gives
-the share of the step the injection really costs on this machine. Under advisor the switch is
+the share of the step the injection really costs on this machine, and times the whole input path
+(``next()`` of the batch iterator) apart from the training step. Under advisor the switch is
 always on. The injected lines carry ``# INJECTED`` so the scorer knows where a finding should
 point.
+
+The input path is built to cost next to nothing unless a kind injects into it: the dataset
+holds batches collated once at start, read by a ``DataLoader(batch_size=None)``, so a step's
+input is one list lookup (about 11 us here) instead of a collate of 16 samples (31 us plain, far
+more under the profiler, which records every ``torch.stack``). The first run's healthy cases used
+the collate, and advisor's DL001 on it was counted as a false alarm while the truth never timed
+it. The truth still measures the input path of every case, so a case whose input does cost a
+share of the step is labelled by that measurement, not by its kind.
 """
 
 from __future__ import annotations
@@ -29,7 +38,10 @@ CATEGORY = {
 }
 """The category a kind's injection belongs to (healthy has none)."""
 
-BATCH = 16
+BATCHES = (16, 64)
+"""Batch sizes crossed with the rest: the same model does 4x the arithmetic per op at 64, which
+moves per-op overhead, input cost and injected work against the step (a second axis that doubles
+the cross to 102 cells, so 100 cases are 100 different scripts rather than 51 run twice)."""
 
 SELF_SIZED = ("oversubscribed", "hand_attention")
 """Kinds whose size is their own (eight threads on two cores; attention written by hand): one severity, "on"."""
@@ -72,6 +84,7 @@ class Case:
 
     id: str
     family: str
+    batch: int
     kind: str
     severity: str  # "none" for healthy cases
     inject_ms: float  # per step; 0 for kinds sized by their own knob (oversubscribed, hand_attention)
@@ -91,25 +104,31 @@ def applicable(family: str, kind: str) -> bool:
     return kind != "hand_attention" or family == "lm"
 
 
-def generate(n: int, seed: int, base_ms: dict[str, float]) -> list[Case]:
-    """Draw ``n`` cases from the cross of families, kinds and severities, seeded.
+def base_key(family: str, batch: int) -> str:
+    """The calibration's key for a family at a batch size (``mlp-b16``)."""
+    return f"{family}-b{batch}"
 
-    ``base_ms``: each family's plain step time on this machine (the calibration run), which sizes
-    a timed injection so it takes about its severity's share of the step.
+
+def generate(n: int, seed: int, base_ms: dict[str, float]) -> list[Case]:
+    """Draw ``n`` cases from the cross of families, batch sizes, kinds and severities, seeded.
+
+    ``base_ms``: each family's plain step time at each batch size on this machine (the
+    calibration run, keyed by :func:`base_key`), which sizes a timed injection so it takes about
+    its severity's share of the step.
     """
     rng = random.Random(seed)
-    cells = [(f, k, s) for f in FAMILIES for k in KINDS if applicable(f, k)
+    cells = [(f, b, k, s) for f in FAMILIES for b in BATCHES for k in KINDS if applicable(f, k)
              for s in (("none",) if k == "healthy" else ("on",) if k in SELF_SIZED else tuple(SEVERITIES))]
     rng.shuffle(cells)
     picks = [cells[i % len(cells)] for i in range(n)]  # every cell once before any twice: a slice spans the cross
     out = []
-    for i, (family, kind, severity) in enumerate(picks):
+    for i, (family, batch, kind, severity) in enumerate(picks):
         share = SEVERITIES.get(severity, 0.0)
         inject = 0.0
         if kind in ("cpu_transform", "io_wait", "batch_assembly", "tiny_ops") and share:
-            inject = base_ms[family] * share / (1.0 - share) * rng.uniform(0.8, 1.25)
-        out.append(Case(f"c{i:03d}-{family}-{kind}-{severity}", family, kind, severity, round(inject, 2),
-                        rng.randrange(1 << 30)))
+            inject = base_ms[base_key(family, batch)] * share / (1.0 - share) * rng.uniform(0.8, 1.25)
+        out.append(Case(f"c{i:03d}-{family}-b{batch}-{kind}-{severity}", family, batch, kind, severity,
+                        round(inject, 2), rng.randrange(1 << 30)))
     return out
 
 
@@ -128,10 +147,10 @@ def render(case: Case) -> str:
     if k == "oversubscribed":
         threads = "torch.set_num_threads(8)  # INJECTED"
     item = {
-        "cpu_transform": "            x = x + (torch.from_numpy(burn(INJECT_MS / BATCH)).mean() * 0).to(x.dtype)  # INJECTED",
-        "io_wait": "            time.sleep(INJECT_MS / BATCH / 1000.0)  # INJECTED",
+        "cpu_transform": "            x = x + (torch.from_numpy(burn(INJECT_MS)).mean() * 0).to(x.dtype)  # INJECTED",
+        "io_wait": "            time.sleep(INJECT_MS / 1000.0)  # INJECTED",
     }.get(k, "")
-    assemble = "            batch = default_collate([data[j] for j in idx])"
+    assemble = "            batch = default_collate([data.samples[j % len(data.samples)] for j in idx])"
     if k == "batch_assembly":
         assemble += (
             "\n            if INJECT['on']:\n"
@@ -148,18 +167,18 @@ def render(case: Case) -> str:
         )
     loader = "data = Data()\n"
     if k != "batch_assembly":
-        loader += "loader = DataLoader(data, batch_size=BATCH, shuffle=True, num_workers=0)\n"
+        loader += "loader = DataLoader(data, batch_size=None, shuffle=True, num_workers=0)\n"
     return TEMPLATE.format(
         case=case, model=model, sample=sample, loss=loss, threads=threads, item=item or "            pass",
         assemble=assemble, tiny=tiny, loader=loader,
         attention="hand" if k == "hand_attention" else "sdpa",
         att_mark="  # INJECTED" if k == "hand_attention" else "",
-        batch_loop="assembled()" if k == "batch_assembly" else "loader", batch=BATCH,
+        batch_loop="assembled()" if k == "batch_assembly" else "loader", batch=case.batch,
         rethread="torch.set_num_threads(8 if INJECT['on'] else 2)" if k == "oversubscribed" else "pass",
     )
 
 
-TEMPLATE = '''"""advisor-bench case {case.id}: {case.family} x {case.kind} x {case.severity} (generated, seed {case.seed})."""
+TEMPLATE = '''"""advisor-bench case {case.id}: {case.family} x batch {case.batch} x {case.kind} x {case.severity} (generated, seed {case.seed})."""
 import json
 import math
 import os
@@ -255,12 +274,14 @@ def make_sample(i):
 
 
 class Data(Dataset):
+    """Whole batches, collated once: reading one costs a lookup (see the generator's docstring)."""
+
     def __init__(self):
-        # NOTE: built once, so that reading a sample costs nothing: a healthy case has no input cost
-        self.items = [make_sample(i) for i in range(256)]
+        self.samples = [make_sample(i) for i in range(256)]
+        self.items = [default_collate(self.samples[b * BATCH:(b + 1) * BATCH]) for b in range(256 // BATCH)]
 
     def __len__(self):
-        return 4096
+        return 4096 // BATCH
 
     def __getitem__(self, i):
         x, y = self.items[i % len(self.items)]
@@ -275,7 +296,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 {loader}
 
 def assembled():
-    order = list(range(len(data)))
+    order = list(range(len(data) * BATCH))
     while True:
         random.shuffle(order)
         for s in range(0, len(order) - BATCH + 1, BATCH):
@@ -301,12 +322,14 @@ def train_step(x, y):
 
 
 def truth(path, rounds=4, per=3):
-    """Time the step with the injection on and off, alternating, and write the medians.
+    """Time the step with the injection on and off, alternating, and write every step's times.
 
+    Each step is timed whole and in its input part (``next()`` of the batch iterator: the
+    DataLoader or the script's own assembly, injected work included), per state.
     ADVISOR_BENCH_FIXED=on|off times one state only (for injections set once at start).
     """
     fixed = os.environ.get("ADVISOR_BENCH_FIXED")
-    times = {{True: [], False: []}}
+    times = {{True: {{"step": [], "input": []}}, False: {{"step": [], "input": []}}}}
     it = batches()
     for _ in range(3):
         train_step(*next(it))
@@ -316,11 +339,13 @@ def truth(path, rounds=4, per=3):
         for s in range(per + 1):
             t0 = time.perf_counter()
             x, y = next(it)
+            t1 = time.perf_counter()
             train_step(x, y)
             if s:
-                times[INJECT["on"]].append((time.perf_counter() - t0) * 1000.0)
+                times[INJECT["on"]]["step"].append((time.perf_counter() - t0) * 1000.0)
+                times[INJECT["on"]]["input"].append((t1 - t0) * 1000.0)
     with open(path, "w") as f:
-        json.dump({{("on" if k else "off"): v for k, v in times.items() if v}}, f)
+        json.dump({{("on" if k else "off"): v for k, v in times.items() if v["step"]}}, f)
 
 
 if __name__ == "__main__":

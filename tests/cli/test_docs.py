@@ -67,6 +67,7 @@ def _rule(**overrides: object):  # type: ignore[no-untyped-def]
         "status": "preview",
         "when": "sync_count >= 1",
         "impact": "0",
+        "impact_basis": "none",
         "message": "{sync_count:int} calls",
         "fixes": [],
         "why": "Keep `a|b` code.\n- not a list\n1. not a list\n# not a heading\nA [link](x) & _emph_ text.",

@@ -12,7 +12,7 @@ from advisor.engine.evaluate import (
     diagnose,
     pick_locations,
 )
-from advisor.engine.model import CATEGORIES, EngineConfig, Finding
+from advisor.engine.model import CATEGORIES, EngineConfig, Finding, ImpactBasis
 from advisor.engine.rules import default_rules
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.registry import BREAKDOWN_PARTS
@@ -163,3 +163,55 @@ def test_tiny_model_cpu_example_is_small_kernels():
     d = diagnose(make_metrics(TINY_CPU))
     assert d.primary.category == "small_kernels"
     assert "CO001" not in {x.code for x in d.findings}
+
+
+# --- a measured share outranks a bound (advisor-bench's miss patterns) --------------------------
+
+# advisor-bench's GRU with a CPU transform in __getitem__ (c024): per-timestep ops make the per-op
+# overhead bound claim up to 90% while the DataLoader wait measured 39% of the step.
+GRU_LOADING_CPU = {**HEALTHY_CPU, "cpu_op_count": 400, "flops_per_step": 4e6, "step_time_ms": 6.0,
+                   "data_loading_frac": 0.39, "dataloader_wait_ms": 2.3, "cpu_ops_frac": 0.5, "other_frac": 0.08,
+                   "achieved_run_tflops": 5e-3, "peak_share_frac": 0.004, "contention_flag": 0}
+
+
+def measured(code: str, category: str, impact: float, severity: str = "warning") -> Finding:
+    return Finding(code=code, name=code.lower(), category=category, severity=severity, message="",
+                   evidence={}, impact_frac=impact, impact_basis=ImpactBasis.MEASURED)
+
+
+def test_a_measured_share_outranks_a_larger_bound():
+    primary = choose_primary([measured("DL001", "data_loading", 0.25), f("SK005", "small_kernels", 0.9)])
+    assert primary.category == "data_loading" and primary.share == pytest.approx(0.25)
+    # among bounds alone the largest still wins, and between measured shares the largest too
+    assert choose_primary([f("CO002", "compute", 0.2), f("SK005", "small_kernels", 0.9)]).category == "small_kernels"
+    assert choose_primary([measured("DL001", "data_loading", 0.2), measured("SY001", "sync", 0.3),
+                           f("SK005", "small_kernels", 0.9)]).category == "sync"
+
+
+def test_an_info_measurement_does_not_outrank_a_bound():
+    # A 0.6% sync wait noted as info (the H100 BERT trace) says nothing against a 60% overhead bound.
+    primary = choose_primary([measured("SY002", "sync", 0.006, "info"), f("SK001", "small_kernels", 0.6)])
+    assert primary.category == "small_kernels"
+
+
+def test_gru_with_slow_loading_reads_data_loading_not_per_op_overhead():
+    d = diagnose(make_metrics(GRU_LOADING_CPU))
+    basis = {x.code: x.impact_basis for x in d.findings}
+    assert basis["DL001"] == ImpactBasis.MEASURED and basis["SK003"] == ImpactBasis.BOUND
+    sk = next(x for x in d.findings if x.code == "SK003")
+    assert sk.impact_frac > 0.39  # the bound is the larger number, and still loses
+    assert d.primary.category == "data_loading"
+
+
+def test_eight_threads_on_two_cores_read_compute_not_small_kernels():
+    # advisor-bench's MLP with torch.set_num_threads(8) on 2 cores (c018): 90% of the step lost.
+    metrics = {**SLOW_ARITHMETIC_CPU, "cpu_count": 2, "intra_op_threads_count": 8, "runnable_threads_count": 8,
+               "cpu_demand_ratio": 4.0}
+    d = diagnose(make_metrics(metrics))
+    codes = {x.code for x in d.findings}
+    assert "CO005" in codes and "SK005" not in codes
+    assert d.primary.category == "compute"
+    # the same step with threads to match the cores: SK005's reading stands
+    d = diagnose(make_metrics({**metrics, "intra_op_threads_count": 2, "runnable_threads_count": 2,
+                               "cpu_demand_ratio": 1.0}))
+    assert {x.code for x in d.findings} >= {"SK005"} and d.primary.category == "small_kernels"

@@ -76,6 +76,8 @@ def test_unknown_metric_names_path_key_and_suggestion(tmp_path):
         ("locations", ["syncs"], "locations: unknown location kind 'syncs' (did you mean 'sync'"),
         ("why", "", "why: expected a non-empty string"),
         ("aliases", ["old1"], "aliases: 'old1' is not a code"),
+        ("impact_basis", "guessed", "impact_basis: 'guessed' is not one of measured, bound, none"),
+        ("impact_basis", "none", "impact_basis: 'none' with impact 'sync_wait_frac': use 'none' exactly when"),
     ],
 )
 def test_bad_values(tmp_path, key, value, fragment):
@@ -166,3 +168,9 @@ def test_fix_ids_are_checked_against_the_vocabulary_the_caller_passes(tmp_path):
         rules_mod.check_fix_refs(ruleset, fix_vocabulary())
     write_rule(tmp_path, {**GOOD, "fixes": [{"id": "pin_memory", "safety": "maybe"}]})
     assert_rule_error(tmp_path, "fixes: fix 'pin_memory': safety 'maybe' is not one of safe, unsafe")
+
+
+def test_a_zero_impact_must_say_none(tmp_path):
+    # A rule that claims no share cannot call it measured: the primary choice would trust it.
+    write_rule(tmp_path, {**GOOD, "impact": "0", "impact_basis": "measured"})
+    assert_rule_error(tmp_path, "SY001.yaml: impact_basis: 'measured' with impact '0'")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from advisor.capture.model import DataLoaderInfo, Environment, RunCapture, TimedPhase
-from advisor.engine.model import Diagnosis, Finding, FixRef, Location, Primary
+from advisor.engine.model import Diagnosis, Finding, FixRef, ImpactBasis, Location, Primary
 from advisor.fixes.model import FixOutcome, Trial
 from advisor.metrics.model import Metrics, SourceLocation
 from advisor.metrics.registry import BREAKDOWN_PARTS
@@ -113,6 +113,7 @@ def make_report(hostile: bool = False, timed_ms: tuple[float, ...] | None = None
             locations=(Location("examples/data_loading.py" + bad, 58, "main"),),
             fixes=(FixRef("dataloader_workers", "safe"), FixRef("persistent_workers", "safe")),
             impact_frac=0.4182,
+            impact_basis=ImpactBasis.MEASURED,
         ),
         Finding(
             code="SY002",
@@ -124,6 +125,7 @@ def make_report(hostile: bool = False, timed_ms: tuple[float, ...] | None = None
             locations=(Location("examples/data_loading.py", 71, "main"),),
             fixes=(),
             impact_frac=0.004,
+            impact_basis=ImpactBasis.MEASURED,
         ),
         Finding(
             code="CPU003",
