@@ -8,7 +8,8 @@ Format specs are Python's, plus three of ours:
 
 * ``bool``: a 0/1 flag as ``True``/``False``;
 * ``bytes``: a byte count in binary units (``18.4 MiB``);
-* ``int``: a count rounded to a whole number with thousands separators.
+* ``int``: a count rounded to a whole number with thousands separators;
+* ``ms``: milliseconds, unit included, with the report's precision (``0.13 ms``, ``12.4 ms``).
 
 A ``None`` value renders as ``n/a`` whatever the spec, so missing evidence never breaks a
 message.
@@ -37,12 +38,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from advisor._num import ms_text
 from advisor.engine.condition import ConditionError, clean_value, did_you_mean
 
 SPECIAL_FIELDS = ("locations",)
 """Template fields that are not metrics."""
 
-_CUSTOM_SPECS = ("bool", "bytes", "int")
+_CUSTOM_SPECS = ("bool", "bytes", "int", "ms")
 MAX_SPEC_NUMBER = 100
 """Largest width or precision a format spec may ask for: ``{x:>2500000000}`` would build a
 2.5 GB string, so it is refused when the rule loads."""
@@ -199,6 +201,8 @@ def format_value(value: Any, spec: str) -> str:
         return human_bytes(float(value))
     if spec == "int":
         return f"{round(float(value)):,d}"
+    if spec == "ms":
+        return ms_text(float(value))
     try:
         return format(value, spec)
     except (ValueError, TypeError):

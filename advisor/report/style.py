@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from advisor._num import finite
+from advisor._num import finite, ms_text
 from advisor._paths import display_path
 from advisor.capture.vocab import RunStatus
 from advisor.metrics.registry import BREAKDOWN_PARTS
@@ -139,15 +139,7 @@ def times(ratio: Any, digits: int = 2) -> str:
 def ms(value: Any) -> str:
     """Milliseconds with sensible precision (``0.042 ms``, ``12.4 ms``, ``1,234 ms``)."""
     v = finite(value)
-    if v is None:
-        return "—"
-    if abs(v) >= 1000:
-        return f"{v:,.0f} ms"
-    if abs(v) >= 10:
-        return f"{v:.1f} ms"
-    if abs(v) >= 0.1:
-        return f"{v:.2f} ms"
-    return f"{v:.3f} ms"
+    return "—" if v is None else ms_text(v)
 
 
 def signed_ms(value: Any) -> str:
