@@ -188,6 +188,8 @@ class ChildSession:
             "pid": os.getpid(),
             "wall_s": round(time.perf_counter() - self.t0, 4),
             "module_names": dict(namer.names) if namer is not None else {},
+            "between_steps": rec.between.records(),
+            "run_hints": dict(rec.between.hints),
         }
         if finished:
             peak, kind = peak_memory()
