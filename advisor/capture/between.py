@@ -40,6 +40,18 @@ _PERIOD = re.compile(
 )
 
 
+_HINT_WORDS = (
+    (("sample", "generat"), ("sample", "generate")),
+    (("save", "checkpoint", "ckpt"), ("save", "checkpoint", "ckpt")),
+    ((), ("eval", "val", "valid", "validation")),
+)
+"""Which period variables a function's name claims: a sampling function the sample/generate
+ones, a checkpoint function the save ones, any other function the evaluation ones."""
+
+RUN_ON_S = 30.0
+"""A capture whose window saw one occurrence runs on, unprofiled, at most this long for the next."""
+
+
 @dataclass(frozen=True)
 class BetweenWork:
     """One occurrence of grad-disabled model work between two training steps.
@@ -69,6 +81,8 @@ class BetweenSteps:
     loop: tuple[Frame, ...] | None = None  # the user's frames at the first optimizer step, outermost first
     hints: dict[str, int] = field(default_factory=dict)
     _spans: list[list[Any]] = field(default_factory=list)  # [step, stack, start, end, calls, profiled, line]
+    notes: list[str] = field(default_factory=list)
+    _run_on: tuple[float, int, str] | None = None  # (clock, steps) when the run went on past its phases, and why
 
     def call(self, step: int, start: float | None, end: float, stack: Sequence[tuple[str, str, int, int]],
              profiled: bool = False) -> None:
@@ -86,6 +100,33 @@ class BetweenSteps:
             return
         line = stack[len(_common(key, self.loop or ())) - 1][3] if stack else 0
         self._spans.append([step, key, end if start is None else start, end, 1, profiled, line])
+
+    def runs_on(self, steps: int, now: float) -> bool:
+        """Whether a capture done measuring should run on to time the next occurrence of its one occurrence.
+
+        Only where the window saw a function once and the script names its period
+        (``eval_interval``): until that many steps after it, at most :data:`RUN_ON_S` seconds.
+        """
+        seen = {span[0] for span in self._spans}
+        if len(seen) != 1 or self.loop is None:
+            return self._ran_on(steps, now, done=True)
+        step = next(iter(seen))
+        function = attributed(self._spans[0][1], self.loop)[1]
+        period, name = period_hint(function, self.hints)
+        if period is None or steps > step + period:
+            return self._ran_on(steps, now, done=True)
+        if self._run_on is None:
+            self._run_on = (now, steps, f"{function} (every {period} steps by the script's {name})")
+        return self._ran_on(steps, now, done=now - self._run_on[0] > RUN_ON_S)
+
+    def _ran_on(self, steps: int, now: float, done: bool) -> bool:
+        """Say how far the run went on once it stops; return whether it goes on."""
+        if done and self._run_on is not None:
+            since, start, what = self._run_on
+            self.notes.append(f"the capture ran on {steps - start} steps ({now - since:.1f} s, at most "
+                              f"{RUN_ON_S:.0f} s) past its measurement to time a second occurrence of {what}")
+            self._run_on = None
+        return not done
 
     def records(self) -> tuple[BetweenWork, ...]:
         """Return the occurrences so far, each named by the function the loop called."""
@@ -130,6 +171,18 @@ def run_hints(namespaces: Sequence[Mapping[str, Any]]) -> dict[str, int]:
             if type(value) is int and value > 0 and name not in out and (_LENGTH.match(name) or _PERIOD.match(name)):
                 out[name] = value
     return out
+
+
+def period_hint(function: str, hints: Mapping[str, int]) -> tuple[int | None, str]:
+    """Return the period the script's variables give ``function``, and the variable's name ((None, "") when none)."""
+    lowered = function.lower()
+    for claims, prefixes in _HINT_WORDS:
+        if claims and not any(w in lowered for w in claims):
+            continue
+        for name, value in hints.items():
+            if is_period(name) and name.split("_")[0] in prefixes:
+                return value, name
+    return None, ""
 
 
 def is_length(name: str) -> bool:

@@ -182,7 +182,7 @@ class ChildSession:
             "pstats_file": self.results["pstats_file"],
             "dataloaders": list(self.hooks.dataloaders) if self.hooks is not None else [],
             "script_config": self.script_config.config(),
-            "notes": [*self.notes, *rec.notes],
+            "notes": [*self.notes, *rec.notes, *rec.between.notes],
             "phase": rec.phase,
             "finished": finished,
             "pid": os.getpid(),

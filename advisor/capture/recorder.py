@@ -367,7 +367,12 @@ class StepRecorder:
         # start), so timed steps measure the script, not advisor.
         self._step_start = self.clock()
         if self.stop_requested and not self.phases.full:
-            raise StopScript()
+            # NOTE: work between steps seen once is timed again, unprofiled (BetweenSteps.runs_on),
+            # by a profiled one-process capture only: fix trials and a job's ranks stop on time.
+            if not (self.phases.profiled and self.phases.settle and self.between.runs_on(self.steps_seen, self.clock())):
+                raise StopScript()
+            if self.open_window is not None:
+                self._close_window(export=True)
 
     def _advance(self) -> None:
         """Move to the next phase(s) when the current one has its steps."""
@@ -378,21 +383,11 @@ class StepRecorder:
             if control is not None:
                 control.step()
             return
-        if (
-            self.phase == Phase.TIMED
-            and p.min_timed_s > 0
-            and self.steps >= ends[Phase.TIMED]
-            and self._timed_ms < p.min_timed_s * 1000.0
-        ):
-            # NOTE: the window is too short to time (sub-millisecond steps): one more timed step.
-            # The later phases' ends move with it, as they are counted from p.timed.
-            if self._asked_timed is None:
-                self._asked_timed = p.timed
-            p.timed = self.steps - p.warmup + 1
-            return
-        if self.phase == Phase.TIMED and self.steps >= ends[Phase.TIMED] and self._settling():
-            # NOTE: the window's first steps were still warming up: time more steps, so the
-            # steady part holds as many as were asked (bounded by _settling).
+        too_short = p.min_timed_s > 0 and self._timed_ms < p.min_timed_s * 1000.0
+        if self.phase == Phase.TIMED and self.steps >= ends[Phase.TIMED] and (too_short or self._settling()):
+            # NOTE: one more timed step: the window is too short to time (sub-millisecond steps), or
+            # its first steps were still warming up and the steady part must hold as many as were
+            # asked (bounded by _settling). The later phases' ends move with it (counted from p.timed).
             if self._asked_timed is None:
                 self._asked_timed = p.timed
             p.timed = self.steps - p.warmup + 1

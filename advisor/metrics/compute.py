@@ -213,7 +213,9 @@ def _capture_only(capture: RunCapture, source: str) -> Metrics:
         summary=summary,
         steps=pd.DataFrame(columns=["rank", "step", "start_us", "end_us"]),
         ranks=pd.DataFrame(columns=["rank", "step_count", "step_time_ms"]),
-        notes=("no profiler trace in this run: only the capture's timings and settings were analysed",),
+        locations=tuple(periodic_locations(capture)),
+        notes=("no profiler trace in this run: only the capture's timings and settings were analysed",
+               *periodic_notes(capture)),
     )
 
 

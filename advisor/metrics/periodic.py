@@ -27,22 +27,13 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from advisor.capture.between import BetweenWork, is_length, is_period
+from advisor.capture.between import BetweenWork, is_length, period_hint
 from advisor.capture.model import RunCapture
 from advisor.capture.vocab import RunStatus
 from advisor.metrics.model import SourceLocation
 
 _OUTLIER = 2.0
 """Timed steps over this many times the median hold work between steps: not steady step time."""
-
-_HINT_WORDS = (
-    (("sample", "generat"), ("sample", "generate")),
-    (("save", "checkpoint", "ckpt"), ("save", "checkpoint", "ckpt")),
-    ((), ("eval", "val", "valid", "validation")),
-)
-"""Which period variables a function's name claims: a sampling function the sample/generate
-ones, a checkpoint function the save ones, any other function the evaluation ones."""
-
 
 @dataclass(frozen=True)
 class PeriodicFunction:
@@ -119,17 +110,6 @@ def _length(capture: RunCapture, hints: dict[str, int]) -> tuple[int | None, str
     return (hints[name], name) if name else (None, "")
 
 
-def _period_hint(function: str, hints: dict[str, int]) -> tuple[int | None, str]:
-    lowered = function.lower()
-    for claims, prefixes in _HINT_WORDS:
-        if claims and not any(w in lowered for w in claims):
-            continue
-        for name, value in hints.items():
-            if is_period(name) and name.split("_")[0] in prefixes:
-                return value, name
-    return None, ""
-
-
 def _cost(works: Sequence[BetweenWork]) -> float:
     """Median seconds over the best-measured occurrences (unprofiled, after the first step)."""
     for pick in (lambda w: not w.profiled and w.step > 0, lambda w: not w.profiled, lambda w: True):
@@ -157,7 +137,7 @@ def project(capture: RunCapture) -> Projection:
     for (function, file, line), group in groups.items():
         seen = sorted({w.step for w in group})
         gaps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
-        period, period_from = (min(gaps), "seen") if gaps else _period_hint(function, hints)
+        period, period_from = (min(gaps), "seen") if gaps else period_hint(function, hints)
         if period is not None and period <= 1:
             continue  # every step: part of the step time already
         cost = _cost(group)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from advisor.capture.between import BetweenSteps, attributed, is_length, is_period, run_hints
-from advisor.capture.phases import Phases
+from advisor.capture.phases import Phases, StopScript
 from advisor.capture.recorder import StepRecorder
 
 MODULE = ("train.py", "<module>", 1)
@@ -101,3 +103,66 @@ def test_run_hints_read_lengths_and_periods_inner_first():
     assert hints == {"max_steps": 100, "eval_interval": 300}
     assert is_length("max_iters") and is_length("num_steps") and not is_length("eval_iters")
     assert is_period("eval_interval") and is_period("sample_every") and not is_period("eval_iters")
+
+
+class Window:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def step(self) -> None:
+        self.calls.append("step")
+
+    def stop(self, export: bool) -> None:
+        self.calls.append("export" if export else "discard")
+
+
+def _stopping_recorder(clock, hints):
+    cprof = Window()
+    rec = StepRecorder(Phases(1, 1, 1, 2), profiler=Window(), cprofiler=cprof, clock=clock)
+    rec.optimizer_created()
+    rec.script_started()
+    rec.between.loop, rec.between.hints = (MODULE,), hints
+    _eval(rec, clock, 3, 0.01, _at(MODULE, EVAL))
+    return rec, cprof
+
+
+def test_one_occurrence_runs_the_capture_on_to_the_next_one_unprofiled():
+    clock = Clock()
+    rec, cprof = _stopping_recorder(clock, {"eval_interval": 8})
+    steps = 0
+    with pytest.raises(StopScript):
+        for _ in range(50):
+            _train(rec, clock, 1)
+            steps += 1
+            if steps == 8:
+                _eval(rec, clock, 3, 0.01, _at(MODULE, EVAL))
+    # measurement ended at step 5; the run went on to the evaluation after step 8, stopped at step 9
+    assert rec.steps_seen == 9 and cprof.calls == ["start", "step", "export"]
+    assert [(w.step, w.profiled) for w in rec.between.records()] == [(0, False), (8, False)]
+    (note,) = rec.between.notes
+    assert "ran on 4 steps" in note and "estimate_loss (every 8 steps by the script's eval_interval)" in note
+
+
+def test_running_on_is_bounded_in_time_and_needs_a_named_period():
+    clock = Clock()
+    rec, _ = _stopping_recorder(clock, {"eval_interval": 10_000})
+    with pytest.raises(StopScript):
+        for _ in range(50):
+            _train(rec, clock, 1, seconds=5.0)
+    assert rec.steps_seen < 15 and "at most 30 s" in rec.between.notes[0]
+    rec, _ = _stopping_recorder(Clock(), {})
+    with pytest.raises(StopScript):
+        _train(rec, Clock(), 5)
+    assert rec.steps_seen == 5 and not rec.between.notes
+    # a fix trial (no profiled steps) stops on time
+    trial = StepRecorder(Phases(1, 2, 0, 0), clock=Clock())
+    trial.optimizer_created()
+    trial.script_started()
+    trial.between.loop, trial.between.hints = (MODULE,), {"eval_interval": 8}
+    _eval(trial, Clock(), 3, 0.01, _at(MODULE, EVAL))
+    with pytest.raises(StopScript):
+        _train(trial, Clock(), 5)
+    assert trial.steps_seen == 3

@@ -10,7 +10,8 @@ import torch
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
-max_iters, eval_interval, eval_iters = (int(a) for a in (sys.argv[1:] + ["2000", "100", "120"][len(sys.argv) - 1:]))
+defaults = [1000, 50, 200]  # max_iters, eval_interval, eval_iters
+max_iters, eval_interval, eval_iters = [int(a) for a in sys.argv[1:4]] + defaults[len(sys.argv[1:4]):]
 data = torch.randn(8192, 256)
 model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
