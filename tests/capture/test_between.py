@@ -7,6 +7,7 @@ import pytest
 from advisor.capture.between import BetweenSteps, attributed, is_length, is_period, run_hints
 from advisor.capture.phases import Phases, StopScript
 from advisor.capture.recorder import StepRecorder
+from tests.capture.test_recorder import FakeProfiler
 
 MODULE = ("train.py", "<module>", 1)
 EVAL = ("train.py", "estimate_loss", 12)
@@ -105,23 +106,9 @@ def test_run_hints_read_lengths_and_periods_inner_first():
     assert is_period("eval_interval") and is_period("sample_every") and not is_period("eval_iters")
 
 
-class Window:
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def start(self) -> None:
-        self.calls.append("start")
-
-    def step(self) -> None:
-        self.calls.append("step")
-
-    def stop(self, export: bool) -> None:
-        self.calls.append("export" if export else "discard")
-
-
 def _stopping_recorder(clock, hints):
-    cprof = Window()
-    rec = StepRecorder(Phases(1, 1, 1, 2), profiler=Window(), cprofiler=cprof, clock=clock)
+    cprof = FakeProfiler()
+    rec = StepRecorder(Phases(1, 1, 1, 2), profiler=FakeProfiler(), cprofiler=cprof, clock=clock)
     rec.optimizer_created()
     rec.script_started()
     rec.between.loop, rec.between.hints = (MODULE,), hints
