@@ -82,6 +82,7 @@ def try_fixes(
             checkpoint=checkpoint,
             breakdown=None if options.exhaustive else diagnosis.breakdown,
             impacts=_fix_impacts(diagnosis.findings),
+            **_peak(diagnosis.findings),
             budget_s=options.budget_s,
             early_stop=not options.exhaustive,
             settle_warmup=not options.exhaustive,
@@ -96,6 +97,19 @@ def try_fixes(
         backup = write_diff(Path(spec.script), outcome.diff)
         outcome = replace(outcome, notes=(*outcome.notes, f"applied the diff to {spec.script} (backup: {backup})"))
     return outcome
+
+
+MEMORY_FIXES = frozenset({"activation_checkpointing", "fit_accumulation"})
+
+
+def _peak(findings: Sequence[Any]) -> dict[str, Any]:
+    """Where the peak is allocated and the activations' share, from the first finding that suggests a memory fix and names lines."""
+    for f in findings:
+        if f.locations and MEMORY_FIXES & {r.id for r in f.fixes}:
+            where = tuple(f"{loc.file}:{loc.line}" + (f" ({loc.function})" if loc.function else "") for loc in f.locations)
+            frac = f.evidence.get("peak_activation_frac")
+            return {"peak_at": where, "peak_activation_frac": float(frac) if isinstance(frac, int | float) else None}
+    return {}
 
 
 def _fix_loop_saved(

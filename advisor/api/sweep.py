@@ -22,8 +22,12 @@ def sweep_script(
     spec: RunSpec, batch_sizes: Sequence[int], precisions: Sequence[str], repeats: int = 2,
     progress: Callable[[Any], None] | None = None, accumulations: Sequence[int] = (1,),
     runner: Callable[..., RunCapture] | None = None, cold_start: bool = False,
+    sizes: Sequence[int | None] = (None,), size_option: str | None = None,
 ) -> Any:
-    """Run ``advisor sweep``: every batch size x precision x accumulation cell at run time; return the SweepTable.
+    """Run ``advisor sweep``: every input size x batch size x precision x accumulation cell at run time; return the SweepTable.
+
+    ``sizes`` are values of the script's own input-size option (``size_option``, else the first
+    one advisor recognises); ``(None,)`` leaves the size as the script has it.
 
     Cell runs go to ``<spec.out_dir>/trials/``; the table is saved as ``<spec.out_dir>/sweep.json``
     after every run (status ``running``) and at the end, and the recommended cell's diff as
@@ -42,7 +46,7 @@ def sweep_script(
     from advisor.sweep.render import render_json
     from advisor.sweep.run import parse_cells, run_sweep
 
-    cells = parse_cells(batch_sizes, precisions, accumulations)
+    cells = parse_cells(batch_sizes, precisions, accumulations, sizes)
     out = create_unique(spec.out_dir)
     last: list[Any] = [SweepTable(script=str(spec.script), args=tuple(spec.args), status=SweepStatus.RUNNING)]
     asked_to_stop: list[Any] = [False]
@@ -66,7 +70,7 @@ def sweep_script(
         with sigterm_interrupts(asked_to_stop), warm as (warm_run, started):
             table = run_sweep(
                 cell_spec, cells, repeats=repeats, runner=runner or warm_run,
-                progress=progress, checkpoint=checkpoint,
+                progress=progress, checkpoint=checkpoint, size_name=size_option,
             )
             table = replace(table, notes=(*table.notes, *started.notes("cell runs")))
     except KeyboardInterrupt as exc:

@@ -18,6 +18,7 @@ Examples:
   advisor sweep --batch-sizes 8,16,32 --precisions fp32,bf16 train.py --epochs 1
   advisor sweep --batch-sizes 32,128 --memory-budget 3GB --format markdown -o sweep.md train.py
   advisor sweep --batch-sizes 8,32 --accumulation 1,4 --format html -o sweep.html train.py
+  advisor sweep --batch-sizes 2 --sizes 64,96,128 --precisions fp32 train_unet.py --patch-size 64
   advisor sweep --load advisor-runs/train-sweep-20261124-101500 -o sweep.html
 """
 
@@ -41,6 +42,12 @@ def _ints(text: str, option: str) -> list[int]:
 @click.option("--accumulation", "accumulation", default="1", show_default=True, metavar="A1,A2",
               help="Micro-batches per optimizer step: the script's own accumulation option when it has one, "
               "else applied at run time (optimizer steps every A-th batch, gradients averaged).")
+@click.option("--sizes", default=None, metavar="S1,S2",
+              help="Input sizes, set through the script's own size option (--patch-size, --roi, --image-size, "
+              "--seq-len, ...; --size-option names another), else by resizing its MONAI crop transforms at run "
+              "time: memory, samples/s and voxels/s (pixels/s, tokens/s) per size.")
+@click.option("--size-option", default=None, metavar="NAME",
+              help="The script's option that --sizes sets (default: the first recognised size option it has).")
 @click.option("--memory-budget", type=ByteSize(), default=None, metavar="SIZE",
               help="Cap each run's memory (2GB, 512MiB): on CPU a watchdog on the memory the "
               "script's processes hold (shared pages counted once) stops a cell that goes over and marks it out_of_memory.")
@@ -61,13 +68,13 @@ def _ints(text: str, option: str) -> list[int]:
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def sweep(
     script: Path | None, script_args: tuple[str, ...], batch_sizes: str | None, load: Path | None, precisions: str,
-    accumulation: str,
+    accumulation: str, sizes: str | None, size_option: str | None,
     memory_budget: int | None, repeats: int, warmup: int, timed_steps: int, timeout: float | None, cold_start: bool,
     out_dir: Path | None,
     fmt: str | None,
     output: Path | None, quiet: bool,
 ) -> int:
-    """Run SCRIPT at every batch size x precision x accumulation and print throughput, memory and loss per cell."""
+    """Run SCRIPT at every input size x batch size x precision x accumulation; print throughput, memory and loss per cell."""
     fmt = api.sweep_format(fmt, output)  # a bad -o or format fails before any run
     if load is not None:
         if script is not None:
@@ -77,8 +84,11 @@ def sweep(
     if script is None or not batch_sizes:
         raise UsageError("give --batch-sizes and SCRIPT to run a sweep (or --load RUN_DIR to render a saved one)")
     script = api.validate_script(script)
-    sizes = _ints(batch_sizes, "--batch-sizes")
+    batches = _ints(batch_sizes, "--batch-sizes")
     accumulations = _ints(accumulation, "--accumulation")
+    if size_option is not None and sizes is None:
+        raise UsageError("--size-option names the option --sizes sets; give --sizes too")
+    inputs: list[int | None] = list(_ints(sizes, "--sizes")) if sizes is not None else [None]
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     spec = RunSpec(
         script=script, args=tuple(script_args),
@@ -88,8 +98,8 @@ def sweep(
     )
     on_event, stop = (None, lambda: None) if quiet else api.sweep_progress()
     try:
-        table = api.sweep_script(spec, sizes, [p.strip() for p in precisions.split(",") if p.strip()], repeats,
-                                 on_event, accumulations, cold_start=cold_start)
+        table = api.sweep_script(spec, batches, [p.strip() for p in precisions.split(",") if p.strip()], repeats,
+                                 on_event, accumulations, cold_start=cold_start, sizes=inputs, size_option=size_option)
     finally:
         stop()
     _emit(table, fmt, output)

@@ -96,6 +96,10 @@ class FixContext:
         memory_limit_bytes: What the run may use: the ``--memory-budget`` when given, else the
             CUDA device's memory on a GPU run; None on a CPU run without a budget.
         out_of_memory: The baseline itself ran out of memory (over the budget, or a CUDA OOM).
+        peak_at: Where the diagnosed run's peak memory is allocated, most first
+            (``model.py:21 (forward, block 1 (Deep))``, from its memory finding's locations);
+            the memory fixes name them in their diff notes.
+        peak_activation_frac: The activations' share of that peak (what checkpointing frees).
     """
 
     cuda: bool = False
@@ -111,6 +115,8 @@ class FixContext:
     peak_memory_bytes: int | None = None
     memory_limit_bytes: int | None = None
     out_of_memory: bool = False
+    peak_at: tuple[str, ...] = ()
+    peak_activation_frac: float | None = None
 
     @property
     def memory_used_frac(self) -> float | None:
@@ -354,6 +360,23 @@ class Fix:
     def rung_name(self, params: dict[str, Any]) -> str:
         """How a rung with ``params`` is named in a ladder summary."""
         return self.rung(params) if self.rung is not None else self.id
+
+
+def peak_params(ctx: FixContext) -> dict[str, Any]:
+    """Return the params that carry where the peak is held to a memory fix's diff note (none when unknown)."""
+    if not ctx.peak_at:
+        return {}
+    return {"peak_at": list(ctx.peak_at), "activation_frac": ctx.peak_activation_frac}
+
+
+def peak_note(fix_id: str, params: dict[str, Any]) -> str | None:
+    """Say where the peak is allocated and the activations' share of it (``peak_params``), or None."""
+    where = params.get("peak_at")
+    if not where:
+        return None
+    frac = params.get("activation_frac")
+    share = f"; activations kept for backward are {frac:.0%} of it" if isinstance(frac, float) else ""
+    return f"{fix_id}: the peak memory is allocated most at {', '.join(map(str, where))}{share}"
 
 
 # -- shared applicability checks ---------------------------------------------------------------

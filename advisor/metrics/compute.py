@@ -40,6 +40,7 @@ from advisor.metrics.balance import rank_balance
 from advisor.metrics.contention import contention_metrics
 from advisor.metrics.digest import LeadExtras, RankDigest, digest
 from advisor.metrics.gpuview import merge_views
+from advisor.metrics.memory_lines import peak_locations
 from advisor.metrics.model import Metrics
 from advisor.metrics.modules import with_model_names
 from advisor.metrics.peak_share import peak_share, peak_share_metrics
@@ -378,8 +379,9 @@ def merge_digests(
     if capture is not None and capture.module_names and extra.get("modules"):
         # NOTE: one map per process; a job's module table is the lead rank's, as its other tables
         extra["modules"] = with_model_names(extra["modules"], capture.module_names)
-    if capture is not None and capture.module_names and extra.get("memory_lines"):
-        extra["memory_lines"] = with_model_names(extra["memory_lines"], capture.module_names)
+    if extra.get("memory_lines"):  # NOTE: the findings name the blocks by the model's own names
+        extra["memory_lines"] = with_model_names(extra["memory_lines"], capture.module_names if capture else {})
+        locations.extend(peak_locations(extra["memory_lines"]))
     share = peak_share(summary, capture, extra["dominant_dtype"], extra["peak_tflops"])
     summary.update(peak_share_metrics(share))
     extra["peak_share"] = to_jsonable(share)

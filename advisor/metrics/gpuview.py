@@ -72,14 +72,16 @@ class RankView:
 
     Attributes:
         steps: Step columns aligned with the rank's ``TraceAnalysis.steps``.
-        locations / tables / notes: Filled for the lead rank only (ranks of one job run the
-            same code), empty otherwise.
+        locations / tables / notes / run: Filled for the lead rank only (ranks of one job run
+            the same code), empty otherwise; ``run`` holds run-level values (the activations'
+            share of the peak).
     """
 
     steps: pd.DataFrame
     locations: tuple[SourceLocation, ...] = ()
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    run: dict[str, float | None] = field(default_factory=dict)
 
 
 def rank_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = True) -> RankView:
@@ -103,13 +105,14 @@ def rank_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, l
         ordered = top_modules(modules)
         tables["modules"] = _records(ordered, len(ordered))
     memory = memory_by_line(a, is_user)
-    if len(memory):
-        tables["memory_lines"] = _records(memory, TOP_LINES)
+    if len(memory.table):
+        tables["memory_lines"] = _records(memory.table, TOP_LINES)
     operators = operator_times(a)
     if len(operators):
         tables["operators"] = _records(operators, len(operators))
     return RankView(
-        steps=steps, locations=(*idle.locations, *tc_locations), tables=tables, notes=tuple(roof.notes)
+        steps=steps, locations=(*idle.locations, *tc_locations), tables=tables, notes=tuple(roof.notes),
+        run={"peak_activation_frac": memory.activation_frac},
     )
 
 
@@ -132,4 +135,4 @@ def merge_views(
     coll, run = merge_collectives(collectives, steps_per_rank)
     if len(coll):
         tables["collectives"] = _records(coll, len(coll))
-    return GpuViews(steps=steps, run=run, tables=tables, locations=lead.locations, notes=lead.notes)
+    return GpuViews(steps=steps, run={**lead.run, **run}, tables=tables, locations=lead.locations, notes=lead.notes)

@@ -9,19 +9,23 @@ stacks name a function by its def line, so that is the line given) and to the bl
 (the ``nn.Module`` frame just inside the model), so "the training loop holds 67% of the peak at
 backward" or "block 3's activations hold 60%" reads off the table, and the checkpointing and
 accumulation advice can point at code. Allocations made in a block's forward and still live at
-the peak are its activations: what activation checkpointing would free.
+the peak are its activations: what activation checkpointing would free; their share of the
+peak is ``peak_activation_frac``, and the top lines become the ``memory`` source locations the
+memory findings (ME001, ME002) name.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from advisor.metrics.events import name_mask, take
 from advisor.metrics.frames import UserPredicate
+from advisor.metrics.model import SourceLocation
 from advisor.metrics.modules import MODULE_PREFIX
 from advisor.metrics.userframes import _Resolver
 
@@ -82,7 +86,21 @@ def _modules_at(analysis: TraceAnalysis, tids: np.ndarray, ts: np.ndarray) -> li
     return out
 
 
-def memory_by_line(analysis: TraceAnalysis, is_user: UserPredicate) -> pd.DataFrame:
+@dataclass(frozen=True)
+class MemoryAtPeak:
+    """What holds the peak: the table by line (:data:`COLUMNS`) and the activations' share of it.
+
+    Attributes:
+        table: Bytes live at the peak by the user's line and block, largest first (:data:`TOP_LINES` rows).
+        activation_frac: Share of those bytes allocated inside a module's forward (activations
+            kept for backward: what checkpointing frees); None without memory events.
+    """
+
+    table: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=COLUMNS))
+    activation_frac: float | None = None
+
+
+def memory_by_line(analysis: TraceAnalysis, is_user: UserPredicate) -> MemoryAtPeak:
     """Bytes live at the peak, grouped by the user's line (and module) that allocated them.
 
     Empty when the trace has no memory events with addresses, or no user frame resolves (the
@@ -91,13 +109,13 @@ def memory_by_line(analysis: TraceAnalysis, is_user: UserPredicate) -> pd.DataFr
     device = 1 if analysis.cls.has_gpu else 0  # Kineto's Device Type: 0 CPU, 1 CUDA
     found = _peak_rows(analysis, device)
     if found is None:
-        return pd.DataFrame(columns=COLUMNS)
+        return MemoryAtPeak()
     resolver = _Resolver(analysis, is_user)
     if not resolver.ok:
-        return pd.DataFrame(columns=COLUMNS)
+        return MemoryAtPeak()
     live = live_at_peak(*found)
     if live.empty:
-        return pd.DataFrame(columns=COLUMNS)
+        return MemoryAtPeak()
     total = float(live["mem_bytes"].sum())
     pick = np.arange(len(live))
     scale = 1.0
@@ -121,7 +139,27 @@ def memory_by_line(analysis: TraceAnalysis, is_user: UserPredicate) -> pd.DataFr
          "mib": b / 2**20, "share": b / total, "tensors": round(n)}
         for (f, line, func), (b, n) in groups.items()
     ]
-    return pd.DataFrame(rows, columns=COLUMNS).sort_values("mib", ascending=False).head(TOP_LINES)
+    in_blocks = sum(sum(m.values()) for m in by_module.values())
+    table = pd.DataFrame(rows, columns=COLUMNS).sort_values("mib", ascending=False).head(TOP_LINES)
+    return MemoryAtPeak(table, in_blocks / total if total > 0 else None)
+
+
+def peak_locations(rows: list[dict[str, Any]]) -> tuple[SourceLocation, ...]:
+    """Return the memory table's user lines as ``memory`` locations, most of the peak first.
+
+    The function names the block that allocated there (``forward, block 1 (Wide)``) so a
+    finding's ``{locations}`` says which block to checkpoint; ``count`` is the line's share of
+    the peak, which orders them (they have no time).
+    """
+    out = []
+    for r in rows:
+        if not r.get("line") or not r.get("file"):
+            continue
+        function = str(r.get("function") or "")
+        if r.get("module"):
+            function = f"{function}, block {r['module']}" if function else f"block {r['module']}"
+        out.append(SourceLocation("memory", str(r["file"]), int(r["line"]), function, count=float(r.get("share") or 0.0)))
+    return tuple(out)
 
 
 def _top_module(bytes_by_module: dict[str, float]) -> dict[str, object]:

@@ -92,7 +92,7 @@ _SPECS: tuple[MetricSpec, ...] = (
     # --- CPU ops ----------------------------------------------------------------------------------
     MetricSpec("cpu_op_count", "count", "step", "Top-level CPU operators (aten) per step"),
     MetricSpec("cpu_op_median_us", "us", "step", "Median duration of a top-level CPU operator (per-op overhead signal)"),
-    MetricSpec("autograd_op_count", "count", "step", "CPU operators per step that recorded an autograd graph node (grad mode on)"),
+    MetricSpec("autograd_op_count", "count", "step", "CPU operators per step run with grad mode on (the trace gives them an autograd sequence number)"),
     MetricSpec("backward_op_count", "count", "step", "Autograd backward functions run per step (0: no backward pass)"),
     MetricSpec("cpu_op_small_frac", "frac", "step", "Share of top-level CPU operators shorter than 20 us"),
     MetricSpec(
@@ -110,6 +110,11 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("peak_memory_bytes", "bytes", "run", "Peak memory: CUDA max allocated on GPU, peak RSS on CPU"),
     MetricSpec("device_memory_bytes", "bytes", "run", "Total memory of the device (GPU memory, or system RAM on CPU)"),
     MetricSpec("memory_used_frac", "frac", "run", "peak_memory_bytes / device_memory_bytes"),
+    MetricSpec(
+        "peak_activation_frac", "frac", "run",
+        "Share of the memory live at the profiled peak allocated inside a module's forward (activations kept for "
+        "backward: what activation checkpointing frees), from the profiler's memory events (advisor.metrics.memory_lines)",
+    ),
     # --- compute ----------------------------------------------------------------------------------
     MetricSpec("flops_per_step", "flops", "step", "Floating-point operations per step, from op shapes (matmul/conv/linear)"),
     MetricSpec("achieved_tflops", "TFLOP/s", "step", "flops_per_step / step time"),

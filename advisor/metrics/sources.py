@@ -261,6 +261,21 @@ def lead_locations(first: TraceAnalysis, is_user: UserPredicate) -> tuple[list[S
     return _trace_locations(first, is_user), has_stacks
 
 
+def _window_factor(capture: RunCapture | None) -> float:
+    """Return the factor that puts the cProfile window's ms per step on the profiled window's scale.
+
+    Every location's time is then on the trace's scale, which the report puts on the headline
+    step's as it does the breakdown's parts. Both windows' wall time per step come from the
+    capture's phase clock (1.0 when either is unknown).
+    """
+    if capture is None:
+        return 1.0
+    prof_s, cprof_s = capture.phases_s.get("profiled"), capture.phases_s.get("cprofile")
+    if not (prof_s and cprof_s and capture.profiled_steps and capture.cprofiled_steps):
+        return 1.0
+    return (prof_s / capture.profiled_steps) / (cprof_s / capture.cprofiled_steps)
+
+
 def finish_locations(
     lead: tuple[list[SourceLocation], bool] | None,
     lead_steps: int | None,
@@ -288,8 +303,9 @@ def finish_locations(
         steps = (capture.cprofiled_steps or capture.profiled_steps if capture else 0) or (
             lead_steps if lead_steps is not None else 1
         )
+        k = _window_factor(capture)
         locations += [
-            loc
+            replace(loc, time_ms=loc.time_ms * k)
             for loc in pstats_locations(Path(pstats_path), steps, is_user)
             if loc.line > 0 and is_user(loc.file)
         ]
@@ -320,12 +336,14 @@ def merge_locations(locations: Sequence[SourceLocation], script: str | None = No
         if prev is None:
             merged[key] = replace(loc, file=file)
         else:
-            # Two windows measured the same line: keep the profiler's count (its steps are the
-            # analysed ones) and the larger time, and say both sources agreed.
+            # Two windows measured the same line: keep the profiler's count and time (its steps
+            # are the analysed ones, the breakdown's), and say both sources agreed. The larger
+            # time was kept before: cProfile's, whose per-call overhead inflates per-sample Python
+            # code, showed a __getitem__ at 32.6 ms per step under a 19.1 ms data-loading part.
             best = prev if prev.source == "trace" else replace(loc, file=file)
             merged[key] = replace(
                 best,
-                time_ms=max(prev.time_ms, loc.time_ms),
+                time_ms=best.time_ms or prev.time_ms or loc.time_ms,
                 function=best.function or prev.function or loc.function,
                 source="trace+pstats" if {prev.source, loc.source} == {"trace", "pstats"} else best.source,
             )

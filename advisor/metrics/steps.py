@@ -315,8 +315,9 @@ def _cpu_op_columns(scan: _Scan, top: np.ndarray) -> dict[str, np.ndarray]:
     t_step = point_step(scan.ts[top], scan.windows)
     t_dur = scan.dur[top]
     count = _count(t_step, scan.n)
-    # NOTE: an operator carries an autograd sequence number only when it recorded a graph node
-    # (grad mode on, an input requiring grad); backward runs as autograd::engine functions.
+    # NOTE: an operator carries an autograd sequence number whenever grad mode is on, whether or
+    # not an input requires grad (measured: `a @ a` of plain tensors gets one, under no_grad
+    # none); backward runs as autograd::engine functions.
     cpu_op = scan.cls.cpu_op
     if "seq_nr" in scan.ev.columns:
         graph = cpu_op & (scan.ev["seq_nr"].to_numpy() >= 0)

@@ -28,10 +28,10 @@ from advisor.fixes.model import Trial
 from advisor.metrics.model import StepBasis
 from advisor.report import style as s
 from advisor.report.compare_stats import (
-    DEFAULT_NOISE_BAND,
     MIN_EFFECT_BAND,
     Noise,
     contention_warning,
+    default_noise_band,
     group_ratio,
     interval_notes,
     trial_note,
@@ -125,7 +125,7 @@ class Comparison:
         before_runs / after_runs: Every run of each side (one each for a plain comparison).
         before_values / after_values: Each run's throughput (samples/s, or steps/s).
         noise_band: For single runs: the relative change treated as noise (the script's
-            measured run-to-run noise, else :data:`DEFAULT_NOISE_BAND`); None with an interval.
+            measured run-to-run noise, else :func:`default_noise_band`); None with an interval.
         contended: The sides (``before``/``after``) measured while other work held the cores.
         trial: When ``after`` is ``RUN/kept`` of a diagnose: the fix loop's interleaved trial of
             the kept fixes, shown beside this comparison's own figure.
@@ -353,7 +353,7 @@ def compare_groups(
     step times when samples are not counted on every run). With 2+ runs on a side its 95%
     interval is a t interval over runs; with one run a side there is none, and the ratio is a
     change only outside ``noise`` (the script's measured run-to-run noise) or, when that is
-    unknown, :data:`DEFAULT_NOISE_BAND`. A side measured on a busy machine is named in the notes
+    unknown, :func:`default_noise_band`. A side measured on a busy machine is named in the notes
     and no change is called from it (``not measurable``). The breakdown, operators and findings
     come from the first run of each side.
 
@@ -415,7 +415,7 @@ def compare_groups(
         )
 
     refused = devices_differ or scripts_differ
-    band = noise.band if noise is not None else DEFAULT_NOISE_BAND
+    band = noise.band if noise is not None else default_noise_band((step_a, step_b))
     if refused:
         # NOTE: how a ratio would have been computed is irrelevant when none is given.
         speedup, ci = None, None

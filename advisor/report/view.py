@@ -463,7 +463,7 @@ def build_view(report: Report) -> ReportView:
                 kind=loc.kind,
                 where=s.location_text(loc.file, loc.line, loc.function),
                 count=s.number(round(loc.count, 2)),
-                time=s.ms(loc.time_ms * (scale if loc.source == "trace" else 1.0)) if loc.time_ms else "—",
+                time=s.ms(loc.time_ms * scale) if loc.time_ms else "—",
                 source=loc.source,
             )
             for loc in locs

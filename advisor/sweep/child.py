@@ -3,7 +3,7 @@
 The capture child imports this module by name (``RunSpec.fix_installers``) and calls
 :func:`install` once, before the script runs. Requests of the fix catalog go on to
 :func:`advisor.fixes.runtime.install` unchanged; this module adds the two requests only the sweep
-makes:
+makes (and :data:`advisor.sweep.spatial.SPATIAL_SIZE`, MONAI crops resized for the size axis):
 
 - :data:`ACCUMULATE` (``{"factor": k}``): gradient accumulation over ``k`` micro-batches for a
   script that has none of its own. Every optimizer's ``step`` becomes a no-op on all but each
@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from advisor.capture.model import FixNote, FixRequest, NoteState
+from advisor.sweep import spatial
 
 ACCUMULATE = "sweep_accumulation"
 """Request id: accumulate gradients over ``factor`` micro-batches per optimizer step."""
 COUNT_FLOPS = "sweep_flop_count"
 """Request id: count one optimizer step's FLOPs and write them to ``path``."""
-OWN = (ACCUMULATE, COUNT_FLOPS)
+OWN = (ACCUMULATE, COUNT_FLOPS, spatial.SPATIAL_SIZE)
 
 
 def install(fixes: Sequence[FixRequest]) -> dict[str, FixNote]:
@@ -44,6 +45,8 @@ def install(fixes: Sequence[FixRequest]) -> dict[str, FixNote]:
             _accumulate(notes, int(req.params.get("factor", 1)))
         elif req.id == COUNT_FLOPS:
             _count_flops(Path(str(req.params["path"])), int(req.params.get("step", 2)))
+        elif req.id == spatial.SPATIAL_SIZE:
+            spatial.install(notes, int(req.params["size"]))
     return notes
 
 
@@ -74,10 +77,21 @@ def _accumulate(notes: dict[str, FixNote], k: int) -> None:
 
 def _count_flops(path: Path, at_step: int) -> None:
     """Count optimizer step ``at_step``'s FLOPs with FlopCounterMode and write them to ``path``."""
+    import torch
+    from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook
     from torch.utils.flop_counter import FlopCounterMode
 
-    state: dict[str, Any] = {"steps": 0, "mode": None}
+    state: dict[str, Any] = {"steps": 0, "mode": None, "input": None, "pre": None}
+
+    def first_input(_module: Any, args: Any) -> None:
+        x = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if x is not None and state["input"] is None:
+            state["input"] = {"input_shape": list(x.shape), "input_integer": not x.is_floating_point()}
+        if state["pre"] is not None:
+            state["pre"].remove()
+            state["pre"] = None
+
     at_step = max(at_step, 2)  # the counter starts at a step's end: step 1's post-hook at the earliest
     start = at_step - 1
 
@@ -96,10 +110,11 @@ def _count_flops(path: Path, at_step: int) -> None:
                 mode = FlopCounterMode(display=False)
                 mode.__enter__()
                 state["mode"] = mode
+                state["pre"] = register_module_forward_pre_hook(first_input)
             elif n == at_step and state["mode"] is not None:
                 mode, state["mode"] = state["mode"], None
                 mode.__exit__(None, None, None)
-                write({"flops": int(mode.get_total_flops()), "step": n})
+                write({"flops": int(mode.get_total_flops()), "step": n, **(state["input"] or {})})
                 handle.remove()
         except Exception as exc:  # noqa: BLE001 - a failed count must not stop the script
             state["mode"] = None

@@ -12,7 +12,8 @@ from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError
 from advisor.rundir import SWEEP_FILE
 
-SWEEP_SCHEMA_VERSION = 2
+SWEEP_SCHEMA_VERSION = 3
+"""3: the input-size axis (``Cell.size``, elements per sample and per second)."""
 
 
 class Precision(Vocab):
@@ -47,17 +48,23 @@ class SweepStatus(Vocab):
 
 @dataclass(frozen=True)
 class Cell:
-    """One configuration of the table: a DataLoader batch size, a precision, micro-batches per optimizer step."""
+    """One configuration of the table: batch size, precision, micro-batches per optimizer step, input size.
+
+    ``size`` is the value the script's own size option is set to (``--patch-size 64``); None
+    leaves the script's as it is.
+    """
 
     batch_size: int
     precision: str = "fp32"
     accumulation: int = 1
+    size: int | None = None
 
     @property
     def label(self) -> str:
-        """``bs32-bf16`` (``bs32-acc4-bf16`` with accumulation): the cell's name in progress lines and run folders."""
+        """``bs32-bf16`` (``size64-bs32-acc4-bf16`` with a size and accumulation): the cell's name in progress lines and run folders."""
         acc = f"-acc{self.accumulation}" if self.accumulation != 1 else ""
-        return f"bs{self.batch_size}{acc}-{self.precision}"
+        size = f"size{self.size}-" if self.size is not None else ""
+        return f"{size}bs{self.batch_size}{acc}-{self.precision}"
 
     @property
     def effective_batch(self) -> int:
@@ -87,6 +94,11 @@ class CellResult:
             matmul in the cell's precision measured slower than in fp32: fp32's rate).
         mfu: ``tflops / peak_tflops`` (model FLOPs utilisation against that peak).
         not_measured: Why ``tflops`` or ``mfu`` is missing, shown in their place.
+        elements_per_sample: Voxels (a 5-D input), pixels (4-D), tokens (an integer 2-D input) or
+            elements of one sample of the model's input, read from the input of the counted step's
+            first module call; None when no step was counted.
+        element_unit: ``voxel``, ``pixel``, ``token`` or ``element``.
+        elements_per_s: ``elements_per_sample`` times ``samples_per_s``.
         repeats: Runs that measured it.
         unfinished: The sweep was interrupted before the cell ran all its repeats.
         reason: Why it is not ``ok``, or what changed (a capped batch).
@@ -107,6 +119,9 @@ class CellResult:
     peak_source: str | None = None
     mfu: float | None = None
     not_measured: str = ""
+    elements_per_sample: float | None = None
+    element_unit: str = ""
+    elements_per_s: float | None = None
     repeats: int = 0
     unfinished: bool = False
     reason: str = ""
@@ -131,6 +146,8 @@ class SweepTable:
             what cannot be made mechanical); empty when the recommended cell is the script as it is.
         load_avg: The 1-minute load average at the start and at the end of the sweep.
         device: Where the cells ran (``cpu``, or the GPU's name).
+        size_option: The script's option the size axis sets (``patch_size``); None without that axis.
+        script_size: Its value in the script as it is.
     """
 
     script: str
@@ -148,6 +165,8 @@ class SweepTable:
     diff: str = ""
     load_avg: tuple[float, ...] = ()
     device: str = ""
+    size_option: str | None = None
+    script_size: int | None = None
     schema_version: int = SWEEP_SCHEMA_VERSION
 
 

@@ -2,7 +2,7 @@
 
 Every format carries the same rows (built once by :func:`rows`), the summary lines and the diff
 that sets the recommended cell. The HTML page uses the diagnose report's page shell and draws its
-plot here as inline SVG: throughput against batch size, one line per precision (and
+plot here as inline SVG: throughput against batch size (or input size), one line per precision (and
 accumulation), peak memory dashed on a second axis; every text from the script is escaped.
 """
 
@@ -19,6 +19,8 @@ from advisor.report.svg import FONT, esc, nice_ticks
 from advisor.sweep.model import Cell, CellResult, CellStatus, SweepStatus, SweepTable
 
 HEADER = ("batch", "accum", "precision", "samples/s", "95% interval", "peak memory", "loss Δ", "TFLOP/s", "MFU", "status")
+"""The columns of a sweep without an input-size axis; :func:`header` adds the size and elements/s with one."""
+NUMERIC = frozenset({"samples/s", "95% interval", "peak memory", "loss Δ", "TFLOP/s", "MFU"})
 NOT_MEASURED = "not measured"
 NO_PEAK = "no peak known"
 SERIES_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
@@ -26,6 +28,32 @@ SERIES_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2
 
 def _mib(n: int | None, kind: str | None) -> str:
     return "—" if not n else f"{n / 2**20:,.0f} MiB {kind or ''}".rstrip()
+
+
+def _unit(t: SweepTable) -> str:
+    units = {x.element_unit for x in t.results if x.element_unit}
+    return units.pop() if len(units) == 1 else "element"
+
+
+def header(t: SweepTable) -> tuple[str, ...]:
+    """Return the table's columns: :data:`HEADER`, led by ``size`` and with voxels/s (pixels/s, tokens/s) with a size axis."""
+    if t.size_option is None:
+        return HEADER
+    i = HEADER.index("samples/s") + 1
+    return ("size", *HEADER[:i], f"{_unit(t)}s/s", *HEADER[i:])
+
+
+def _elements(x: CellResult) -> str:
+    if x.status != CellStatus.OK:
+        return "—"
+    return NOT_MEASURED if x.elements_per_s is None else _si(x.elements_per_s)
+
+
+def _si(v: float) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= scale:
+            return f"{v / scale:,.3g} {suffix}"
+    return f"{v:,.3g}"
 
 
 def _row(x: CellResult, recommended: Cell | None) -> list[str]:
@@ -68,13 +96,19 @@ def _pct(frac: float) -> str:
 
 
 def rows(t: SweepTable) -> list[list[str]]:
-    """Return the table's rows, as every format shows them (the header is :data:`HEADER`)."""
-    return [_row(x, t.recommended) for x in t.results]
+    """Return the table's rows, as every format shows them (the columns are :func:`header`'s)."""
+    out = [_row(x, t.recommended) for x in t.results]
+    if t.size_option is None:
+        return out
+    i = HEADER.index("samples/s") + 1
+    return [[str(x.cell.size if x.cell.size is not None else t.script_size), *r[:i], _elements(x), *r[i:]]
+            for x, r in zip(t.results, out, strict=True)]
 
 
 def _cell_text(c: Cell) -> str:
     acc = f", accumulation {c.accumulation}" if c.accumulation != 1 else ""
-    return f"batch {c.batch_size}{acc}, {c.precision}"
+    size = f"size {c.size}, " if c.size is not None else ""
+    return f"{size}batch {c.batch_size}{acc}, {c.precision}"
 
 
 def summary(t: SweepTable) -> list[str]:
@@ -88,11 +122,23 @@ def summary(t: SweepTable) -> list[str]:
             f"recommended: {_cell_text(t.recommended)} (★: the fastest finished cell that fits and keeps its "
             f"loss within its changes' tolerance, up to {t.loss_tolerance:.0%})"
         )
+    elif t.size_option is not None and t.script_size is None:
+        lines.append("recommended: none (the script's own input size is not known, and sizes are the task's, "
+                     "not a speed setting to pick)")
     else:
         lines.append("recommended: none (no finished cell ran within memory with its loss in tolerance)")
     if t.reference is not None:
         lines.append(f"loss Δ is against {_cell_text(t.reference)} (the first steps, same seed)")
     lines.extend(_flops_lines(t))
+    if t.size_option is not None:
+        unit = _unit(t)
+        what = (f"the script's {t.size_option} (its own: {t.script_size})" if t.script_size is not None
+                else f"the {t.size_option}, every positive side")
+        lines.append(
+            f"size: {what}; {unit}s/s: {unit}s of a sample of the model's input (read from a counted step) times "
+            "samples/s; loss Δ is against the first cell of the same size, and only cells of the script's own "
+            "size are recommended"
+        )
     if t.memory_budget_bytes:
         lines.append(f"memory budget: {t.memory_budget_bytes / 2**20:,.0f} MiB")
     lines.extend(printable(n) for n in t.notes)
@@ -142,8 +188,9 @@ def _diff_lines(t: SweepTable) -> tuple[str, str]:
 
 def render_text(t: SweepTable) -> str:
     """Render an aligned plain-text table, the summary lines and the recommended cell's diff."""
-    table = [list(HEADER)] + rows(t)
-    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    cols = header(t)
+    table = [list(cols)] + rows(t)
+    widths = [max(len(r[i]) for r in table) for i in range(len(cols))]
     out = [f"advisor sweep: {printable(t.script)} (script batch size {t.script_batch_size})"]
     for r in table:
         out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
@@ -161,8 +208,9 @@ def _md(s: str) -> str:
 
 def render_markdown(t: SweepTable) -> str:
     """Render a Markdown table (cells escaped), the summary as a list and the diff as a fenced block."""
-    out = [f"## advisor sweep: `{_md(t.script)}`", "", "| " + " | ".join(HEADER) + " |",
-           "|" + "---|" * len(HEADER)]
+    cols = header(t)
+    out = [f"## advisor sweep: `{_md(t.script)}`", "", "| " + " | ".join(cols) + " |",
+           "|" + "---|" * len(cols)]
     out.extend("| " + " | ".join(_md(c) for c in r) + " |" for r in rows(t))
     out.append("")
     out.extend(f"- {_md(line)}" for line in summary(t))
@@ -190,16 +238,18 @@ def render_html(t: SweepTable) -> str:
         card("runs", str(t.runs), _wall(t.wall_s)),
         card("status", str(t.status), f"on {t.device}" if t.device else ""),
     ]
-    head = "".join(f'<th class="n">{esc(h)}</th>' if i >= 3 and i < 9 else f"<th>{esc(h)}</th>" for i, h in enumerate(HEADER))
+    cols = header(t)
+    numeric = [h in NUMERIC or h.endswith("s/s") for h in cols]
+    head = "".join(f'<th class="n">{esc(h)}</th>' if n else f"<th>{esc(h)}</th>" for h, n in zip(cols, numeric, strict=True))
     body_rows = []
     for r in rows(t):
-        tds = "".join(f'<td class="n">{esc(c)}</td>' if 3 <= i < 9 else f"<td>{esc(c)}</td>" for i, c in enumerate(r))
+        tds = "".join(f'<td class="n">{esc(c)}</td>' if n else f"<td>{esc(c)}</td>" for c, n in zip(r, numeric, strict=True))
         body_rows.append(f"<tr>{tds}</tr>")
     notes = "".join(f"<li>{esc(line)}</li>" for line in summary(t))
     dhead, diff = _diff_lines(t)
     parts = [
         f'<div class="cards">{"".join(cards)}</div>',
-        "<h2>Throughput and memory against batch size</h2>",
+        f"<h2>Throughput and memory against {'input size' if _by_size(t) else 'batch size'}</h2>",
         f'<div class="panel">{plot(t)}</div>',
         "<h2>Cells</h2>",
         f'<div class="tw"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body_rows)}</tbody></table></div>',
@@ -214,10 +264,22 @@ def render_html(t: SweepTable) -> str:
                 f"advisor sweep · schema {t.schema_version}", download_name="sweep.json")
 
 
-def _series(t: SweepTable) -> dict[tuple[str, int], list[CellResult]]:
-    out: dict[tuple[str, int], list[CellResult]] = {}
+def _by_size(t: SweepTable) -> bool:
+    """Plot against the input size: a size axis over a single batch size."""
+    return t.size_option is not None and len({x.cell.batch_size for x in t.results}) == 1
+
+
+def _x(t: SweepTable, c: Cell) -> int:
+    return (c.size if c.size is not None else t.script_size or 0) if _by_size(t) else c.batch_size
+
+
+def _series(t: SweepTable) -> dict[str, list[CellResult]]:
+    out: dict[str, list[CellResult]] = {}
     for x in t.results:
-        out.setdefault((str(x.cell.precision), x.cell.accumulation), []).append(x)
+        name = str(x.cell.precision) + (f" ×{x.cell.accumulation} accumulation" if x.cell.accumulation != 1 else "")
+        if x.cell.size is not None and not _by_size(t):
+            name = f"size {x.cell.size}, {name}"
+        out.setdefault(name, []).append(x)
     return out
 
 
@@ -228,7 +290,8 @@ def plot(t: SweepTable) -> str:
     with a cross on the batch axis, their status in the tooltip.
     """
     series = _series(t)
-    batches = sorted({x.cell.batch_size for x in t.results})
+    batches = sorted({_x(t, x.cell) for x in t.results})
+    axis = "input size" if _by_size(t) else "batch size"
     if not batches:
         return ""
     rates = [x.samples_per_s for x in t.results if x.status == CellStatus.OK and x.samples_per_s]
@@ -247,7 +310,7 @@ def plot(t: SweepTable) -> str:
 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" viewBox="0 0 {W} {H}" width="100%" role="img" '
-        f'aria-label="samples per second and peak memory against batch size" style="{FONT}">'
+        f'aria-label="samples per second and peak memory against {axis}" style="{FONT}">'
     ]
     for v in rticks:
         y = y_of(v, rmax)
@@ -258,17 +321,16 @@ def plot(t: SweepTable) -> str:
         out.append(f'<text x="{left + pw + 8}" y="{y + 4:.1f}" font-size="11" class="muted">{_tick(v)}</text>')
     for b in batches:
         out.append(f'<text x="{x_of(b):.1f}" y="{top + ph + 18}" font-size="11" text-anchor="middle" class="muted">{b}</text>')
-    out.append(f'<text x="{left + pw / 2:.1f}" y="{H - 8}" font-size="12" text-anchor="middle" class="fg">batch size</text>'
+    out.append(f'<text x="{left + pw / 2:.1f}" y="{H - 8}" font-size="12" text-anchor="middle" class="fg">{axis}</text>'
                f'<text x="14" y="{top + ph / 2:.1f}" font-size="12" text-anchor="middle" class="fg" '
                f'transform="rotate(-90 14 {top + ph / 2:.1f})">samples/s (solid)</text>'
                f'<text x="{W - 12}" y="{top + ph / 2:.1f}" font-size="12" text-anchor="middle" class="fg" '
                f'transform="rotate(90 {W - 12} {top + ph / 2:.1f})">peak memory, MiB (dashed)</text>')
     lx = left
-    for i, ((precision, acc), cells) in enumerate(series.items()):
+    for i, (name, cells) in enumerate(series.items()):
         colour = SERIES_COLORS[i % len(SERIES_COLORS)]
-        name = precision + (f" ×{acc} accumulation" if acc != 1 else "")
         ok = [x for x in cells if x.status == CellStatus.OK and x.samples_per_s]
-        pts = [(x_of(x.cell.batch_size), y_of(x.samples_per_s or 0.0, rmax), x) for x in ok]
+        pts = [(x_of(_x(t, x.cell)), y_of(x.samples_per_s or 0.0, rmax), x) for x in ok]
         if len(pts) > 1:
             out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
                        + " ".join(f"{px:.1f},{py:.1f}" for px, py, _ in pts) + '"/>')
@@ -276,7 +338,7 @@ def plot(t: SweepTable) -> str:
             star = " (recommended)" if x.cell == t.recommended else ""
             out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{6 if star else 4}" fill="{colour}">'
                        f"<title>{esc(x.cell.label)}: {x.samples_per_s:,.1f} samples/s{esc(star)}</title></circle>")
-        mpts = [(x_of(x.cell.batch_size), y_of(x.peak_memory_bytes / 2**20, mmax), x) for x in ok if x.peak_memory_bytes]
+        mpts = [(x_of(_x(t, x.cell)), y_of(x.peak_memory_bytes / 2**20, mmax), x) for x in ok if x.peak_memory_bytes]
         if len(mpts) > 1:
             out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" stroke-dasharray="5 4" points="'
                        + " ".join(f"{px:.1f},{py:.1f}" for px, py, _ in mpts) + '"/>')
@@ -285,7 +347,7 @@ def plot(t: SweepTable) -> str:
                        f"<title>{esc(x.cell.label)}: {_mib(x.peak_memory_bytes, x.memory_kind)}</title></rect>")
         for x in cells:
             if x.status != CellStatus.OK:
-                px, py = x_of(x.cell.batch_size), top + ph - 4 - 10 * (i % 3)
+                px, py = x_of(_x(t, x.cell)), top + ph - 4 - 10 * (i % 3)
                 out.append(f'<text x="{px:.1f}" y="{py:.1f}" font-size="13" text-anchor="middle" fill="{colour}">×'
                            f"<title>{esc(x.cell.label)}: {esc(x.status)} {esc(x.reason)}</title></text>")
         w = 26 + len(name) * 6.6

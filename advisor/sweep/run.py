@@ -1,4 +1,4 @@
-"""Run the sweep: every cell of batch size x precision x accumulation, at run time, interleaved and repeated.
+"""Run the sweep: every cell of input size x batch size x precision x accumulation, at run time, interleaved and repeated.
 
 Each cell is the user's unmodified script with changes installed in the child:
 
@@ -8,7 +8,10 @@ Each cell is the user's unmodified script with changes installed in the child:
 - the accumulation (micro-batches per optimizer step) as the catalog changes it: through the
   script's own accumulation option when it has one (``script_args``' recognised names, set on
   a new command line), else at run time by :mod:`advisor.sweep.child` (optimizer steps on every
-  k-th call, gradients averaged), for a script that does not accumulate already.
+  k-th call, gradients averaged), for a script that does not accumulate already;
+- the input size through the script's own size option on a new command line
+  (:mod:`advisor.sweep.plan`); the counted step's model input gives each cell's voxels, pixels
+  or tokens per sample, so the table has elements/s next to samples/s.
 
 Runs go through the fix loop's :class:`~advisor.fixes.loop.measure.Measurer`, so a cell run is
 exactly a trial run: timed steps without the profiler, a fixed seed, the first losses recorded,
@@ -32,18 +35,16 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from advisor._num import median
 from advisor.capture.model import Environment, FixRequest, NoteState, RunCapture, RunSpec
-from advisor.capture.records import OUT_OF_MEMORY
-from advisor.capture.vocab import MemoryKind, StepSource
+from advisor.capture.records import OUT_OF_MEMORY, ScriptOption
+from advisor.capture.vocab import StepSource
 from advisor.errors import UsageError
-from advisor.fixes import catalog
-from advisor.fixes.catalog import script_args
-from advisor.fixes.fix import FixContext, context_from_capture, ladder_steps
+from advisor.fixes.fix import FixContext, context_from_capture
 from advisor.fixes.loop.measure import Measurer
 from advisor.fixes.loop.options import Runner, default_runner
 from advisor.fixes.stats import loss_parity, t_quantile
@@ -51,7 +52,6 @@ from advisor.rundir import SWEEP_FLOPS_FILE as FLOPS_FILE
 from advisor.sweep import child
 from advisor.sweep.diff import cell_diff
 from advisor.sweep.model import (
-    PRECISION_FIX,
     Cell,
     CellResult,
     CellStatus,
@@ -59,6 +59,7 @@ from advisor.sweep.model import (
     SweepStatus,
     SweepTable,
 )
+from advisor.sweep.plan import RUNTIME_SIZE, Tally, elements, plan_cell, size_option
 
 LOSS_STEPS = 5
 CHILD_INSTALLER = "advisor.sweep.child"
@@ -103,36 +104,14 @@ def _duration(seconds: float) -> str:
     return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
 
 
-@dataclass
-class _Tally:
-    """One cell's runs so far (mutable bookkeeping)."""
-
-    cell: Cell
-    requests: tuple[FixRequest, ...] = ()
-    overrides: dict[str, Any] = field(default_factory=dict)
-    loss_rtol: float = 0.0
-    rates: list[float] = field(default_factory=list)
-    peaks: list[int] = field(default_factory=list)
-    batch: int | None = None
-    memory_kind: MemoryKind | None = None
-    losses: tuple[float | None, ...] = ()
-    status: str = CellStatus.OK
-    reason: str = ""
-    flops_per_sample: float | None = None
-    flops_why: str = ""
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # catalog fix id -> params, for the diff
-
-    def runs_left(self, repeats: int) -> int:
-        return max(0, repeats - len(self.rates)) if self.status == CellStatus.OK else 0
-
-
 def parse_cells(
-    batch_sizes: Sequence[int], precisions: Sequence[str], accumulations: Sequence[int] = (1,)
+    batch_sizes: Sequence[int], precisions: Sequence[str], accumulations: Sequence[int] = (1,),
+    sizes: Sequence[int | None] = (None,),
 ) -> list[Cell]:
-    """Every batch size x accumulation x precision, smallest batch first, in the given orders.
+    """Every input size x batch size x accumulation x precision, smallest first, precisions in the given order.
 
     Raises:
-        UsageError: An empty list, a batch size or accumulation below 1, or an unknown precision.
+        UsageError: An empty list, a batch size, accumulation or size below 1, or an unknown precision.
     """
     if not batch_sizes or not precisions or not accumulations:
         raise UsageError("give at least one --batch-sizes value, one --precisions value and one --accumulation value")
@@ -142,12 +121,16 @@ def parse_cells(
     bad = [a for a in accumulations if a < 1]
     if bad:
         raise UsageError(f"--accumulation values must be 1 or more, not {bad[0]}")
+    bad = [z for z in sizes if z is not None and z < 1]
+    if bad or not sizes:
+        raise UsageError(f"--sizes values must be 1 or more, not {bad[0] if bad else 'none'}")
     known = Precision.values()
     unknown = [p for p in precisions if p not in known]
     if unknown:
         raise UsageError(f"unknown precision {unknown[0]!r}; choose from {', '.join(known)}")
     return [
-        Cell(b, p, a)
+        Cell(b, p, a, z)
+        for z in sorted(dict.fromkeys(sizes), key=lambda z: -1 if z is None else z)
         for b in sorted(dict.fromkeys(batch_sizes))
         for a in sorted(dict.fromkeys(accumulations))
         for p in dict.fromkeys(precisions)
@@ -162,6 +145,7 @@ def run_sweep(
     runner: Runner = default_runner,
     progress: Callable[[SweepProgress], None] | None = None,
     checkpoint: Callable[[SweepTable], None] | None = None,
+    size_name: str | None = None,
 ) -> SweepTable:
     """Measure every cell (see the module doc) and return the table.
 
@@ -172,6 +156,8 @@ def run_sweep(
         runner: Runs one capture (tests pass a fake).
         progress: Called when each run starts and when it ends.
         checkpoint: Called with the table so far (status ``running``) after every run.
+        size_name: The script's option that cells' ``size`` sets (default: the first of
+            :data:`~advisor.fixes.catalog.script_args.SIZE_NAMES` the script has).
     """
     if repeats < 1:
         raise UsageError(f"--repeats must be at least 1, not {repeats}")
@@ -194,7 +180,10 @@ def run_sweep(
         raise UsageError(f"the plain run of the script failed ({why}); fix the script before sweeping it")
     ctx = context_from_capture(probe)
     step_ms = median(probe.timed.step_times_ms)
-    tallies = [_plan(c, ctx, spec, step_ms) for c in cells]
+    tallies = [plan_cell(c, ctx, spec, step_ms, size_name) for c in cells]
+    sized: ScriptOption | str | None = None
+    if any(c.size is not None for c in cells):
+        sized = size_option(ctx, size_name) or RUNTIME_SIZE
     notes: list[str] = []
     for t in tallies:
         if t.status == CellStatus.OK and not t.requests:
@@ -206,7 +195,7 @@ def run_sweep(
 
     def table(status: str, final: bool = False) -> SweepTable:
         return _table(spec, tallies, repeats, ctx, env, notes, status, loop.runs,
-                      time.perf_counter() - started, (load_start, _load()), final)
+                      time.perf_counter() - started, (load_start, _load()), final, sized)
 
     if checkpoint is not None:
         checkpoint(table(SweepStatus.RUNNING))
@@ -239,7 +228,7 @@ def _load() -> float:
         return math.nan
 
 
-def _event(loop: Measurer, tallies: list[_Tally], repeats: int, t: _Tally, r: int, started: bool) -> SweepProgress:
+def _event(loop: Measurer, tallies: list[Tally], repeats: int, t: Tally, r: int, started: bool) -> SweepProgress:
     left = sum(x.runs_left(repeats) for x in tallies)
     typical = median(loop.walls)
     result = ""
@@ -260,79 +249,7 @@ def _counting(
     return (*requests, count), {**overrides, "warmup_steps": warmup, "fix_installers": (CHILD_INSTALLER,)}
 
 
-def _plan(cell: Cell, ctx: FixContext, spec: RunSpec, step_ms: float | None) -> _Tally:
-    """Plan the requests and step overrides that make ``cell`` at run time."""
-    t = _Tally(cell)
-    base = ctx.batch_size
-    requests: list[FixRequest] = []
-    rtols = [0.0]
-    if base is None:
-        t.status, t.reason = CellStatus.NOT_APPLIED, "the script's DataLoader has no batch_size to change"
-        return t
-    k = 1
-    if cell.batch_size != base:
-        if cell.batch_size < base or cell.batch_size % base:
-            t.status = CellStatus.NOT_APPLIED
-            t.reason = (f"batch sizes are set at run time by multiplying the script's own ({base}): "
-                        f"{cell.batch_size} is not a multiple of it")
-            return t
-        k = cell.batch_size // base
-        params = {"factor": k, "max_batch": cell.batch_size}
-        requests.append(FixRequest("larger_batch", params))
-        t.params["larger_batch"] = params
-        rtols.append(catalog.get("larger_batch").loss_rtol)
-    if _plan_accumulation(t, ctx, spec, requests) is None:
-        return t
-    if cell.accumulation != _own_accumulation(ctx):
-        rtols.append(catalog.get("batch_fusion").loss_rtol)  # a step averages over other samples
-    if k > 1 or cell.accumulation > 1:
-        t.overrides.update(ladder_steps(spec, k * cell.accumulation, cell.accumulation, step_ms))
-    fix_id = PRECISION_FIX.get(str(cell.precision))
-    if fix_id is not None:
-        fix = catalog.get(fix_id)
-        params = dict(fix.plan_variants(ctx, spec, step_ms)[0].params)
-        requests.append(FixRequest(fix_id, params))
-        t.params[fix_id] = params
-        rtols.append(fix.loss_rtol)
-    t.requests, t.loss_rtol = tuple(requests), max(rtols)
-    return t
-
-
-def _plan_accumulation(t: _Tally, ctx: FixContext, spec: RunSpec, requests: list[FixRequest]) -> int | None:
-    """Plan the cell's accumulation; return it, or None with the cell marked not applied.
-
-    The script's own accumulation option is set when it has one (the catalog's ``script_args``
-    does so for batch fusion); otherwise a script that does not accumulate gets it at run time.
-    """
-    want = t.cell.accumulation
-    own = _own_accumulation(ctx)
-    option = script_args.knob(ctx, script_args.ACCUMULATION_NAMES)
-    if option is not None and option.value == own:
-        if want != own:
-            args = script_args.with_values(tuple(spec.args), [(option, want)])
-            t.overrides["args"] = args
-            t.params["script_args"] = {
-                "args": list(args), "command": script_args.command_line(spec, args), "changes": {option.name: want},
-            }
-            requests.append(FixRequest("script_args", t.params["script_args"]))
-        return want
-    if want == own:
-        return want
-    if own > 1:
-        t.status = CellStatus.NOT_APPLIED
-        t.reason = (f"the script accumulates {own} micro-batches per step itself, with no option advisor "
-                    "recognises to change it")
-        return None
-    requests.append(FixRequest(child.ACCUMULATE, {"factor": want}))
-    return want
-
-
-def _own_accumulation(ctx: FixContext) -> int:
-    """Micro-batches per optimizer step in the script as it is (backward calls, else loader batches)."""
-    return ctx.loop_accumulation or ctx.accumulation or 1
-
-
-def _record(t: _Tally, cap: RunCapture, loop: Measurer, run_dir: Path) -> None:
+def _record(t: Tally, cap: RunCapture, loop: Measurer, run_dir: Path) -> None:
     """Add one run to a cell: its throughput, or why the cell stops; its FLOPs when counted."""
     skipped = [n.detail for n in cap.fix_notes.values() if n.state is NoteState.SKIPPED]
     if not cap.ok:
@@ -366,6 +283,18 @@ def _record(t: _Tally, cap: RunCapture, loop: Measurer, run_dir: Path) -> None:
         t.losses = tuple(None if v is None else v / k for v in cap.losses)
     if t.flops_per_sample is None and not t.flops_why:
         t.flops_per_sample, t.flops_why = _flops_per_sample(cap, run_dir / FLOPS_FILE)
+    if t.elements_per_sample is None:
+        t.elements_per_sample, t.element_unit = _input_elements(run_dir / FLOPS_FILE)
+
+
+def _input_elements(path: Path) -> tuple[float | None, str]:
+    """Return the voxels, pixels or tokens of a sample of the counted step's model input, and their unit."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        shape = [int(d) for d in data["input_shape"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None, ""
+    return elements(shape, bool(data.get("input_integer")))
 
 
 def _flops_per_sample(cap: RunCapture, path: Path) -> tuple[float | None, str]:
@@ -408,7 +337,7 @@ def _peak(env: Environment, precision: str) -> tuple[float | None, str | None, s
     return None, None, f"no {dtype} matmul peak was measured on this CPU"
 
 
-def _result(t: _Tally, reference: _Tally, repeats: int, env: Environment) -> CellResult:
+def _result(t: Tally, reference: Tally, repeats: int, env: Environment) -> CellResult:
     """Turn a cell's runs into its row: median throughput with its interval, memory, loss delta, FLOP rates."""
     lo = hi = None
     if len(t.rates) >= 2:
@@ -447,22 +376,38 @@ def _result(t: _Tally, reference: _Tally, repeats: int, env: Environment) -> Cel
         cell=t.cell, status=status, batch_size=t.batch, samples_per_s=rate,
         ci_low=lo, ci_high=hi, peak_memory_bytes=max(t.peaks) if t.peaks else None,
         memory_kind=t.memory_kind, loss_delta=delta, tflops=tflops, flops_per_sample=t.flops_per_sample,
-        peak_tflops=peak, peak_source=source, mfu=mfu, not_measured=why, repeats=len(t.rates),
+        peak_tflops=peak, peak_source=source, mfu=mfu, not_measured=why,
+        elements_per_sample=t.elements_per_sample, element_unit=t.element_unit,
+        elements_per_s=t.elements_per_sample * rate if t.elements_per_sample and rate and status == CellStatus.OK else None,
+        repeats=len(t.rates),
         unfinished=status == CellStatus.OK and len(t.rates) < repeats, reason=reason,
     )
 
 
 def _table(
-    spec: RunSpec, tallies: list[_Tally], repeats: int, ctx: FixContext, env: Environment, notes: list[str],
+    spec: RunSpec, tallies: list[Tally], repeats: int, ctx: FixContext, env: Environment, notes: list[str],
     status: str, runs: int, wall_s: float, load: tuple[float, float], final: bool,
+    sized: ScriptOption | str | None = None,
 ) -> SweepTable:
-    """Build the table so far: every cell's row, the recommended cell among the finished ones, its diff when ``final``."""
+    """Build the table so far: every cell's row, the recommended cell among the finished ones, its diff when ``final``.
+
+    With an input-size axis, each size's first cell is the loss reference of that size's cells
+    (another size is other data), and only cells of the script's own size are recommended: the
+    size is the task's, not a speed setting, and samples/s across sizes compare different work.
+    ``sized`` is the script's size option, or :data:`~advisor.sweep.plan.RUNTIME_SIZE` when MONAI's
+    crops are resized at run time (the script's own size is then not known: no size cell is recommended).
+    """
     reference = tallies[0]
-    results = tuple(_result(t, reference, repeats, env) for t in tallies)
+    first_of = {}
+    for t in tallies:
+        first_of.setdefault(t.cell.size, t)
+    results = tuple(_result(t, first_of[t.cell.size], repeats, env) for t in tallies)
+    own = sized.value if isinstance(sized, ScriptOption) else None
     fitting = [
         (x, t) for x, t in zip(results, tallies, strict=True)
         if x.status == CellStatus.OK and x.samples_per_s and not x.unfinished
-        and (x.loss_delta is None or x.loss_delta <= t.loss_rtol or x.cell == reference.cell)
+        and (x.loss_delta is None or x.loss_delta <= t.loss_rtol or x.cell == first_of[t.cell.size].cell)
+        and t.cell.size in (None, own)
     ]
     best = max(fitting, key=lambda xt: xt[0].samples_per_s or 0.0, default=None)
     diff = cell_diff(spec, best[1].cell, best[1].requests, best[1].params, ctx) if final and best is not None else ""
@@ -474,4 +419,5 @@ def _table(
         memory_budget_bytes=spec.memory_budget_bytes, script_batch_size=ctx.batch_size, notes=tuple(notes),
         wall_s=round(wall_s, 3), runs=runs, status=status, diff=diff,
         load_avg=tuple(x for x in load if math.isfinite(x)), device=device,
+        size_option=(sized.flag or sized.name) if isinstance(sized, ScriptOption) else sized, script_size=own,
     )

@@ -58,16 +58,26 @@ def test_sizes_parse_with_binary_units():
 def test_sweep_accumulation_and_format_reach_the_api(capsys, monkeypatch, script, tmp_path):
     seen = {}
 
-    def fake(spec, sizes, precisions, repeats, progress, accumulations, cold_start=False):
-        seen.update(sizes=sizes, precisions=precisions, accumulations=accumulations, cold_start=cold_start)
+    def fake(spec, batches, precisions, repeats, progress, accumulations, cold_start=False, sizes=(None,),
+             size_option=None):
+        seen.update(batches=batches, precisions=precisions, accumulations=accumulations, cold_start=cold_start,
+                    sizes=sizes, size_option=size_option)
         raise Stop
 
     monkeypatch.setattr(api, "sweep_script", fake)
     invoke(capsys, "sweep", "--batch-sizes", "8,32", "--accumulation", "1,4", "-q", "-o", str(tmp_path / "s.html"),
            str(script))
-    assert seen == {"sizes": [8, 32], "precisions": ["fp32", "bf16"], "accumulations": [1, 4], "cold_start": False}
+    assert seen == {"batches": [8, 32], "precisions": ["fp32", "bf16"], "accumulations": [1, 4], "cold_start": False,
+                    "sizes": [None], "size_option": None}
     invoke(capsys, "sweep", "--batch-sizes", "8", "--cold-start", "-q", str(script))
     assert seen["cold_start"] is True
+    invoke(capsys, "sweep", "--batch-sizes", "8", "--sizes", "64,32", "--size-option", "roi", "-q", str(script))
+    assert seen["sizes"] == [64, 32] and seen["size_option"] == "roi"
+
+
+def test_a_size_option_without_sizes_is_a_usage_error(capsys, script):
+    code, _, err = invoke(capsys, "sweep", "--batch-sizes", "8", "--size-option", "roi", str(script))
+    assert code == 2 and "give --sizes too" in err
 
 
 def test_a_bad_accumulation_is_a_usage_error(capsys, script):

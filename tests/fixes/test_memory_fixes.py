@@ -346,6 +346,43 @@ def test_without_a_block_loop_the_diff_says_what_to_change_by_hand():
     assert any(m.startswith("fit_accumulation: load micro-batches of 16") and "every 4 micro-batches" in m for m in manual)
 
 
+PEAK_AT = ("model.py:21 (forward, block 1 (Deep))", "train.py:42 (<module>)")
+
+
+def test_the_memory_fixes_carry_where_the_peak_is_held_into_their_diff_notes(spec):
+    spec = replace(spec, memory_budget_bytes=105 * MiB)
+    runner = FakeRunner(memory={"activation_checkpointing": 0.6, "fit_accumulation": 0.7})
+    out = run_trials(spec, refs("activation_checkpointing", "fit_accumulation"), unsafe=True, runner=runner,
+                     make_diff_text=False, peak_at=PEAK_AT, peak_activation_frac=0.72)
+    t = by_fix(out)
+    assert t["activation_checkpointing"].params == {"peak_at": list(PEAK_AT), "activation_frac": 0.72}
+    assert t["fit_accumulation"].params["peak_at"] == list(PEAK_AT)
+    _, manual = transform("import torch\nmodel = build()\n", [t["activation_checkpointing"], t["fit_accumulation"]])
+    where = "the peak memory is allocated most at model.py:21 (forward, block 1 (Deep)), train.py:42 (<module>)"
+    assert f"activation_checkpointing: {where}; activations kept for backward are 72% of it: checkpoint" in "\n".join(manual)
+    assert any(m.startswith(f"fit_accumulation: {where}") for m in manual), manual
+
+
+def test_without_a_known_peak_the_memory_fixes_say_nothing_of_it(spec):
+    runner = FakeRunner(memory={"activation_checkpointing": 0.6})
+    out = run_trials(spec, refs("activation_checkpointing"), runner=runner, make_diff_text=False)
+    assert by_fix(out)["activation_checkpointing"].params == {}
+
+
+def test_the_fix_loop_reads_the_peak_from_the_memory_finding():
+    from advisor.api.fixloop import _peak
+    from advisor.engine.model import Finding, FixRef, Location
+
+    sync = Finding("SY001", "s", "sync", "warning", "m", evidence={}, locations=(Location("t.py", 3, "f"),),
+                   fixes=(FixRef("host_reads", "safe"),))
+    memory = Finding("ME001", "m", "memory", "warning", "m", evidence={"peak_activation_frac": 0.5},
+                     locations=(Location("model.py", 21, "forward, block 1 (Deep)"), Location("t.py", 42)),
+                     fixes=(FixRef("activation_checkpointing", "safe"),))
+    assert _peak([sync, memory]) == {"peak_at": ("model.py:21 (forward, block 1 (Deep))", "t.py:42"),
+                                     "peak_activation_frac": 0.5}
+    assert _peak([sync]) == {}
+
+
 def test_the_report_calls_a_memory_fix_that_improved_saves_memory_not_faster():
     from advisor.report.view import _verdict_label
 

@@ -1,5 +1,7 @@
 """Profiler stacks give base names, cProfile full paths: one line must appear once."""
 
+import pytest
+
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.sources import merge_locations
 
@@ -13,7 +15,43 @@ def test_base_name_resolved_and_merged_with_pstats() -> None:
     merged = {(m.kind, m.file, m.line): m for m in merge_locations(locs)}
     assert set(merged) == {("data_loading", "/w/ex/train.py", 39), ("sync", "/w/ex/train.py", 80)}
     one = merged[("data_loading", "/w/ex/train.py", 39)]
-    assert one.count == 30 and one.time_ms == 426.0 and one.source == "trace+pstats"
+    # the trace's time, as its count: the breakdown's window, not cProfile's (slower per Python call)
+    assert one.count == 30 and one.time_ms == 400.0 and one.source == "trace+pstats"
+
+
+def test_pstats_times_go_on_the_profiled_windows_scale(tmp_path) -> None:
+    """A __getitem__ read 32.6 ms per step from cProfile under a 19.1 ms data-loading part (one report)."""
+    import cProfile
+
+    from advisor.capture.model import RunCapture
+    from advisor.metrics.sources import _window_factor, finish_locations
+
+    capture = RunCapture(profiled_steps=10, cprofiled_steps=10, phases_s={"profiled": 6.3, "cprofile": 3.15})
+    assert _window_factor(capture) == 2.0
+    assert _window_factor(RunCapture(profiled_steps=10)) == 1.0 and _window_factor(None) == 1.0
+    import importlib.util
+
+    user = tmp_path / "ds.py"
+    user.write_text("import time\ndef __getitem__(i):\n    time.sleep(0.002)\n")
+    library = tmp_path / "torch" / "utils" / "data" / "fetch.py"  # the caller cProfile must see
+    library.parent.mkdir(parents=True)
+    library.write_text("def fetch(get):\n    return [get(i) for i in range(5)]\n")
+    loaded = []
+    for name, path in (("ds_user", user), ("fake_fetch", library)):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        loaded.append(module)
+    prof = cProfile.Profile()
+    prof.enable()
+    loaded[1].fetch(loaded[0].__getitem__)
+    prof.disable()
+    prof.dump_stats(tmp_path / "p.pstats")
+    (plain,) = [x for x in finish_locations(None, 1, tmp_path / "p.pstats", None)[0] if x.function == "__getitem__"]
+    (scaled,) = [x for x in finish_locations(None, 1, tmp_path / "p.pstats", capture)[0] if x.function == "__getitem__"]
+    assert plain.function == "__getitem__" and plain.time_ms >= 10.0
+    # per cProfile step (10 of them, where the capture-less call counted one), then doubled
+    assert scaled.time_ms == pytest.approx(2.0 * plain.time_ms / 10) and scaled.source == "pstats"
 
 
 def test_ambiguous_base_name_left_alone() -> None:

@@ -25,18 +25,26 @@ def test_live_at_the_peak_are_the_allocations_not_yet_freed():
     assert list(live_at_peak(mem, 6.5)["mem_addr"]) == []
 
 
-@pytest.mark.e2e
-def test_the_peak_of_a_wide_block_names_its_line_and_module(tmp_path):
-    script = Path(__file__).resolve().parents[1] / "scripts" / "block_memory.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "block_memory.py"
+
+
+def _diagnose(tmp_path: Path, *script_args: str) -> dict:
+    """Diagnose the block script (no fixes, two profiled steps) into ``tmp_path/run``; return the JSON report."""
     out = tmp_path / "r.json"
     proc = subprocess.run(
         [sys.executable, "-m", "advisor", "diagnose", "--no-fixes", "-q", "--warmup", "2", "--steps", "3",
-         "--profile-steps", "2", "--format", "json", "-o", str(out), "--out", str(tmp_path / "run"), str(script)],
+         "--profile-steps", "2", "--format", "json", "-o", str(out), "--out", str(tmp_path / "run"), str(SCRIPT),
+         *script_args],
         capture_output=True, text=True, timeout=300,
     )
     assert out.is_file(), proc.stderr[-2000:]
-    rows = json.loads(out.read_text())["tables"]["memory_lines"]
-    source = script.read_text().splitlines()
+    return json.loads(out.read_text())
+
+
+@pytest.mark.e2e
+def test_the_peak_of_a_wide_block_names_its_line_and_module(tmp_path):
+    rows = _diagnose(tmp_path)["tables"]["memory_lines"]
+    source = SCRIPT.read_text().splitlines()
     # The peak comes after the forward pass (the activations and their gradients live together,
     # in backward or the optimizer step): the training loop first, then the wide block's activations.
     assert rows[0]["function"] == "<module>"
@@ -46,3 +54,26 @@ def test_the_peak_of_a_wide_block_names_its_line_and_module(tmp_path):
     assert source[top["line"] - 1].strip() == "def forward(self, x):" and "hidden" in source[top["line"]], top
     assert top["module"] == "1 (Wide)" and top["share"] > 0.2  # the model's own name for the block
     assert sum(r["share"] for r in rows) == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.e2e
+def test_a_peak_of_one_blocks_activations_is_named_by_the_table_and_the_memory_finding(tmp_path):
+    report = _diagnose(tmp_path, "--deep")
+    top = report["tables"]["memory_lines"][0]
+    source = SCRIPT.read_text().splitlines()
+    assert source[top["line"] - 1].strip() == "def forward(self, x):" and "self.up" in source[top["line"]], top
+    assert top["module"] == "1 (Deep)" and top["share"] > 0.5
+    assert report["summary"]["peak_activation_frac"] > 0.5
+    # As if run with --memory-budget just over its peak: ME001 fires, naming the block's line first
+    run = tmp_path / "run"
+    capture = json.loads((run / "capture.json").read_text())
+    capture["memory_budget_bytes"] = int(capture["peak_memory_bytes"] / 0.95)
+    (run / "capture.json").write_text(json.dumps(capture))
+    proc = subprocess.run([sys.executable, "-m", "advisor", "analyze", "--format", "json", str(run)],
+                          capture_output=True, text=True, timeout=300)
+    me001 = next(f for f in json.loads(proc.stdout)["findings"] if f["code"] == "ME001")
+    where = me001["locations"][0]
+    assert (where["line"], where["function"]) == (top["line"], "forward, block 1 (Deep)"), me001
+    share = round(100 * report["summary"]["peak_activation_frac"])
+    assert f"Activations kept for backward hold {share}%" in me001["message"]
+    assert f"allocated most at block_memory.py:{top['line']} (forward, block 1 (Deep))" in me001["message"]

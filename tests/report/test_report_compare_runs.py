@@ -21,7 +21,9 @@ from advisor.report.compare_render import render_comparison
 from advisor.report.compare_stats import (
     DEFAULT_NOISE_BAND,
     MIN_EFFECT_BAND,
+    SUB_MS_NOISE_BAND,
     contention_warning,
+    default_noise_band,
     group_ratio,
     kept_trial,
     noise_from_values,
@@ -181,14 +183,33 @@ def test_a_single_run_whose_steps_changed_level_calls_no_change() -> None:
         r = at_rate(make_report(), rate)
         return dataclasses.replace(r, run=dataclasses.replace(r.run, timed_step_times_ms=times))
 
-    cmp = compare_reports(run_with(2644.0, shifted), run_with(6158.0, steady))
-    assert cmp.verdict == NOT_MEASURABLE and cmp.speedup == pytest.approx(6158 / 2644)
+    # (at 3.5x: the pair's 2.33x is now inside the sub-millisecond band before steadiness is asked)
+    cmp = compare_reports(run_with(1760.0, shifted), run_with(6158.0, steady))
+    assert cmp.verdict == NOT_MEASURABLE and cmp.speedup == pytest.approx(6158 / 1760)
     assert any("the before run's timed steps were not steady" in n for n in cmp.notes)
-    assert regression(compare_reports(run_with(6158.0, steady), run_with(2644.0, shifted)), 5) is None
-    # Both steady: the same 2.33x is a change (outside the default band).
-    assert compare_reports(run_with(2644.0, steady), run_with(6158.0, steady)).verdict == "faster"
+    assert regression(compare_reports(run_with(6158.0, steady), run_with(1760.0, shifted)), 5) is None
+    # Both steady, sub-millisecond steps: 2.33x is inside their wider band, 3.5x is a change.
+    assert compare_reports(run_with(2644.0, steady), run_with(6158.0, steady)).verdict == "no measurable effect"
+    assert compare_reports(run_with(1760.0, steady), run_with(6158.0, steady)).verdict == "faster"
+    # Both steady at 50 ms per step: the same 2.33x is a change (outside the default factor of 2).
+    slow = tuple(50.0 + i % 3 for i in range(10))
+    assert compare_reports(run_with(2644.0, slow), run_with(6158.0, slow)).verdict == "faster"
     # Within the noise, an unsteady side changes nothing: no change was going to be called.
     assert compare_reports(run_with(6000.0, shifted), run_with(6158.0, steady)).verdict == "no measurable effect"
+
+
+def test_sub_millisecond_steps_get_the_wider_band_and_say_why() -> None:
+    def run_with(rate: float, step_ms: float):
+        r = at_rate(make_report(), rate)
+        return dataclasses.replace(r, run=dataclasses.replace(r.run, timed_step_times_ms=(step_ms,) * 10))
+
+    # A quiet A/A pair of tiny_model: two steady runs at per-process levels 0.48x apart.
+    cmp = compare_reports(run_with(6500.0, 0.6), run_with(3120.0, 1.25))
+    assert cmp.verdict == "no measurable effect" and cmp.noise_band == SUB_MS_NOISE_BAND
+    assert any("steps take under 1 ms" in n for n in cmp.notes)
+    assert regression(cmp, 5) is None
+    assert default_noise_band((40.0, 45.0)) == DEFAULT_NOISE_BAND < default_noise_band((40.0, 0.9))
+    assert default_noise_band((None, None)) == DEFAULT_NOISE_BAND
 
 
 def test_a_busy_side_is_named_and_no_change_is_called_from_it() -> None:

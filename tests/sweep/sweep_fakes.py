@@ -27,7 +27,8 @@ class MemoryRunner:
 
     Accumulation ``a`` (run-time request, or ``--accum A`` among the args) makes a step hold
     ``a`` batches at the same memory; a FLOP-count request writes ``FLOPS_PER_SAMPLE`` times the
-    step's samples where the child would.
+    step's samples where the child would. A ``--patch-size S`` among the args (or the script's own
+    option's value) adds ``S`` MiB, and the counted input is a batch of ``S``-sided volumes.
     """
 
     def __init__(
@@ -52,7 +53,9 @@ class MemoryRunner:
         if "--accum" in spec.args:
             accum = int(spec.args[spec.args.index("--accum") + 1])
         bf16 = any(f.id == "bf16_autocast" for f in spec.fixes)
-        peak = (300 + 64 * factor) * 2**20
+        own_size = next((o.value for o in self.options if o.name == "patch_size"), None)
+        size = int(spec.args[spec.args.index("--patch-size") + 1]) if "--patch-size" in spec.args else own_size
+        peak = (300 + 64 * factor + (size or 0)) * 2**20
         if self.budget is not None and peak > self.budget:
             return RunCapture(run_dir=str(spec.out_dir), status="crashed",
                               error=ScriptError(type=OUT_OF_MEMORY, message="over the memory budget"))
@@ -62,7 +65,9 @@ class MemoryRunner:
             if f.id == COUNT_FLOPS and self.flops:
                 path = Path(f.params["path"])
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps({"flops": FLOPS_PER_SAMPLE * samples, "step": f.params["step"]}))
+                shape = [8 * factor, 1, size, size, size] if size else [8 * factor, 4]
+                path.write_text(json.dumps({"flops": FLOPS_PER_SAMPLE * samples, "step": f.params["step"],
+                                            "input_shape": shape, "input_integer": False}))
         return RunCapture(
             run_dir=str(spec.out_dir), status="stopped", step_source="optimizer", wall_s=1.0,
             dataloaders=(DataLoaderInfo(batch_size=8 * factor),), peak_memory_bytes=peak, memory_kind="rss",

@@ -47,7 +47,7 @@ def test_cells_over_the_memory_budget_are_marked_out_of_memory_and_not_run_again
         text = render(table)
         assert "out_of_memory" in text, fmt
     data = json.loads(RENDERERS["json"](table))
-    assert data["recommended"] == {"batch_size": 32, "precision": "bf16", "accumulation": 1}
+    assert data["recommended"] == {"batch_size": 32, "precision": "bf16", "accumulation": 1, "size": None}
     assert "★" in RENDERERS["text"](table)
 
 
@@ -77,4 +77,4 @@ def test_a_real_sweep_marks_the_cells_over_the_memory_budget(tmp_path):
     status = {r["cell"]["batch_size"]: r["status"] for r in data["results"]}
     assert status == {8: "ok", 512: "out_of_memory"}
     assert (out / "sweep.json").is_file()
-    assert data["recommended"] == {"batch_size": 8, "precision": "fp32", "accumulation": 1}
+    assert data["recommended"] == {"batch_size": 8, "precision": "fp32", "accumulation": 1, "size": None}

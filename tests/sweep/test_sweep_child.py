@@ -7,12 +7,13 @@ import json
 import pytest
 import torch
 from torch import nn
+from torch.nn.modules import module as module_module
 from torch.optim import optimizer as optimizer_module
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from advisor.capture.model import FixRequest, NoteState
 from advisor.fixes import runtime
-from advisor.sweep import child
+from advisor.sweep import child, spatial
 
 
 @pytest.fixture(autouse=True)
@@ -87,11 +88,34 @@ def test_the_flop_count_covers_exactly_one_optimizer_step(tmp_path):
     model = nn.Linear(16, 32)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     hooks_before = len(optimizer_module._global_optimizer_post_hooks)
+    pre_hooks_before = len(module_module._global_forward_pre_hooks)
     for x in [torch.randn(8, 16) for _ in range(5)]:
         opt.zero_grad()
         model(x).sum().backward()
         opt.step()
     data = json.loads(path.read_text())
     # forward 2*B*in*out, and as much for the weight gradient (the input needs none): one step, not five
-    assert data == {"flops": 4 * 8 * 16 * 32, "step": 3}
+    # and the model's input of that step: what the input-size axis counts elements from
+    assert data == {"flops": 4 * 8 * 16 * 32, "step": 3, "input_shape": [8, 16], "input_integer": False}
+    assert len(module_module._global_forward_pre_hooks) == pre_hooks_before  # the input hook removed itself
     assert len(optimizer_module._global_optimizer_post_hooks) == hooks_before - 1  # the hook removed itself
+
+
+def test_monai_crops_are_resized_at_run_time_for_the_size_axis():
+    from monai.transforms import CenterSpatialCrop, RandCropByPosNegLabeld, RandSpatialCropd
+    from monai.transforms.croppad import array
+
+    original = array.RandSpatialCrop.__init__
+    notes = child.install([FixRequest(spatial.SPATIAL_SIZE, {"size": 24})])
+    assert notes[spatial.SPATIAL_SIZE].state is NoteState.SKIPPED  # nothing built yet
+    crop = RandSpatialCropd(keys=("image",), roi_size=(16, 16, 16), random_size=False)
+    whole_depth = CenterSpatialCrop(roi_size=(16, 16, -1))  # -1: the whole axis, kept
+    pos_neg = RandCropByPosNegLabeld(keys=("image",), label_key="label", spatial_size=[8, 8, 8])
+    assert crop.cropper.roi_size == (24, 24, 24) and whole_depth.roi_size == (24, 24, -1)
+    assert tuple(pos_neg.cropper.spatial_size) == (24, 24, 24)
+    out = crop({"image": torch.rand(1, 32, 32, 32)})["image"]
+    assert tuple(out.shape) == (1, 24, 24, 24)
+    note = notes[spatial.SPATIAL_SIZE]
+    assert note.state is NoteState.APPLIED and "RandSpatialCrop roi_size (16, 16, 16) -> (24, 24, 24)" in note.detail
+    runtime.uninstall()
+    assert array.RandSpatialCrop.__init__ is original

@@ -85,3 +85,27 @@ def test_a_stopped_sweep_keeps_its_finished_cells(tmp_path: Path, sig: int) -> N
     ran = [r for r in final["results"] if r["repeats"] >= 1]
     assert ran and all(r["status"] == "ok" and r["samples_per_s"] > 0 for r in ran)
     assert survivors_after(run_dir) == [], "a process of the run outlived advisor"
+
+
+def test_a_monai_unet_sweep_over_three_patch_sizes_fills_the_table(tmp_path: Path) -> None:
+    script = REPO / "tests" / "scripts" / "monai_patch.py"
+    out = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "advisor", "sweep", "--batch-sizes", "2", "--sizes", "16,24,32", "--precisions", "fp32",
+         "--repeats", "1", "--warmup", "3", "--steps", "4", "--out", str(out), "--format", "json", "-q", str(script)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=GIVE_UP_S,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["size_option"] == "--patch-size" and data["script_size"] == 16
+    rows = {r["cell"]["size"]: r for r in data["results"]}
+    assert sorted(rows) == [16, 24, 32] and {r["status"] for r in rows.values()} == {"ok"}, rows
+    for size, r in rows.items():
+        # the model's input is (batch, channel, patch, patch, patch): the crop follows --patch-size
+        assert r["element_unit"] == "voxel" and r["elements_per_sample"] == size**3
+        assert r["samples_per_s"] > 0 and r["elements_per_s"] == pytest.approx(size**3 * r["samples_per_s"])
+        assert r["peak_memory_bytes"] > 0 and r["tflops"] > 0
+    # a convolution's FLOPs grow with the voxels it sees: 8x from a 16- to a 32-voxel side
+    assert rows[32]["flops_per_sample"] / rows[16]["flops_per_sample"] == pytest.approx(8.0, rel=0.05)
+    cell_run = json.loads((out / "trials" / "size24-bs2-fp32-1" / "capture.json").read_text())
+    assert cell_run["args"][-2:] == ["--patch-size", "24"]

@@ -29,9 +29,10 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
+from advisor.capture.model import RunSpec
 from advisor.capture.vocab import StepSource
 from advisor.fixes.diff_plan import DiffPlan, EditScope
-from advisor.fixes.fix import SAFE, Fix, FixContext, Objective
+from advisor.fixes.fix import SAFE, Fix, FixContext, Objective, VariantPlan, peak_note, peak_params
 
 MANUAL = (
     "activation_checkpointing: call each repeated block through "
@@ -46,6 +47,11 @@ def check(ctx: FixContext) -> str | None:
     if ctx.step_source == StepSource.DATALOADER:
         return "the loop runs no optimizer step: without a backward pass there are no activations to recompute"
     return None
+
+
+def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
+    """One run; it carries where the diagnosed peak is allocated, for the diff's note."""
+    return [VariantPlan(peak_params(ctx))]
 
 
 def install(state: Any, params: dict[str, Any]) -> None:
@@ -142,8 +148,11 @@ class CheckpointLoops:
 
 
 def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
-    """Checkpoint the calls in loops over a block list (``x = checkpoint(layer, x, ...)``)."""
+    """Checkpoint the calls in loops over a block list (``x = checkpoint(layer, x, ...)``); say which block holds the peak."""
     plan.edits.append(CheckpointLoops())
+    note = peak_note("activation_checkpointing", params)
+    if note is not None:
+        plan.manual.append(f"{note}: checkpoint the block named there first (it frees at most that share)")
 
 
 FIX = Fix(
@@ -160,6 +169,7 @@ FIX = Fix(
         "falls by 5% or more with loss parity, the speed it costs reported beside the memory saved"
     ),
     check=check,
+    variants=variants,
     objective=Objective.MEMORY,
     install=install,
     on_model=on_model,

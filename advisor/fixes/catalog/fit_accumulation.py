@@ -40,6 +40,8 @@ from advisor.fixes.fix import (
     ladder_steps,
     loader_batch_size,
     needs_loader,
+    peak_note,
+    peak_params,
 )
 
 SPLITS: tuple[int, ...] = (2, 4, 8)
@@ -81,7 +83,7 @@ def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[Vari
     batch = ctx.batch_size or 0
     out = []
     for k in ladder(batch):
-        params = {"k": k, "micro_batch": batch // k}
+        params = {"k": k, "micro_batch": batch // k, **peak_params(ctx)}
         out.append(VariantPlan(params, step_overrides(params, spec, ctx, step_ms)))
     return out
 
@@ -139,6 +141,9 @@ def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
         f"zero_grad() once every {k} micro-batches (and a scheduler stepped per iteration with them): "
         f"the effective batch stays the same at about 1/{k} of the activation memory"
     )
+    note = peak_note("fit_accumulation", params)
+    if note is not None:
+        plan.manual.append(f"{note}: what grows with the micro-batch shrinks about {k}-fold")
 
 
 FIX = Fix(

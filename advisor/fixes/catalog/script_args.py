@@ -38,6 +38,14 @@ BATCH_NAMES = frozenset({
 })
 """Normalised names of per-micro-batch batch-size options."""
 
+SIZE_NAMES: tuple[str, ...] = (
+    "patchsize", "roisize", "roi", "cropsize", "spatialsize", "imagesize", "imgsize", "inputsize", "resolution",
+    "seqlen", "seqlength", "sequencelength", "maxseqlen", "contextlength", "ctxlen", "blocksize", "size",
+)
+"""Normalised names of input-size options (a patch's or image's side, a sequence's length), most
+specific first: a script with ``--size`` (its stored volumes) and ``--roi`` (the crop the model
+sees) has its ``--roi`` swept."""
+
 MAX_FUSED_BATCH = 4096
 """A fused batch larger than this is not tried (memory; accumulation may be there to save it)."""
 
@@ -53,6 +61,13 @@ def knob(ctx: FixContext, names: frozenset[str]) -> ScriptOption | None:
         if normalise(option.name) in names and type(option.value) is int and option.action == "store":
             return option
     return None
+
+
+def first_knob(ctx: FixContext, names: tuple[str, ...]) -> ScriptOption | None:
+    """Return the script's integer option whose name comes first in ``names``, or None."""
+    found = {normalise(o.name): o for o in ctx.script_config.options
+             if type(o.value) is int and o.action == "store" and normalise(o.name) in names}
+    return next((found[n] for n in names if n in found), None)
 
 
 def accumulation_knobs(ctx: FixContext) -> tuple[ScriptOption, ScriptOption] | str:

@@ -67,6 +67,9 @@ class LoopOptions:
             on it cannot reach ``min_effect`` is skipped unrun (:mod:`advisor.fixes.bounds`).
         impacts: Fix id -> the largest recoverable share its findings claim (orders the fixes
             under a budget when the fix declares no categories).
+        peak_at / peak_activation_frac: Where the diagnosed peak memory is allocated and the
+            activations' share of it (the memory finding's locations and evidence); the memory
+            fixes' diff notes name them (:func:`~advisor.fixes.fix.peak_note`).
         budget_s: Seconds the whole loop may take (``--budget``): fixes are measured largest
             possible gain first, and those the remaining time cannot pay for are not tried
             (skipped, saying so); a measurement stops early once every trial has its minimum
@@ -97,6 +100,8 @@ class LoopOptions:
     checkpoint: Callable[[FixOutcome], None] | None = None
     breakdown: Mapping[str, float] | None = None
     impacts: Mapping[str, float] | None = None
+    peak_at: tuple[str, ...] = ()
+    peak_activation_frac: float | None = None
     budget_s: float | None = None
     early_stop: bool = True
     settle_warmup: bool = True
