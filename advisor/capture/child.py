@@ -182,12 +182,14 @@ class ChildSession:
             "pstats_file": self.results["pstats_file"],
             "dataloaders": list(self.hooks.dataloaders) if self.hooks is not None else [],
             "script_config": self.script_config.config(),
-            "notes": [*self.notes, *rec.notes],
+            "notes": [*self.notes, *rec.notes, *rec.between.notes],
             "phase": rec.phase,
             "finished": finished,
             "pid": os.getpid(),
             "wall_s": round(time.perf_counter() - self.t0, 4),
             "module_names": dict(namer.names) if namer is not None else {},
+            "between_steps": rec.between.records(),
+            "run_hints": dict(rec.between.hints),
         }
         if finished:
             peak, kind = peak_memory()

@@ -87,19 +87,37 @@ class UserFrames:
             frame: Any = sys._getframe(depth)
         except ValueError:
             return None
-        user = self._user
         while frame is not None:
             code = frame.f_code
-            known = user.get(code)
-            if known is None:
-                name = code.co_filename
-                known = user[code] = not name.startswith("<") and self.policy.is_user_file(
-                    os.path.abspath(name)
-                )
-            if known:
+            if self._is_user(code):
                 return code.co_filename, frame.f_lineno, code.co_name
             frame = frame.f_back
         return None
+
+    def _is_user(self, code: Any) -> bool:
+        known = self._user.get(code)
+        if known is None:
+            name = code.co_filename
+            known = self._user[code] = not name.startswith("<") and self.policy.is_user_file(os.path.abspath(name))
+        return known
+
+
+    def stack(self, depth: int = 2, limit: int = 16) -> tuple[tuple[Any, ...], list[Any]]:
+        """Return the user's frames above the caller's caller, outermost first, and the frame objects.
+
+        Each as (file, function, first line, current line); at most ``limit`` of the innermost.
+        """
+        try:
+            frame: Any = sys._getframe(depth)
+        except ValueError:
+            return (), []
+        found: list[Any] = []
+        while frame is not None and len(found) < limit:
+            if self._is_user(frame.f_code):
+                found.append(frame)
+            frame = frame.f_back
+        found.reverse()
+        return tuple((f.f_code.co_filename, f.f_code.co_name, f.f_code.co_firstlineno, f.f_lineno) for f in found), found
 
 
 def user_frame(frames: UserFrames) -> tuple[str | None, int | None]:
@@ -164,6 +182,8 @@ class TorchHooks:
         def post_step(opt: Any, _args: Any, _kwargs: Any) -> None:
             in_step[0] = max(0, in_step[0] - 1)
             if in_step[0] == 0 and threading.get_ident() == main:
+                if rec.between.loop is None:
+                    self._note_loop()
                 self._narrow_module_hooks()
                 rec.optimizer_step(id(opt))
 
@@ -205,7 +225,12 @@ class TorchHooks:
         )
 
         depth = [0]
+        started = [0.0]  # the clock at the start of the outermost module call in progress
         outermost: dict[int, Any] = {}  # id -> weakref of the outermost modules seen
+        clock = rec.clock
+
+        def user_stack() -> tuple[Any, ...]:
+            return self.frames.stack(depth=1)[0]
 
         def samples_of(args: Any, kwargs: Any) -> int | None:
             samples = count_samples(args) if args else None
@@ -215,7 +240,12 @@ class TorchHooks:
 
         def pre_forward(_module: Any, _args: Any) -> None:
             if not is_compiling() and threading.get_ident() == main:
+                if depth[0] == 0:
+                    started[0] = clock()
                 depth[0] += 1
+
+        def on_module_start(_module: Any, _args: Any) -> None:
+            started[0] = clock()
 
         def post_forward(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
             if is_compiling() or threading.get_ident() != main:
@@ -225,13 +255,13 @@ class TorchHooks:
                 if len(outermost) < _MAX_OUTERMOST:
                     outermost.setdefault(id(module), weakref.ref(module))
                 rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
-                                grad=torch.is_grad_enabled())
+                                grad=torch.is_grad_enabled(), started=started[0], stack=user_stack)
                 narrow_module_hooks()
 
         def on_module(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
             if not is_compiling() and threading.get_ident() == main:
                 rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
-                                grad=torch.is_grad_enabled())
+                                grad=torch.is_grad_enabled(), started=started[0], stack=user_stack)
 
         module_handles = [
             register_module_forward_pre_hook(pre_forward),
@@ -255,6 +285,7 @@ class TorchHooks:
                     instance_handles.append(
                         module.register_forward_hook(on_module, with_kwargs=True, always_call=True)
                     )
+                    instance_handles.append(module.register_forward_pre_hook(on_module_start))
 
         self._narrow_module_hooks = narrow_module_hooks
 
@@ -300,6 +331,18 @@ class TorchHooks:
 
         advisor._step_callback = rec.marker
         self._undo.append(lambda: setattr(advisor, "_step_callback", None))
+
+    def _note_loop(self) -> None:
+        """Record the training loop's frames and the run's length and periods it names (first optimizer step)."""
+        from advisor.capture.between import run_hints
+
+        try:
+            stack, frames = self.frames.stack(depth=1)
+            self.recorder.between.loop = tuple(f[:3] for f in stack)
+            # NOTE: inner frames first (a function's own max_steps over a module global).
+            self.recorder.between.hints = run_hints([f.f_locals for f in reversed(frames)])
+        except Exception:  # noqa: BLE001 - naming the loop must never break the user's step
+            self.recorder.between.loop = ()
 
     def _patch(self, owner: Any, name: str, value: Any) -> None:
         original = owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name)

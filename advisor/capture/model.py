@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor._serde import check_types, dump_json, from_dict
+from advisor.capture.between import BetweenWork
 from advisor.capture.records import (
     DataLoaderInfo,
     Environment,
@@ -208,6 +209,10 @@ class RunCapture:
             metrics read it as the device's memory, the limit the run has.
         module_names: torch.profiler's module labels (``Conv2d_5``) -> the model's qualified
             names (``layers.1.short.0``), from the profiled window (:mod:`advisor.capture.module_names`).
+        between_steps: Evaluation and sampling between training steps, one record per
+            occurrence (:mod:`advisor.capture.between`).
+        run_hints: Integers the training loop names like its length or a period
+            (``max_iters``, ``eval_interval``), read from its frames at its first optimizer step.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -248,6 +253,8 @@ class RunCapture:
     start: StartKind = StartKind.COLD
     memory_budget_bytes: int | None = None
     module_names: dict[str, str] = field(default_factory=dict)
+    between_steps: tuple[BetweenWork, ...] = ()
+    run_hints: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

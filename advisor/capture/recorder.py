@@ -8,9 +8,8 @@ Profilers are driven through the small :class:`~advisor.capture.phases.ProfilerC
 protocol, so this module is tested with a fake clock and fake profilers, no torch and no
 subprocess.
 
-The step source policy (which events end a step, and which source wins) is described in
-:mod:`advisor.capture.phases`, next to the precedence it uses; the steadiness test that may
-extend the timed window in :mod:`advisor.capture.timeline`.
+The step source policy is described in :mod:`advisor.capture.phases`, the steadiness test
+that may extend the timed window in :mod:`advisor.capture.timeline`.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor._steady import steady_rate
+from advisor.capture.between import BetweenSteps
 from advisor.capture.model import Phase, TimedPhase
 from advisor.capture.phases import (
     ACCUMULATION_GRACE,
@@ -52,8 +52,7 @@ class StepRecorder:
         start_time: Clock value at the child's start (time to first step is measured from it).
         on_step: Called after every boundary with the recorder (progress events).
         on_phase: Called after every phase change with the recorder (partial results on disk).
-        graph_count: Graphs ``torch.compile`` compiled so far in this process (dynamo's
-            counter; None: not counted), read for ``TimedPhase.compiles``.
+        graph_count: Graphs ``torch.compile`` compiled so far (None: not counted), for ``TimedPhase.compiles``.
         record_loss_steps: Record the loss of this many first steps.
     """
 
@@ -103,6 +102,7 @@ class StepRecorder:
     _asked_timed: int | None = None  # phases.timed before a min_timed_s extension
     _settle_target: int = 0  # timed steps the window held when it first was complete
     _compiles: CompileWindow = field(default_factory=CompileWindow)
+    between: BetweenSteps = field(default_factory=BetweenSteps)  # evaluation between steps (capture.between)
 
     # ----- events from the hooks -------------------------------------------------------------
 
@@ -161,11 +161,12 @@ class StepRecorder:
     def module_keys_needed(self) -> frozenset[int] | None:
         """Return the modules whose calls still matter, or None while that is not known yet.
 
-        Under a better source only the lead module's inputs count samples (none once a DataLoader
-        counts them); under the module source, the lead and the module that closes the cycle.
+        Under a better source the lead module's inputs count samples (unless a DataLoader counts
+        them) and its grad-disabled calls are evaluation to time (with an optimizer); under the
+        module source, the lead and the module that closes the cycle.
         """
         if PRECEDENCE.get(self.source or "", -1) >= PRECEDENCE[SOURCE_BACKWARD]:
-            if self._batches_seen or self._lead_module is None:
+            if (self._batches_seen and not self._optimizer_created) or self._lead_module is None:
                 return frozenset()
             return frozenset({self._lead_module})
         if self.source == SOURCE_MODULE and self._modules.closer is not None:
@@ -179,13 +180,17 @@ class StepRecorder:
         """Whether grad-disabled work is evaluation in a training script (see :mod:`~advisor.capture.phases`)."""
         return not grad and self._optimizer_created
 
-    def module_call(self, key: int, samples: int | None, in_optimizer_step: bool = False, grad: bool = True) -> None:
+    def module_call(self, key: int, samples: int | None, in_optimizer_step: bool = False, grad: bool = True,
+                    started: float | None = None, stack: Callable[[], Any] | None = None) -> None:
         """Handle the end of an outermost ``nn.Module`` call (``key``: the module) of ``samples``.
 
         Inside an optimizer step (an LBFGS closure re-running the model on the same batch) a
-        call is no boundary, and only the step's first call counts samples; nor is evaluation.
+        call is no boundary, and only the step's first call counts samples; nor is evaluation
+        (``started``, ``stack``: kept as work between steps, :mod:`advisor.capture.between`).
         """
         if self._evaluating(grad):
+            self.between.call(self.steps_seen, started, self.clock(), stack() if stack else (),
+                              profiled=self.open_window is not None)
             return
         now = self.clock()
         if self._lead_module is None:
@@ -270,10 +275,8 @@ class StepRecorder:
 
     def timed_phase(self) -> TimedPhase:
         """Return the timed phase's measurements so far."""
-        times = tuple(self.step_times_ms)
-        samples = tuple(self.step_samples)
-        # NOTE: the rates are over the window's steady part: steps still warming up at its
-        # start (see _settling) are kept in step_times_ms but not timed.
+        times, samples = tuple(self.step_times_ms), tuple(self.step_samples)
+        # NOTE: rates over the window's steady part: steps still warming up (_settling) are not timed.
         samples_per_s, steps_per_s = steady_rate(times, samples)
         return TimedPhase(
             step_times_ms=times,
@@ -364,7 +367,12 @@ class StepRecorder:
         # start), so timed steps measure the script, not advisor.
         self._step_start = self.clock()
         if self.stop_requested and not self.phases.full:
-            raise StopScript()
+            # NOTE: work between steps seen once is timed again, unprofiled (BetweenSteps.runs_on),
+            # by a profiled one-process capture only: fix trials and a job's ranks stop on time.
+            if not (self.phases.profiled and self.phases.settle and self.between.runs_on(self.steps_seen, self.clock())):
+                raise StopScript()
+            if self.open_window is not None:
+                self._close_window(export=True)
 
     def _advance(self) -> None:
         """Move to the next phase(s) when the current one has its steps."""
@@ -375,21 +383,11 @@ class StepRecorder:
             if control is not None:
                 control.step()
             return
-        if (
-            self.phase == Phase.TIMED
-            and p.min_timed_s > 0
-            and self.steps >= ends[Phase.TIMED]
-            and self._timed_ms < p.min_timed_s * 1000.0
-        ):
-            # NOTE: the window is too short to time (sub-millisecond steps): one more timed step.
-            # The later phases' ends move with it, as they are counted from p.timed.
-            if self._asked_timed is None:
-                self._asked_timed = p.timed
-            p.timed = self.steps - p.warmup + 1
-            return
-        if self.phase == Phase.TIMED and self.steps >= ends[Phase.TIMED] and self._settling():
-            # NOTE: the window's first steps were still warming up: time more steps, so the
-            # steady part holds as many as were asked (bounded by _settling).
+        too_short = p.min_timed_s > 0 and self._timed_ms < p.min_timed_s * 1000.0
+        if self.phase == Phase.TIMED and self.steps >= ends[Phase.TIMED] and (too_short or self._settling()):
+            # NOTE: one more timed step: the window is too short to time (sub-millisecond steps), or
+            # its first steps were still warming up and the steady part must hold as many as were
+            # asked (bounded by _settling). The later phases' ends move with it (counted from p.timed).
             if self._asked_timed is None:
                 self._asked_timed = p.timed
             p.timed = self.steps - p.warmup + 1
@@ -481,15 +479,12 @@ class StepRecorder:
                 discard()
         self.steps = 0
         self.counts = {}
-        self.step_times_ms.clear()
-        self.warmup_times_ms.clear()
+        for kept in (self.step_times_ms, self.warmup_times_ms, self.step_samples, self.step_batches, self.step_backwards):
+            kept.clear()
         self._timed_ms = 0.0
         if self._asked_timed is not None:  # undo a min_timed_s extension: timing starts over
             self.phases.timed = self._asked_timed
         self._settle_target = 0
-        self.step_samples.clear()
-        self.step_batches.clear()
-        self.step_backwards.clear()
         self._set_phase(Phase.WARMUP)
 
     def _set_phase(self, phase: str) -> None:

@@ -59,6 +59,7 @@ class LocationKind(Vocab):
     HOST = "host"  # GPU idle in other host work (advisor.metrics.idle)
     MISALIGNED = "misaligned"  # a tensor-core-unfriendly GEMM (advisor.metrics.tensorcore)
     MEMORY = "memory"  # a line holding memory live at the peak (advisor.metrics.memory_lines)
+    PERIODIC = "periodic"  # work between steps every N steps (advisor.metrics.periodic)
 
 
 CATEGORIES: tuple[str, ...] = Category.values()

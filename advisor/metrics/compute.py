@@ -44,6 +44,7 @@ from advisor.metrics.memory_lines import peak_locations
 from advisor.metrics.model import Metrics
 from advisor.metrics.modules import with_model_names
 from advisor.metrics.peak_share import peak_share, peak_share_metrics
+from advisor.metrics.periodic import periodic_locations, periodic_metrics, periodic_notes
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
 from advisor.metrics.sources import finish_locations
 from advisor.metrics.steps import analyze_trace
@@ -169,7 +170,7 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     out["gpu_util_frac"] = finite(capture.gpu.mean_util_frac)
     out["cpu_util_frac"] = finite(capture.cpu.mean_util_frac)
     out["time_to_first_step_s"] = finite(timed.time_to_first_step_s)
-    out.update(contention_metrics(capture))
+    out.update(contention_metrics(capture), **periodic_metrics(capture))
     if summary.get("peak_memory_bytes") is None:
         out["peak_memory_bytes"] = finite(capture.peak_memory_bytes)
     if summary.get("device_memory_bytes") is None:
@@ -213,7 +214,9 @@ def _capture_only(capture: RunCapture, source: str) -> Metrics:
         summary=summary,
         steps=pd.DataFrame(columns=["rank", "step", "start_us", "end_us"]),
         ranks=pd.DataFrame(columns=["rank", "step_count", "step_time_ms"]),
-        notes=("no profiler trace in this run: only the capture's timings and settings were analysed",),
+        locations=tuple(periodic_locations(capture)),
+        notes=("no profiler trace in this run: only the capture's timings and settings were analysed",
+               *periodic_notes(capture)),
     )
 
 
@@ -357,9 +360,8 @@ def merge_digests(
             f"source locations, time tables and top kernels are rank {shown.rank}'s, the straggler: "
             f"the job runs at its pace (rank {digests[0].rank}'s are in its own trace)"
         )
-    locations = [*locations, *views.locations]
-    notes.extend(loc_notes)
-    notes.extend(views.notes)
+    locations = [*locations, *views.locations, *periodic_locations(capture)]
+    notes.extend([*loc_notes, *views.notes, *periodic_notes(capture)])
     for key, value in views.run.items():
         if summary.get(key) is None:
             summary[key] = value

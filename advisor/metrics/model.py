@@ -26,13 +26,15 @@ class SourceLocation:
             ``preprocess`` and ``host`` (GPU idle while that function ran, see
             :mod:`advisor.metrics.idle`), ``misaligned`` (a tensor-core-unfriendly GEMM shape),
             ``memory`` (a line whose allocations are live at the peak; its ``count`` is their
-            share of the peak, :mod:`advisor.metrics.memory_lines`).
+            share of the peak, :mod:`advisor.metrics.memory_lines`), ``periodic`` (work between
+            steps every N steps, :mod:`advisor.metrics.periodic`).
         file: Source file as recorded (absolute or as the profiler saw it).
         line: Line number.
         function: Function name when known.
         count: Occurrences per step (or calls in the pstats window).
         time_ms: Time attributed to it per step, when known.
-        source: Where the location came from: ``trace`` (profiler Python stacks) or ``pstats``.
+        source: Where the location came from: ``trace`` (profiler Python stacks), ``pstats``
+            or ``capture`` (the capture's own hooks).
     """
 
     kind: str

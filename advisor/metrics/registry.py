@@ -147,6 +147,14 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("dataloader_persistent_workers_flag", "flag", "run", "persistent_workers of the main DataLoader"),
     MetricSpec("iterable_dataset_flag", "flag", "run", "1 when the main DataLoader wraps an IterableDataset"),
     MetricSpec("time_to_first_step_s", "s", "run", "Script start to the end of its first step"),
+    # the whole run: start-up, work between steps, projection (advisor.metrics.periodic)
+    MetricSpec("startup_s", "s", "run", "Start-up before the first step: interpreter, imports, data and model set-up (not the evaluation before it)"),
+    MetricSpec("projected_run_s", "s", "run", "Projected wall time of the whole run: start-up + steps x steady step + periodic work"),
+    MetricSpec("projected_steps_count", "count", "run", "Steps of the whole run (the script's max_iters-like variable, or the steps of a run to its end)"),
+    MetricSpec("periodic_work_frac", "frac", "run", "Share of the projected run spent in work between steps (evaluation, sampling); of the steady training when the run's length is unknown"),
+    MetricSpec("periodic_work_s", "s", "run", "One occurrence of the costliest periodic work between steps"),
+    MetricSpec("periodic_period_steps", "count", "run", "Steps between two occurrences of the costliest periodic work"),
+    MetricSpec("periodic_occurrences_count", "count", "run", "Occurrences of the costliest periodic work over the projected run"),
     # threads against cores, and other work on the machine (advisor.metrics.contention)
     MetricSpec("load_avg", "load", "run", "Mean 1-minute load average of the machine during the capture"),
     MetricSpec("other_cpu_util_frac", "frac", "run", "Share of the machine's CPU time used by processes outside the run during the capture"),

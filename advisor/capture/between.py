@@ -1,0 +1,195 @@
+"""Work between training steps: evaluation and sampling, timed and named by the user's function.
+
+A training loop that evaluates every N iterations (nanoGPT's ``estimate_loss``, a Trainer's
+eval step) or samples text every N iterations spends that time between two optimizer steps,
+with grad disabled. The recorder ignores those model calls as steps
+(:mod:`advisor.capture.phases`); this module keeps them as *occurrences*: which of the user's
+functions ran them, after how many training steps, and for how long. The metrics stage projects
+the whole run from them (:mod:`advisor.metrics.periodic`).
+
+Torch-free: the hooks hand in clock values and the user's stack as plain tuples, so the
+tracker is tested with a fake clock.
+
+* An occurrence runs from the start of its first model call to the end of its last; the model
+  calls of one function between the same two steps are one occurrence.
+* The function named is the one the training loop called: the user's frames at the first
+  optimizer step (the loop) and at the evaluation share a prefix, and the evaluation frame
+  just below it is the function (``estimate_loss``); evaluation written inline in the loop
+  names the loop itself.
+* The loop's frames also give the run's length and periods where the script names them in
+  variables (``max_iters``, ``eval_interval``): :func:`run_hints`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Frame = tuple[str, str, int]
+"""A user frame: (file, function, the function's first line)."""
+
+MAX_OCCURRENCES = 500
+"""Occurrences kept per run (an evaluation every step of a --full run would be many)."""
+
+_LENGTH = re.compile(r"^(?:(?:max|num|n|total|train)_?)?(?:iters|iterations|steps|train_steps|train_iters)$")
+_PERIOD = re.compile(
+    r"^(?:eval|val|valid|validation|sample|sampling|generate|save|checkpoint|ckpt|log)_?"
+    r"(?:interval|every|freq|frequency|period|steps_interval)$"
+)
+
+
+_HINT_WORDS = (
+    (("sample", "generat"), ("sample", "generate")),
+    (("save", "checkpoint", "ckpt"), ("save", "checkpoint", "ckpt")),
+    ((), ("eval", "val", "valid", "validation")),
+)
+"""Which period variables a function's name claims: a sampling function the sample/generate
+ones, a checkpoint function the save ones, any other function the evaluation ones."""
+
+RUN_ON_S = 30.0
+"""A capture whose window saw one occurrence runs on, unprofiled, at most this long for the next."""
+
+
+@dataclass(frozen=True)
+class BetweenWork:
+    """One occurrence of grad-disabled model work between two training steps.
+
+    Attributes:
+        function: The user's function the training loop called for it (``estimate_loss``).
+        file: Its file; line: its ``def`` line (the loop's current line for inline work).
+        step: Training steps completed before it ran (0: before the first step).
+        seconds: From the start of its first model call to the end of its last.
+        calls: Model calls in it.
+        profiled: True when a profiler recorded meanwhile (its time is inflated).
+    """
+
+    function: str
+    file: str = ""
+    line: int = 0
+    step: int = 0
+    seconds: float = 0.0
+    calls: int = 0
+    profiled: bool = False
+
+
+@dataclass
+class BetweenSteps:
+    """Collects occurrences from the recorder's grad-disabled model calls (see the module docstring)."""
+
+    loop: tuple[Frame, ...] | None = None  # the user's frames at the first optimizer step, outermost first
+    hints: dict[str, int] = field(default_factory=dict)
+    _spans: list[list[Any]] = field(default_factory=list)  # [step, stack, start, end, calls, profiled, line]
+    notes: list[str] = field(default_factory=list)
+    _run_on: tuple[float, int, str] | None = None  # (clock, steps) when the run went on past its phases, and why
+
+    def call(self, step: int, start: float | None, end: float, stack: Sequence[tuple[str, str, int, int]],
+             profiled: bool = False) -> None:
+        """Add a grad-disabled model call that ran from ``start`` to ``end`` after ``step`` steps.
+
+        ``stack`` holds the user's frames, outermost first, as (file, function, first line,
+        current line).
+        """
+        key = tuple(f[:3] for f in stack)
+        last = self._spans[-1] if self._spans else None
+        if last is not None and last[0] == step and last[1] == key:
+            last[3], last[4], last[5] = end, last[4] + 1, last[5] or profiled
+            return
+        if len(self._spans) >= MAX_OCCURRENCES:
+            return
+        line = stack[len(_common(key, self.loop or ())) - 1][3] if stack else 0
+        self._spans.append([step, key, end if start is None else start, end, 1, profiled, line])
+
+    def runs_on(self, steps: int, now: float) -> bool:
+        """Whether a capture done measuring should run on to time the next occurrence of its one occurrence.
+
+        Only where the window saw a function once and the script names its period
+        (``eval_interval``): until that many steps after it, at most :data:`RUN_ON_S` seconds.
+        """
+        seen = {span[0] for span in self._spans}
+        if len(seen) != 1 or self.loop is None:
+            return self._ran_on(steps, now, done=True)
+        step = next(iter(seen))
+        function = attributed(self._spans[0][1], self.loop)[1]
+        period, name = period_hint(function, self.hints)
+        if period is None or steps > step + period:
+            return self._ran_on(steps, now, done=True)
+        if self._run_on is None:
+            self._run_on = (now, steps, f"{function} (every {period} steps by the script's {name})")
+        return self._ran_on(steps, now, done=now - self._run_on[0] > RUN_ON_S)
+
+    def _ran_on(self, steps: int, now: float, done: bool) -> bool:
+        """Say how far the run went on once it stops; return whether it goes on."""
+        if done and self._run_on is not None:
+            since, start, what = self._run_on
+            self.notes.append(f"the capture ran on {steps - start} steps ({now - since:.1f} s, at most "
+                              f"{RUN_ON_S:.0f} s) past its measurement to time a second occurrence of {what}")
+            self._run_on = None
+        return not done
+
+    def records(self) -> tuple[BetweenWork, ...]:
+        """Return the occurrences so far, each named by the function the loop called."""
+        out = []
+        for step, key, start, end, calls, profiled, line in self._spans:
+            file, function, first = attributed(key, self.loop)
+            out.append(BetweenWork(function=function, file=file, line=first if first else line, step=step,
+                                   seconds=round(max(0.0, end - start), 6), calls=calls, profiled=profiled))
+        return tuple(out)
+
+
+def _common(stack: tuple[Frame, ...], loop: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """Return the frames ``stack`` shares with the loop's, from the outermost (at least the outermost)."""
+    n = 0
+    while n < min(len(stack), len(loop)) and stack[n] == loop[n]:
+        n += 1
+    return stack[: max(n, 1)]
+
+
+def attributed(stack: tuple[Frame, ...], loop: tuple[Frame, ...] | None) -> tuple[str, str, int]:
+    """Return (file, function, first line) of the function the loop called; first line 0 for inline work.
+
+    Without a known loop (no optimizer step yet) the outermost frame is taken for the loop.
+    """
+    if not stack:
+        return "", "", 0
+    shared = len(_common(stack, loop or stack[:1]))
+    if shared < len(stack):
+        return stack[shared]
+    file, function, _first = stack[shared - 1]
+    return file, function, 0
+
+
+def run_hints(namespaces: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Positive integers named like a run length or a period (``max_iters``, ``eval_interval``).
+
+    Read from the loop's frames; a name bound in an inner frame wins over an outer one.
+    """
+    out: dict[str, int] = {}
+    for names in namespaces:
+        for name, value in list(names.items()):
+            if type(value) is int and value > 0 and name not in out and (_LENGTH.match(name) or _PERIOD.match(name)):
+                out[name] = value
+    return out
+
+
+def period_hint(function: str, hints: Mapping[str, int]) -> tuple[int | None, str]:
+    """Return the period the script's variables give ``function``, and the variable's name ((None, "") when none)."""
+    lowered = function.lower()
+    for claims, prefixes in _HINT_WORDS:
+        if claims and not any(w in lowered for w in claims):
+            continue
+        for name, value in hints.items():
+            if is_period(name) and name.split("_")[0] in prefixes:
+                return value, name
+    return None, ""
+
+
+def is_length(name: str) -> bool:
+    """Whether a hint's name reads as the run's length in steps."""
+    return _LENGTH.match(name) is not None
+
+
+def is_period(name: str) -> bool:
+    """Whether a hint's name reads as the period of some work between steps."""
+    return _PERIOD.match(name) is not None

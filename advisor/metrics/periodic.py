@@ -1,0 +1,204 @@
+"""The whole run, not only the median step: start-up, periodic work between steps, a projection.
+
+A capture stops after a few dozen steps, yet a training run also spends time before its first
+step (imports, data preparation, model build) and between steps every N iterations (evaluation,
+sampling: :mod:`advisor.capture.between`). This module projects the full run from what the
+capture measured:
+
+    projected = start-up + steps x steady step + sum over periodic functions of occurrences x cost
+
+* **Steady step**: the mean of the timed steps, without those over twice the median (a step
+  that holds an evaluation is periodic work, counted below, not step time).
+* **Periodic work**, per user function: its cost is the median of its occurrences measured
+  outside the profilers (a profiler inflates it), preferring those after the first step (the
+  iteration-0 one runs while the hooks still watch every module); its period is the distance
+  between two occurrences, or, where the window saw one only, the script's own variable
+  (``eval_interval``), and a note says so. Work every step is step time, not periodic.
+* **Length**: the steps of a run that went to its end, else the script's variable
+  (``max_iters``, an argparse ``--max-steps``). Without one, no projection: the periodic share
+  is then that of the steady training (one period's work over one period).
+* **Start-up**: the time to the end of the first step (and the interpreter's start), less that
+  step and the periodic work that ran before it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from advisor.capture.between import BetweenWork, is_length, period_hint
+from advisor.capture.model import RunCapture
+from advisor.capture.vocab import RunStatus
+from advisor.metrics.model import SourceLocation
+
+_OUTLIER = 2.0
+"""Timed steps over this many times the median hold work between steps: not steady step time."""
+
+@dataclass(frozen=True)
+class PeriodicFunction:
+    """One user function that runs between steps every ``period`` steps."""
+
+    function: str
+    file: str
+    line: int
+    cost_s: float
+    period: int | None
+    period_from: str  # "seen", or the script variable it was read from
+    occurrences: int | None  # over the whole run (None: its length is unknown)
+    measured: int  # occurrences the capture saw
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The whole run as projected from one capture (see the module docstring)."""
+
+    step_s: float | None = None
+    steps: int | None = None
+    steps_from: str = ""
+    startup_s: float | None = None
+    projected_s: float | None = None
+    functions: tuple[PeriodicFunction, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def periodic_s(self) -> float | None:
+        """Projected seconds of all periodic work over the run (None without a length)."""
+        if any(f.occurrences is None for f in self.functions):
+            return None
+        return sum(f.cost_s * (f.occurrences or 0) for f in self.functions)
+
+    def share(self) -> float | None:
+        """Share of the projected run in periodic work; of the steady training without a length."""
+        periodic = self.periodic_s
+        if self.projected_s and periodic is not None:
+            return periodic / self.projected_s
+        per_step = sum(f.cost_s / f.period for f in self.functions if f.period)
+        if not self.step_s or not per_step:
+            return None
+        return per_step / (per_step + self.step_s)
+
+    def top(self) -> PeriodicFunction | None:
+        """Return the costliest periodic function (per step of the run)."""
+        timed = [f for f in self.functions if f.period]
+        return max(timed, key=lambda f: f.cost_s / (f.period or 1), default=None)
+
+
+def steady_step_s(step_times_ms: Sequence[float]) -> float | None:
+    """Mean timed step in seconds, without the steps that held work between steps (over 2x the median)."""
+    times = [t for t in step_times_ms if t is not None and t > 0]
+    if not times:
+        return None
+    median = statistics.median(times)
+    kept = [t for t in times if t <= _OUTLIER * median]
+    return statistics.fmean(kept) / 1000.0
+
+
+def _hints(capture: RunCapture) -> dict[str, int]:
+    """Return the loop's named integers, then the script's argparse/configurator options (the loop's win)."""
+    out = dict(capture.run_hints)
+    for opt in capture.script_config.options:
+        if type(opt.value) is int and opt.value > 0:
+            out.setdefault(opt.name, opt.value)
+    return out
+
+
+def _length(capture: RunCapture, hints: dict[str, int]) -> tuple[int | None, str]:
+    if capture.status == RunStatus.COMPLETED and capture.steps_seen:
+        return capture.steps_seen, "the run went to its end"
+    name = next((n for n in hints if is_length(n)), None)
+    return (hints[name], name) if name else (None, "")
+
+
+def _cost(works: Sequence[BetweenWork]) -> float:
+    """Median seconds over the best-measured occurrences (unprofiled, after the first step)."""
+    for pick in (lambda w: not w.profiled and w.step > 0, lambda w: not w.profiled, lambda w: True):
+        chosen = [w.seconds for w in works if pick(w)]
+        if chosen:
+            return float(statistics.median(chosen))
+    return 0.0
+
+
+def _occurrences(first: int, period: int, steps: int) -> int:
+    """Occurrences at steps first, first + period, ... before ``steps``."""
+    return 0 if steps <= first else (steps - 1 - first) // period + 1
+
+
+def project(capture: RunCapture) -> Projection:
+    """Project the whole run from a capture (see the module docstring)."""
+    works = capture.between_steps
+    step_s = steady_step_s(capture.timed.step_times_ms)
+    hints = _hints(capture)
+    steps, steps_from = _length(capture, hints)
+    groups: dict[tuple[str, str, int], list[BetweenWork]] = {}
+    for w in works:
+        groups.setdefault((w.function, w.file, w.line), []).append(w)
+    functions, notes = [], []
+    for (function, file, line), group in groups.items():
+        seen = sorted({w.step for w in group})
+        gaps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
+        period, period_from = (min(gaps), "seen") if gaps else period_hint(function, hints)
+        if period is not None and period <= 1:
+            continue  # every step: part of the step time already
+        cost = _cost(group)
+        if not gaps:
+            notes.append(
+                f"{function} ran once in the captured window (after {seen[0]} steps, {cost:.2f} s); "
+                + (f"its period, {period} steps, is the script's {period_from}" if period
+                   else "its period is unknown (no second occurrence, no variable naming it)")
+            )
+        occurrences = _occurrences(seen[0], period, steps) if period and steps else None
+        functions.append(PeriodicFunction(function, file, line, cost, period, period_from, occurrences, len(group)))
+    startup = _startup(capture, step_s)
+    projection = Projection(step_s=step_s, steps=steps, steps_from=steps_from, startup_s=startup,
+                            functions=tuple(functions), notes=tuple(notes))
+    periodic = projection.periodic_s
+    if steps and step_s is not None and startup is not None and periodic is not None:
+        projected = startup + steps * step_s + periodic
+        projection = replace(projection, projected_s=projected)
+    elif functions and not steps:
+        notes.append("the run's length is unknown (no max_iters-like variable): the whole run is not projected")
+        projection = replace(projection, notes=tuple(notes))
+    return projection
+
+
+def _startup(capture: RunCapture, step_s: float | None) -> float | None:
+    first = capture.timed.time_to_first_step_s
+    if first is None or step_s is None:
+        return None
+    before = sum(w.seconds for w in capture.between_steps if w.step == 0)
+    process = float(capture.phases_s.get("process", 0.0) or 0.0)
+    return max(0.0, process + first - step_s - before)
+
+
+def periodic_metrics(capture: RunCapture) -> dict[str, float | None]:
+    """Return the run-scope metrics of the projection (names in :mod:`advisor.metrics.registry`)."""
+    p = project(capture)
+    top = p.top()
+    return {
+        "startup_s": p.startup_s,
+        "projected_run_s": p.projected_s,
+        "projected_steps_count": float(p.steps) if p.steps else None,
+        "periodic_work_frac": p.share(),
+        "periodic_work_s": top.cost_s if top else None,
+        "periodic_period_steps": float(top.period) if top and top.period else None,
+        "periodic_occurrences_count": float(top.occurrences) if top and top.occurrences is not None else None,
+    }
+
+
+def periodic_locations(capture: RunCapture | None) -> list[SourceLocation]:
+    """Return the periodic functions as ``periodic`` locations, per step: 1/period occurrences, cost/period ms."""
+    if capture is None or not capture.between_steps:
+        return []
+    p = project(capture)
+    return [
+        SourceLocation("periodic", f.file, f.line, f.function, count=1.0 / f.period,
+                       time_ms=f.cost_s * 1000.0 / f.period, source="capture")
+        for f in sorted(p.functions, key=lambda f: -(f.cost_s / (f.period or 1)))
+        if f.period and f.line > 0
+    ]
+
+
+def periodic_notes(capture: RunCapture | None) -> list[str]:
+    """Return what the projection could not see and how it filled it in."""
+    return list(project(capture).notes) if capture is not None and capture.between_steps else []

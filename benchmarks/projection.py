@@ -1,0 +1,92 @@
+"""The whole-run projection against the script's plain wall time and a plain cProfile (issue 29).
+
+For each round, one after the other on the same machine:
+
+1. ``python SCRIPT`` with nothing attached: its wall time;
+2. ``python -m cProfile SCRIPT``: the share of its wall time inside the periodic function
+   (cumulative time of ``--function`` over the script's ``<module>``);
+3. ``advisor diagnose --no-fixes SCRIPT`` (stopped after its phases, as a user runs it): the
+   projected whole run, the periodic share, the step source and HB002.
+
+Prints one row per round with the load average before it, then the medians. The script's
+default is ``tests/scripts/periodic_eval.py`` (evaluation at iteration 0 and every 50 of 1,000).
+
+Usage::
+
+    .venv/bin/python benchmarks/projection.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    return time.perf_counter() - t0
+
+
+def cprofile_share(script: Path, function: str, out: Path) -> float:
+    """Share of the script's ``<module>`` time inside ``function`` under a plain cProfile."""
+    _run([PY, "-m", "cProfile", "-o", str(out), str(script)])
+    stats = pstats.Stats(str(out)).stats  # type: ignore[attr-defined]
+    total = max(v[3] for k, v in stats.items() if k[2] == "<module>" and k[0] == str(script))
+    inside = sum(v[3] for k, v in stats.items() if k[2] == function and k[0] == str(script))
+    return inside / total
+
+
+def advisor_projection(script: Path, out: Path) -> dict[str, object]:
+    """Diagnose without fixes; return the projection's figures from its report."""
+    _run([PY, "-m", "advisor", "diagnose", "--no-fixes", "--out", str(out), str(script)])
+    report = json.loads(subprocess.run(
+        [PY, "-m", "advisor", "report", str(out), "--format", "json"], check=True, capture_output=True,
+        text=True, env={**os.environ, "PYTHONPATH": str(REPO)}).stdout)
+    summary = report["summary"]
+    return {
+        "projected_s": summary["projected_run_s"], "share": summary["periodic_work_frac"],
+        "source": report["run"]["step_source"],
+        "hb002": any(f["code"] == "HB002" for f in report["findings"]),
+    }
+
+
+def main() -> None:
+    """Run the rounds and print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--script", type=Path, default=REPO / "tests" / "scripts" / "periodic_eval.py")
+    ap.add_argument("--function", default="estimate_loss")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    script = args.script.resolve()
+    rows = []
+    print("| round | load | plain s | projected s | error | cProfile share | advisor share | source | HB002 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.rounds):
+            load = os.getloadavg()[0]
+            plain = _run([PY, str(script)])
+            share = cprofile_share(script, args.function, Path(tmp) / f"p{i}.pstats")
+            got = advisor_projection(script, Path(tmp) / f"run{i}")
+            err = (got["projected_s"] or 0) / plain - 1
+            rows.append((plain, got["projected_s"], err, share, got["share"]))
+            print(f"| {i + 1} | {load:.1f} | {plain:.1f} | {got['projected_s']:.1f} | {err:+.0%} | {share:.1%} | "
+                  f"{got['share']:.1%} | {got['source']} | {got['hb002']} |")
+    med = [statistics.median(col) for col in zip(*rows, strict=True)]
+    print(f"| median | | {med[0]:.1f} | {med[1]:.1f} | {med[2]:+.0%} | {med[3]:.1%} | {med[4]:.1%} | | |")
+
+
+if __name__ == "__main__":
+    main()

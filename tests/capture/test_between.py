@@ -1,0 +1,155 @@
+"""Evaluation between training steps: timed, counted and named by the loop's callee (fake clock, no torch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.capture.between import BetweenSteps, attributed, is_length, is_period, run_hints
+from advisor.capture.phases import Phases, StopScript
+from advisor.capture.recorder import StepRecorder
+from tests.capture.test_recorder import FakeProfiler
+
+MODULE = ("train.py", "<module>", 1)
+EVAL = ("train.py", "estimate_loss", 12)
+SAMPLE = ("train.py", "sample", 30)
+
+
+def _at(*frames, line=40):
+    return tuple((*f, line) for f in frames)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _eval(rec, clock, calls, seconds, stack):
+    for _ in range(calls):
+        start = clock.now
+        clock.now += seconds
+        rec.module_call(7, 8, grad=False, started=start, stack=lambda: stack)
+
+
+def _train(rec, clock, steps, seconds=0.01):
+    for _ in range(steps):
+        clock.now += seconds
+        rec.module_call(7, 8)
+        rec.backward()
+        rec.optimizer_step(1)
+
+
+def test_evaluation_at_step_zero_and_every_period_is_timed_and_named():
+    clock = Clock()
+    rec = StepRecorder(Phases(2, 10, 0, 0, full=True), clock=clock)
+    rec.optimizer_created()
+    rec.script_started()
+    stack = _at(MODULE, EVAL)
+    _eval(rec, clock, 60, 0.002, stack)  # iteration 0: before the first optimizer step
+    for _ in range(2):
+        _train(rec, clock, 5)
+        _eval(rec, clock, 60, 0.002, stack)
+    rec.between.loop = (MODULE,)
+    works = rec.between.records()
+    assert [(w.function, w.line, w.step, w.calls) for w in works] == [
+        ("estimate_loss", 12, 0, 60), ("estimate_loss", 12, 5, 60), ("estimate_loss", 12, 10, 60)]
+    assert all(abs(w.seconds - 0.12) < 1e-9 for w in works)
+    # the evaluation is no step: optimizer steps only, each 10 ms but the two that hold an evaluation
+    assert rec.source == "optimizer" and rec.steps_seen == 10
+
+
+def test_two_functions_between_the_same_steps_are_two_occurrences():
+    tracker = BetweenSteps(loop=(MODULE,))
+    tracker.call(0, 0.0, 1.0, _at(MODULE, EVAL))
+    tracker.call(0, 1.0, 2.0, _at(MODULE, EVAL))
+    tracker.call(0, 2.0, 2.5, _at(MODULE, SAMPLE))
+    assert [(w.function, w.seconds, w.calls) for w in tracker.records()] == [
+        ("estimate_loss", 2.0, 2), ("sample", 0.5, 1)]
+
+
+def test_inline_evaluation_names_the_loop_and_its_line():
+    tracker = BetweenSteps(loop=(MODULE,))
+    tracker.call(3, 0.0, 1.0, _at(MODULE, line=55))
+    (work,) = tracker.records()
+    assert (work.function, work.line, work.step) == ("<module>", 55, 3)
+
+
+def test_the_function_is_the_loops_callee_not_the_innermost_frame():
+    train = ("train.py", "train", 5)
+    helper = ("train.py", "batches", 20)
+    # the loop is train(); evaluate() calls a helper that calls the model
+    evaluate = ("train.py", "evaluate", 15)
+    assert attributed((MODULE, train, evaluate, helper), (MODULE, train))[1] == "evaluate"
+    # an optimizer step in a train_step() the loop calls: evaluate is still the loop's callee
+    assert attributed((MODULE, train, evaluate), (MODULE, train, ("train.py", "train_step", 9)))[1] == "evaluate"
+    # no optimizer step yet: the outermost frame is taken for the loop
+    assert attributed((MODULE, evaluate, helper), None)[1] == "evaluate"
+
+
+def test_a_profiled_occurrence_is_marked():
+    clock = Clock()
+    rec = StepRecorder(Phases(0, 0, 1, 0, full=True), clock=clock)
+    rec.optimizer_created()
+    rec.script_started()
+    rec.open_window = "profiled"
+    _eval(rec, clock, 2, 0.01, _at(MODULE, EVAL))
+    assert rec.between.records()[0].profiled
+
+
+def test_run_hints_read_lengths_and_periods_inner_first():
+    hints = run_hints([{"max_steps": 100, "eval_iters": 200}, {"max_steps": 5000, "eval_interval": 300,
+                                                               "flag": True, "lr": 0.1, "log_every": 0}])
+    assert hints == {"max_steps": 100, "eval_interval": 300}
+    assert is_length("max_iters") and is_length("num_steps") and not is_length("eval_iters")
+    assert is_period("eval_interval") and is_period("sample_every") and not is_period("eval_iters")
+
+
+def _stopping_recorder(clock, hints):
+    cprof = FakeProfiler()
+    rec = StepRecorder(Phases(1, 1, 1, 2), profiler=FakeProfiler(), cprofiler=cprof, clock=clock)
+    rec.optimizer_created()
+    rec.script_started()
+    rec.between.loop, rec.between.hints = (MODULE,), hints
+    _eval(rec, clock, 3, 0.01, _at(MODULE, EVAL))
+    return rec, cprof
+
+
+def test_one_occurrence_runs_the_capture_on_to_the_next_one_unprofiled():
+    clock = Clock()
+    rec, cprof = _stopping_recorder(clock, {"eval_interval": 8})
+    steps = 0
+    with pytest.raises(StopScript):
+        for _ in range(50):
+            _train(rec, clock, 1)
+            steps += 1
+            if steps == 8:
+                _eval(rec, clock, 3, 0.01, _at(MODULE, EVAL))
+    # measurement ended at step 5; the run went on to the evaluation after step 8, stopped at step 9
+    assert rec.steps_seen == 9 and cprof.calls == ["start", "step", "export"]
+    assert [(w.step, w.profiled) for w in rec.between.records()] == [(0, False), (8, False)]
+    (note,) = rec.between.notes
+    assert "ran on 4 steps" in note and "estimate_loss (every 8 steps by the script's eval_interval)" in note
+
+
+def test_running_on_is_bounded_in_time_and_needs_a_named_period():
+    clock = Clock()
+    rec, _ = _stopping_recorder(clock, {"eval_interval": 10_000})
+    with pytest.raises(StopScript):
+        for _ in range(50):
+            _train(rec, clock, 1, seconds=5.0)
+    assert rec.steps_seen < 15 and "at most 30 s" in rec.between.notes[0]
+    rec, _ = _stopping_recorder(Clock(), {})
+    with pytest.raises(StopScript):
+        _train(rec, Clock(), 5)
+    assert rec.steps_seen == 5 and not rec.between.notes
+    # a fix trial (no profiled steps) stops on time
+    trial = StepRecorder(Phases(1, 2, 0, 0), clock=Clock())
+    trial.optimizer_created()
+    trial.script_started()
+    trial.between.loop, trial.between.hints = (MODULE,), {"eval_interval": 8}
+    _eval(trial, Clock(), 3, 0.01, _at(MODULE, EVAL))
+    with pytest.raises(StopScript):
+        _train(trial, Clock(), 5)
+    assert trial.steps_seen == 3

@@ -1,0 +1,94 @@
+"""The whole-run projection from a capture's evaluation occurrences, step times and the script's variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.capture.between import BetweenWork
+from advisor.capture.model import RunCapture
+from advisor.capture.records import ScriptConfig, ScriptOption, TimedPhase
+from advisor.capture.vocab import RunStatus
+from advisor.metrics.periodic import (
+    periodic_locations,
+    periodic_metrics,
+    periodic_notes,
+    project,
+    steady_step_s,
+)
+
+FILE = "/home/u/train.py"
+
+
+def _work(step, seconds, profiled=False, function="estimate_loss", line=24):
+    return BetweenWork(function=function, file=FILE, line=line, step=step, seconds=seconds, calls=60,
+                       profiled=profiled)
+
+
+def _capture(works, hints=None, steps=(10.0,) * 20, first=3.0, process=0.5, **kw):
+    return RunCapture(
+        script=FILE, between_steps=tuple(works), run_hints=dict(hints or {}),
+        timed=TimedPhase(step_times_ms=tuple(steps), time_to_first_step_s=first),
+        phases_s={"process": process}, **kw,
+    )
+
+
+def test_period_seen_projects_the_run():
+    # evaluation at 0, 20, 40 (the last under cProfile: slower, not used), 2,000 steps of 10 ms
+    cap = _capture([_work(0, 1.4), _work(20, 1.0), _work(40, 3.0, profiled=True)], {"max_iters": 2000})
+    p = project(cap)
+    (f,) = p.functions
+    assert (f.period, f.period_from, f.cost_s, f.occurrences) == (20, "seen", 1.0, 100)
+    # start-up: 0.5 s process + 3.0 s to the end of step 1, less that step (10 ms) and the 1.4 s evaluation
+    assert p.startup_s == pytest.approx(2.09)
+    assert p.projected_s == pytest.approx(2.09 + 2000 * 0.01 + 100 * 1.0)
+    m = periodic_metrics(cap)
+    assert m["periodic_work_frac"] == pytest.approx(100 / p.projected_s)
+    assert (m["periodic_period_steps"], m["periodic_occurrences_count"], m["projected_steps_count"]) == (20, 100, 2000)
+    assert periodic_notes(cap) == []
+
+
+def test_one_occurrence_takes_its_period_from_the_scripts_variable_and_says_so():
+    cap = _capture([_work(0, 2.0)], {"max_iters": 3000, "eval_interval": 300})
+    (f,) = project(cap).functions
+    assert (f.period, f.period_from, f.occurrences, f.cost_s) == (300, "eval_interval", 10, 2.0)
+    (note,) = periodic_notes(cap)
+    assert "estimate_loss ran once" in note and "eval_interval" in note
+
+
+def test_argparse_options_name_the_length_and_a_sampling_function_its_own_period():
+    config = ScriptConfig(options=(ScriptOption("max_steps", 1000), ScriptOption("sample_every", 250),
+                                   ScriptOption("eval_interval", 100)))
+    cap = _capture([_work(0, 0.5, function="generate", line=60)], script_config=config)
+    (f,) = project(cap).functions
+    assert (f.period, f.period_from, f.occurrences) == (250, "sample_every", 4)
+
+
+def test_unknown_length_gives_the_share_of_steady_training():
+    cap = _capture([_work(0, 0.3), _work(10, 0.1), _work(20, 0.1)])
+    m = periodic_metrics(cap)
+    assert m["projected_run_s"] is None and m["projected_steps_count"] is None
+    # 0.1 s every 10 steps of 10 ms: 0.1 / (0.1 + 0.1)
+    assert m["periodic_work_frac"] == pytest.approx(0.5)
+    assert any("length is unknown" in n for n in periodic_notes(cap))
+
+
+def test_a_run_to_its_end_is_its_own_length():
+    cap = _capture([_work(0, 0.2), _work(50, 0.2)], {"max_iters": 9999}, status=RunStatus.COMPLETED, steps_seen=100)
+    assert project(cap).steps == 100 and project(cap).functions[0].occurrences == 2
+
+
+def test_work_every_step_is_step_time_and_no_period_is_no_share():
+    assert project(_capture([_work(s, 0.001) for s in range(5)], {"max_iters": 100})).functions == ()
+    m = periodic_metrics(_capture([_work(0, 1.0)]))
+    assert m["periodic_work_frac"] is None and m["periodic_period_steps"] is None
+
+
+def test_locations_are_per_step_like_every_location():
+    (loc,) = periodic_locations(_capture([_work(0, 1.0), _work(20, 1.0)]))
+    assert (loc.kind, loc.function, loc.line, loc.count, loc.time_ms) == ("periodic", "estimate_loss", 24, 0.05, 50.0)
+    assert periodic_locations(_capture([])) == [] and periodic_locations(None) == []
+
+
+def test_steady_step_leaves_out_steps_that_held_an_evaluation():
+    assert steady_step_s([10.0, 12.0, 11.0, 500.0]) == pytest.approx(0.011)
+    assert steady_step_s([]) is None

@@ -1,0 +1,41 @@
+"""A nanoGPT-shaped run: evaluation at iteration 0 and every ``eval_interval`` iterations
+(``eval_iters`` batches per split under no_grad), ``max_iters`` optimizer steps in all.
+
+Arguments (optional, in order): max_iters, eval_interval, eval_iters. The whole-run projection
+is checked against this script's plain wall time (issue 29, docs/projection.md)."""
+
+import sys
+
+import torch
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+defaults = [1000, 50, 200]  # max_iters, eval_interval, eval_iters
+max_iters, eval_interval, eval_iters = [int(a) for a in sys.argv[1:4]] + defaults[len(sys.argv[1:4]):]
+data = torch.randn(8192, 256)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def get_batch():
+    ix = torch.randint(0, len(data), (64,))
+    return data[ix]
+
+
+@torch.no_grad()
+def estimate_loss():
+    model.eval()
+    out = {}
+    for split in ("train", "val"):
+        out[split] = sum(model(get_batch()).pow(2).mean().item() for _ in range(eval_iters)) / eval_iters
+    model.train()
+    return out
+
+
+for it in range(max_iters):
+    if it % eval_interval == 0:
+        print(f"iter {it}: {estimate_loss()}")
+    loss = model(get_batch()).pow(2).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
