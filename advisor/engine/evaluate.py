@@ -6,17 +6,18 @@ carries ``impact_frac`` (its rule's ``impact`` expression, clamped to [0, 1]) an
 its findings (the max, not the sum, because rules in one category describe overlapping views of
 the same lost time, e.g. sync wait seen as "long waits" and as "many sync calls").
 
-A *measured* share (time the trace saw the step spend waiting for data, for a sync, in a copy)
-that its rule judged a problem (a warning or worse: the rule's threshold found the time
-material; an ``info`` finding is a note, such as a 0.6% sync wait) outranks a *bound* (a model's ceiling on what a fix could recover, such as per-op dispatch
-overhead, which is at most its estimate and may be much less): a bound of 90% cannot show that
-its true value beats a measured 25%, and the measured time is there to take back. So the primary
-is the category with the largest measured share, and only when no category has one, the one
-with the largest bound. Ties go to the category listed first in
-:data:`~advisor.engine.model.CATEGORIES`. Categories whose share is 0 (advice without a time
-estimate, such as memory headroom) never become primary. advisor-bench (``make bench-accuracy``)
-found the alternative, the largest share whatever its basis, putting a GRU's per-op overhead
-bound (SK003/SK005) above a measured 22-39% data-loading share.
+Categories are ranked by their *expected* recoverable share. A *measured* share (time the trace
+saw the step spend waiting for data, for a sync, in a copy) counts whole, when its rule judged it
+a problem (a warning or worse; an ``info`` finding is a note, such as a 0.6% sync wait, and does
+not rank). A *bound* (a model's ceiling on what a fix could recover, such as per-op dispatch
+overhead) counts for :data:`BOUND_WEIGHT` of its value: the true share lies somewhere between 0
+and the bound, and with nothing else known, half of it is its expectation. Two failures set
+this: the largest share whatever its basis put a GRU's per-op bound (SK003/SK005, up to 90%)
+above a measured 22-39% data-loading share (advisor-bench's first run), and a measured share
+before any bound put tiny_model's 8% DataLoader collate above its 47-57% per-op bound, where
+the step is per-op overhead and a larger batch gives 11x. Ties go to the category listed first
+in :data:`~advisor.engine.model.CATEGORIES`. Categories whose share is 0 (advice without a time
+estimate, such as memory headroom) never become primary.
 
 The estimated speedup is Amdahl's bound if that share of the step went away:
 ``1 / (1 - share)``, with the share capped at :data:`MAX_SHARE` so one finding never claims
@@ -161,12 +162,22 @@ def pick_locations(
     return tuple(seen.values())
 
 
+BOUND_WEIGHT = 0.5
+"""What a bound counts for against a measured share when categories are ranked (module doc)."""
+
+
 def choose_primary(findings: list[Finding] | tuple[Finding, ...]) -> Primary | None:
-    """Choose the category with the most recoverable step time, a measured share before a bound (module doc)."""
-    measured = category_shares([f for f in findings if f.impact_basis == ImpactBasis.MEASURED
-                                and severity_rank(f.severity) >= severity_rank(Severity.WARNING)])
+    """Choose the category with the most expected recoverable step time (module doc)."""
+    ranked: dict[str, float] = {}
+    for f in findings:
+        if f.impact_basis == ImpactBasis.MEASURED:
+            if severity_rank(f.severity) < severity_rank(Severity.WARNING):
+                continue
+            expected = f.impact_frac
+        else:
+            expected = f.impact_frac * BOUND_WEIGHT
+        ranked[f.category] = max(ranked.get(f.category, 0.0), expected)
     shares = category_shares(findings)
-    ranked = {c: v for c, v in measured.items() if v > 0.0} or shares
     if not ranked:
         return None
     best = max(ranked.items(), key=lambda kv: (kv[1], -CATEGORIES.index(kv[0])))
