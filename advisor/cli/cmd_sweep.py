@@ -82,6 +82,15 @@ def sweep(
         _emit(api.load_sweep(load), fmt, output)
         return 0
     if script is None or not batch_sizes:
+        late = _own_options_in(script_args)
+        if script is not None and late:
+            # NOTE: `advisor sweep train.py --batch-sizes 2` handed --batch-sizes to the script
+            # and then asked for it, as if it had not been given.
+            raise UsageError(
+                f"{', '.join(late)} came after SCRIPT, so {'it was' if len(late) == 1 else 'they were'} passed "
+                "to the script: advisor's options go "
+                "before it (advisor sweep --batch-sizes B1,B2 [OPTIONS] SCRIPT [SCRIPT_ARGS])"
+            )
         raise UsageError("give --batch-sizes and SCRIPT to run a sweep (or --load RUN_DIR to render a saved one)")
     script = api.validate_script(script)
     batches = _ints(batch_sizes, "--batch-sizes")
@@ -118,3 +127,10 @@ def _emit(table: object, fmt: str, output: Path | None) -> None:
     if written is not None:
         click.echo(f"advisor: wrote {printable_line(str(written))}", err=True)
 
+
+
+def _own_options_in(script_args: tuple[str, ...]) -> list[str]:
+    """Return the sweep's own option names found among the script's arguments (given after SCRIPT by mistake)."""
+    own = {name for param in click.get_current_context().command.params for name in getattr(param, "opts", ())
+           if name.startswith("--")}
+    return list(dict.fromkeys(a.split("=", 1)[0] for a in script_args if a.split("=", 1)[0] in own))

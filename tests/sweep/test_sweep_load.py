@@ -59,6 +59,11 @@ def test_load_takes_no_script_and_a_run_needs_batch_sizes(capsys, saved, tmp_pat
     run_dir, _ = saved
     assert "takes no SCRIPT" in one_line_error(*invoke(capsys, "sweep", "--load", str(run_dir), str(tmp_path / "train.py"))[::2])
     assert "give --batch-sizes and SCRIPT" in one_line_error(*invoke(capsys, "sweep", str(tmp_path / "train.py"))[::2])
+    # options typed after the script went to the script, and the error said --batch-sizes was missing
+    late = one_line_error(*invoke(capsys, "sweep", str(tmp_path / "train.py"), "--lr", "1", "--batch-sizes=2")[::2])
+    assert "--batch-sizes came after SCRIPT, so it was passed to the script" in late and "--lr" not in late
+    both = one_line_error(*invoke(capsys, "sweep", str(tmp_path / "train.py"), "--sizes", "16", "--batch-sizes", "2")[::2])
+    assert "--sizes, --batch-sizes came after SCRIPT, so they were passed" in both
 
 
 @pytest.mark.parametrize("name", ["sweep.json", "sweep.diff"])
