@@ -20,6 +20,7 @@ from advisor.cli.grouped_help import grouped
 from advisor.cli.options import (
     ByteSize,
     PositiveSeconds,
+    advisor_options_in,
     output_options,
     rule_selection_options,
     split_codes,
@@ -172,7 +173,7 @@ def diagnose(
         module = str(script)
         script = api.find_module_file(module, [Path.cwd()])
     script = api.validate_script(script)  # missing / not Python -> UsageError (exit 2), before any work
-    misplaced = _advisor_options_in(script_args)
+    misplaced = advisor_options_in(script_args)
     if misplaced:
         click.echo(
             # NOTE: the script's name is the user's text: through the terminal door (issue #30 campaign)
@@ -237,13 +238,6 @@ def diagnose(
     click.echo(f"advisor: run saved in {where}  (advisor report {where} --format html -o report.html)", err=True)
     _raise_for_script(result, misplaced)
     return code
-
-
-def _advisor_options_in(script_args: tuple[str, ...]) -> list[str]:
-    """Return the arguments after SCRIPT that are spelled like this command's own long options."""
-    ctx = click.get_current_context()
-    own = {opt for param in ctx.command.params for opt in param.opts if opt.startswith("--")}
-    return [arg for arg in script_args if arg.split("=", 1)[0] in own]
 
 
 def _raise_for_script(result: object, misplaced: list[str] | tuple[str, ...] = ()) -> None:

@@ -10,7 +10,7 @@ import click
 from advisor import api
 from advisor._terminal import printable_line
 from advisor.api import RunSpec
-from advisor.cli.options import ByteSize, PositiveSeconds
+from advisor.cli.options import ByteSize, PositiveSeconds, advisor_options_in
 from advisor.errors import ScriptFailed, UsageError
 
 EPILOG = """\b
@@ -82,7 +82,7 @@ def sweep(
         _emit(api.load_sweep(load), fmt, output)
         return 0
     if script is None or not batch_sizes:
-        late = _own_options_in(script_args)
+        late = list(dict.fromkeys(a.split("=", 1)[0] for a in advisor_options_in(script_args)))
         if script is not None and late:
             # NOTE: `advisor sweep train.py --batch-sizes 2` handed --batch-sizes to the script
             # and then asked for it, as if it had not been given.
@@ -128,9 +128,3 @@ def _emit(table: object, fmt: str, output: Path | None) -> None:
         click.echo(f"advisor: wrote {printable_line(str(written))}", err=True)
 
 
-
-def _own_options_in(script_args: tuple[str, ...]) -> list[str]:
-    """Return the sweep's own option names found among the script's arguments (given after SCRIPT by mistake)."""
-    own = {name for param in click.get_current_context().command.params for name in getattr(param, "opts", ())
-           if name.startswith("--")}
-    return list(dict.fromkeys(a.split("=", 1)[0] for a in script_args if a.split("=", 1)[0] in own))

@@ -133,3 +133,14 @@ verbosity_options = _stack(
 def split_codes(values: tuple[str, ...]) -> tuple[str, ...]:
     """Accept both ``--select DL --select SY`` and ``--select DL,SY``."""
     return tuple(code.strip() for value in values for code in value.split(",") if code.strip())
+
+
+def advisor_options_in(script_args: tuple[str, ...]) -> list[str]:
+    """Return the arguments after SCRIPT that are spelled like the running command's own long options.
+
+    Options typed after SCRIPT go to the script (``advisor sweep train.py --batch-sizes 2``); the
+    commands name them when the run then fails for want of them.
+    """
+    ctx = click.get_current_context()
+    own = {opt for param in ctx.command.params for opt in param.opts if opt.startswith("--")}
+    return [arg for arg in script_args if arg.split("=", 1)[0] in own]
