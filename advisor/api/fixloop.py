@@ -7,11 +7,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from advisor._proc import interrupt_once
 from advisor.api.process import (
     capture_function,
     interrupt_signal,
     signals_ignored,
-    sigterm_interrupts,
 )
 from advisor.capture.model import RunCapture, RunSpec
 from advisor.engine.model import Diagnosis
@@ -149,7 +149,7 @@ def _fix_loop_saved(
 
     checkpoint(FixOutcome())  # the diagnosis is on disk before the first trial run starts
     try:
-        with sigterm_interrupts(asked_to_stop):
+        with interrupt_once(asked_to_stop):
             outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint)
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc, asked_to_stop[0])

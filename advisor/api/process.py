@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from advisor.capture.model import RunCapture, RunSpec
 
@@ -23,7 +22,7 @@ def capture_function(spec: RunSpec) -> Callable[..., RunCapture]:
 def interrupt_signal(exc: BaseException, asked: bool | int = False) -> int:
     """Return the signal number behind a KeyboardInterrupt: its own for SIGTERM/SIGHUP, SIGINT otherwise.
 
-    ``asked`` is the flag :func:`sigterm_interrupts` set: the signal that asked to stop, when the
+    ``asked`` is the flag :func:`advisor._proc.interrupt_once` set: the signal that asked to stop, when the
     interrupt raised is a checkpoint's re-raise (its first one was swallowed).
     """
     import signal
@@ -31,19 +30,6 @@ def interrupt_signal(exc: BaseException, asked: bool | int = False) -> int:
     if hasattr(exc, "signum"):
         return int(exc.signum)
     return int(asked) if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else int(signal.SIGINT)
-
-
-@contextmanager
-def sigterm_interrupts(asked: list[Any] | None = None) -> Iterator[None]:
-    """Make SIGTERM and SIGHUP act like Ctrl-C inside the block, in the main thread; a second signal only hurries.
-
-    Every signal also sets ``asked[0]`` (to its number), so a caller can raise again at its next
-    checkpoint if the first KeyboardInterrupt was swallowed (:func:`advisor._proc.interrupt_once`).
-    """
-    from advisor._proc import interrupt_once
-
-    with interrupt_once(asked):
-        yield
 
 
 @contextmanager

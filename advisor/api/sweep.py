@@ -8,11 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from advisor._proc import interrupt_once
 from advisor.api.process import (
     capture_function,
     interrupt_signal,
     signals_ignored,
-    sigterm_interrupts,
 )
 from advisor.capture.model import RunCapture, RunSpec
 from advisor.errors import UsageError
@@ -67,7 +67,7 @@ def sweep_script(
         log=out / TRIALS_DIR / "warm-start.log",
     )
     try:
-        with sigterm_interrupts(asked_to_stop), warm as (warm_run, started):
+        with interrupt_once(asked_to_stop), warm as (warm_run, started):
             table = run_sweep(
                 cell_spec, cells, repeats=repeats, runner=runner or warm_run,
                 progress=progress, checkpoint=checkpoint, size_name=size_option,

@@ -148,8 +148,12 @@ def test_torchrun_job_leaves_nothing_behind(tmp_path: Path, sig: int) -> None:
         _check_interrupted_capture(tmp_path, run_dir, sig, code, err)
 
 
-def _interrupt_when(tmp_path: Path, run_dir: Path, options: list[str], ready) -> tuple[int, str, float]:  # type: ignore[no-untyped-def]
+def _interrupt_when(  # type: ignore[no-untyped-def]
+    tmp_path: Path, run_dir: Path, options: list[str], ready, again_after_s: float | None = None,
+) -> tuple[int, str, float]:
     """Run ignores_sigterm.py under diagnose with ``options``; SIGINT advisor once ``ready()``.
+
+    ``again_after_s``: a second SIGINT that many seconds after the first (a double Ctrl-C).
 
     Returns the exit code, stderr and the seconds advisor took to end after the signal.
     """
@@ -165,6 +169,9 @@ def _interrupt_when(tmp_path: Path, run_dir: Path, options: list[str], ready) ->
             time.sleep(0.1)
         started = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
+        if again_after_s is not None:
+            time.sleep(again_after_s)
+            os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -232,25 +239,9 @@ def _profiled_steps(run_dir: Path) -> int:
 def test_a_double_ctrl_c_still_keeps_the_timed_steps(tmp_path: Path) -> None:
     """A second ^C 50 ms after the first killed the child while it saved: no capture.json, no report (issue #30)."""
     run_dir = tmp_path / "advisor-runs" / "double"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "advisor", "diagnose", "-q", "--no-fixes", "--warmup", "1", "--steps", "100000",
-         "--out", str(run_dir), str(SPAWNS.parent / "ignores_sigterm.py")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while "step 20\n" not in _text(run_dir / "stdout.log"):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode() if proc.stderr else ""
-            time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGINT)
-        time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
+    code, err, _ = _interrupt_when(
+        tmp_path, run_dir, ["--steps", "100000"], lambda: "step 20\n" in _text(run_dir / "stdout.log"), 0.05)
+    assert code == 130, err
     report = json.loads((run_dir / "report.json").read_text())
     assert report["run"]["status"] == "interrupted" and report["run"]["timed_steps"] >= 19
     assert gone_within(str(run_dir / "config.json")) == []
