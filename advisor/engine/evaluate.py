@@ -11,7 +11,10 @@ saw the step spend waiting for data, for a sync, in a copy) counts whole, when i
 a problem (a warning or worse; an ``info`` finding is a note, such as a 0.6% sync wait, and does
 not rank). A *bound* (a model's ceiling on what a fix could recover, such as per-op dispatch
 overhead) counts for :data:`BOUND_WEIGHT` of its value: the true share lies somewhere between 0
-and the bound, and with nothing else known, half of it is its expectation. Two failures set
+and the bound, and with nothing else known, half of it is its expectation. A category with a
+warning or worse outranks one with only ``info`` findings, whatever their shares: an info
+finding's bound (CO001's "compute-bound" ceiling) is context, and advisor-bench's injected tiny
+ops (SK007, a measured 6-9% warning) read compute under a 24% info bound. Two failures set
 this: the largest share whatever its basis put a GRU's per-op bound (SK003/SK005, up to 90%)
 above a measured 22-39% data-loading share (advisor-bench's first run), and a measured share
 before any bound put tiny_model's 8% DataLoader collate above its 47-57% per-op bound, where
@@ -168,21 +171,22 @@ BOUND_WEIGHT = 0.5
 
 def choose_primary(findings: list[Finding] | tuple[Finding, ...]) -> Primary | None:
     """Choose the category with the most expected recoverable step time (module doc)."""
-    ranked: dict[str, float] = {}
+    ranked: dict[str, tuple[bool, float]] = {}
     for f in findings:
+        alarm = severity_rank(f.severity) >= severity_rank(Severity.WARNING)
         if f.impact_basis == ImpactBasis.MEASURED:
-            if severity_rank(f.severity) < severity_rank(Severity.WARNING):
+            if not alarm:
                 continue
             expected = f.impact_frac
         else:
             expected = f.impact_frac * BOUND_WEIGHT
-        ranked[f.category] = max(ranked.get(f.category, 0.0), expected)
+        if expected <= 0.0:
+            continue
+        ranked[f.category] = max(ranked.get(f.category, (False, 0.0)), (alarm, expected))
     shares = category_shares(findings)
     if not ranked:
         return None
-    best = max(ranked.items(), key=lambda kv: (kv[1], -CATEGORIES.index(kv[0])))
-    if best[1] <= 0.0:
-        return None
+    best = max(ranked.items(), key=lambda kv: (*kv[1], -CATEGORIES.index(kv[0])))
     # NOTE: the primary's share is the category's (its largest impact of any basis), as the
     # report's category column shows it; the basis decided which category, not how much.
     share = min(shares[best[0]], MAX_SHARE)

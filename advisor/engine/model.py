@@ -60,6 +60,7 @@ class LocationKind(Vocab):
     MISALIGNED = "misaligned"  # a tensor-core-unfriendly GEMM (advisor.metrics.tensorcore)
     MEMORY = "memory"  # a line holding memory live at the peak (advisor.metrics.memory_lines)
     PERIODIC = "periodic"  # work between steps every N steps (advisor.metrics.periodic)
+    TINY_OPS = "tiny_ops"  # runs of tiny operators (advisor.metrics.tiny_ops)
 
 
 CATEGORIES: tuple[str, ...] = Category.values()

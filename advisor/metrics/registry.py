@@ -96,6 +96,11 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("backward_op_count", "count", "step", "Autograd backward functions run per step (0: no backward pass)"),
     MetricSpec("cpu_op_small_frac", "frac", "step", "Share of top-level CPU operators shorter than 20 us"),
     MetricSpec(
+        "tiny_op_run_frac", "frac", "step",
+        "Share of the step in runs of 8 or more back-to-back forward operators each under 20 us, the Python "
+        "between them included (advisor.metrics.tiny_ops)",
+    ),
+    MetricSpec(
         "hand_attention_count", "count", "step",
         "Hand-written attention blocks per step: matmul -> softmax -> matmul in a row on one thread (advisor.metrics.attention)",
     ),
@@ -221,6 +226,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "cpu_ops": ("cpu_op_count", "cpu_op_median_us", "cpu_op_small_frac", "autograd_op_count", "backward_op_count"),
     "data_loading": ("dataloader_wait_ms", "input_assembly_ms"),
     "attention": ("hand_attention_count",),
+    "tiny_ops": ("tiny_op_run_frac",),
     "communication": ("comm_overlap_frac", "comm_time_ms"),
     "flops": ("flops_per_step", "achieved_tflops"),
     # NOTE: computed after metrics.steps, by advisor.metrics.gpuview (idle, roofline, tensorcore)

@@ -135,6 +135,10 @@ def _trace_locations(analysis: TraceAnalysis, is_user: UserPredicate) -> list[So
             keep = point_step(ts[launch], analysis.windows) >= 0
             out += _aggregate("h2d", resolver, tid[launch[keep]], ts[launch[keep]], cost[keep], n)
     # NOTE: without GPU activity `.to(device)` copies nothing: no host-to-device location.
+    tiny = analysis.tiny
+    if tiny is not None and len(tiny.members):
+        m = tiny.members
+        out += _aggregate("tiny_ops", resolver, tid[m], ts[m], tiny.member_us, n)
     out += _dataloader_frames(analysis, resolver.stacks, is_user)
     out += _assembly_frames(analysis, is_user)
     return out

@@ -37,6 +37,7 @@ from advisor.metrics.intervals import (
     union_per_step,
 )
 from advisor.metrics.registry import FAMILIES
+from advisor.metrics.tiny_ops import TinyRuns, tiny_run_frac, tiny_runs
 from advisor.trace.load import Trace
 
 SMALL_KERNEL_US = 10.0
@@ -57,6 +58,7 @@ class TraceAnalysis:
     notes: tuple[str, ...] = ()
     flops: FlopsResult | None = field(default=None, repr=False)
     assembly_calls: np.ndarray | None = field(default=None, repr=False)  # rows of batch-assembling user calls
+    tiny: TinyRuns | None = field(default=None, repr=False)  # runs of tiny operators (advisor.metrics.tiny_ops)
 
 
 def _clip(events: pd.DataFrame, mask: np.ndarray, windows: Windows) -> Pieces:
@@ -216,6 +218,8 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     assembly = outermost_calls(ev, calls)
     cols["input_assembly_ms"] = union_per_step(_clip(ev, assembly, windows), scan.n) / 1e3
     cols["hand_attention_count"] = hand_attention_count(ev, cls.cpu_op, windows, scan.n)
+    tiny = tiny_runs(ev, cls, top, assembly)
+    cols["tiny_op_run_frac"] = tiny_run_frac(tiny, windows, scan.n)
     cols.update(_comm_columns(scan))
     fl = compute_flops(ev, cls.cpu_op)
     flops_cols, flops_note = _flops_columns(scan, fl)
@@ -228,7 +232,7 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
 
     steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
     steps = pd.concat([steps, breakdown(ev, cls, windows, assembly), pd.DataFrame(cols)], axis=1)
-    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl, calls)
+    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl, calls, tiny)
 
 
 def _nan_family(scan: _Scan, family: str) -> dict[str, np.ndarray]:

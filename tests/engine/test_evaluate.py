@@ -197,6 +197,16 @@ def test_an_info_measurement_does_not_outrank_a_bound():
     assert primary.category == "small_kernels"
 
 
+def test_a_warning_outranks_an_info_bound_of_any_size():
+    # advisor-bench c009 (LM, injected tiny ops, 13% of the step by plain timing): SK007 measured a
+    # 9% warning, CO001's "compute-bound" info ceiling was 24% (12% at half weight).
+    findings = [measured("SK007", "small_kernels", 0.09), f("CO001", "compute", 0.238, "info")]
+    primary = choose_primary(findings)
+    assert primary.category == "small_kernels" and primary.share == pytest.approx(0.09)
+    # with no warning at all, the info bound is still the primary (a healthy compute-bound step)
+    assert choose_primary([f("CO001", "compute", 0.238, "info")]).category == "compute"
+
+
 def test_gru_with_slow_loading_reads_data_loading_not_per_op_overhead():
     d = diagnose(make_metrics(GRU_LOADING_CPU))
     basis = {x.code: x.impact_basis for x in d.findings}

@@ -1,0 +1,139 @@
+"""tiny_op_run_frac: runs of back-to-back tiny forward operators, and where none should be found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from advisor.metrics.events import classify
+from advisor.metrics.intervals import Windows
+from advisor.metrics.tiny_ops import MIN_RUN, tiny_run_frac, tiny_runs
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from advisor.metrics.compute import compute_metrics  # noqa: E402
+from advisor.trace.load import load_traces  # noqa: E402
+
+
+def _events(rows: list[tuple[str, str, float, float]]) -> pd.DataFrame:
+    """Events from (name, cat, ts, dur) rows, all on one thread."""
+    ev = pd.DataFrame({
+        "name": pd.Categorical([r[0] for r in rows]),
+        "cat": pd.Categorical([r[1] for r in rows]),
+        "ph": pd.Categorical(["X"] * len(rows)),
+        "pid": pd.Categorical(["1"] * len(rows)),
+        "tid": pd.Categorical(["1"] * len(rows)),
+        "ts": [float(r[2]) for r in rows],
+        "dur": [float(r[3]) for r in rows],
+    })
+    ev["end"] = ev["ts"] + ev["dur"]
+    return ev
+
+
+def _runs(rows: list[tuple[str, str, float, float]]):
+    ev = _events(rows)
+    cls = classify(ev)
+    top = np.flatnonzero(cls.cpu_op)
+    return tiny_runs(ev, cls, top, np.zeros(len(ev), dtype=bool))
+
+
+def _loop(n: int, t0: float = 0.0, dur: float = 4.0, gap: float = 3.0, name: str = "aten::mul", names: int = 2):
+    """``n`` short ops in a row cycling through ``names`` operator names (a loop's body)."""
+    return [(f"{name}{i % names}", "cpu_op", t0 + i * (dur + gap), dur) for i in range(n)]
+
+
+def test_a_run_spans_its_ops_and_the_python_between_them() -> None:
+    runs = _runs(_loop(MIN_RUN + 2))
+    assert len(runs.start) == 1
+    assert runs.start[0] == 0.0 and runs.end[0] == (MIN_RUN + 1) * 7.0 + 4.0
+    assert len(runs.members) == MIN_RUN + 2
+    assert runs.member_us.sum() == pytest.approx(runs.end[0] - runs.start[0])
+
+
+def test_too_short_a_run_a_long_op_or_a_long_pause_breaks_it() -> None:
+    assert len(_runs(_loop(MIN_RUN - 1)).start) == 0
+    half = MIN_RUN - 2
+    long_op = [("aten::addmm", "cpu_op", half * 7.0, 500.0)]
+    after = _loop(half, t0=half * 7.0 + 510.0)
+    assert len(_runs(_loop(half) + long_op + after).start) == 0
+    paused = _loop(half) + _loop(half, t0=half * 7.0 + 200.0)
+    assert len(_runs(paused).start) == 0
+
+
+def test_a_run_that_repeats_no_op_is_a_small_models_forward_not_a_loop() -> None:
+    assert len(_runs(_loop(MIN_RUN + 4, names=MIN_RUN + 4)).start) == 0
+    assert len(_runs(_loop(2 * MIN_RUN, names=MIN_RUN)).start) == 0  # each name twice
+    assert len(_runs(_loop(4 * MIN_RUN, names=MIN_RUN)).start) == 1  # each name four times
+
+
+def test_backward_nodes_and_optimizer_ops_are_left_out() -> None:
+    backward = _loop(3 * MIN_RUN, name="autograd::engine::evaluate_function: MulBackward0")
+    assert len(_runs(backward).start) == 0
+    span = 3 * MIN_RUN * 7.0
+    optimizer = [("Optimizer.step#SGD.step", "user_annotation", -1.0, span + 2.0), *_loop(3 * MIN_RUN)]
+    assert len(_runs(optimizer).start) == 0
+
+
+def test_the_share_is_per_step_and_cut_at_the_step_end() -> None:
+    runs = _runs(_loop(20))  # 0 .. 137 us
+    windows = Windows(np.array([0, 1]), np.array([0.0, 100.0]), np.array([100.0, 400.0]))
+    frac = tiny_run_frac(runs, windows, 2)
+    assert frac[0] == pytest.approx(1.0) and frac[1] == 0.0
+
+
+class TinyLoop(nn.Module):
+    """A small MLP whose forward also runs a Python loop of four-element ops."""
+
+    def __init__(self, loop: int) -> None:
+        super().__init__()
+        self.net, self.loop = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)), loop
+
+    def forward(self, x):
+        out = self.net(x)
+        h = out.detach().reshape(-1)[:4]
+        for _ in range(self.loop):
+            h = h * 0.999 + 0.001
+        return out + h.sum() * 0
+
+
+def _trace(tmp_path: Path, model: nn.Module, x: torch.Tensor, steps: int = 3) -> Path:
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True) as prof:
+        for _ in range(steps):
+            opt.zero_grad()
+            model(x).float().sum().backward()
+            opt.step()
+            prof.step()
+    path = tmp_path / "cpu.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def test_a_loop_of_tiny_ops_is_found_and_located(tmp_path: Path) -> None:
+    metrics = compute_metrics(load_traces(_trace(tmp_path, TinyLoop(200), torch.randn(16, 32))))
+    assert metrics.summary["tiny_op_run_frac"] > 0.05
+    lines = [loc for loc in metrics.locations if loc.kind == "tiny_ops"]
+    assert lines and lines[0].function == "forward" and lines[0].file.endswith("test_tiny_ops.py")
+
+
+def test_a_recurrent_model_and_a_plain_mlp_have_no_runs(tmp_path: Path) -> None:
+    gru = nn.GRU(16, 32, batch_first=True)
+    (tmp_path / "g").mkdir()
+    path = _trace(tmp_path / "g", _GruHead(gru), torch.randn(16, 24, 16))
+    assert compute_metrics(load_traces(path)).summary["tiny_op_run_frac"] == 0.0
+    (tmp_path / "m").mkdir()
+    path = _trace(tmp_path / "m", TinyLoop(0), torch.randn(16, 32))
+    assert compute_metrics(load_traces(path)).summary["tiny_op_run_frac"] == 0.0
+
+
+class _GruHead(nn.Module):
+    def __init__(self, gru: nn.GRU) -> None:
+        super().__init__()
+        self.gru, self.head = gru, nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.gru(x)[0][:, -1])
