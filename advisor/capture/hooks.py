@@ -74,16 +74,14 @@ def count_samples(batch: Any, depth: int = 0) -> int | None:
     return None
 
 
-def input_shape(args: Any, kwargs: Any) -> tuple[int, ...]:
-    """Shape of a model call's first tensor input, positional or keyword (``input_ids=``); () when none.
+def input_shape(args: Any, kwargs: Any, tensor: type) -> tuple[int, ...]:
+    """Shape of a model call's first ``tensor`` input, positional or keyword (``input_ids=``); () when none.
 
     One level only: a grad-disabled call's shape tells generation from evaluation
     (:mod:`advisor.capture.generation`), and a token tensor is passed as itself.
     """
-    import torch
-
     for value in (*args, *(kwargs.values() if kwargs else ())):
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, tensor):
             return tuple(value.shape)
     return ()
 
@@ -269,7 +267,7 @@ class TorchHooks:
                 if len(outermost) < _MAX_OUTERMOST:
                     outermost.setdefault(id(module), weakref.ref(module))
                 grad = torch.is_grad_enabled()
-                rec.between.shape = None if grad else input_shape(args, kwargs)
+                rec.between.shape = None if grad else input_shape(args, kwargs, torch.Tensor)
                 rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
                                 grad=grad, started=started[0], stack=user_stack)
                 narrow_module_hooks()
@@ -277,7 +275,7 @@ class TorchHooks:
         def on_module(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
             if not is_compiling() and threading.get_ident() == main:
                 grad = torch.is_grad_enabled()
-                rec.between.shape = None if grad else input_shape(args, kwargs)
+                rec.between.shape = None if grad else input_shape(args, kwargs, torch.Tensor)
                 rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
                                 grad=grad, started=started[0], stack=user_stack)
 

@@ -40,6 +40,13 @@ from advisor.metrics.model import SourceLocation
 _OUTLIER = 2.0
 """Timed steps over this many times the median hold work between steps: not steady step time."""
 
+_REPEATED_METRICS = (
+    "generation_frac", "generation_s", "generation_calls_count", "generation_tokens_count",
+    "generation_positions_count", "generation_period_steps", "generation_occurrences_count",
+    "one_sample_frac", "one_sample_s", "one_sample_calls_count", "one_sample_period_steps",
+)
+"""The metrics of :func:`_repeated_metrics`, None where no line shows the pattern."""
+
 _LOCATION_KINDS = {CallPattern.GENERATION_NO_CACHE: "generation", CallPattern.ONE_SAMPLE: "one_sample"}
 """The location kind (``locations:`` of a rule) of each named pattern's lines."""
 
@@ -213,7 +220,7 @@ def periodic_metrics(capture: RunCapture) -> dict[str, float | None]:
 
 def _repeated_metrics(p: Projection) -> dict[str, float | None]:
     """Return the metrics of the costliest line generating without a KV cache and of the costliest inferring one sample at a time."""
-    out: dict[str, float | None] = {}
+    out: dict[str, float | None] = dict.fromkeys(_REPEATED_METRICS)
     gen = p.repeated(CallPattern.GENERATION_NO_CACHE)
     if gen:
         share, f, r = gen[0]
