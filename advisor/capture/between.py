@@ -111,6 +111,8 @@ class BetweenSteps:
             return
         if len(self._spans) >= MAX_OCCURRENCES:
             return
+        if last is not None and isinstance(last[7], SiteCalls):
+            last[7] = last[7].record()  # NOTE: a closed occurrence keeps its verdict, not its shapes
         line = stack[len(_common(key, self.loop or ())) - 1][3] if stack else 0
         file, function = stack[-1][:2] if stack else ("", "")
         site = SiteCalls(file, function, start, end)
@@ -151,7 +153,7 @@ class BetweenSteps:
             file, function, first = attributed(key, self.loop)
             out.append(BetweenWork(function=function, file=file, line=first if first else line, step=step,
                                    seconds=round(max(0.0, end - start), 6), calls=calls, profiled=profiled,
-                                   site=site.record()))
+                                   site=site.record() if isinstance(site, SiteCalls) else site))
         return tuple(out)
 
 

@@ -58,8 +58,9 @@ EXPLAINED = 0.9
 """Share of consecutive calls the pattern must explain: a stray call (a differently shaped
 prompt, a last short batch) does not undo a pattern, a mixture does."""
 
-MAX_SHAPES = 4096
-"""Shapes kept per occurrence (a generation of thousands of tokens is judged on its start)."""
+MAX_SHAPES = 1024
+"""Shapes kept for the occurrence in progress (a longer generation is judged on its first
+1,024 tokens); a closed occurrence keeps its verdict only."""
 
 
 @dataclass(frozen=True)

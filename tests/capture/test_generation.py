@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from advisor.capture.between import BetweenSteps
-from advisor.capture.generation import MIN_GROWTH, MIN_ONE_SAMPLE, CallPattern, classify
+from advisor.capture.generation import MAX_SHAPES, MIN_GROWTH, MIN_ONE_SAMPLE, CallPattern, classify
 
 MODULE = ("train.py", "<module>", 1)
 GENERATE = ("train.py", "generate", 40)
@@ -86,3 +86,13 @@ def test_the_tracker_keeps_an_occurrences_shapes_lines_and_time():
     assert gen.seconds == pytest.approx(0.41)  # first call's start to the last's end
     assert (other.function, other.line, other.pattern, other.tokens) == ("log_images", 75, CallPattern.OTHER, 0)
     assert tracker.shape is None  # read once
+
+
+def test_a_long_generation_is_judged_on_its_first_shapes_and_counted_whole():
+    tracker = BetweenSteps(loop=(MODULE,))
+    for i, shape in enumerate(_prefix(2, 1, MAX_SHAPES + 500, crop=64)):
+        tracker.shape = shape
+        tracker.call(5, i * 0.01, i * 0.01 + 0.005, ((*MODULE, 99), (*GENERATE, 46)))
+    (work,) = tracker.records()
+    assert (work.site.pattern, work.site.calls, work.site.tokens) == (
+        CallPattern.GENERATION_NO_CACHE, MAX_SHAPES + 500, 2 * (MAX_SHAPES + 500))
