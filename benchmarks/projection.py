@@ -10,10 +10,12 @@ For each round, one after the other on the same machine:
 
 Prints one row per round with the load average before it, then the medians. The script's
 default is ``tests/scripts/periodic_eval.py`` (evaluation at iteration 0 and every 50 of 1,000).
-
-Usage::
+``--metric`` and ``--rule`` check another share of the projection against cProfile's, as
+sampling without a KV cache (issue 29 item 3)::
 
     .venv/bin/python benchmarks/projection.py --rounds 3
+    .venv/bin/python benchmarks/projection.py --script tests/scripts/char_generate.py \
+        --args "nocache 1000 20 200" --function generate --metric generation_frac --rule HB003
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import pstats
+import shlex
 import statistics
 import subprocess
 import sys
@@ -40,26 +43,26 @@ def _run(cmd: list[str], cwd: Path | None = None) -> float:
     return time.perf_counter() - t0
 
 
-def cprofile_share(script: Path, function: str, out: Path) -> float:
+def cprofile_share(script: Path, args: list[str], function: str, out: Path) -> float:
     """Share of the script's ``<module>`` time inside ``function`` under a plain cProfile."""
-    _run([PY, "-m", "cProfile", "-o", str(out), str(script)])
+    _run([PY, "-m", "cProfile", "-o", str(out), str(script), *args])
     stats = pstats.Stats(str(out)).stats  # type: ignore[attr-defined]
     total = max(v[3] for k, v in stats.items() if k[2] == "<module>" and k[0] == str(script))
     inside = sum(v[3] for k, v in stats.items() if k[2] == function and k[0] == str(script))
     return inside / total
 
 
-def advisor_projection(script: Path, out: Path) -> dict[str, object]:
+def advisor_projection(script: Path, args: list[str], out: Path, metric: str, rule: str) -> dict[str, object]:
     """Diagnose without fixes; return the projection's figures from its report."""
-    _run([PY, "-m", "advisor", "diagnose", "--no-fixes", "--out", str(out), str(script)])
+    _run([PY, "-m", "advisor", "diagnose", "--no-fixes", "--out", str(out), str(script), *args])
     report = json.loads(subprocess.run(
         [PY, "-m", "advisor", "report", str(out), "--format", "json"], check=True, capture_output=True,
         text=True, env={**os.environ, "PYTHONPATH": str(REPO)}).stdout)
     summary = report["summary"]
     return {
-        "projected_s": summary["projected_run_s"], "share": summary["periodic_work_frac"],
+        "projected_s": summary["projected_run_s"], "share": summary[metric],
         "source": report["run"]["step_source"],
-        "hb002": any(f["code"] == "HB002" for f in report["findings"]),
+        "fired": any(f["code"] == rule for f in report["findings"]),
     }
 
 
@@ -67,23 +70,27 @@ def main() -> None:
     """Run the rounds and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--script", type=Path, default=REPO / "tests" / "scripts" / "periodic_eval.py")
+    ap.add_argument("--args", default="", help="the script's arguments, as one shell-quoted string")
     ap.add_argument("--function", default="estimate_loss")
+    ap.add_argument("--metric", default="periodic_work_frac", help="the advisor share set against cProfile's")
+    ap.add_argument("--rule", default="HB002", help="the rule whose firing is reported")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     script = args.script.resolve()
+    script_args = shlex.split(args.args)
     rows = []
-    print("| round | load | plain s | projected s | error | cProfile share | advisor share | source | HB002 |")
+    print(f"| round | load | plain s | projected s | error | cProfile share | advisor share | source | {args.rule} |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
             load = os.getloadavg()[0]
-            plain = _run([PY, str(script)])
-            share = cprofile_share(script, args.function, Path(tmp) / f"p{i}.pstats")
-            got = advisor_projection(script, Path(tmp) / f"run{i}")
+            plain = _run([PY, str(script), *script_args])
+            share = cprofile_share(script, script_args, args.function, Path(tmp) / f"p{i}.pstats")
+            got = advisor_projection(script, script_args, Path(tmp) / f"run{i}", args.metric, args.rule)
             err = (got["projected_s"] or 0) / plain - 1
             rows.append((plain, got["projected_s"], err, share, got["share"]))
             print(f"| {i + 1} | {load:.1f} | {plain:.1f} | {got['projected_s']:.1f} | {err:+.0%} | {share:.1%} | "
-                  f"{got['share']:.1%} | {got['source']} | {got['hb002']} |")
+                  f"{got['share']:.1%} | {got['source']} | {got['fired']} |")
     med = [statistics.median(col) for col in zip(*rows, strict=True)]
     print(f"| median | | {med[0]:.1f} | {med[1]:.1f} | {med[2]:+.0%} | {med[3]:.1%} | {med[4]:.1%} | | |")
 

@@ -18,6 +18,9 @@ tracker is tested with a fake clock.
   names the loop itself.
 * The loop's frames also give the run's length and periods where the script names them in
   variables (``max_iters``, ``eval_interval``): :func:`run_hints`.
+* An occurrence's calls are kept with their input shapes and lines (the innermost user frame
+  of the stack already walked, the same function for all of them), which tell generation
+  without a KV cache and one-sample inference from evaluation (:mod:`advisor.capture.generation`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from advisor.capture.generation import Shape, SiteCalls, SiteWork
 
 Frame = tuple[str, str, int]
 """A user frame: (file, function, the function's first line)."""
@@ -63,6 +68,7 @@ class BetweenWork:
         seconds: From the start of its first model call to the end of its last.
         calls: Model calls in it.
         profiled: True when a profiler recorded meanwhile (its time is inflated).
+        site: Its model calls classified by their input shapes (:mod:`advisor.capture.generation`).
     """
 
     function: str
@@ -72,6 +78,7 @@ class BetweenWork:
     seconds: float = 0.0
     calls: int = 0
     profiled: bool = False
+    site: SiteWork | None = None
 
 
 @dataclass
@@ -80,7 +87,10 @@ class BetweenSteps:
 
     loop: tuple[Frame, ...] | None = None  # the user's frames at the first optimizer step, outermost first
     hints: dict[str, int] = field(default_factory=dict)
-    _spans: list[list[Any]] = field(default_factory=list)  # [step, stack, start, end, calls, profiled, line]
+    _spans: list[list[Any]] = field(default_factory=list)  # [step, stack, start, end, calls, profiled, line, site]
+    # NOTE: the hooks set the next call's input shape here, read once by call(): the recorder
+    # between them passes no shape on.
+    shape: Shape | None = None
     notes: list[str] = field(default_factory=list)
     _run_on: tuple[float, int, str] | None = None  # (clock, steps) when the run went on past its phases, and why
 
@@ -89,17 +99,25 @@ class BetweenSteps:
         """Add a grad-disabled model call that ran from ``start`` to ``end`` after ``step`` steps.
 
         ``stack`` holds the user's frames, outermost first, as (file, function, first line,
-        current line).
+        current line); its innermost frame is the call's line (:attr:`shape`: its input's shape).
         """
+        shape, self.shape = self.shape, None
+        start = end if start is None else start
         key = tuple(f[:3] for f in stack)
         last = self._spans[-1] if self._spans else None
         if last is not None and last[0] == step and last[1] == key:
             last[3], last[4], last[5] = end, last[4] + 1, last[5] or profiled
+            last[7].add(shape, end, stack[-1][3] if stack else 0)
             return
         if len(self._spans) >= MAX_OCCURRENCES:
             return
+        if last is not None and isinstance(last[7], SiteCalls):
+            last[7] = last[7].record()  # NOTE: a closed occurrence keeps its verdict, not its shapes
         line = stack[len(_common(key, self.loop or ())) - 1][3] if stack else 0
-        self._spans.append([step, key, end if start is None else start, end, 1, profiled, line])
+        file, function = stack[-1][:2] if stack else ("", "")
+        site = SiteCalls(file, function, start, end)
+        site.add(shape, end, stack[-1][3] if stack else 0)
+        self._spans.append([step, key, start, end, 1, profiled, line, site])
 
     def runs_on(self, steps: int, now: float) -> bool:
         """Whether a capture done measuring should run on to time the next occurrence of its one occurrence.
@@ -131,10 +149,11 @@ class BetweenSteps:
     def records(self) -> tuple[BetweenWork, ...]:
         """Return the occurrences so far, each named by the function the loop called."""
         out = []
-        for step, key, start, end, calls, profiled, line in self._spans:
+        for step, key, start, end, calls, profiled, line, site in self._spans:
             file, function, first = attributed(key, self.loop)
             out.append(BetweenWork(function=function, file=file, line=first if first else line, step=step,
-                                   seconds=round(max(0.0, end - start), 6), calls=calls, profiled=profiled))
+                                   seconds=round(max(0.0, end - start), 6), calls=calls, profiled=profiled,
+                                   site=site.record() if isinstance(site, SiteCalls) else site))
         return tuple(out)
 
 

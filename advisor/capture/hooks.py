@@ -74,6 +74,18 @@ def count_samples(batch: Any, depth: int = 0) -> int | None:
     return None
 
 
+def input_shape(args: Any, kwargs: Any, tensor: type) -> tuple[int, ...]:
+    """Shape of a model call's first ``tensor`` input, positional or keyword (``input_ids=``); () when none.
+
+    One level only: a grad-disabled call's shape tells generation from evaluation
+    (:mod:`advisor.capture.generation`), and a token tensor is passed as itself.
+    """
+    for value in (*args, *(kwargs.values() if kwargs else ())):
+        if isinstance(value, tensor):
+            return tuple(value.shape)
+    return ()
+
+
 class UserFrames:
     """Find the user's innermost frame from inside a hook, cheaply (one decision per code object)."""
 
@@ -254,14 +266,18 @@ class TorchHooks:
             if depth[0] == 0:
                 if len(outermost) < _MAX_OUTERMOST:
                     outermost.setdefault(id(module), weakref.ref(module))
+                grad = torch.is_grad_enabled()
+                rec.between.shape = None if grad else input_shape(args, kwargs, torch.Tensor)
                 rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
-                                grad=torch.is_grad_enabled(), started=started[0], stack=user_stack)
+                                grad=grad, started=started[0], stack=user_stack)
                 narrow_module_hooks()
 
         def on_module(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
             if not is_compiling() and threading.get_ident() == main:
+                grad = torch.is_grad_enabled()
+                rec.between.shape = None if grad else input_shape(args, kwargs, torch.Tensor)
                 rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
-                                grad=torch.is_grad_enabled(), started=started[0], stack=user_stack)
+                                grad=grad, started=started[0], stack=user_stack)
 
         module_handles = [
             register_module_forward_pre_hook(pre_forward),

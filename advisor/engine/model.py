@@ -61,6 +61,8 @@ class LocationKind(Vocab):
     MEMORY = "memory"  # a line holding memory live at the peak (advisor.metrics.memory_lines)
     PERIODIC = "periodic"  # work between steps every N steps (advisor.metrics.periodic)
     TINY_OPS = "tiny_ops"  # runs of tiny operators (advisor.metrics.tiny_ops)
+    GENERATION = "generation"  # a line generating without a KV cache in periodic work (advisor.metrics.generation)
+    ONE_SAMPLE = "one_sample"  # a line inferring one sample per call in periodic work (advisor.metrics.generation)
 
 
 CATEGORIES: tuple[str, ...] = Category.values()

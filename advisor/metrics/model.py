@@ -27,7 +27,9 @@ class SourceLocation:
             :mod:`advisor.metrics.idle`), ``misaligned`` (a tensor-core-unfriendly GEMM shape),
             ``memory`` (a line whose allocations are live at the peak; its ``count`` is their
             share of the peak, :mod:`advisor.metrics.memory_lines`), ``periodic`` (work between
-            steps every N steps, :mod:`advisor.metrics.periodic`).
+            steps every N steps, :mod:`advisor.metrics.periodic`), ``generation`` and
+            ``one_sample`` (a line of that work generating without a KV cache, or inferring
+            one sample per call, :mod:`advisor.metrics.generation`).
         file: Source file as recorded (absolute or as the profiler saw it).
         line: Line number.
         function: Function name when known.

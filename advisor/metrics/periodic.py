@@ -19,6 +19,9 @@ capture measured:
   is then that of the steady training (one period's work over one period).
 * **Start-up**: the time to the end of the first step (and the interpreter's start), less that
   step and the periodic work that ran before it.
+* **Generation without a KV cache, one-sample inference**: the lines of a periodic function
+  whose model calls read so (:mod:`advisor.metrics.generation`), with the same occurrences;
+  their share is of the same projection.
 """
 
 from __future__ import annotations
@@ -28,12 +31,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from advisor.capture.between import BetweenWork, is_length, period_hint
+from advisor.capture.generation import CallPattern
 from advisor.capture.model import RunCapture
 from advisor.capture.vocab import RunStatus
+from advisor.metrics.generation import RepeatedCalls, repeated_calls
 from advisor.metrics.model import SourceLocation
 
 _OUTLIER = 2.0
 """Timed steps over this many times the median hold work between steps: not steady step time."""
+
+_REPEATED_METRICS = (
+    "generation_frac", "generation_s", "generation_calls_count", "generation_tokens_count",
+    "generation_positions_count", "generation_period_steps", "generation_occurrences_count",
+    "one_sample_frac", "one_sample_s", "one_sample_calls_count", "one_sample_period_steps",
+)
+"""The metrics of :func:`_repeated_metrics`, None where no line shows the pattern."""
+
+_LOCATION_KINDS = {CallPattern.GENERATION_NO_CACHE: "generation", CallPattern.ONE_SAMPLE: "one_sample"}
+"""The location kind (``locations:`` of a rule) of each named pattern's lines."""
+
 
 @dataclass(frozen=True)
 class PeriodicFunction:
@@ -47,6 +63,7 @@ class PeriodicFunction:
     period_from: str  # "seen", or the script variable it was read from
     occurrences: int | None  # over the whole run (None: its length is unknown)
     measured: int  # occurrences the capture saw
+    sites: tuple[RepeatedCalls, ...] = ()  # its lines generating without a cache or inferring one sample at a time
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,20 @@ class Projection:
         if not self.step_s or not per_step:
             return None
         return per_step / (per_step + self.step_s)
+
+    def share_of(self, f: PeriodicFunction, cost_s: float) -> float | None:
+        """Share of the projected run (of the steady training without a length) of ``cost_s`` in each of ``f``'s occurrences."""
+        if self.projected_s and f.occurrences is not None:
+            return cost_s * f.occurrences / self.projected_s
+        per_step = sum(g.cost_s / g.period for g in self.functions if g.period)
+        if not self.step_s or not f.period or not per_step:
+            return None
+        return (cost_s / f.period) / (per_step + self.step_s)
+
+    def repeated(self, pattern: CallPattern) -> list[tuple[float | None, PeriodicFunction, RepeatedCalls]]:
+        """Return the lines of ``pattern`` with their share and function, the largest share first."""
+        found = [(self.share_of(f, r.cost_s), f, r) for f in self.functions for r in f.sites if r.pattern == pattern]
+        return sorted(found, key=lambda t: -(t[0] if t[0] is not None else -1.0))
 
     def top(self) -> PeriodicFunction | None:
         """Return the costliest periodic function (per step of the run)."""
@@ -148,7 +179,8 @@ def project(capture: RunCapture) -> Projection:
                    else "its period is unknown (no second occurrence, no variable naming it)")
             )
         occurrences = _occurrences(seen[0], period, steps) if period and steps else None
-        functions.append(PeriodicFunction(function, file, line, cost, period, period_from, occurrences, len(group)))
+        functions.append(PeriodicFunction(function, file, line, cost, period, period_from, occurrences, len(group),
+                                          repeated_calls(group)))
     startup = _startup(capture, step_s)
     projection = Projection(step_s=step_s, steps=steps, steps_from=steps_from, startup_s=startup,
                             functions=tuple(functions), notes=tuple(notes))
@@ -175,7 +207,7 @@ def periodic_metrics(capture: RunCapture) -> dict[str, float | None]:
     """Return the run-scope metrics of the projection (names in :mod:`advisor.metrics.registry`)."""
     p = project(capture)
     top = p.top()
-    return {
+    return {**_repeated_metrics(p),
         "startup_s": p.startup_s,
         "projected_run_s": p.projected_s,
         "projected_steps_count": float(p.steps) if p.steps else None,
@@ -186,17 +218,44 @@ def periodic_metrics(capture: RunCapture) -> dict[str, float | None]:
     }
 
 
+def _repeated_metrics(p: Projection) -> dict[str, float | None]:
+    """Return the metrics of the costliest line generating without a KV cache and of the costliest inferring one sample at a time."""
+    out: dict[str, float | None] = dict.fromkeys(_REPEATED_METRICS)
+    gen = p.repeated(CallPattern.GENERATION_NO_CACHE)
+    if gen:
+        share, f, r = gen[0]
+        out.update(generation_frac=share, generation_s=r.cost_s, generation_calls_count=float(r.calls),
+                   generation_tokens_count=float(r.tokens), generation_positions_count=r.positions,
+                   generation_period_steps=float(f.period) if f.period else None,
+                   generation_occurrences_count=float(f.occurrences) if f.occurrences is not None else None)
+    one = p.repeated(CallPattern.ONE_SAMPLE)
+    if one:
+        share, f, r = one[0]
+        out.update(one_sample_frac=share, one_sample_s=r.cost_s, one_sample_calls_count=float(r.calls),
+                   one_sample_period_steps=float(f.period) if f.period else None)
+    return out
+
+
 def periodic_locations(capture: RunCapture | None) -> list[SourceLocation]:
-    """Return the periodic functions as ``periodic`` locations, per step: 1/period occurrences, cost/period ms."""
+    """Return the periodic functions as ``periodic`` locations, per step: 1/period occurrences, cost/period ms.
+
+    Their lines that generate without a KV cache or infer one sample at a time follow, as
+    ``generation`` and ``one_sample`` locations.
+    """
     if capture is None or not capture.between_steps:
         return []
     p = project(capture)
-    return [
+    out = [
         SourceLocation("periodic", f.file, f.line, f.function, count=1.0 / f.period,
                        time_ms=f.cost_s * 1000.0 / f.period, source="capture")
         for f in sorted(p.functions, key=lambda f: -(f.cost_s / (f.period or 1)))
         if f.period and f.line > 0
     ]
+    for pattern in (CallPattern.GENERATION_NO_CACHE, CallPattern.ONE_SAMPLE):
+        out.extend(SourceLocation(_LOCATION_KINDS[pattern], r.file, r.line, r.function,
+                                  count=1.0 / f.period, time_ms=r.cost_s * 1000.0 / f.period, source="capture")
+                   for _share, f, r in p.repeated(pattern) if f.period and r.line > 0)
+    return out
 
 
 def periodic_notes(capture: RunCapture | None) -> list[str]:

@@ -160,6 +160,18 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("periodic_work_s", "s", "run", "One occurrence of the costliest periodic work between steps"),
     MetricSpec("periodic_period_steps", "count", "run", "Steps between two occurrences of the costliest periodic work"),
     MetricSpec("periodic_occurrences_count", "count", "run", "Occurrences of the costliest periodic work over the projected run"),
+    # lines of periodic work that generate without a KV cache, or infer one sample at a time (advisor.metrics.generation)
+    MetricSpec("generation_frac", "frac", "run", "Share of the projected run in autoregressive generation without a KV cache (the input grows by one position per call), the costliest line; of the steady training when the run's length is unknown"),
+    MetricSpec("generation_s", "s", "run", "One occurrence of that generation: its first model call's start to its last's end"),
+    MetricSpec("generation_calls_count", "count", "run", "Model calls in one occurrence of that generation, each over the whole prefix"),
+    MetricSpec("generation_tokens_count", "count", "run", "Tokens generated in one occurrence of that generation (calls x batch)"),
+    MetricSpec("generation_positions_count", "count", "run", "Mean positions each of those calls ran over (a KV cache runs one)"),
+    MetricSpec("generation_period_steps", "count", "run", "Steps between two occurrences of that generation"),
+    MetricSpec("generation_occurrences_count", "count", "run", "Occurrences of that generation over the projected run"),
+    MetricSpec("one_sample_frac", "frac", "run", "Share of the projected run in grad-disabled model calls of batch size 1 repeated from one line between steps, the costliest line; of the steady training when the run's length is unknown"),
+    MetricSpec("one_sample_s", "s", "run", "One occurrence of those one-sample calls: the first call's start to the last's end"),
+    MetricSpec("one_sample_calls_count", "count", "run", "One-sample model calls in one occurrence"),
+    MetricSpec("one_sample_period_steps", "count", "run", "Steps between two occurrences of those one-sample calls"),
     # threads against cores, and other work on the machine (advisor.metrics.contention)
     MetricSpec("load_avg", "load", "run", "Mean 1-minute load average of the machine during the capture"),
     MetricSpec("other_cpu_util_frac", "frac", "run", "Share of the machine's CPU time used by processes outside the run during the capture"),
