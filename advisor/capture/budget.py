@@ -217,8 +217,12 @@ class TraceProbe:
         p = rec.phases
         if not self._open:
             if rec.phase == Phase.WARMUP and p.profiled > 0 and p.warmup > 0 and rec.steps == p.warmup - 1:
-                self.control.probe_start()
-                self._open = True
+                try:
+                    self.control.probe_start()
+                    self._open = True
+                except Exception as exc:  # noqa: BLE001 - the probe must never fail the script's step
+                    self._done = True
+                    self.notes.append(f"the trace was not bounded to --trace-budget: the probe could not start ({exc})")
             elif rec.phase not in (Phase.STARTING, Phase.WARMUP) and p.profiled > 0:
                 self._done = True
                 self.notes.append("the trace was not bounded to --trace-budget: with no warm-up step, "

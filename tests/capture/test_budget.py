@@ -219,3 +219,19 @@ def test_a_bad_trace_budget_is_a_one_line_usage_error(capsys, tmp_path: Path, va
     script.write_text("print('train')\n")
     code, _, err = invoke(capsys, "diagnose", "--trace-budget", value, str(script))
     assert code == 2 and "--trace-budget" in err
+
+
+def test_a_probe_that_cannot_start_leaves_the_step_alone_with_a_note() -> None:
+    control, notes = FakeControl(STEP), []
+
+    def busy() -> None:
+        raise RuntimeError("Can't profile: another profiler is running")
+
+    control.probe_start = busy  # type: ignore[method-assign]
+    probe = TraceProbe(control, MB, Path("scratch.json"), notes)
+    rec = StepRecorder(Phases(2, 2, 10, 0), profiler=control, clock=Clock(),  # type: ignore[arg-type]
+                       on_step=probe.on_event, on_phase=probe.on_event)
+    rec.script_started()
+    _steps(rec, 4)
+    assert rec.phases.profiled == 10 and probe.record() is None and rec.phase == "profiled"
+    assert len(notes) == 1 and "another profiler" in notes[0]
