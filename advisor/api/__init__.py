@@ -134,6 +134,7 @@ def diagnose(
     warmup: int | None = None,
     steps: int | None = None,
     profile_steps: int | None = None,
+    trace_budget: int | None = None,
     full: bool = False,
     timeout: float | None = None,
     fixes: bool = True,
@@ -166,6 +167,8 @@ def diagnose(
         warmup: Warm-up steps, not measured (default 5).
         steps: Timed steps without the profiler (default 20).
         profile_steps: Steps under torch.profiler, as many again under cProfile (default 10).
+        trace_budget: Bytes the exported trace may take (default 256 MiB); fewer profiled steps,
+            then no memory events or Python stacks, keep it under (``--trace-budget``).
         full: Let the script run to its end.
         timeout: Stop a hung script after this many seconds.
         fixes: Try the suggested fixes (False: diagnose only).
@@ -207,7 +210,8 @@ def diagnose(
         run_dir = new_run_dir(Path("advisor-runs") / f"{path.stem}-{stamp}")
     else:
         run_dir = Path(out)
-    given = {"warmup_steps": warmup, "timed_steps": steps, "profiled_steps": profile_steps}
+    given = {"warmup_steps": warmup, "timed_steps": steps, "profiled_steps": profile_steps,
+             "trace_budget_bytes": trace_budget}
     spec = RunSpec(
         script=path, args=tuple(args), out_dir=run_dir.resolve(), full=full, timeout_s=timeout, seed=seed,
         quiet=not progress, cwd=Path.cwd(), nproc_per_node=nproc_per_node, module=module_name,

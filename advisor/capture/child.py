@@ -40,6 +40,7 @@ from typing import Any  # noqa: E402
 
 from advisor._proc import become_subreaper, die_with_parent, end_own_children  # noqa: E402
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
+from advisor.capture.budget import TraceProbe  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
     Phase,
@@ -117,6 +118,9 @@ class ChildSession:
             graph_count=_graphs_compiled,
             record_loss_steps=max(0, spec.record_loss_steps),
         )
+        self.probe: TraceProbe | None = None
+        if spec.trace_budget_bytes is not None and spec.profiled_steps > 0:
+            self.probe = TraceProbe(self.recorder.profiler, spec.trace_budget_bytes, self.out / "trace-probe.json", self.notes)
         self.hooks: Any = None
         self.script_config = ConfigRecorder(self.script, list(spec.args))
         self._last_event: tuple[str, int, int] | None = None
@@ -154,9 +158,13 @@ class ChildSession:
             pass  # progress is best effort; the measurements are not
 
     def _on_step(self, rec: StepRecorder) -> None:
+        if self.probe is not None:
+            self.probe.on_event(rec)
         self._event(rec.phase, force=False)
 
     def _on_phase(self, rec: StepRecorder) -> None:
+        if self.probe is not None:
+            self.probe.on_event(rec)
         if rec.phase != Phase.WARMUP:
             # NOTE: the script's globals exist only while it runs (runpy's temporary __main__);
             # by the first step after warm-up a configurator has long applied its overrides.
@@ -190,6 +198,7 @@ class ChildSession:
             "module_names": dict(namer.names) if namer is not None else {},
             "between_steps": rec.between.records(),
             "run_hints": dict(rec.between.hints),
+            "trace_bound": self.probe.record() if self.probe is not None else None,
         }
         if finished:
             peak, kind = peak_memory()
@@ -316,6 +325,8 @@ class ChildSession:
             # parent is gone is no longer anyone's to end).
             _kill_children()
         try:
+            if self.probe is not None:
+                self.probe.close()
             rec.finish()
         except Exception as e:  # noqa: BLE001 - keep what was measured even if export fails
             self.notes.append(f"closing the profiler failed: {e}")

@@ -14,6 +14,7 @@ from typing import Any
 
 from advisor._serde import check_types, dump_json, from_dict
 from advisor.capture.between import BetweenWork
+from advisor.capture.budget import DEFAULT_TRACE_BUDGET_BYTES, TraceBound
 from advisor.capture.records import (
     DataLoaderInfo,
     Environment,
@@ -133,6 +134,9 @@ class RunSpec:
             ``fixes`` (the fix stage passes its own runtime; capture imports none of it itself).
         memory_budget_bytes: Cap the script's memory: CUDA's per-process memory fraction on a
             GPU, a watchdog on the child's RSS on CPU (None: no cap).
+        trace_budget_bytes: Keep the exported torch.profiler trace (uncompressed) under this
+            size: fewer profiled steps, then no memory events or Python stacks
+            (:mod:`advisor.capture.budget`; None: no bound).
     """
 
     script: Path
@@ -156,6 +160,7 @@ class RunSpec:
     fix_installers: tuple[str, ...] = ()
     memory_budget_bytes: int | None = None
     module: str | None = None
+    trace_budget_bytes: int | None = DEFAULT_TRACE_BUDGET_BYTES
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,8 @@ class RunCapture:
             occurrence (:mod:`advisor.capture.between`).
         run_hints: Integers the training loop names like its length or a period
             (``max_iters``, ``eval_interval``), read from its frames at its first optimizer step.
+        trace_bound: How the profiled window was sized to the trace budget, from one probed
+            step (:mod:`advisor.capture.budget`); None when no step was probed.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -255,6 +262,7 @@ class RunCapture:
     module_names: dict[str, str] = field(default_factory=dict)
     between_steps: tuple[BetweenWork, ...] = ()
     run_hints: dict[str, int] = field(default_factory=dict)
+    trace_bound: TraceBound | None = None
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

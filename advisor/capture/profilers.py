@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from advisor.capture.budget import StepSize, measure_step
 from advisor.capture.module_names import ModuleNamer
 
 
@@ -25,8 +26,31 @@ def _record_always(_step: int) -> Any:
     return ProfilerAction.RECORD
 
 
+def new_profile(stacks: bool = True, memory: bool = True) -> Any:
+    """Return a torch.profiler (CPU, plus CUDA when available) with shapes and modules, and stacks and memory as asked."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    return profile(
+        activities=activities,
+        schedule=_record_always,
+        record_shapes=True,
+        profile_memory=memory,
+        with_stack=stacks,
+        with_modules=stacks,  # nn.Module frames (advisor.metrics.modules): torch records them with the stacks only
+    )
+
+
 class TorchProfilerControl:
-    """torch.profiler for the profiled window, exported in TensorBoard's file layout."""
+    """torch.profiler for the profiled window, exported in TensorBoard's file layout.
+
+    ``stacks`` and ``memory`` say whether the window records Python stacks and memory events
+    (:mod:`advisor.capture.budget` may turn them off to bound the trace); ``exported_bytes`` is
+    the last exported trace's uncompressed size.
+    """
 
     def __init__(self, traces_dir: Path, run_dir: Path, files: list[str], notes: list[str]):
         self.traces_dir = traces_dir
@@ -36,27 +60,22 @@ class TorchProfilerControl:
         self._prof: Any = None
         self.call_sites: Any = None  # hooks.CallSites, set once the hooks are installed
         self.namer = ModuleNamer()  # the model's names for the trace's nn.Module frames
+        self.stacks = True
+        self.memory = True
+        self.exported_bytes: int | None = None
+        self._probe: Any = None
 
     def start(self) -> None:
-        """Start torch.profiler (CPU, plus CUDA when available) with shapes, memory, stacks."""
-        import torch
-        from torch.profiler import ProfilerActivity, profile
-
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
-        self._prof = profile(
-            activities=activities,
-            schedule=_record_always,
-            record_shapes=True,
-            profile_memory=True,
-            with_stack=True,
-            with_modules=True,  # nn.Module frames: the module view (advisor.metrics.modules)
-        )
+        """Start torch.profiler (see :func:`new_profile`)."""
+        self._prof = new_profile(self.stacks, self.memory)
         self._prof.start()
-        self.namer.enable()
-        if self.call_sites is not None:
-            self.call_sites.enable()
+        self._hooks(True)
+
+    def _hooks(self, on: bool) -> None:
+        """Turn the window's own hooks (module names, call sites) on or off; they add events to the trace."""
+        for hook in (self.namer, self.call_sites):
+            if hook is not None:
+                hook.enable() if on else hook.disable()
 
     def step(self) -> None:
         """Close ProfilerStep#N and open the next one."""
@@ -68,9 +87,7 @@ class TorchProfilerControl:
         prof, self._prof = self._prof, None
         if prof is None:
             return
-        if self.call_sites is not None:
-            self.call_sites.disable()
-        self.namer.disable()
+        self._hooks(False)
         prof.stop()
         if not export:
             return
@@ -82,6 +99,7 @@ class TorchProfilerControl:
         except Exception as exc:  # noqa: BLE001 - a failed export is a note, not a lost run
             self.notes.append(f"torch.profiler trace export failed: {exc}")
             return
+        self.exported_bytes = path.stat().st_size
         path = gzip_trace(path, self.notes)
         self.files.append(path.relative_to(self.run_dir).as_posix())
 
@@ -93,6 +111,27 @@ class TorchProfilerControl:
             except OSError:
                 self.notes.append(f"could not remove the superseded trace {rel}")
         self.files.clear()
+
+    def probe_start(self) -> None:
+        """Start profiling one step apart from the window, every option on (:class:`~advisor.capture.budget.TraceProbe`)."""
+        self._probe = new_profile()
+        self._probe.start()
+        self._hooks(True)  # NOTE: the window's hooks add stack events of their own: the probe must hold them too
+
+    def probe_stop(self, scratch: Path | None) -> StepSize | None:
+        """Stop the probe; export it to ``scratch``, measure and delete it (None: no probe, or no ``scratch``)."""
+        prof, self._probe = self._probe, None
+        if prof is None:
+            return None
+        self._hooks(False)
+        prof.stop()
+        if scratch is None:
+            return None
+        try:
+            prof.export_chrome_trace(str(scratch))
+            return measure_step(scratch)
+        finally:
+            scratch.unlink(missing_ok=True)
 
 
 def gzip_trace(path: Path, notes: list[str]) -> Path:

@@ -108,8 +108,9 @@ def validate_spec(spec: RunSpec) -> None:
             raise UsageError(f"{name.replace('_', '-')} must be 0 or more, got {getattr(spec, name)}")
     if spec.cprofile_steps is not None and spec.cprofile_steps < 0:
         raise UsageError(f"cprofile-steps must be 0 or more, got {spec.cprofile_steps}")
-    if spec.memory_budget_bytes is not None and spec.memory_budget_bytes <= 0:
-        raise UsageError(f"--memory-budget must be a positive size, got {spec.memory_budget_bytes} bytes")
+    for name, budget in (("--memory-budget", spec.memory_budget_bytes), ("--trace-budget", spec.trace_budget_bytes)):
+        if budget is not None and budget <= 0:
+            raise UsageError(f"{name} must be a positive size (e.g. 500MB), got {budget} bytes")
     if spec.timeout_s is not None and not (math.isfinite(spec.timeout_s) and spec.timeout_s > 0):
         raise UsageError(f"--timeout must be a positive number of seconds, got {spec.timeout_s}")
     if spec.cwd is not None and not Path(spec.cwd).is_dir():

@@ -18,6 +18,7 @@ from advisor.cli._common import emit_report
 from advisor.cli.configured import ConfiguredCommand, given_as, option_keys
 from advisor.cli.grouped_help import grouped
 from advisor.cli.options import (
+    TRACE_BUDGET_DEFAULT,
     ByteSize,
     PositiveSeconds,
     advisor_options_in,
@@ -49,7 +50,7 @@ def default_run_dir(script: Path) -> Path:
 HELP_GROUPS = (
     ("Everyday", ("as_module", "out_dir", "replace_out", "no_fixes", "unsafe_fixes", "only_fixes", "show_diff", "write", "timeout")),
     ("Fix loop", ("budget_s", "repeats", "exhaustive", "cold_start", "seed", "memory_budget")),
-    ("Capture phases", ("warmup", "timed_steps", "profile_steps", "full")),
+    ("Capture phases", ("warmup", "timed_steps", "profile_steps", "trace_budget", "full")),
     ("Distributed (torchrun, several nodes)",
      ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_id")),
     ("Output", ("fmt", "output", "fail_on", "quiet", "verbose", "help")),
@@ -77,6 +78,9 @@ HELP_GROUPS = (
 @click.option("--profile-steps", default=10, show_default=True, type=click.IntRange(min=0),
               help="Steps under torch.profiler; as many again run under cProfile right after "
               "(the two cannot share Python's profile hook). 0 disables both.")
+@click.option("--trace-budget", type=ByteSize(), default=TRACE_BUDGET_DEFAULT, show_default=True, metavar="SIZE",
+              help="Keep the exported trace under SIZE (500MB, 2GB): one warm-up step is measured, then fewer "
+              "profiled steps (down to 3), then no memory events, then no Python stacks; the report says what was dropped.")
 @click.option("--full", is_flag=True, help="Let the script run to its end instead of stopping after profiling.")
 @click.option("--timeout", type=PositiveSeconds(), default=None, metavar="SECONDS",
               help="Stop a hung script after SECONDS (exit 3, partial capture kept).")
@@ -127,6 +131,7 @@ def diagnose(
     warmup: int,
     timed_steps: int,
     profile_steps: int,
+    trace_budget: int,
     full: bool,
     timeout: float | None,
     memory_budget: int | None,
@@ -214,6 +219,7 @@ def diagnose(
         env=rdzv_env,
         module=module,
         memory_budget_bytes=memory_budget,
+        trace_budget_bytes=trace_budget,
     )
     fix_options = FixOptions(
         enabled=not no_fixes, unsafe=unsafe_fixes, only=tuple(only_fixes), repeats=repeats, write=write,

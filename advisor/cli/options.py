@@ -15,6 +15,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 FORMATS = ("text", "markdown", "html", "json", "sarif", "github")
 COMPARE_FORMATS = ("text", "markdown", "html", "json")
 FAIL_ON = ("never", "info", "warning", "error")
+TRACE_BUDGET_DEFAULT = "256MB"  # advisor.capture.budget.DEFAULT_TRACE_BUDGET_BYTES, as typed
 
 
 class PositiveSeconds(click.ParamType):

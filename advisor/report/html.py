@@ -404,7 +404,7 @@ def _warnings(report: Report) -> str:
 
 
 def _notes(report: Report) -> str:
-    notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
+    notes = report.all_notes
     if not notes:
         return ""
     return "<h2>Notes</h2><ul class=\"notes\">" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"

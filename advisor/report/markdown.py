@@ -217,7 +217,7 @@ def _gpu_tables(report: Report) -> list[str]:
 
 
 def _notes(report: Report) -> list[str]:
-    notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
+    notes = report.all_notes
     if not notes:
         return []
     return ["### Notes", "", *(f"- {md_text(n)}" for n in notes)]

@@ -20,6 +20,7 @@ from advisor import __version__
 from advisor._serde import check_types, dump_json, from_dict, to_jsonable
 from advisor._steady import SteadyState, assess
 from advisor._vocab import Vocab
+from advisor.capture.budget import TraceBound
 from advisor.capture.model import RunCapture
 from advisor.engine.model import Diagnosis, Finding, Primary, sort_findings
 from advisor.errors import InputError
@@ -81,6 +82,8 @@ class RunInfo:
     median of their steady part (:mod:`advisor._steady`), from step ``steady_from`` on, with its
     spread (``step_p10_ms``, ``step_p90_ms``) and what the window looked like (``steadiness``).
     Without timed steps these are None and "" (a bare trace: its profiled steps are used).
+    ``trace_bound`` says how the profiled window was cut to ``--trace-budget``; None when
+    nothing was (:mod:`advisor.capture.budget`).
     """
 
     status: str = "analyzed"
@@ -108,6 +111,7 @@ class RunInfo:
     step_p90_ms: float | None = None
     steady_from: int = 0
     steadiness: str = ""
+    trace_bound: TraceBound | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,12 @@ class Report:
     pid: int | None = None
     timing: dict[str, Any] = field(default_factory=dict)
     focus_rank: int | None = None
+
+    @property
+    def all_notes(self) -> list[str]:
+        """The notes every format lists: what bounded the trace, the run's, then the analysis's."""
+        bound = self.run.trace_bound.text() if self.run.trace_bound is not None else ""
+        return list(dict.fromkeys(n for n in (bound, *self.run.notes, *self.notes) if n))
 
     @property
     def kept_trial(self) -> Trial | None:
@@ -383,6 +393,7 @@ def build_report(
             notes=capture.notes,
             timed_step_times_ms=tuple(capture.timed.step_times_ms),
             timed_samples=tuple(capture.timed.samples),
+            trace_bound=capture.trace_bound if capture.trace_bound is not None and capture.trace_bound.text() else None,
             **_step_time(capture.timed.step_times_ms),
         )
     else:

@@ -281,7 +281,7 @@ def _warnings(report: Report) -> RenderableType | None:
 
 
 def _notes(report: Report, width: int) -> RenderableType | None:
-    notes = list(dict.fromkeys((*report.run.notes, *report.notes)))
+    notes = report.all_notes
     if not notes:
         return None
     body = Text()

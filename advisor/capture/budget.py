@@ -1,0 +1,257 @@
+"""Bounded capture: keep the exported torch.profiler trace under a size budget.
+
+A profiled step of a large model exports gigabytes of Chrome-trace JSON (more than 1 GB per step
+for an LLM with Python stacks), which neither the browser viewers nor a laptop's memory can open.
+So before the profiled window starts, one step is measured:
+
+1. :class:`TraceProbe` profiles the *last warm-up step* with the window's full options (shapes,
+   memory, stacks, modules), exports it to a scratch file and measures it with
+   :func:`measure_step` (its size, and how much of it is Python-stack and memory events); the
+   scratch file is deleted. A warm-up step is never timed nor analysed, so the probe costs no
+   measured step and leaves the profiled window one trace file of steps with one set of options.
+2. :func:`plan_trace` chooses, from that one step, how many steps the window profiles and
+   whether stacks and memory events are recorded, so that the estimate stays under the budget:
+   fewer steps first (down to :data:`MIN_PROFILED_STEPS`), then no memory events, then no
+   stacks, then no both; only then fewer steps than the minimum, down to one.
+3. The plan (:class:`TraceBound`) goes into the capture (``RunCapture.trace_bound``), with the
+   size the trace really exported, and the report states what was bounded.
+
+Everything here but :class:`TraceProbe` is pure; the probe drives the profiler through
+:class:`~advisor.capture.profilers.TorchProfilerControl` and reads the recorder's phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from advisor.capture.vocab import Phase
+
+DEFAULT_TRACE_BUDGET_BYTES = 256 * 2**20
+"""The default budget for one exported trace (uncompressed JSON): 256 MiB.
+
+The browser viewers read a trace as one JavaScript string, and V8 caps strings at about 512 MiB
+(2**29 characters on 64-bit builds): chrome://tracing and Perfetto's JSON import fail on larger
+files outright, and slow to a crawl well before. Half that limit leaves room for the viewer's own
+copy, and advisor's loader holds about the file's size while it decodes, so a default-bounded run
+is analysed on a laptop too."""
+MIN_PROFILED_STEPS = 3
+"""Profiled steps the analysis needs: the per-step metrics are medians (three resist one odd
+step, a collection or an evaluation inside it) and their spread needs at least two."""
+PLAN_SHARE = 0.9
+"""Plans fill at most this share of the budget: the profiled steps differ from the probed one by
+a few percent (1-2% on examples/tiny_model.py, whose window also holds its first step's start-up
+frames), and the budget is a bound, not a target."""
+STACK_MARK = b'"cat": "python_function"'
+"""How Kineto writes the category of a Python-stack event (with_stack; the module frames too)."""
+MEMORY_MARK = b'"name": "[memory]"'
+"""How Kineto writes the name of a memory allocation event (profile_memory)."""
+EVENT_START = b"\n  {"
+"""Kineto writes each event of ``traceEvents`` from a line of its own starting with this."""
+_CHUNK = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class StepSize:
+    """One probed step's exported trace: its size and the part of it each droppable kind takes.
+
+    Attributes:
+        total_bytes: The exported JSON of the one step, every option on.
+        stack_bytes: The part that is Python-stack events (``with_stack``; the module frames too).
+        memory_bytes: The part that is memory events (``profile_memory``).
+    """
+
+    total_bytes: int
+    stack_bytes: int = 0
+    memory_bytes: int = 0
+
+    def per_step(self, stacks: bool, memory: bool) -> int:
+        """Return the bytes of one step recorded with these options."""
+        return max(1, self.total_bytes - (0 if stacks else self.stack_bytes) - (0 if memory else self.memory_bytes))
+
+
+@dataclass(frozen=True)
+class TraceBound:
+    """How the profiled window was sized to fit the trace budget (``RunCapture.trace_bound``).
+
+    Attributes:
+        budget_bytes: The budget for the exported trace (uncompressed JSON).
+        step_bytes: One probed step's exported JSON, every option on.
+        stack_bytes: Its Python-stack events; memory_bytes: its memory events.
+        asked_steps: Profiled steps asked for; steps: the steps planned.
+        stacks: Whether the window records Python stacks (and module frames).
+        memory: Whether it records memory events.
+        exported_bytes: The trace's size as exported (uncompressed), once written (None before).
+    """
+
+    budget_bytes: int
+    step_bytes: int
+    asked_steps: int
+    steps: int
+    stack_bytes: int = 0
+    memory_bytes: int = 0
+    stacks: bool = True
+    memory: bool = True
+    exported_bytes: int | None = None
+
+    @property
+    def bounded(self) -> bool:
+        """Whether anything was given up to fit the budget."""
+        return self.steps < self.asked_steps or not self.stacks or not self.memory
+
+    @property
+    def estimated_bytes(self) -> int:
+        """The planned trace's size, estimated from the probed step."""
+        size = StepSize(self.step_bytes, self.stack_bytes, self.memory_bytes)
+        return self.steps * size.per_step(self.stacks, self.memory)
+
+    def text(self) -> str:
+        """One sentence for the report: what was bounded and why ("" when nothing was and the trace fit)."""
+        over_after = self.exported_bytes is not None and self.exported_bytes > self.budget_bytes
+        if not self.bounded and not over_after:
+            return ""
+        steps = f"{self.steps} of {self.asked_steps} profiled steps" if self.steps < self.asked_steps else f"{self.steps} profiled steps"
+        lost = [w for w, kept in (("Python stacks", self.stacks), ("memory events", self.memory)) if not kept]
+        without = f", without {' or '.join(lost)}" if lost else ""
+        over = (" (still over the budget: no fewer steps or options are possible)"
+                if self.estimated_bytes > self.budget_bytes else "")
+        exported = "" if self.exported_bytes is None else f"; the trace exported {size_text(self.exported_bytes)}"
+        if over_after and not over:
+            exported += ", over the budget: its steps were larger than the probed warm-up step"
+        head = f"trace bounded to {steps}{without}{over}" if self.bounded else f"trace of {steps}"
+        return (f"{head}: one step exported {size_text(self.step_bytes)}, "
+                f"budget {size_text(self.budget_bytes)} (--trace-budget){exported}")
+
+
+def size_text(n: int) -> str:
+    """Format a byte count the way ``--trace-budget`` reads one (1 MB = 2**20 bytes)."""
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GB"
+    if n >= 2**20:
+        return f"{n / 2**20:.0f} MB" if n >= 10 * 2**20 else f"{n / 2**20:.1f} MB"
+    return f"{n / 2**10:.0f} KB"
+
+
+def plan_trace(step: StepSize, budget_bytes: int, asked_steps: int, min_steps: int = MIN_PROFILED_STEPS,
+               fixed_steps: bool = False) -> TraceBound:
+    """Choose the profiled steps and options whose trace fits ``budget_bytes``.
+
+    Args:
+        step: The probed step's size (:func:`measure_step`).
+        budget_bytes: The budget for the whole exported trace.
+        asked_steps: The profiled steps asked for (the most planned).
+        min_steps: The fewest steps the analysis wants (fewer than ``asked_steps`` only).
+        fixed_steps: Keep ``asked_steps`` whatever the size: the ranks of a job must stop at the
+            same step, and each rank measures its own step; only options are dropped then.
+
+    Returns:
+        The first plan, in order of preference, whose estimate fits in :data:`PLAN_SHARE` of
+        the budget: every option, with as many steps as fit down to ``min_steps``; then without
+        memory events; without stacks; without both; then without both and fewer steps than the
+        minimum, down to one.
+    """
+    floor = min(max(1, min_steps), asked_steps)
+    room = int(budget_bytes * PLAN_SHARE)
+    base = TraceBound(budget_bytes=budget_bytes, step_bytes=step.total_bytes, stack_bytes=step.stack_bytes,
+                      memory_bytes=step.memory_bytes, asked_steps=asked_steps, steps=asked_steps)
+    if asked_steps <= 0:
+        return base
+    # NOTE: memory events go before stacks: the peak memory is measured apart from the trace, while
+    # the stacks carry the source lines the advice points at and the module view.
+    for stacks, memory in ((True, True), (True, False), (False, True), (False, False)):
+        fit = room // step.per_step(stacks, memory)
+        if fixed_steps:
+            if fit >= asked_steps:
+                return replace(base, stacks=stacks, memory=memory)
+        elif fit >= floor:
+            return replace(base, steps=min(asked_steps, fit), stacks=stacks, memory=memory)
+    if fixed_steps:
+        return replace(base, stacks=False, memory=False)
+    return replace(base, steps=max(1, min(asked_steps, room // step.per_step(False, False))),
+                   stacks=False, memory=False)
+
+
+def measure_step(path: Path) -> StepSize:
+    """Measure an exported one-step trace: its size and its stack and memory events' bytes.
+
+    A streaming scan, never a JSON parse (one step of a large model is gigabytes): the file is
+    cut at the line each Kineto event starts on, and each event is counted whole towards the
+    kind its category or name marks. A file written another way counts as all-other.
+    """
+    stack = memory = 0
+    carry = b""
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(_CHUNK)
+            events = (carry + chunk).split(EVENT_START)
+            carry = events.pop() if chunk else b""
+            stack += sum(len(e) + len(EVENT_START) for e in events if STACK_MARK in e)
+            memory += sum(len(e) + len(EVENT_START) for e in events if MEMORY_MARK in e)
+            if not chunk:
+                break
+    return StepSize(total_bytes=path.stat().st_size, stack_bytes=stack, memory_bytes=memory)
+
+
+class TraceProbe:
+    """Profiles the last warm-up step, then sizes the profiled window (see the module docstring).
+
+    The child calls :meth:`on_event` from the recorder's step and phase callbacks; both come
+    after the recorder's own bookkeeping and before the next step starts, so the probe's start
+    and export are never inside a timed step.
+    """
+
+    def __init__(self, control: Any, budget_bytes: int, scratch: Path, notes: list[str]) -> None:
+        self.control = control  # profilers.TorchProfilerControl: probe_start / probe_stop, stacks, memory
+        self.budget_bytes = budget_bytes
+        self.scratch = scratch
+        self.notes = notes
+        self.bound: TraceBound | None = None
+        self._open = False
+        self._done = False
+
+    def on_event(self, rec: Any) -> None:
+        """Start the probe as the last warm-up step begins; size the window when warm-up ends."""
+        if self._done:
+            return
+        p = rec.phases
+        if not self._open:
+            if rec.phase == Phase.WARMUP and p.profiled > 0 and p.warmup > 0 and rec.steps == p.warmup - 1:
+                try:
+                    self.control.probe_start()
+                    self._open = True
+                except Exception as exc:  # noqa: BLE001 - the probe must never fail the script's step
+                    self._done = True
+                    self.notes.append(f"the trace was not bounded to --trace-budget: the probe could not start ({exc})")
+            elif rec.phase not in (Phase.STARTING, Phase.WARMUP) and p.profiled > 0:
+                self._done = True
+                self.notes.append("the trace was not bounded to --trace-budget: with no warm-up step, "
+                                  "no step could be measured before the profiled ones")
+            return
+        if rec.phase == Phase.WARMUP:
+            return
+        self._open, self._done = False, True
+        started = rec.clock()
+        try:
+            step = self.control.probe_stop(self.scratch)
+        except Exception as exc:  # noqa: BLE001 - an unmeasured step leaves the window unbounded, with a note
+            step = None
+            self.notes.append(f"the trace was not bounded to --trace-budget: the probed step could not be measured ({exc})")
+        if step is not None:
+            self.bound = plan_trace(step, self.budget_bytes, p.profiled, fixed_steps=not p.settle)
+            p.profiled = self.bound.steps
+            self.control.stacks, self.control.memory = self.bound.stacks, self.bound.memory
+        # NOTE: the probe belongs to warm-up: the phase it ended starts after it.
+        rec.phase_started[rec.phase] = max(rec.phase_started.get(rec.phase, started), rec.clock())
+
+    def close(self) -> None:
+        """Stop an open probe without measuring it (the script ended during warm-up)."""
+        if self._open:
+            self._open, self._done = False, True
+            self.control.probe_stop(None)
+
+    def record(self) -> TraceBound | None:
+        """Return the plan with the trace's exported size, once the profiled window was written."""
+        if self.bound is None:
+            return None
+        return replace(self.bound, exported_bytes=getattr(self.control, "exported_bytes", None))
