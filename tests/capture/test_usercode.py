@@ -52,3 +52,30 @@ def test_standard_library_packages_are_never_the_users_by_folder():
     assert not looks_like_user_file("multiprocessing/queues.py")
     assert not looks_like_user_file("concurrent/futures/thread.py")
     assert looks_like_user_file("mypkg/data.py")
+
+
+def _frames_for_this_file():
+    from advisor.capture.hooks import UserFrames
+
+    here = os.path.abspath(__file__)
+    return UserFrames(UserCode(library_roots=library_roots(), user_files=(here,)))
+
+
+def test_stack_tuple_is_the_stack_and_is_remembered_only_at_one_frame_and_line():
+    frames = _frames_for_this_file()
+
+    def hook():  # stands for the hook: the user's frames are its callers
+        return frames.stack_tuple(depth=2)
+
+    def loop(n):
+        return [hook() for _ in range(n)]  # one generator frame, one line, n calls
+
+    got = loop(3)
+    assert got[0] == got[1] == got[2] and got[0] is got[1]  # remembered, not walked again
+    full, _ = frames.stack(depth=1)  # this test's frame and its callers
+    assert got[0][-1][1] == "<listcomp>" and got[0][-2][1] == "loop"
+    assert [f[:3] for f in got[0][:-2]] == [f[:3] for f in full]
+    assert got[0][-3][3] == full[-1][3] - 2  # the test's frame at the line that called loop()
+    first = hook()
+    second = hook()  # another line of this function: walked again, with its own line
+    assert first[-1][3] != second[-1][3] and first is not second
