@@ -106,7 +106,7 @@ def _peak(findings: Sequence[Any]) -> dict[str, Any]:
     """Where the peak is allocated and the activations' share, from the first finding that suggests a memory fix and names lines."""
     for f in findings:
         if f.locations and MEMORY_FIXES & {r.id for r in f.fixes}:
-            where = tuple(f"{loc.file}:{loc.line}" + (f" ({loc.function})" if loc.function else "") for loc in f.locations)
+            where = tuple(loc.where + (f" ({loc.function})" if loc.function else "") for loc in f.locations)
             frac = f.evidence.get("peak_activation_frac")
             return {"peak_at": where, "peak_activation_frac": float(frac) if isinstance(frac, int | float) else None}
     return {}

@@ -145,12 +145,15 @@ def pick_locations(
     """Pick the most costly locations of the given kinds, one per ``file:line``."""
     if not kinds:
         return ()
-    # NOTE: frames without a usable place (builtins recorded as "~:0", "<string>", line 0)
-    # cannot point anyone at code; they are dropped here rather than shown.
+    # NOTE: frames without a usable place (builtins recorded as "~:0", "<string>", line 0 and no
+    # function) cannot point anyone at code; they are dropped here rather than shown. A named
+    # function at line 0 stays: its line was not known (a frame already running when profiling
+    # began, advisor.metrics.userframes), the function still is.
     chosen = [
         loc
         for loc in locations
-        if loc.kind in kinds and int(loc.line) > 0 and loc.file and loc.file != "~" and not loc.file.startswith("<")
+        if loc.kind in kinds and (int(loc.line) > 0 or (int(loc.line) == 0 and loc.function))
+        and loc.file and loc.file != "~" and not loc.file.startswith("<")
     ]
     # NOTE: the metrics stage lists locations most costly first; sort again (stable) by time,
     # then count, so the order does not depend on how kinds were interleaved.
@@ -223,5 +226,4 @@ def _as_share(value: Any) -> float:
 
 
 def _loc_text(loc: Location) -> str:
-    where = f"{loc.file}:{loc.line}"
-    return f"{where} ({loc.function})" if loc.function else where
+    return f"{loc.where} ({loc.function})" if loc.function else loc.where

@@ -90,11 +90,16 @@ class FixRef:
 
 @dataclass(frozen=True)
 class Location:
-    """A ``file:line`` in the user's code."""
+    """A ``file:line`` in the user's code (line 0: the function is known, its line is not)."""
 
     file: str
     line: int
     function: str = ""
+
+    @property
+    def where(self) -> str:
+        """``file:line``, or the file alone when the line is not known."""
+        return f"{self.file}:{self.line}" if self.line else self.file
 
 
 @dataclass(frozen=True)

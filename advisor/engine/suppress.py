@@ -268,7 +268,8 @@ def suppression_note(suppressed: Sequence[SuppressedFinding]) -> str:
         first = item.locations[0]
         more = len(item.locations) - 1
         extra = f" and {more} more line{'s' if more > 1 else ''}" if more else ""
-        items.append(f"{item.finding.code} at {display_path(first.file)}:{first.line}{extra}")
+        line = f":{first.line}" if first.line else ""
+        items.append(f"{item.finding.code} at {display_path(first.file)}{line}{extra}")
     noun = "finding" if count == 1 else "findings"
     return (
         f"{count} {noun} {SUPPRESSION_NOTE}: {', '.join(items)} "

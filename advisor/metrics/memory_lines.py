@@ -153,8 +153,8 @@ def peak_locations(rows: list[dict[str, Any]]) -> tuple[SourceLocation, ...]:
     """
     out = []
     for r in rows:
-        if not r.get("line") or not r.get("file"):
-            continue
+        if not r.get("file") or not (r.get("line") or r.get("function")):
+            continue  # NOTE: line 0 with a function: a frame running since before the window
         function = str(r.get("function") or "")
         if r.get("module"):
             function = f"{function}, block {r['module']}" if function else f"block {r['module']}"

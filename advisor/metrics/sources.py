@@ -11,7 +11,9 @@ Three sources, best first:
   ``Python id`` / ``Python parent id``; an event's innermost enclosing frame is found with a
   ``searchsorted`` on the thread's frames, then the parent chain is walked up to the first frame
   in the user's code. The line of a ``python_function`` frame is where the frame was when it
-  was entered (the ``def`` line for functions called while profiling). Old traces carry a
+  was entered (the ``def`` line for functions called while profiling); a frame already running
+  when the profiled steps began (a module-level training loop) keeps its function with line 0,
+  unknown, since its recorded line is wherever it stood then. Old traces carry a
   ``Call stack`` string on each operator (innermost frame first, with the current line).
 * the cProfile output (``profile.pstats``; read with :mod:`pstats`, which uses marshal, never
   pickle) for data-loading hot spots: the user's functions reached from

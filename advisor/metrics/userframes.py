@@ -104,6 +104,11 @@ class _PythonStacks:
         self.parent = np.where(found, order[pos], -1).astype(np.int64)
         self.by_tid = _by_tid(self.tid, self.ts)
         self._cache: dict[int, tuple[str, int, str] | None] = {}
+        # NOTE: a frame already running when profiling began is named by the line it was at
+        # then (a module-level loop: the `opt.step()` line where advisor's hook starts the
+        # profiler), not by where the ops ran: such a frame keeps its function, line unknown (0).
+        windows = analysis.windows
+        self.since = float(windows.start[0]) if analysis.real_steps and len(windows) else -np.inf
 
     def resolve(self, tid: int, ts: float) -> tuple[str, int, str] | None:
         """Return the user's innermost frame around (tid, ts)."""
@@ -127,7 +132,7 @@ class _PythonStacks:
         while i >= 0 and depth < 512:
             parsed = parse_frame(str(self.name[i]))
             if parsed and self.is_user(parsed[0]):
-                found = parsed
+                found = parsed if self.ts[i] >= self.since else (parsed[0], 0, parsed[2])
                 break
             i = int(self.parent[i])
             depth += 1

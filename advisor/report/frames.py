@@ -38,7 +38,7 @@ def findings(report: Report) -> pd.DataFrame:
             "code": f["code"], "name": f["name"], "category": f["category"], "severity": f["severity"],
             "message": f["message"], "impact_frac": f["impact_frac"],
             "fixes": ", ".join(ref["id"] for ref in f["fixes"]),
-            "locations": "; ".join(f"{loc['file']}:{loc['line']}" for loc in f["locations"]),
+            "locations": "; ".join(f"{loc['file']}:{loc['line']}" if loc["line"] else loc["file"] for loc in f["locations"]),
             "evidence": f["evidence"],
         })
     columns = ["code", "name", "category", "severity", "message", "impact_frac", "fixes", "locations", "evidence"]

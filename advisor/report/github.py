@@ -39,7 +39,7 @@ def annotation(finding: Finding, script: str | None) -> str:
     props.append(f"title={escape_property(f'{finding.code} {finding.name}')}")
     message = finding.message
     if len(finding.locations) > 1:
-        others = ", ".join(f"{repo_path(x.file)}:{x.line}" for x in finding.locations[1:])
+        others = ", ".join(f"{repo_path(x.file)}:{x.line}" if x.line else repo_path(x.file) for x in finding.locations[1:])
         message += f" (also at {others})"
     if finding.fixes:
         message += "\nfix: " + ", ".join(f"{x.id} ({x.safety})" for x in finding.fixes)

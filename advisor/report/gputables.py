@@ -134,7 +134,7 @@ def _modules(rows: list[dict[str, Any]]) -> Section:
 
 def _memory_lines(rows: list[dict[str, Any]]) -> Section:
     def where(r: dict[str, Any]) -> str:
-        return f"{r['file']}:{r['line']} ({r['function']})" if r.get("line") else str(r["file"])
+        return s.location_text(str(r["file"]), r.get("line"), str(r.get("function") or ""))
 
     def module(r: dict[str, Any]) -> str:
         more = int(r.get("modules") or 0) - 1
