@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import TraceError
+from advisor.trace import fanout
 from advisor.trace.columns import _Columns, _Event, _LooseEvent
 
 
@@ -254,6 +255,12 @@ def _batches(raw: Any, raw_events: list[msgspec.Raw]) -> Iterator[memoryview]:
 def _decode_chunks(path: Path, chunks: Iterator[memoryview], fast: bool) -> pd.DataFrame:
     """Decode batches into typed structs and straight into columns."""
     columns = _Columns()
+    _fill(path, chunks, fast, columns)
+    return columns.frame()
+
+
+def _fill(path: Path, chunks: Iterator[memoryview], fast: bool, columns: _Columns) -> None:
+    """Decode batches into typed structs and append them to ``columns``."""
     try:
         for chunk in chunks:
             try:
@@ -278,11 +285,13 @@ def _decode_chunks(path: Path, chunks: Iterator[memoryview], fast: bool) -> pd.D
         close = getattr(chunks, "close", None)
         if close is not None:
             close()  # restores the bytes an in-place framing overwrote
-    return columns.frame()
 
 
 def _fast_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame | None:
     """Build the events table from batches cut at line breaks; None when a batch fails.
+
+    A large array is decoded by worker processes, one per core (:mod:`advisor.trace.fanout`),
+    into the same table.
 
     Args:
         path: For messages.
@@ -293,15 +302,24 @@ def _fast_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame | N
     ranges = _line_ranges(raw, start + 1, stop)
     if ranges is None:
         return None
-    if memoryview(raw).readonly:
-        framer = _Framer(raw)
-        chunks: Iterator[memoryview] = (framer.frame(a, b) for a, b in ranges)
-    else:
-        chunks = _framed_in_place(raw, ranges)
     try:
-        return _decode_chunks(path, chunks, fast=True)
+        workers = fanout.workers_for(stop - start)
+        if workers > 1:
+            frame = fanout.decode_parallel(lambda part, columns: _fill(path, _framed(raw, part), True, columns),
+                                           ranges, workers)
+            if frame is not None:
+                return frame
+        return _decode_chunks(path, _framed(raw, ranges), fast=True)
     except _BadSplit:
         return None
+
+
+def _framed(raw: Any, ranges: list[tuple[int, int]]) -> Iterator[memoryview]:
+    """Frame the batches at ``ranges`` as JSON arrays: in place when ``raw`` is writable, else copied."""
+    if memoryview(raw).readonly:
+        framer = _Framer(raw)
+        return (framer.frame(a, b) for a, b in ranges)
+    return _framed_in_place(raw, ranges)
 
 
 def _safe_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame:

@@ -12,6 +12,9 @@ per event and spends most of its time in the garbage collector, so this module:
   skipped without building objects); a batch's objects stay in the CPU caches while they are
   turned into numpy columns, and only one batch of Python objects is alive at a time, which
   keeps the peak memory near the file's size plus the final table;
+* decodes a large array (tens of MB and more) on every core: forked workers decode runs of
+  batches into columns that this process merges (:mod:`advisor.trace.fanout`; msgspec holds
+  the GIL, so threads would not help);
 * turns the garbage collector off while decoding (millions of small objects, no cycles);
 * interns each event's ``(name, cat, ph, pid, tid)`` tuple in one C-level pass and splits the
   few hundred distinct tuples into categoricals through lookup tables; reads args only on the
@@ -25,7 +28,7 @@ unpickles anything. Old Kineto category names (``Operator``, ``Runtime``, ``Kern
 
 The steps live in their own modules: :mod:`advisor.trace.read` (files, memory maps, gzip),
 :mod:`advisor.trace.decode` (locating and batching the array), :mod:`advisor.trace.columns`
-(structs to columns), :mod:`advisor.trace.repair` (unescaped names) and
+(structs to columns), :mod:`advisor.trace.fanout` (the parallel decode), :mod:`advisor.trace.repair` (unescaped names) and
 :mod:`advisor.trace.model` (the :class:`Trace` table). The tuning constants (``BATCH_BYTES``,
 ``MIN_GZIP_CAP``, ...) are read from the module that defines them.
 """

@@ -1,0 +1,296 @@
+"""Decode one large trace on every core: forked workers decode byte ranges, this process merges.
+
+msgspec holds the GIL while it decodes, so threads cannot share the work; processes can. The
+array's batches (cut at line breaks by :func:`advisor.trace.decode._line_ranges`) are grouped
+into tasks of consecutive batches, dealt round-robin to ``os.fork()``-ed workers that inherit
+the file's memory map (or the decompressed bytes) without a copy. Each worker builds columns with
+the same :class:`~advisor.trace.columns._Columns` code as the serial path and sends, per task,
+its numpy columns plus the event keys and interned strings it saw first in that task (pickled
+through a pipe: a few MB per task, a small part of the decode). This process merges the tasks
+in file order, mapping each worker's codes onto one set of interners, so categories come out in
+the same order as a serial decode and the table is identical.
+
+Workers ignore SIGINT, die with this process (``PR_SET_PDEATHSIG``), and are killed and reaped
+in a ``finally`` when anything goes wrong here (Ctrl-C, an error): none outlives advisor. A
+worker that dies without answering (an OOM kill) makes the caller decode serially instead.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advisor.trace.columns import _RAW_ATTRS, _Columns, _Interner
+
+PARALLEL_BYTES = 48 << 20
+"""Smallest events array decoded in parallel: below it the fork and merge cost more than they save."""
+TASK_BYTES = 8 << 20
+"""Bytes of events per task: small enough to balance the workers and overlap the merge."""
+_RAW_COLS = tuple(col for _attr, col in _RAW_ATTRS)
+_HEADER = 8
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+Fill = Callable[[list[tuple[int, int]], _Columns], None]
+"""Decodes the batches at some byte ranges and appends them to columns (the serial path's code)."""
+
+
+def workers_for(size: int) -> int:
+    """How many worker processes should decode an events array of ``size`` bytes (1: serially).
+
+    Serial below :data:`PARALLEL_BYTES`, on one core, where fork is missing, in a process that
+    runs other threads (a lock held by one would stay locked in the child) and inside a
+    ``multiprocessing`` worker (``advisor analyze --jobs N`` already gives each rank file a core).
+    """
+    if size < PARALLEL_BYTES or not hasattr(os, "fork") or threading.active_count() != 1:
+        return 1
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and mp.parent_process() is not None:
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class _Part:
+    """One task's columns, in the worker's codes, and what the worker first saw in it."""
+
+    n: int
+    keys: list[tuple[Any, ...]]
+    raw_values: dict[str, list[Any]]
+    dense: dict[str, np.ndarray]
+    sparse: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class _Sent:
+    """How many keys and raw values a worker has sent so far (it sends only new ones)."""
+
+    keys: int = 0
+    raws: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_RAW_COLS, 0))
+
+
+def _take_part(columns: _Columns, sent: _Sent) -> _Part:
+    """Export the rows decoded since the last part, and reset them (a worker's side)."""
+    keys = columns.keys.keys[sent.keys :]
+    sent.keys += len(keys)
+    raw_values = {}
+    for col in _RAW_COLS:
+        values = columns.raws[col].values
+        raw_values[col] = values[sent.raws[col] :]
+        sent.raws[col] = len(values)
+    dense = {col: np.concatenate(parts) for col, parts in columns.dense.items() if parts}
+    sparse = {col: (np.concatenate(rows), np.concatenate(values)) for col, (rows, values) in columns.sparse.items()}
+    part = _Part(columns.n, keys, raw_values, dense, sparse)
+    columns.dense = {col: [] for col in columns.dense}
+    columns.sparse = {}
+    columns.n = 0
+    return part
+
+
+class _Codes:
+    """One worker's codes -> this process's codes (keys, and each raw column's values)."""
+
+    def __init__(self) -> None:
+        self.keys = np.zeros(0, dtype=np.int32)
+        self.raws = {col: np.zeros(0, dtype=np.int32) for col in _RAW_COLS}
+
+
+def _merge_values(interner: _Interner, values: list[Any]) -> np.ndarray:
+    """Codes in ``interner`` of already normalised values, assigning new ones in order."""
+    codes = interner.codes
+    out = np.empty(len(values), dtype=np.int32)
+    for i, value in enumerate(values):
+        code = codes.get(value)
+        if code is None:
+            code = codes[value] = len(interner.values)
+            interner.values.append(value)
+        out[i] = code
+    return out
+
+
+def _merge(columns: _Columns, part: _Part, codes: _Codes) -> None:
+    """Append a worker's part to ``columns`` (this process's), translating its codes."""
+    if part.keys:
+        new = np.fromiter(map(columns.keys.__getitem__, part.keys), dtype=np.int32, count=len(part.keys))
+        codes.keys = np.concatenate([codes.keys, new])
+        if len(columns.keys.keys) > len(columns.luts["name"]):
+            columns._update_tables()
+    for col, values in part.raw_values.items():
+        if values:
+            codes.raws[col] = np.concatenate([codes.raws[col], _merge_values(columns.raws[col], values)])
+    if not part.n:
+        return
+    for col, values in part.dense.items():
+        columns.dense[col].append(codes.keys[values] if col == "key" else values)
+    for col, (rows, values) in part.sparse.items():
+        if col in codes.raws:
+            values = np.where(values >= 0, codes.raws[col][np.maximum(values, 0)], -1).astype(np.int32)
+        columns._sparse(col, rows, values)
+    columns.n += part.n
+
+
+def _tasks(ranges: list[tuple[int, int]], workers: int) -> list[list[tuple[int, int]]]:
+    """Group consecutive batches into tasks of about :data:`TASK_BYTES` (at least 4 per worker)."""
+    total = sum(b - a for a, b in ranges)
+    target = max(1, min(TASK_BYTES, total // (4 * workers)))
+    tasks: list[list[tuple[int, int]]] = []
+    size = 0
+    for a, b in ranges:
+        if not tasks or size >= target:
+            tasks.append([])
+            size = 0
+        tasks[-1].append((a, b))
+        size += b - a
+    return tasks
+
+
+class _WorkerDied(Exception):
+    """A worker ended without sending its part."""
+
+
+def decode_parallel(fill: Fill, ranges: list[tuple[int, int]], workers: int) -> pd.DataFrame | None:
+    """Decode the batches at ``ranges`` in ``workers`` processes into the events table.
+
+    ``fill`` runs in the workers, which inherit it (and the buffer it reads) through the fork.
+
+    Returns:
+        The table, or None to decode serially: the batches make fewer than two tasks, or a
+        worker died without answering.
+
+    Raises:
+        The first error a worker met, as the serial decode would have raised it
+        (:class:`advisor.trace.decode._BadSplit` for a cut inside an event).
+    """
+    tasks = _tasks(ranges, workers)
+    workers = min(workers, len(tasks))
+    if workers < 2:
+        return None
+    columns = _Columns()
+    codes = [_Codes() for _ in range(workers)]
+    try:
+        for i, part in enumerate(_run(fill, tasks, workers)):
+            _merge(columns, part, codes[i % workers])
+    except _WorkerDied:
+        return None
+    return columns.frame()
+
+
+def _run(fill: Fill, tasks: list[list[tuple[int, int]]], workers: int) -> Iterator[_Part]:
+    """Fork the workers and yield the tasks' parts in file order; no worker outlives it."""
+    children: list[tuple[int, int]] = []  # (pid, read end of its pipe)
+    done = False
+    try:
+        for w in range(workers):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child, which never returns
+                os.close(read)
+                for _pid, fd in children:
+                    os.close(fd)
+                _work(fill, tasks[w::workers], write)
+            os.close(write)
+            children.append((pid, read))
+        for i in range(len(tasks)):
+            status, value = pickle.loads(_receive(children[i % workers][1]))
+            if status != "ok":
+                raise value
+            yield value
+        done = True
+    finally:
+        for pid, fd in children:
+            if not done:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:  # pragma: no cover - already reaped by someone else
+                    pass
+            os.close(fd)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:  # pragma: no cover - reaped by a SIGCHLD handler
+                pass
+
+
+def _work(fill: Fill, tasks: list[list[tuple[int, int]]], fd: int) -> None:  # pragma: no cover - child
+    """Decode a worker's tasks, send each part (or the error), and exit without any cleanup."""
+    status = 1
+    try:
+        # Ctrl-C reaches the whole foreground group: the parent ends the workers itself
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _die_with_parent()
+        columns = _Columns()
+        sent = _Sent()
+        for ranges in tasks:
+            try:
+                fill(ranges, columns)
+                message, ok = pickle.dumps(("ok", _take_part(columns, sent)), protocol=5), True
+            except Exception as exc:  # noqa: BLE001 - sent to the parent, which raises it
+                message, ok = _pickled_error(exc), False
+            _send(fd, message)
+            if not ok:
+                break  # the parent stops at the first error
+        status = 0
+    finally:
+        # NOTE: os._exit: the parent's finally blocks, atexit handlers and buffers stay the parent's
+        os._exit(status)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - child
+    """Ask Linux to kill this worker when the parent dies (``prctl(PR_SET_PDEATHSIG)``).
+
+    Elsewhere a worker whose parent died still ends at its next write to the closed pipe.
+    """
+    # NOTE: advisor._proc.die_with_parent does this for the other stages; the trace layer
+    # imports nothing of ours but the errors (tests/test_layers.py).
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415 - only workers pay for it
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the request: re-parented already
+        os._exit(1)
+
+
+def _pickled_error(exc: Exception) -> bytes:
+    try:
+        return pickle.dumps(("error", exc), protocol=5)
+    except Exception:  # noqa: BLE001 - an exception that does not pickle
+        return pickle.dumps(("error", RuntimeError(f"{type(exc).__name__}: {exc}")), protocol=5)
+
+
+def _send(fd: int, data: bytes) -> None:
+    view = memoryview(len(data).to_bytes(_HEADER, "little") + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _receive(fd: int) -> bytearray:
+    size = int.from_bytes(_read_exact(fd, _HEADER), "little")
+    return _read_exact(fd, size)
+
+
+def _read_exact(fd: int, size: int) -> bytearray:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            raise _WorkerDied
+        got += n
+    view.release()
+    return buf
