@@ -9,6 +9,8 @@ breaks, a cut inside an event) goes down a safe path that decodes one ``Raw`` pe
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -181,8 +183,26 @@ def _framed_in_place(raw: Any, ranges: list[tuple[int, int]]) -> Iterator[memory
             finally:
                 view[a - 1] = before
                 view[b] = after
+            _drop_pages(raw, a, b)
     finally:
         view.release()
+
+
+def _drop_pages(raw: Any, start: int, stop: int) -> None:
+    """Unmap the whole pages of ``raw[start:stop]`` from this process (a decoded batch).
+
+    A memory-mapped file's pages count in the process's resident memory once read, so without
+    this the peak memory would hold the whole file. The pages stay in the page cache, and a
+    later read (a fallback that parses the file again) maps them back, with the file's bytes:
+    the same bytes, as every batch's brackets were restored before.
+    """
+    if not isinstance(raw, mmap.mmap):
+        return
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = stop // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no madvise: keep them
+            raw.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 _MAX_LINE = 1 << 25
