@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -307,7 +307,7 @@ def _fill(path: Path, chunks: Iterator[memoryview], fast: bool, columns: _Column
             close()  # restores the bytes an in-place framing overwrote
 
 
-def _fast_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame | None:
+def _fast_frame(path: Path, raw: Any, start: int, stop: int, meanwhile: _Once | None = None) -> pd.DataFrame | None:
     """Build the events table from batches cut at line breaks; None when a batch fails.
 
     A large array is decoded by worker processes, one per core (:mod:`advisor.trace.fanout`),
@@ -318,6 +318,7 @@ def _fast_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame | N
         raw: The file's bytes.
         start: Offset of the ``traceEvents`` array's ``[``.
         stop: Offset of its ``]``.
+        meanwhile: The caller's other work, run while worker processes decode (if they do).
     """
     ranges = _line_ranges(raw, start + 1, stop)
     if ranges is None:
@@ -326,7 +327,7 @@ def _fast_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame | N
         workers = fanout.workers_for(stop - start)
         if workers > 1:
             frame = fanout.decode_parallel(lambda part, columns: _fill(path, _framed(raw, part), True, columns),
-                                           ranges, workers)
+                                           ranges, workers, meanwhile)
             if frame is not None:
                 return frame
         return _decode_chunks(path, _framed(raw, ranges), fast=True)
@@ -350,7 +351,19 @@ def _safe_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame:
     return _decode_chunks(path, _batches(raw, raw_events), fast=False)
 
 
-def _read_trace(path: Path, raw: Any) -> tuple[_Head, pd.DataFrame]:
+class _Once:
+    """The caller's other work, done at most once (while workers decode, or else afterwards)."""
+
+    def __init__(self, work: Callable[[], object] | None) -> None:
+        self.work = work
+
+    def __call__(self) -> None:
+        work, self.work = self.work, None
+        if work is not None:
+            work()
+
+
+def _read_trace(path: Path, raw: Any, meanwhile: _Once | None = None) -> tuple[_Head, pd.DataFrame]:
     """Decode a file's bytes into its head and its events table.
 
     Fast path: the array located without a full parse (:func:`_locate_events`), decoded in
@@ -361,13 +374,13 @@ def _read_trace(path: Path, raw: Any) -> tuple[_Head, pd.DataFrame]:
     located = _locate_events(raw)
     if located is not None:
         head, start, stop = located
-        frame = _fast_frame(path, raw, start, stop)
+        frame = _fast_frame(path, raw, start, stop, meanwhile)
         if frame is not None:
             return head, frame
     head, start2, stop2 = _decode_head(path, raw)
     frame = None
     if located is None or (start2, stop2) != (start, stop):
-        frame = _fast_frame(path, raw, start2, stop2)
+        frame = _fast_frame(path, raw, start2, stop2, meanwhile)
     if frame is None:
         frame = _safe_frame(path, raw, start2, stop2)
     return head, frame
@@ -377,10 +390,10 @@ class _InvalidJSON(TraceError):
     """The file does not parse as JSON (maybe only because of a badly written event name)."""
 
 
-def _decode_guarded(path: Path, raw: Any) -> tuple[_Head, pd.DataFrame]:
+def _decode_guarded(path: Path, raw: Any, meanwhile: _Once | None = None) -> tuple[_Head, pd.DataFrame]:
     """:func:`_read_trace`, with the decoder's non-JSON failures turned into trace errors."""
     try:
-        return _read_trace(path, raw)
+        return _read_trace(path, raw, meanwhile)
     except UnicodeDecodeError as exc:  # msgspec's answer to bytes that are not UTF-8
         raise _InvalidJSON(f"{path} is not valid JSON (bytes that are not UTF-8); the file may be damaged") from exc
     except RecursionError:

@@ -17,6 +17,7 @@ worker that dies without answering (an OOM kill) makes the caller decode seriall
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -38,6 +39,7 @@ TASK_BYTES = 8 << 20
 _RAW_COLS = tuple(col for _attr, col in _RAW_ATTRS)
 _HEADER = 8
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_PIPE_BYTES = 1 << 20  # Linux's default limit for an unprivileged process (fs.pipe-max-size)
 
 Fill = Callable[[list[tuple[int, int]], _Columns], None]
 """Decodes the batches at some byte ranges and appends them to columns (the serial path's code)."""
@@ -90,7 +92,10 @@ def _take_part(columns: _Columns, sent: _Sent) -> _Part:
         raw_values[col] = values[sent.raws[col] :]
         sent.raws[col] = len(values)
     dense = {col: np.concatenate(parts) for col, parts in columns.dense.items() if parts}
-    sparse = {col: (np.concatenate(rows), np.concatenate(values)) for col, (rows, values) in columns.sparse.items()}
+    # a task's rows fit in int32: half the bytes to send of the widest sparse arrays
+    sparse = {
+        col: (np.concatenate(rows).astype(np.int32), np.concatenate(values)) for col, (rows, values) in columns.sparse.items()
+    }
     part = _Part(columns.n, keys, raw_values, dense, sparse)
     columns.dense = {col: [] for col in columns.dense}
     columns.sparse = {}
@@ -136,7 +141,7 @@ def _merge(columns: _Columns, part: _Part, codes: _Codes) -> None:
     for col, (rows, values) in part.sparse.items():
         if col in codes.raws:
             values = np.where(values >= 0, codes.raws[col][np.maximum(values, 0)], -1).astype(np.int32)
-        columns._sparse(col, rows, values)
+        columns._sparse(col, rows.astype(np.intp), values)
     columns.n += part.n
 
 
@@ -159,10 +164,14 @@ class _WorkerDied(Exception):
     """A worker ended without sending its part."""
 
 
-def decode_parallel(fill: Fill, ranges: list[tuple[int, int]], workers: int) -> pd.DataFrame | None:
+def decode_parallel(
+    fill: Fill, ranges: list[tuple[int, int]], workers: int, meanwhile: Callable[[], object] | None = None
+) -> pd.DataFrame | None:
     """Decode the batches at ``ranges`` in ``workers`` processes into the events table.
 
     ``fill`` runs in the workers, which inherit it (and the buffer it reads) through the fork.
+    ``meanwhile`` (the caller's other work) runs here once the workers have started; it is not
+    called when None is returned before they start.
 
     Returns:
         The table, or None to decode serially: the batches make fewer than two tasks, or a
@@ -179,20 +188,23 @@ def decode_parallel(fill: Fill, ranges: list[tuple[int, int]], workers: int) -> 
     columns = _Columns()
     codes = [_Codes() for _ in range(workers)]
     try:
-        for i, part in enumerate(_run(fill, tasks, workers)):
+        for i, part in enumerate(_run(fill, tasks, workers, meanwhile)):
             _merge(columns, part, codes[i % workers])
     except _WorkerDied:
         return None
     return columns.frame()
 
 
-def _run(fill: Fill, tasks: list[list[tuple[int, int]]], workers: int) -> Iterator[_Part]:
-    """Fork the workers and yield the tasks' parts in file order; no worker outlives it."""
+def _run(
+    fill: Fill, tasks: list[list[tuple[int, int]]], workers: int, meanwhile: Callable[[], object] | None
+) -> Iterator[_Part]:
+    """Fork the workers, run ``meanwhile``, and yield the tasks' parts in file order; no worker outlives it."""
     children: list[tuple[int, int]] = []  # (pid, read end of its pipe)
     done = False
     try:
         for w in range(workers):
             read, write = os.pipe()
+            _widen(write)
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child, which never returns
                 os.close(read)
@@ -201,6 +213,8 @@ def _run(fill: Fill, tasks: list[list[tuple[int, int]]], workers: int) -> Iterat
                 _work(fill, tasks[w::workers], write)
             os.close(write)
             children.append((pid, read))
+        if meanwhile is not None:
+            meanwhile()
         for i in range(len(tasks)):
             status, value = pickle.loads(_receive(children[i % workers][1]))
             if status != "ok":
@@ -244,6 +258,14 @@ def _work(fill: Fill, tasks: list[list[tuple[int, int]]], fd: int) -> None:  # p
     finally:
         # NOTE: os._exit: the parent's finally blocks, atexit handlers and buffers stay the parent's
         os._exit(status)
+
+
+def _widen(fd: int) -> None:
+    """Let a pipe hold a whole part or so, so that workers go on decoding while this process is busy."""
+    import fcntl  # noqa: PLC0415 - only a parallel decode needs it
+
+    with contextlib.suppress(OSError, AttributeError):  # a lower system limit: the default size
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
 
 
 def _die_with_parent() -> None:  # pragma: no cover - child

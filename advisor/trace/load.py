@@ -35,12 +35,14 @@ The steps live in their own modules: :mod:`advisor.trace.read` (files, memory ma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from advisor.errors import TraceError
 from advisor.trace.columns import ROOFLINE_SHAPE_OPS, SHAPE_OPS
-from advisor.trace.decode import _decode_guarded, _InvalidJSON
+from advisor.trace.decode import _decode_guarded, _InvalidJSON, _Once
+from advisor.trace.fanout import workers_for
 from advisor.trace.model import CATEGORY_ALIASES, MISSING, REPAIRED_KEY, Trace
 from advisor.trace.read import _gc_paused, _read_bytes, find_trace_files
 from advisor.trace.repair import _repair_names, escape_controls
@@ -59,12 +61,14 @@ __all__ = [
 ]
 
 
-def load_trace(path: Path, index: int = 0) -> Trace:
+def load_trace(path: Path, index: int = 0, *, meanwhile: Callable[[], object] | None = None) -> Trace:
     """Load one trace file.
 
     Args:
         path: A ``.json`` or ``.json.gz`` Chrome trace written by torch.profiler / Kineto.
         index: Rank to use when the trace has no ``distributedInfo.rank``.
+        meanwhile: Other work of the caller's, run once: while worker processes decode a large
+            trace (this process only waits then), else before the decode.
 
     Raises:
         TraceError: The file is missing, empty, truncated, not JSON or not a trace.
@@ -73,10 +77,13 @@ def load_trace(path: Path, index: int = 0) -> Trace:
     if not path.is_file():
         raise TraceError(f"trace file {path} does not exist; pass a .json/.json.gz trace")
     raw = _read_bytes(path)
+    once = _Once(meanwhile)
+    if workers_for(len(raw)) < 2:
+        once()
     repaired = 0
     with _gc_paused():
         try:
-            head, frame = _decode_guarded(path, raw)
+            head, frame = _decode_guarded(path, raw, once)
         except _InvalidJSON as exc:
             fixed, escaped = escape_controls(raw)
             fixed, repaired = _repair_names(fixed)
@@ -85,10 +92,11 @@ def load_trace(path: Path, index: int = 0) -> Trace:
             del raw
             raw = fixed
             try:
-                head, frame = _decode_guarded(path, raw)
+                head, frame = _decode_guarded(path, raw, once)
             except _InvalidJSON as again:
                 raise TraceError(f"{again} (after re-escaping {repaired} event names and {escaped} control characters)") from again
     del raw
+    once()  # the decode went serially after all (no line breaks, a failed cut, ...)
     metadata: dict[str, Any] = {}
     if repaired:
         metadata[REPAIRED_KEY] = repaired

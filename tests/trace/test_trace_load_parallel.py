@@ -205,3 +205,28 @@ def test_tasks_are_consecutive_batches_covering_the_array():
     tasks = fanout._tasks(ranges, 2)
     assert [r for task in tasks for r in task] == ranges
     assert len(tasks) >= 8
+
+
+@pytest.mark.e2e
+def test_the_callers_other_work_runs_once_while_the_workers_decode(tmp_path, monkeypatch, forks):
+    path = tmp_path / "t.json"
+    path.write_text(_text(_events(12000)))
+    seen: list[int] = []
+    trace = load.load_trace(path, meanwhile=lambda: seen.append(len(forks)))
+    assert seen == [3] and len(trace.events) == 12000
+
+    def bad_selection() -> None:
+        raise ValueError("unknown rule code")
+
+    forks.clear()
+    with pytest.raises(ValueError, match="unknown rule code"):
+        load.load_trace(path, meanwhile=bad_selection)
+    assert len(forks) == 3 and _gone(forks)
+
+
+def test_the_callers_other_work_runs_once_before_a_serial_decode(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(_text(_events(1000)))
+    seen: list[str] = []
+    load.load_trace(path, meanwhile=lambda: seen.append("ran"))
+    assert seen == ["ran"]
