@@ -245,15 +245,17 @@ def _work(fill: Fill, tasks: list[list[tuple[int, int]]], fd: int) -> None:  # p
         _die_with_parent()
         columns = _Columns()
         sent = _Sent()
+        outbox = _Outbox(fd)
         for ranges in tasks:
             try:
                 fill(ranges, columns)
                 message, ok = pickle.dumps(("ok", _take_part(columns, sent)), protocol=5), True
             except Exception as exc:  # noqa: BLE001 - sent to the parent, which raises it
                 message, ok = _pickled_error(exc), False
-            _send(fd, message)
+            outbox.put(message)
             if not ok:
                 break  # the parent stops at the first error
+        outbox.close()
         status = 0
     finally:
         # NOTE: os._exit: the parent's finally blocks, atexit handlers and buffers stay the parent's
@@ -294,10 +296,37 @@ def _pickled_error(exc: Exception) -> bytes:
         return pickle.dumps(("error", RuntimeError(f"{type(exc).__name__}: {exc}")), protocol=5)
 
 
-def _send(fd: int, data: bytes) -> None:
-    view = memoryview(len(data).to_bytes(_HEADER, "little") + data)
-    while view:
-        view = view[os.write(fd, view) :]
+class _Outbox:
+    """A worker's end of its pipe: parts wait here while the pipe is full, so the worker goes on.
+
+    The parent reads the parts in file order, and runs the caller's other work first: a worker
+    that waited for it to read would sit idle.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.queue: list[memoryview] = []
+        os.set_blocking(fd, False)
+
+    def put(self, data: bytes) -> None:
+        """Queue one message (length-prefixed) and write what the pipe takes now."""
+        self.queue.append(memoryview(len(data).to_bytes(_HEADER, "little") + data))
+        self._write()
+
+    def close(self) -> None:
+        """Write everything left, waiting for the parent to read it."""
+        os.set_blocking(self.fd, True)
+        self._write()
+
+    def _write(self) -> None:
+        while self.queue:
+            try:
+                n = os.write(self.fd, self.queue[0])
+            except BlockingIOError:
+                return
+            self.queue[0] = self.queue[0][n:]
+            if not self.queue[0]:
+                self.queue.pop(0)
 
 
 def _receive(fd: int) -> bytearray:
