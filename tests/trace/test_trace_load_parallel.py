@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -230,3 +231,31 @@ def test_the_callers_other_work_runs_once_before_a_serial_decode(tmp_path):
     seen: list[str] = []
     load.load_trace(path, meanwhile=lambda: seen.append("ran"))
     assert seen == ["ran"]
+
+
+@pytest.mark.e2e
+def test_workers_finish_while_this_process_is_busy(tmp_path, monkeypatch, forks):
+    # pipes of one page: the parts do not fit, so a worker that waited for this process to read
+    # each one would not get to the end of its tasks before the caller's other work is done
+    monkeypatch.setattr(fanout, "_PIPE_BYTES", 4096)
+    path = tmp_path / "t.json"
+    path.write_text(_text(_events(12000)))
+    done = tmp_path / "done"
+    done.mkdir()
+    close = fanout._Outbox.close
+
+    def decoded_all(outbox: fanout._Outbox) -> None:  # runs in the workers
+        (done / str(os.getpid())).touch()
+        close(outbox)
+
+    monkeypatch.setattr(fanout._Outbox, "close", decoded_all)
+
+    def wait_for_the_workers() -> None:
+        deadline = time.monotonic() + 10
+        while len(list(done.iterdir())) < 3:
+            assert time.monotonic() < deadline, "a worker waited for this process to read its parts"
+            time.sleep(0.01)
+
+    trace = load.load_trace(path, meanwhile=wait_for_the_workers)
+    assert len(forks) == 3 and _gone(forks)
+    _assert_same(trace, _serial(monkeypatch, path))
