@@ -24,7 +24,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -63,23 +62,29 @@ def workers_for(size: int) -> int:
         return os.cpu_count() or 1
 
 
-@dataclass
 class _Part:
     """One task's columns, in the worker's codes, and what the worker first saw in it."""
 
-    n: int
-    keys: list[tuple[Any, ...]]
-    raw_values: dict[str, list[Any]]
-    dense: dict[str, np.ndarray]
-    sparse: dict[str, tuple[np.ndarray, np.ndarray]]
+    # NOTE: plain classes, not dataclasses: building a dataclass costs milliseconds at import
+    __slots__ = ("dense", "keys", "n", "raw_values", "sparse")
+
+    def __init__(
+        self,
+        n: int,
+        keys: list[tuple[Any, ...]],
+        raw_values: dict[str, list[Any]],
+        dense: dict[str, np.ndarray],
+        sparse: dict[str, tuple[np.ndarray, np.ndarray]],
+    ) -> None:
+        self.n, self.keys, self.raw_values, self.dense, self.sparse = n, keys, raw_values, dense, sparse
 
 
-@dataclass
 class _Sent:
     """How many keys and raw values a worker has sent so far (it sends only new ones)."""
 
-    keys: int = 0
-    raws: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_RAW_COLS, 0))
+    def __init__(self) -> None:
+        self.keys = 0
+        self.raws = dict.fromkeys(_RAW_COLS, 0)
 
 
 def _take_part(columns: _Columns, sent: _Sent) -> _Part:
