@@ -259,3 +259,17 @@ def test_workers_finish_while_this_process_is_busy(tmp_path, monkeypatch, forks)
     trace = load.load_trace(path, meanwhile=wait_for_the_workers)
     assert len(forks) == 3 and _gone(forks)
     _assert_same(trace, _serial(monkeypatch, path))
+
+
+@pytest.mark.e2e
+def test_bytes_that_are_not_utf8_give_the_serial_error(tmp_path, monkeypatch, forks):
+    text = _text(_events(12000)).encode()
+    at = text.index(b"gemm_20")
+    path = tmp_path / "bad.json"
+    path.write_bytes(text[:at] + b"\xff\xfe" + text[at + 2 :])  # a worker's batch meets them
+    with pytest.raises(load.TraceError) as parallel:
+        load.load_trace(path)
+    assert forks and _gone(forks)
+    with pytest.raises(load.TraceError) as serial:
+        _serial(monkeypatch, path)
+    assert str(parallel.value) == str(serial.value) and "UTF-8" in str(serial.value)
