@@ -193,8 +193,11 @@ def decode_parallel(
     columns = _Columns()
     codes = [_Codes() for _ in range(workers)]
     try:
-        for i, part in enumerate(_run(fill, tasks, workers, meanwhile)):
-            _merge(columns, part, codes[i % workers])
+        # closing: an error here (Ctrl-C while merging) ends the workers now, not when the
+        # generator is collected
+        with contextlib.closing(_run(fill, tasks, workers, meanwhile)) as parts:
+            for i, part in enumerate(parts):
+                _merge(columns, part, codes[i % workers])
     except _WorkerDied:
         return None
     return columns.frame()
