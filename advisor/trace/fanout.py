@@ -2,8 +2,8 @@
 
 msgspec holds the GIL while it decodes, so threads cannot share the work; processes can. The
 array's batches (cut at line breaks by :func:`advisor.trace.decode._line_ranges`) are grouped
-into tasks of consecutive batches, dealt round-robin to ``os.fork()``-ed workers that inherit
-the file's memory map (or the decompressed bytes) without a copy. Each worker builds columns with
+into tasks of consecutive batches, taken one at a time from a shared queue by ``os.fork()``-ed
+workers that inherit the file's memory map (or the decompressed bytes) without a copy. Each worker builds columns with
 the same :class:`~advisor.trace.columns._Columns` code as the serial path and sends, per task,
 its numpy columns plus the event keys and interned strings it saw first in that task (pickled
 through a pipe: a few MB per task, a small part of the decode). This process merges the tasks
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
@@ -37,6 +38,7 @@ TASK_BYTES = 8 << 20
 """Bytes of events per task: small enough to balance the workers and overlap the merge."""
 _RAW_COLS = tuple(col for _attr, col in _RAW_ATTRS)
 _HEADER = 8
+_INDEX = 4  # bytes of a task number in the queue (all are in it before the first read: whole reads)
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _PIPE_BYTES = 1 << 20  # Linux's default limit for an unprivileged process (fs.pipe-max-size)
 
@@ -183,8 +185,8 @@ def decode_parallel(
         worker died without answering.
 
     Raises:
-        The first error a worker met, as the serial decode would have raised it
-        (:class:`advisor.trace.decode._BadSplit` for a cut inside an event).
+        The first error (in file order) a worker met, as the serial decode would have raised
+        it (:class:`advisor.trace.decode._BadSplit` for a cut inside an event).
     """
     tasks = _tasks(ranges, workers)
     workers = min(workers, len(tasks))
@@ -196,8 +198,8 @@ def decode_parallel(
         # closing: an error here (Ctrl-C while merging) ends the workers now, not when the
         # generator is collected
         with contextlib.closing(_run(fill, tasks, workers, meanwhile)) as parts:
-            for i, part in enumerate(parts):
-                _merge(columns, part, codes[i % workers])
+            for worker, part in parts:
+                _merge(columns, part, codes[worker])
     except _WorkerDied:
         return None
     return columns.frame()
@@ -205,46 +207,77 @@ def decode_parallel(
 
 def _run(
     fill: Fill, tasks: list[list[tuple[int, int]]], workers: int, meanwhile: Callable[[], object] | None
-) -> Iterator[_Part]:
-    """Fork the workers, run ``meanwhile``, and yield the tasks' parts in file order; no worker outlives it."""
-    children: list[tuple[int, int]] = []  # (pid, read end of its pipe)
+) -> Iterator[tuple[int, _Part]]:
+    """Fork the workers, run ``meanwhile``, and yield ``(worker, part)`` in file order.
+
+    The task numbers wait in a pipe that every worker reads, four bytes (one number) at a time:
+    a worker slowed down by other load on its core takes fewer tasks. Parts that arrive before
+    their turn wait here. No worker outlives this generator.
+    """
+    children: dict[int, tuple[int, int]] = {}  # read end of its pipe -> (worker, pid)
     done = False
+    queue_read, queue_write = os.pipe()
     try:
+        # NOTE: all numbers at once, before any fork: a few hundred bytes, less than a pipe holds
+        os.write(queue_write, b"".join(i.to_bytes(_INDEX, "little") for i in range(len(tasks))))
+        os.close(queue_write)
         for w in range(workers):
             read, write = os.pipe()
             _widen(write)
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child, which never returns
                 os.close(read)
-                for _pid, fd in children:
+                for fd in children:
                     os.close(fd)
-                _work(fill, tasks[w::workers], write)
+                _work(fill, tasks, queue_read, write)
             os.close(write)
-            children.append((pid, read))
+            children[read] = (w, pid)
+        os.close(queue_read)
         if meanwhile is not None:
             meanwhile()
+        waiting: dict[int, tuple[int, Any]] = {}  # task -> (worker, its part or error)
+        poller = select.poll()
+        for fd in children:
+            poller.register(fd, select.POLLIN)
+        open_fds = set(children)
         for i in range(len(tasks)):
-            status, value = pickle.loads(_receive(children[i % workers][1]))
-            if status != "ok":
-                raise value
-            yield value
+            while i not in waiting:
+                if not open_fds:
+                    raise _WorkerDied  # a worker ended without sending a task it took
+                for fd, _event in poller.poll():
+                    message = _receive(fd)
+                    if message is None:  # the worker is done
+                        poller.unregister(fd)
+                        open_fds.discard(fd)
+                        continue
+                    status, task, value = pickle.loads(message)
+                    waiting[task] = (children[fd][0], value if status == "ok" else _Failed(value))
+            worker, value = waiting.pop(i)
+            if isinstance(value, _Failed):
+                raise value.error
+            yield worker, value
         done = True
     finally:
-        for pid, fd in children:
+        with contextlib.suppress(OSError):
+            os.close(queue_read)
+        for fd, (_w, pid) in children.items():
             if not done:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:  # pragma: no cover - already reaped by someone else
-                    pass
             os.close(fd)
-            try:
+            with contextlib.suppress(ChildProcessError):  # reaped by a SIGCHLD handler
                 os.waitpid(pid, 0)
-            except ChildProcessError:  # pragma: no cover - reaped by a SIGCHLD handler
-                pass
 
 
-def _work(fill: Fill, tasks: list[list[tuple[int, int]]], fd: int) -> None:  # pragma: no cover - child
-    """Decode a worker's tasks, send each part (or the error), and exit without any cleanup."""
+class _Failed:
+    """A worker's error, waiting for its task's turn."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _work(fill: Fill, tasks: list[list[tuple[int, int]]], queue: int, fd: int) -> None:  # pragma: no cover - child
+    """Decode the tasks a worker takes from ``queue``, send each part (or the error), exit without cleanup."""
     status = 1
     try:
         # Ctrl-C reaches the whole foreground group: the parent ends the workers itself
@@ -254,12 +287,13 @@ def _work(fill: Fill, tasks: list[list[tuple[int, int]]], fd: int) -> None:  # p
         columns = _Columns()
         sent = _Sent()
         outbox = _Outbox(fd)
-        for ranges in tasks:
+        while len(number := os.read(queue, _INDEX)) == _INDEX:
+            task = int.from_bytes(number, "little")
             try:
-                fill(ranges, columns)
-                message, ok = pickle.dumps(("ok", _take_part(columns, sent)), protocol=5), True
+                fill(tasks[task], columns)
+                message, ok = pickle.dumps(("ok", task, _take_part(columns, sent)), protocol=5), True
             except Exception as exc:  # noqa: BLE001 - sent to the parent, which raises it
-                message, ok = _pickled_error(exc), False
+                message, ok = _pickled_error(task, exc), False
             outbox.put(message)
             if not ok:
                 break  # the parent stops at the first error
@@ -297,11 +331,11 @@ def _die_with_parent() -> None:  # pragma: no cover - child
         os._exit(1)
 
 
-def _pickled_error(exc: Exception) -> bytes:
+def _pickled_error(task: int, exc: Exception) -> bytes:
     try:
-        return pickle.dumps(("error", exc), protocol=5)
+        return pickle.dumps(("error", task, exc), protocol=5)
     except Exception:  # noqa: BLE001 - an exception that does not pickle
-        return pickle.dumps(("error", RuntimeError(f"{type(exc).__name__}: {exc}")), protocol=5)
+        return pickle.dumps(("error", task, RuntimeError(f"{type(exc).__name__}: {exc}")), protocol=5)
 
 
 class _Outbox:
@@ -337,19 +371,25 @@ class _Outbox:
                 self.queue.pop(0)
 
 
-def _receive(fd: int) -> bytearray:
-    size = int.from_bytes(_read_exact(fd, _HEADER), "little")
-    return _read_exact(fd, size)
+def _receive(fd: int) -> bytearray | None:
+    """One message from a worker's pipe; None at its end (the worker exited between messages)."""
+    head = _read_exact(fd, _HEADER, at_end=True)
+    if head is None:
+        return None
+    return _read_exact(fd, int.from_bytes(head, "little"))
 
 
-def _read_exact(fd: int, size: int) -> bytearray:
+def _read_exact(fd: int, size: int, at_end: bool = False) -> bytearray | None:
+    """Read ``size`` bytes; None when ``at_end`` and the pipe ends before the first byte."""
     buf = bytearray(size)
     view = memoryview(buf)
     got = 0
     while got < size:
         n = os.readv(fd, [view[got:]])
         if n == 0:
-            raise _WorkerDied
+            if at_end and got == 0:
+                return None
+            raise _WorkerDied  # it ended in the middle of a message
         got += n
     view.release()
     return buf

@@ -273,3 +273,34 @@ def test_bytes_that_are_not_utf8_give_the_serial_error(tmp_path, monkeypatch, fo
     with pytest.raises(load.TraceError) as serial:
         _serial(monkeypatch, path)
     assert str(parallel.value) == str(serial.value) and "UTF-8" in str(serial.value)
+
+
+@pytest.mark.e2e
+def test_a_slow_worker_takes_fewer_tasks(tmp_path, monkeypatch, forks):
+    # one worker shares its core with other work: the others take its share of the tasks
+    path = tmp_path / "t.json"
+    path.write_text(_text(_events(12000)))
+    slow = tmp_path / "slow"
+    work = fanout._work
+
+    def maybe_slow(fill, tasks, queue, fd):  # runs in the workers
+        try:
+            slow.touch(exist_ok=False)  # the first worker to get here is the slow one
+        except FileExistsError:
+            return work(fill, tasks, queue, fd)
+        return work(lambda ranges, columns: time.sleep(0.3) or fill(ranges, columns), tasks, queue, fd)
+
+    monkeypatch.setattr(fanout, "_work", maybe_slow)
+    merged: dict[int, int] = {}
+    merge = fanout._merge
+
+    def counted(columns, part, codes):
+        merged[id(codes)] = merged.get(id(codes), 0) + 1
+        merge(columns, part, codes)
+
+    monkeypatch.setattr(fanout, "_merge", counted)
+    trace = load.load_trace(path)
+    assert len(forks) == 3 and _gone(forks)
+    counts = sorted(merged.values())
+    assert len(counts) == 3 and counts[0] * 3 < counts[-1], counts
+    _assert_same(trace, _serial(monkeypatch, path))
