@@ -10,8 +10,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -199,6 +201,9 @@ def test_small_traces_and_busy_processes_decode_serially(monkeypatch):
     finally:
         stop.set()
         thread.join()
+    # a rank worker of ``advisor analyze --jobs N``: the cores are taken by the other ranks
+    monkeypatch.setitem(sys.modules, "multiprocessing", types.SimpleNamespace(parent_process=lambda: object()))
+    assert fanout.workers_for(fanout.PARALLEL_BYTES) == 1
 
 
 def test_tasks_are_consecutive_batches_covering_the_array():
