@@ -34,6 +34,9 @@ from advisor.trace.columns import _RAW_ATTRS, _Columns, _Interner
 
 PARALLEL_BYTES = 48 << 20
 """Smallest events array decoded in parallel: below it the fork and merge cost more than they save."""
+WORKER_BYTES = 24 << 20
+"""Bytes of events a worker gets at least: a fork and a worker's own interners cost about what
+decoding a few MB does, so a many-core machine does not start a worker per core for a small trace."""
 TASK_BYTES = 8 << 20
 """Bytes of events per task: small enough to balance the workers and overlap the merge."""
 _RAW_COLS = tuple(col for _attr, col in _RAW_ATTRS)
@@ -49,7 +52,7 @@ Fill = Callable[[list[tuple[int, int]], _Columns], None]
 def workers_for(size: int) -> int:
     """How many worker processes should decode an events array of ``size`` bytes (1: serially).
 
-    Serial below :data:`PARALLEL_BYTES`, on one core, where fork is missing, in a process that
+    One per core, each with at least :data:`WORKER_BYTES`; serial below :data:`PARALLEL_BYTES`, on one core, where fork is missing, in a process that
     runs other threads (a lock held by one would stay locked in the child) and inside a
     ``multiprocessing`` worker (``advisor analyze --jobs N`` already gives each rank file a core).
     """
@@ -59,9 +62,10 @@ def workers_for(size: int) -> int:
     if mp is not None and mp.parent_process() is not None:
         return 1
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, size // WORKER_BYTES))
 
 
 class _Part:

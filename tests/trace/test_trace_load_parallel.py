@@ -69,6 +69,7 @@ def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(decode, "BATCH_BYTES", 32 << 10)
     monkeypatch.setattr(fanout, "TASK_BYTES", 128 << 10)
     monkeypatch.setattr(fanout, "PARALLEL_BYTES", 1 << 20)
+    monkeypatch.setattr(fanout, "WORKER_BYTES", 1 << 18)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     pids: list[int] = []
     fork = os.fork
@@ -188,22 +189,24 @@ def test_ctrl_c_while_merging_ends_every_worker(tmp_path, monkeypatch, forks):
 def test_small_traces_and_busy_processes_decode_serially(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     assert fanout.workers_for(fanout.PARALLEL_BYTES - 1) == 1
-    assert fanout.workers_for(fanout.PARALLEL_BYTES) == 3
+    assert fanout.workers_for(max(fanout.PARALLEL_BYTES, 3 * fanout.WORKER_BYTES)) == 3
+    # each worker gets enough to pay for its start
+    assert fanout.workers_for(max(fanout.PARALLEL_BYTES, 2 * fanout.WORKER_BYTES)) == 2
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert fanout.workers_for(fanout.PARALLEL_BYTES) == 1
+    assert fanout.workers_for(10 * fanout.PARALLEL_BYTES) == 1
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     # another thread might hold a lock the forked child would need
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        assert fanout.workers_for(fanout.PARALLEL_BYTES) == 1
+        assert fanout.workers_for(10 * fanout.PARALLEL_BYTES) == 1
     finally:
         stop.set()
         thread.join()
     # a rank worker of ``advisor analyze --jobs N``: the cores are taken by the other ranks
     monkeypatch.setitem(sys.modules, "multiprocessing", types.SimpleNamespace(parent_process=lambda: object()))
-    assert fanout.workers_for(fanout.PARALLEL_BYTES) == 1
+    assert fanout.workers_for(10 * fanout.PARALLEL_BYTES) == 1
 
 
 def test_tasks_are_consecutive_batches_covering_the_array():
