@@ -10,8 +10,9 @@ per event and spends most of its time in the garbage collector, so this module:
   in place (two separator bytes are swapped for ``[``/``]`` during the decode and restored)
   into typed msgspec ``Struct``s that keep only the fields the analysis uses (unknown keys are
   skipped without building objects); a batch's objects stay in the CPU caches while they are
-  turned into numpy columns, and only one batch of Python objects is alive at a time, which
-  keeps the peak memory near the file's size plus the final table;
+  turned into numpy columns, and only one batch of Python objects is alive at a time; each
+  decoded batch's pages of the mapped file are unmapped again, so the peak memory is about the
+  final table, not the file;
 * decodes a large array (tens of MB and more) on every core: forked workers decode runs of
   batches into columns that this process merges (:mod:`advisor.trace.fanout`; msgspec holds
   the GIL, so threads would not help);
@@ -23,12 +24,14 @@ per event and spends most of its time in the garbage collector, so this module:
 A value of an unexpected type (a string id, a null name) sends its batch down a slower, untyped
 path instead of failing; a file laid out differently (no line breaks, a cut inside an event)
 goes down a safe path that decodes one ``Raw`` per event. Nothing here imports torch or
-unpickles anything. Old Kineto category names (``Operator``, ``Runtime``, ``Kernel``,
+unpickles anything read from a file (the decode workers' columns come back pickled, through a
+pipe only this process and its own forked workers hold). Old Kineto category names (``Operator``, ``Runtime``, ``Kernel``,
 ``Memcpy``, ``Memset``) become the current ones.
 
 The steps live in their own modules: :mod:`advisor.trace.read` (files, memory maps, gzip),
 :mod:`advisor.trace.decode` (locating and batching the array), :mod:`advisor.trace.columns`
-(structs to columns), :mod:`advisor.trace.fanout` (the parallel decode), :mod:`advisor.trace.repair` (unescaped names) and
+(structs to columns), :mod:`advisor.trace.fanout` (the parallel decode), :mod:`advisor.trace.repair`
+(unescaped names) and
 :mod:`advisor.trace.model` (the :class:`Trace` table). The tuning constants (``BATCH_BYTES``,
 ``MIN_GZIP_CAP``, ...) are read from the module that defines them.
 """
