@@ -25,14 +25,14 @@ A value of an unexpected type (a string id, a null name) sends its batch down a 
 path instead of failing; a file laid out differently (no line breaks, a cut inside an event)
 goes down a safe path that decodes one ``Raw`` per event. Nothing here imports torch or
 unpickles anything read from a file (the decode workers' columns come back pickled, through a
-pipe only this process and its own forked workers hold). Old Kineto category names (``Operator``, ``Runtime``, ``Kernel``,
-``Memcpy``, ``Memset``) become the current ones.
+pipe only this process and its own forked workers hold). Old Kineto category names
+(``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``) become the current ones.
 
 The steps live in their own modules: :mod:`advisor.trace.read` (files, memory maps, gzip),
 :mod:`advisor.trace.decode` (locating and batching the array), :mod:`advisor.trace.columns`
-(structs to columns), :mod:`advisor.trace.fanout` (the parallel decode), :mod:`advisor.trace.repair`
-(unescaped names) and
-:mod:`advisor.trace.model` (the :class:`Trace` table). The tuning constants (``BATCH_BYTES``,
+(structs to columns), :mod:`advisor.trace.fanout` (the parallel decode),
+:mod:`advisor.trace.repair` (unescaped names) and :mod:`advisor.trace.model` (the
+:class:`Trace` table). The tuning constants (``BATCH_BYTES``,
 ``MIN_GZIP_CAP``, ...) are read from the module that defines them.
 """
 
