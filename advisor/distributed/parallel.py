@@ -59,9 +59,12 @@ class _Task:
     is_user: UserPredicate
 
 
-def _analyse(task: _Task) -> RankDigest:
-    """Load one rank's trace, analyse it and keep only its digest (runs in a worker)."""
-    trace = load_trace(task.path, index=task.index)
+def _analyse(task: _Task, meanwhile: Callable[[], object] | None = None) -> RankDigest:
+    """Load one rank's trace, analyse it and keep only its digest (runs in a worker).
+
+    ``meanwhile`` runs while the trace decodes (:func:`advisor.trace.load.load_trace`).
+    """
+    trace = load_trace(task.path, index=task.index, meanwhile=meanwhile)
     result = digest(analyze_trace(trace), task.is_user, lead=task.lead)
     if task.lead and result.lead is not None:
         try:
@@ -155,8 +158,8 @@ def analyze_files(
         jobs: Worker processes (1: in this process, one file after the other).
         is_user: Which source files are the user's (for locations).
         meanwhile: Work of the caller's that needs no digest, done in this process while the
-            workers run (with ``jobs=1``, before the first file), so that it does not add to
-            the time after them.
+            workers run (with ``jobs=1``, while a large first file decodes in worker processes,
+            else before it), so that it does not add to the time after them.
 
     Returns:
         One digest per file, by rank; the first carries the lead extras.
@@ -173,8 +176,10 @@ def analyze_files(
     if jobs > 1:
         digests = _run_pool(tasks, jobs, meanwhile)
     else:
-        meanwhile()
-        digests = [_analyse(t) for t in tasks]
+        # NOTE: a large trace decodes on every core, in worker processes: meanwhile runs then
+        digests = [_analyse(t, meanwhile if i == 0 else None) for i, t in enumerate(tasks)]
+        if not tasks:
+            meanwhile()
     ranks = [d.rank for d in digests]
     if len(set(ranks)) != len(ranks):
         digests = [d.relabel(i) for i, d in enumerate(digests)]

@@ -9,7 +9,9 @@ breaks, a cut inside an event) goes down a safe path that decodes one ``Raw`` pe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import mmap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.errors import TraceError
+from advisor.trace import fanout
 from advisor.trace.columns import _Columns, _Event, _LooseEvent
 
 
@@ -180,8 +183,26 @@ def _framed_in_place(raw: Any, ranges: list[tuple[int, int]]) -> Iterator[memory
             finally:
                 view[a - 1] = before
                 view[b] = after
+            _drop_pages(raw, a, b)
     finally:
         view.release()
+
+
+def _drop_pages(raw: Any, start: int, stop: int) -> None:
+    """Unmap the whole pages of ``raw[start:stop]`` from this process (a decoded batch).
+
+    A memory-mapped file's pages count in the process's resident memory once read, so without
+    this the peak memory would hold the whole file. The pages stay in the page cache, and a
+    later read (a fallback that parses the file again) maps them back, with the file's bytes:
+    the same bytes, as every batch's brackets were restored before.
+    """
+    if not isinstance(raw, mmap.mmap):
+        return
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = stop // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no madvise: keep them
+            raw.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 _MAX_LINE = 1 << 25
@@ -254,6 +275,12 @@ def _batches(raw: Any, raw_events: list[msgspec.Raw]) -> Iterator[memoryview]:
 def _decode_chunks(path: Path, chunks: Iterator[memoryview], fast: bool) -> pd.DataFrame:
     """Decode batches into typed structs and straight into columns."""
     columns = _Columns()
+    _fill(path, chunks, fast, columns)
+    return columns.frame()
+
+
+def _fill(path: Path, chunks: Iterator[memoryview], fast: bool, columns: _Columns) -> None:
+    """Decode batches into typed structs and append them to ``columns``."""
     try:
         for chunk in chunks:
             try:
@@ -278,30 +305,42 @@ def _decode_chunks(path: Path, chunks: Iterator[memoryview], fast: bool) -> pd.D
         close = getattr(chunks, "close", None)
         if close is not None:
             close()  # restores the bytes an in-place framing overwrote
-    return columns.frame()
 
 
-def _fast_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame | None:
+def _fast_frame(path: Path, raw: Any, start: int, stop: int, meanwhile: _Once | None = None) -> pd.DataFrame | None:
     """Build the events table from batches cut at line breaks; None when a batch fails.
+
+    A large array is decoded by worker processes, one per core (:mod:`advisor.trace.fanout`),
+    into the same table.
 
     Args:
         path: For messages.
         raw: The file's bytes.
         start: Offset of the ``traceEvents`` array's ``[``.
         stop: Offset of its ``]``.
+        meanwhile: The caller's other work, run while worker processes decode (if they do).
     """
     ranges = _line_ranges(raw, start + 1, stop)
     if ranges is None:
         return None
-    if memoryview(raw).readonly:
-        framer = _Framer(raw)
-        chunks: Iterator[memoryview] = (framer.frame(a, b) for a, b in ranges)
-    else:
-        chunks = _framed_in_place(raw, ranges)
     try:
-        return _decode_chunks(path, chunks, fast=True)
+        workers = fanout.workers_for(stop - start)
+        if workers > 1:
+            frame = fanout.decode_parallel(lambda part, columns: _fill(path, _framed(raw, part), True, columns),
+                                           ranges, workers, meanwhile)
+            if frame is not None:
+                return frame
+        return _decode_chunks(path, _framed(raw, ranges), fast=True)
     except _BadSplit:
         return None
+
+
+def _framed(raw: Any, ranges: list[tuple[int, int]]) -> Iterator[memoryview]:
+    """Frame the batches at ``ranges`` as JSON arrays: in place when ``raw`` is writable, else copied."""
+    if memoryview(raw).readonly:
+        framer = _Framer(raw)
+        return (framer.frame(a, b) for a, b in ranges)
+    return _framed_in_place(raw, ranges)
 
 
 def _safe_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame:
@@ -312,7 +351,19 @@ def _safe_frame(path: Path, raw: Any, start: int, stop: int) -> pd.DataFrame:
     return _decode_chunks(path, _batches(raw, raw_events), fast=False)
 
 
-def _read_trace(path: Path, raw: Any) -> tuple[_Head, pd.DataFrame]:
+class _Once:
+    """The caller's other work, done at most once (while workers decode, or else afterwards)."""
+
+    def __init__(self, work: Callable[[], object] | None) -> None:
+        self.work = work
+
+    def __call__(self) -> None:
+        work, self.work = self.work, None
+        if work is not None:
+            work()
+
+
+def _read_trace(path: Path, raw: Any, meanwhile: _Once | None = None) -> tuple[_Head, pd.DataFrame]:
     """Decode a file's bytes into its head and its events table.
 
     Fast path: the array located without a full parse (:func:`_locate_events`), decoded in
@@ -323,13 +374,13 @@ def _read_trace(path: Path, raw: Any) -> tuple[_Head, pd.DataFrame]:
     located = _locate_events(raw)
     if located is not None:
         head, start, stop = located
-        frame = _fast_frame(path, raw, start, stop)
+        frame = _fast_frame(path, raw, start, stop, meanwhile)
         if frame is not None:
             return head, frame
     head, start2, stop2 = _decode_head(path, raw)
     frame = None
     if located is None or (start2, stop2) != (start, stop):
-        frame = _fast_frame(path, raw, start2, stop2)
+        frame = _fast_frame(path, raw, start2, stop2, meanwhile)
     if frame is None:
         frame = _safe_frame(path, raw, start2, stop2)
     return head, frame
@@ -339,10 +390,10 @@ class _InvalidJSON(TraceError):
     """The file does not parse as JSON (maybe only because of a badly written event name)."""
 
 
-def _decode_guarded(path: Path, raw: Any) -> tuple[_Head, pd.DataFrame]:
+def _decode_guarded(path: Path, raw: Any, meanwhile: _Once | None = None) -> tuple[_Head, pd.DataFrame]:
     """:func:`_read_trace`, with the decoder's non-JSON failures turned into trace errors."""
     try:
-        return _read_trace(path, raw)
+        return _read_trace(path, raw, meanwhile)
     except UnicodeDecodeError as exc:  # msgspec's answer to bytes that are not UTF-8
         raise _InvalidJSON(f"{path} is not valid JSON (bytes that are not UTF-8); the file may be damaged") from exc
     except RecursionError:

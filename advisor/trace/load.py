@@ -10,8 +10,12 @@ per event and spends most of its time in the garbage collector, so this module:
   in place (two separator bytes are swapped for ``[``/``]`` during the decode and restored)
   into typed msgspec ``Struct``s that keep only the fields the analysis uses (unknown keys are
   skipped without building objects); a batch's objects stay in the CPU caches while they are
-  turned into numpy columns, and only one batch of Python objects is alive at a time, which
-  keeps the peak memory near the file's size plus the final table;
+  turned into numpy columns, and only one batch of Python objects is alive at a time; each
+  decoded batch's pages of the mapped file are unmapped again, so the peak memory is about the
+  final table, not the file;
+* decodes a large array (tens of MB and more) on every core: forked workers decode runs of
+  batches into columns that this process merges (:mod:`advisor.trace.fanout`; msgspec holds
+  the GIL, so threads would not help);
 * turns the garbage collector off while decoding (millions of small objects, no cycles);
 * interns each event's ``(name, cat, ph, pid, tid)`` tuple in one C-level pass and splits the
   few hundred distinct tuples into categoricals through lookup tables; reads args only on the
@@ -20,24 +24,28 @@ per event and spends most of its time in the garbage collector, so this module:
 A value of an unexpected type (a string id, a null name) sends its batch down a slower, untyped
 path instead of failing; a file laid out differently (no line breaks, a cut inside an event)
 goes down a safe path that decodes one ``Raw`` per event. Nothing here imports torch or
-unpickles anything. Old Kineto category names (``Operator``, ``Runtime``, ``Kernel``,
-``Memcpy``, ``Memset``) become the current ones.
+unpickles anything read from a file (the decode workers' columns come back pickled, through a
+pipe only this process and its own forked workers hold). Old Kineto category names
+(``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``) become the current ones.
 
 The steps live in their own modules: :mod:`advisor.trace.read` (files, memory maps, gzip),
 :mod:`advisor.trace.decode` (locating and batching the array), :mod:`advisor.trace.columns`
-(structs to columns), :mod:`advisor.trace.repair` (unescaped names) and
-:mod:`advisor.trace.model` (the :class:`Trace` table). The tuning constants (``BATCH_BYTES``,
+(structs to columns), :mod:`advisor.trace.fanout` (the parallel decode),
+:mod:`advisor.trace.repair` (unescaped names) and :mod:`advisor.trace.model` (the
+:class:`Trace` table). The tuning constants (``BATCH_BYTES``,
 ``MIN_GZIP_CAP``, ...) are read from the module that defines them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from advisor.errors import TraceError
 from advisor.trace.columns import ROOFLINE_SHAPE_OPS, SHAPE_OPS
-from advisor.trace.decode import _decode_guarded, _InvalidJSON
+from advisor.trace.decode import _decode_guarded, _InvalidJSON, _Once
+from advisor.trace.fanout import workers_for
 from advisor.trace.model import CATEGORY_ALIASES, MISSING, REPAIRED_KEY, Trace
 from advisor.trace.read import _gc_paused, _read_bytes, find_trace_files
 from advisor.trace.repair import _repair_names, escape_controls
@@ -56,12 +64,14 @@ __all__ = [
 ]
 
 
-def load_trace(path: Path, index: int = 0) -> Trace:
+def load_trace(path: Path, index: int = 0, *, meanwhile: Callable[[], object] | None = None) -> Trace:
     """Load one trace file.
 
     Args:
         path: A ``.json`` or ``.json.gz`` Chrome trace written by torch.profiler / Kineto.
         index: Rank to use when the trace has no ``distributedInfo.rank``.
+        meanwhile: Other work of the caller's, run once: while worker processes decode a large
+            trace (this process only waits then), else before the decode.
 
     Raises:
         TraceError: The file is missing, empty, truncated, not JSON or not a trace.
@@ -70,10 +80,13 @@ def load_trace(path: Path, index: int = 0) -> Trace:
     if not path.is_file():
         raise TraceError(f"trace file {path} does not exist; pass a .json/.json.gz trace")
     raw = _read_bytes(path)
+    once = _Once(meanwhile)
+    if workers_for(len(raw)) < 2:
+        once()
     repaired = 0
     with _gc_paused():
         try:
-            head, frame = _decode_guarded(path, raw)
+            head, frame = _decode_guarded(path, raw, once)
         except _InvalidJSON as exc:
             fixed, escaped = escape_controls(raw)
             fixed, repaired = _repair_names(fixed)
@@ -82,10 +95,11 @@ def load_trace(path: Path, index: int = 0) -> Trace:
             del raw
             raw = fixed
             try:
-                head, frame = _decode_guarded(path, raw)
+                head, frame = _decode_guarded(path, raw, once)
             except _InvalidJSON as again:
                 raise TraceError(f"{again} (after re-escaping {repaired} event names and {escaped} control characters)") from again
     del raw
+    once()  # the decode went serially after all (no line breaks, a failed cut, ...)
     metadata: dict[str, Any] = {}
     if repaired:
         metadata[REPAIRED_KEY] = repaired

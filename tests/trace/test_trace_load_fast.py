@@ -140,3 +140,22 @@ def test_unhashable_values_on_the_loose_path_count_as_absent(tmp_path):
     ev = load.load_trace(_write(tmp_path / "t.json", evs)).events
     assert ev["name"].isna().iloc[0] and ev["tid"].isna().iloc[0]
     assert ev["name"].iloc[1] == "aten::add"
+
+
+def test_pages_dropped_after_their_batch_are_read_again_by_the_fallback(tmp_path, monkeypatch):
+    # the decoded batches' pages are unmapped as the decode goes (peak memory); a cut inside an
+    # event near the end sends the load down the safe path, which reads those pages again
+    evs = _events(3000)
+    lines = [json.dumps(e) for e in evs]
+    lines[-5] = lines[-5][:-1] + ', "extra": [{"a": 1},\n{"b": 2}]}'
+    path = tmp_path / "late.json"
+    path.write_text('{"traceEvents": [\n' + ",\n".join(lines) + "\n]}")
+    before = path.read_bytes()
+    monkeypatch.setattr(decode, "BATCH_BYTES", 16 << 10)
+    dropped: list[int] = []
+    drop = decode._drop_pages
+    monkeypatch.setattr(decode, "_drop_pages", lambda raw, a, b: dropped.append(b - a) or drop(raw, a, b))
+    ev = load.load_trace(path).events
+    assert len(dropped) > 10 and path.read_bytes() == before
+    evs[-5]["extra"] = [{"a": 1}, {"b": 2}]
+    pd.testing.assert_frame_equal(ev, load.load_trace(_write(tmp_path / "one.json", evs, lines=False)).events)
