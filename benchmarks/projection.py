@@ -2,7 +2,9 @@
 
 For each round, one after the other on the same machine:
 
-1. ``python SCRIPT`` with nothing attached: its wall time;
+1. ``python SCRIPT`` with nothing attached: its wall time, and the share the script timed itself
+   when it prints a ``self-timed share: 0.4170`` line (``periodic_eval.py`` does: the truth no
+   profiler bends; cProfile slows the training step's Python more than the evaluation's);
 2. ``python -m cProfile SCRIPT``: the share of its wall time inside the periodic function
    (cumulative time of ``--function`` over the script's ``<module>``);
 3. ``advisor diagnose --no-fixes SCRIPT`` (stopped after its phases, as a user runs it): the
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import pstats
+import re
 import shlex
 import statistics
 import subprocess
@@ -37,10 +40,20 @@ PY = sys.executable
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> float:
+    return _run_out(cmd, cwd)[0]
+
+
+def _run_out(cmd: list[str], cwd: Path | None = None) -> tuple[float, str]:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
-                   env={**os.environ, "PYTHONPATH": str(REPO)})
-    return time.perf_counter() - t0
+    done = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return time.perf_counter() - t0, done.stdout
+
+
+def self_timed(stdout: str) -> float | None:
+    """The share the script timed itself (a ``self-timed share: 0.4170`` line), when it prints one."""
+    found = re.findall(r"^self-timed share: ([0-9.]+)$", stdout, flags=re.M)
+    return float(found[-1]) if found else None
 
 
 def cprofile_share(script: Path, args: list[str], function: str, out: Path) -> float:
@@ -79,20 +92,21 @@ def main() -> None:
     script = args.script.resolve()
     script_args = shlex.split(args.args)
     rows = []
-    print(f"| round | load | plain s | projected s | error | cProfile share | advisor share | source | {args.rule} |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| round | load | plain s | projected s | error | self-timed share | cProfile share | advisor share | source | {args.rule} |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
             load = os.getloadavg()[0]
-            plain = _run([PY, str(script), *script_args])
+            plain, out = _run_out([PY, str(script), *script_args])
+            own = self_timed(out)
             share = cprofile_share(script, script_args, args.function, Path(tmp) / f"p{i}.pstats")
             got = advisor_projection(script, script_args, Path(tmp) / f"run{i}", args.metric, args.rule)
             err = (got["projected_s"] or 0) / plain - 1
-            rows.append((plain, got["projected_s"], err, share, got["share"]))
-            print(f"| {i + 1} | {load:.1f} | {plain:.1f} | {got['projected_s']:.1f} | {err:+.0%} | {share:.1%} | "
-                  f"{got['share']:.1%} | {got['source']} | {got['fired']} |")
+            rows.append((plain, got["projected_s"], err, own if own is not None else float("nan"), share, got["share"]))
+            print(f"| {i + 1} | {load:.1f} | {plain:.1f} | {got['projected_s']:.1f} | {err:+.0%} | "
+                  f"{'—' if own is None else f'{own:.1%}'} | {share:.1%} | {got['share']:.1%} | {got['source']} | {got['fired']} |")
     med = [statistics.median(col) for col in zip(*rows, strict=True)]
-    print(f"| median | | {med[0]:.1f} | {med[1]:.1f} | {med[2]:+.0%} | {med[3]:.1%} | {med[4]:.1%} | | |")
+    print(f"| median | | {med[0]:.1f} | {med[1]:.1f} | {med[2]:+.0%} | {med[3]:.1%} | {med[4]:.1%} | {med[5]:.1%} | | |")
 
 
 if __name__ == "__main__":
