@@ -108,8 +108,36 @@ def test_a_ten_case_slice_runs_end_to_end(tmp_path: Path):
 
     out = tmp_path / "acc.md"
     assert main(["--cases", "10", "--work", str(tmp_path / "w"), "--markdown", str(out),
-                 "--json", str(tmp_path / "acc.json")]) == 0
+                 "--json", str(tmp_path / "acc.json"), "--trials", "1"]) == 0
     data = json.loads((tmp_path / "acc.json").read_text())
     assert len(data["rows"]) == 10 and all(not r["error"] for r in data["rows"]), data["rows"]
     assert all(r["share"] is not None and r["expected"] in (None, r["category"], "data_loading") for r in data["rows"])
     assert "## Confusion matrix" in out.read_text()
+    # the one gain trial: a case with a mechanical fix, its truth and advisor's figures, or its error
+    assert len(data["gains"]) <= 1 and all(g["truth"] > 0 and (g["error"] or g["measured"]) for g in data["gains"])
+
+
+def test_the_gain_sample_takes_each_mechanical_kind_in_turn(tmp_path: Path):
+    from accuracy.cases import Case
+    from accuracy.gains import FIX_FOR, markdown, rows_from_json, sample
+    from accuracy.score import Row
+    from accuracy.truth import Truth
+
+    def row(i: int, kind: str, expected: str | None = "data_loading") -> Row:
+        r = Row(Case(f"c{i:03d}-mlp-b16-{kind}-mild", "mlp", 16, kind, "mild", 1.0, i), expected=expected,
+                found=expected, truth=Truth(10.0, 8.0, 2.0))
+        return r
+
+    rows = [row(0, "io_wait"), row(1, "io_wait"), row(2, "oversubscribed", "compute"), row(3, "tiny_ops", "small_kernels"),
+            row(4, "cpu_transform"), row(5, "healthy", None)]
+    picked = sample(rows, 3)
+    assert [r.case.kind for r in picked] == ["cpu_transform", "io_wait", "oversubscribed"]
+    assert all(r.case.kind in FIX_FOR for r in sample(rows, 10)) and len(sample(rows, 10)) == 4
+    # an earlier run's JSON gives back the same rows to sample from
+    path = tmp_path / "acc.json"
+    path.write_text(json.dumps({"rows": [{**r.case.to_json(), **{k: v for k, v in r.to_json().items()
+                                                                    if k not in r.case.to_json()}} for r in rows]}))
+    again = rows_from_json(path)
+    assert [r.case.id for r in sample(again, 3)] == [r.case.id for r in picked]
+    assert again[0].truth.on_ms == 10.0 and again[0].truth.off_ms == 8.0
+    assert markdown([]) == []

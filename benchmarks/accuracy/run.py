@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy import truth  # noqa: E402
 from accuracy.cases import BATCHES, FAMILIES, Case, base_key, generate, write  # noqa: E402
+from accuracy.gains import markdown as gains_markdown  # noqa: E402
+from accuracy.gains import run_gains  # noqa: E402
 from accuracy.score import MIN_SHARE, NO_SHARE, Row, run_case  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", type=Path, default=REPO / "docs" / "accuracy.md")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
+    ap.add_argument("--trials", type=int, default=6,
+                    help="cases with a mechanical fix diagnosed again with fix trials (estimate against measured gain)")
     opts = ap.parse_args(argv)
     work = opts.work or Path(tempfile.mkdtemp(prefix="advisor-bench-"))
     (work / "cases").mkdir(parents=True, exist_ok=True)
@@ -155,14 +159,16 @@ def main(argv: list[str] | None = None) -> int:
               "time the other work as well, and the run will take far longer than on a quiet machine",
               file=sys.stderr, flush=True)
     base = calibrate(work / "cases", opts.timeout)
-    rows = []
+    rows, scripts = [], {}
     for i, case in enumerate(generate(opts.cases, opts.seed, base), 1):
-        row = run_case(case, write(case, work / "cases"), work / "runs", truth.measure, opts.timeout)
+        scripts[case.id] = write(case, work / "cases")
+        row = run_case(case, scripts[case.id], work / "runs", truth.measure, opts.timeout)
         rows.append(row)
         share = "—" if row.truth is None else f"{row.truth.share:.0%}, input {row.truth.input_share:.0%}"
         print(f"[{i}/{opts.cases}] {case.id}: share {share}, expected {row.expected or 'healthy'}, "
               f"advisor {row.found or 'none'} {'ok' if row.right else 'MISS' if row.right is False else 'n/a'}"
               f"{' ' + row.error if row.error else ''} ({row.seconds:.0f}s)", flush=True)
+    gains = run_gains(rows, scripts, work / "runs", opts.trials, opts.timeout)
     head = {
         "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU",
         "load average (1, 5, 15 min)": f"{load_start} at the start, {load()} at the end",
@@ -170,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         "took": f"{time.perf_counter() - t0:.0f} s",
         "calibration (plain step, ms)": ", ".join(f"{k} {v:.1f}" for k, v in base.items()),
     }
-    opts.markdown.write_text(markdown(rows, head), encoding="utf-8")
+    section = gains_markdown(gains)
+    opts.markdown.write_text(markdown(rows, head) + ("\n" + "\n".join(section) + "\n" if section else ""), encoding="utf-8")
     if opts.json:
-        opts.json.write_text(json.dumps({"head": head, "summary": summary(rows), "rows": [r.to_json() for r in rows]},
-                                        indent=1), encoding="utf-8")
+        opts.json.write_text(json.dumps({"head": head, "summary": summary(rows), "rows": [r.to_json() for r in rows],
+                                         "gains": [g.to_json() for g in gains]}, indent=1), encoding="utf-8")
     print(json.dumps(summary(rows)), flush=True)
     print(f"wrote {opts.markdown}; load average {load()}", flush=True)
     return 0
