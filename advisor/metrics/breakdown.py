@@ -56,8 +56,8 @@ from advisor.metrics.registry import BREAKDOWN_PARTS
 
 
 def _pieces(events: pd.DataFrame, mask: np.ndarray, windows: Windows) -> Pieces:
-    sub = events.loc[mask, ["ts", "end"]]
-    return clip_to_steps(sub["ts"].to_numpy(), sub["end"].to_numpy(), windows)
+    rows = np.flatnonzero(mask)
+    return clip_to_steps(events["ts"].to_numpy()[rows], events["end"].to_numpy()[rows], windows)
 
 
 def priority_layers(

@@ -47,14 +47,17 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 CPU_RANGE_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 
 
-def name_mask(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
-    """Boolean row mask from a predicate evaluated once per distinct (categorical) name."""
+def name_mask(names: pd.Series, predicate: Callable[[str], bool], codes: np.ndarray | None = None) -> np.ndarray:
+    """Boolean row mask from a predicate evaluated once per distinct (categorical) name.
+
+    ``codes``: ``names``' category codes as ``np.intp``, when the caller builds several masks of
+    one column (numpy indexes with them without converting them each time).
+    """
     cats = names.cat.categories
-    per_cat = np.fromiter((bool(predicate(str(c))) for c in cats), dtype=bool, count=len(cats))
-    codes = names.cat.codes.to_numpy()
-    if len(per_cat) == 0:
-        return np.zeros(len(codes), dtype=bool)
-    return np.where(codes >= 0, per_cat[np.clip(codes, 0, None)], False)
+    # one slot more than there are categories, False: a missing name (code -1) indexes it
+    per_cat = np.zeros(len(cats) + 1, dtype=bool)
+    per_cat[:-1] = np.fromiter((bool(predicate(str(c))) for c in cats), dtype=bool, count=len(cats))
+    return np.take(per_cat, names.cat.codes.to_numpy() if codes is None else codes)
 
 
 def take(series: pd.Series, rows: np.ndarray) -> np.ndarray:
@@ -69,6 +72,42 @@ def take(series: pd.Series, rows: np.ndarray) -> np.ndarray:
     if len(cats) and ok.any():
         out[ok] = cats[codes[ok]]
     return out
+
+
+def distinct(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values of an integer array and, per element, the position of its value among them."""
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    return uniq, inverse.reshape(-1)
+
+
+def joint_codes(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group rows by several integer code columns at once.
+
+    Returns the position of each row's first occurrence of its combination (a representative
+    row per group) and each row's group number, so a function of the combination is evaluated
+    once per group and broadcast back with ``values[group]``.
+    """
+    key = np.zeros(len(codes[0]), dtype=np.int64)
+    for c in codes:
+        _, key = distinct(key * (int(c.max(initial=0)) + 2) + (c.astype(np.int64) + 1))
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    return first, group.reshape(-1)
+
+
+def map_rows(series: pd.Series, rows: np.ndarray, fn: Callable[[str | None], object]) -> list[object]:
+    """``[fn(value) for value in take(series, rows)]``, calling ``fn`` once per distinct value."""
+    codes = series.cat.codes.to_numpy()[rows]
+    uniq, inverse = distinct(codes)
+    cats = np.asarray(series.cat.categories, dtype=object)
+    return broadcast([fn(cats[c] if c >= 0 else None) for c in uniq.tolist()], inverse)
+
+
+def broadcast(values: list[object], index: np.ndarray) -> list[object]:
+    """``[values[i] for i in index]`` (the same objects, whatever their type)."""
+    arr = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):  # item by item: numpy would unpack tuple values
+        arr[i] = v
+    return arr[index].tolist()
 
 
 def outermost(events: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,6 +156,7 @@ class Classified:
     optimizer: np.ndarray
     memory: np.ndarray  # [memory] instants
     python: np.ndarray  # python_function events
+    top_ops: np.ndarray  # rows of the cpu_op events not nested in another on their thread, sorted (read-only)
 
     @property
     def has_gpu(self) -> bool:
@@ -126,20 +166,29 @@ class Classified:
 
 def classify(events: pd.DataFrame) -> Classified:
     """Compute the row masks the analysis uses."""
-    names = events["name"]
-    cats = events["cat"]
+    names, cats = events["name"], events["cat"]
+    # each column's codes converted once for the masks below
+    name_codes = names.cat.codes.to_numpy().astype(np.intp)
+    cat_codes = cats.cat.codes.to_numpy().astype(np.intp)
+
+    def by_name(predicate: Callable[[str], bool]) -> np.ndarray:
+        return name_mask(names, predicate, name_codes)
+
+    def by_cat(*wanted: str) -> np.ndarray:
+        return name_mask(cats, lambda c: c in wanted, cat_codes)
+
     complete = (events["ph"] == "X").to_numpy()
-    kernel = cat_mask(cats, ("kernel",)) & complete
-    memcpy = cat_mask(cats, ("gpu_memcpy",)) & complete
-    memset = cat_mask(cats, ("gpu_memset",)) & complete
-    comm_kernel = kernel & name_mask(names, lambda n: "nccl" in n.lower() or "rccl" in n.lower())
-    h2d = memcpy & name_mask(names, lambda n: "HtoD" in n)
-    d2h = memcpy & name_mask(names, lambda n: "DtoH" in n)
-    runtime = cat_mask(cats, ("cuda_runtime", "cuda_driver")) & complete
-    cpu_like = cat_mask(cats, ("cpu_op", "user_annotation")) & complete
-    is_annotation = name_mask(names, lambda n: n.startswith(ANNOTATION_PREFIXES))
-    comm_op = cpu_like & name_mask(names, lambda n: n.startswith(COMM_OP_PREFIXES))
-    cpu_op = cat_mask(cats, ("cpu_op",)) & complete & ~is_annotation
+    kernel = by_cat("kernel") & complete
+    memcpy = by_cat("gpu_memcpy") & complete
+    memset = by_cat("gpu_memset") & complete
+    comm_kernel = kernel & by_name(lambda n: "nccl" in n.lower() or "rccl" in n.lower())
+    h2d = memcpy & by_name(lambda n: "HtoD" in n)
+    d2h = memcpy & by_name(lambda n: "DtoH" in n)
+    runtime = by_cat("cuda_runtime", "cuda_driver") & complete
+    cpu_like = by_cat("cpu_op", "user_annotation") & complete
+    is_annotation = by_name(lambda n: n.startswith(ANNOTATION_PREFIXES))
+    comm_op = cpu_like & by_name(lambda n: n.startswith(COMM_OP_PREFIXES))
+    cpu_op = by_cat("cpu_op") & complete & ~is_annotation
     return Classified(
         complete=complete,
         gpu=kernel | memcpy | memset,
@@ -149,19 +198,28 @@ def classify(events: pd.DataFrame) -> Classified:
         memset=memset,
         h2d=h2d,
         d2h=d2h,
-        pageable=memcpy & name_mask(names, lambda n: "Pageable" in n),
-        pinned=memcpy & name_mask(names, lambda n: "Pinned" in n),
+        pageable=memcpy & by_name(lambda n: "Pageable" in n),
+        pinned=memcpy & by_name(lambda n: "Pinned" in n),
         runtime=runtime,
-        launch=runtime & name_mask(names, lambda n: bool(LAUNCH_RE.search(n))),
-        sync_call=runtime & name_mask(names, lambda n: n in SYNC_CALLS),
-        item=cpu_op & name_mask(names, lambda n: n in ITEM_OPS),
+        launch=runtime & by_name(lambda n: bool(LAUNCH_RE.search(n))),
+        sync_call=runtime & by_name(lambda n: n in SYNC_CALLS),
+        item=cpu_op & by_name(lambda n: n in ITEM_OPS),
         cpu_op=cpu_op,
         comm_op=comm_op,
-        dataloader=cpu_like & name_mask(names, lambda n: n.startswith(DATALOADER_PREFIX) and "__next__" in n),
-        optimizer=cpu_like & name_mask(names, lambda n: n.startswith(OPTIMIZER_PREFIX)),
-        memory=name_mask(names, lambda n: n == "[memory]"),
-        python=cat_mask(cats, ("python_function",)) & complete,
+        dataloader=cpu_like & by_name(lambda n: n.startswith(DATALOADER_PREFIX) and "__next__" in n),
+        optimizer=cpu_like & by_name(lambda n: n.startswith(OPTIMIZER_PREFIX)),
+        memory=by_name(lambda n: n == "[memory]"),
+        python=by_cat("python_function") & complete,
+        top_ops=_top_level(events, cpu_op),
     )
+
+
+def _top_level(events: pd.DataFrame, cpu_op: np.ndarray) -> np.ndarray:
+    # computed once here: most metric families start from the top-level operators
+    rows = np.flatnonzero(cpu_op)
+    top = np.sort(outermost(events, rows)[0]) if len(rows) else rows
+    top.setflags(write=False)  # shared by every caller
+    return top
 
 
 def find_windows(trace: Trace) -> tuple[Windows, bool]:
@@ -228,7 +286,9 @@ def launch_ts(events: pd.DataFrame, cls: Classified) -> np.ndarray:
     rt_corr = corr[rt]
     rt_ts = ts[rt]
     uniq, first = np.unique(rt_corr, return_index=True)
-    pos = np.searchsorted(uniq, corr)
-    pos = np.clip(pos, 0, len(uniq) - 1)
-    found = (uniq[pos] == corr) & (corr >= 0)
-    return np.where(found, rt_ts[first][pos], ts)
+    rows = np.flatnonzero(corr >= 0)  # only events with a correlation id can have a launch
+    pos = np.clip(np.searchsorted(uniq, corr[rows]), 0, len(uniq) - 1)
+    found = uniq[pos] == corr[rows]
+    out = ts.copy()
+    out[rows[found]] = rt_ts[first][pos[found]]
+    return out

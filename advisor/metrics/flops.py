@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.metrics.devices import peak_tflops
-from advisor.metrics.events import take
+from advisor.metrics.events import broadcast, joint_codes, map_rows, take
 
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 CONV_OPS = frozenset({"aten::convolution", "aten::convolution_backward"})
@@ -169,23 +169,31 @@ def compute_flops(events: pd.DataFrame, cpu_op: np.ndarray) -> FlopsResult:
         wanted = np.array([str(c) in FLOPS_ARG_OPS for c in cats], dtype=bool)
         mask = has_arg & np.where(codes >= 0, wanted[np.clip(codes, 0, None)], False)
         rows = np.flatnonzero(mask)
-        dtypes = np.array([op_dtype(t) for t in take(events["input_type"], rows)], dtype=object)
+        dtypes = _object_array(map_rows(events["input_type"], rows, op_dtype))
         return FlopsResult(rows, flops_arg[rows], dtypes, conv_seen, False, True)
     wanted = np.array([str(c) in FLOP_OPS for c in cats], dtype=bool)
     mask = cpu_op & np.where(codes >= 0, wanted[np.clip(codes, 0, None)], False)
     rows = np.flatnonzero(mask)
-    sub_names = take(names, rows)
-    dims = take(events["input_dims"], rows)
-    concrete = take(events["concrete_inputs"], rows)
-    types = take(events["input_type"], rows)
+    # shapes repeat every step: each distinct (name, dims, concrete inputs) is counted once
+    columns = [names, events["input_dims"], events["concrete_inputs"]]
+    first, group = joint_codes(*(c.cat.codes.to_numpy()[rows] for c in columns))
+    reps = rows[first]
+    rep_names, rep_dims, rep_concrete = (take(c, reps) for c in columns)
     values = np.array(
-        [op_flops(str(n), _text(d), _text(c)) for n, d, c in zip(sub_names, dims, concrete, strict=True)],
+        broadcast([op_flops(str(n), _text(d), _text(c)) for n, d, c in zip(rep_names, rep_dims, rep_concrete, strict=True)],
+                  group),
         dtype=np.float64,
     ) if len(rows) else np.zeros(0)
-    dtypes = np.array([op_dtype(_text(t)) for t in types], dtype=object)
-    is_conv = np.array([str(n) in CONV_OPS for n in sub_names], dtype=bool)
+    dtypes = _object_array(map_rows(events["input_type"], rows, lambda t: op_dtype(_text(t))))
+    is_conv = np.array(map_rows(names, rows, lambda n: str(n) in CONV_OPS), dtype=bool)
     unsized = bool((is_conv & ~np.isfinite(values)).any()) or (conv_seen and not is_conv.any())
     return FlopsResult(rows, values, dtypes, conv_seen, unsized, False)
+
+
+def _object_array(values: list[object]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def _text(value: object) -> str | None:

@@ -74,10 +74,15 @@ def clip_to_steps(start: np.ndarray, end: np.ndarray, windows: Windows) -> Piece
     first = np.where((i0 >= 0) & (start < windows.end[safe]), i0, i0 + 1)
     last = np.searchsorted(windows.start, end, side="left") - 1
     count = np.clip(last - first + 1, 0, None)
-    total = int(count.sum())
-    src = np.repeat(np.arange(n), count)
-    offsets = np.repeat(np.cumsum(count) - count, count)
-    win = first[src] + (np.arange(total) - offsets)
+    if count.max() <= 1:
+        # the usual case, no interval crossing a window edge: one piece per interval kept
+        src = np.flatnonzero(count)
+        win = first[src]
+    else:
+        total = int(count.sum())
+        src = np.repeat(np.arange(n), count)
+        offsets = np.repeat(np.cumsum(count) - count, count)
+        win = first[src] + (np.arange(total) - offsets)
     s = np.maximum(start[src], windows.start[win])
     e = np.minimum(end[src], windows.end[win])
     keep = e > s

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.metrics.devices import find_gpu
-from advisor.metrics.events import take
+from advisor.metrics.events import broadcast, joint_codes, map_rows, take
 from advisor.metrics.flops import op_dtype, op_flops
 from advisor.metrics.flops import parse_json as _json
 from advisor.metrics.intervals import point_step
@@ -282,24 +282,28 @@ def compute_roofline(analysis: TraceAnalysis, device_name: str, with_table: bool
     # only ops that launched kernels get a row (shapes repeat every step: costs are cached)
     launched = kernels > 0
     op_rows, device_us, kernels = op_rows[launched], device_us[launched], kernels[launched]
-    sub_names = take(names, op_rows).astype(str)
-    dims = take(ev["input_dims"], op_rows)
-    types = take(ev["input_type"], op_rows)
-    concrete = take(ev["concrete_inputs"], op_rows)
+    sub_names = map_rows(names, op_rows, str)
+    name_codes = names.cat.codes.to_numpy()[op_rows]
+    # shapes repeat every step: each distinct (name, dims, types, concrete) is sized once
+    columns = [ev[c] for c in ("input_dims", "input_type", "concrete_inputs")]
+    first, group = joint_codes(name_codes, *(c.cat.codes.to_numpy()[op_rows] for c in columns))
+    reps = op_rows[first]
+    rep_name = take(names, reps)
+    rep_dims, rep_types, rep_concrete = (take(c, reps) for c in columns)
     costs = [
-        op_cost(nm, d if isinstance(d, str) else None, t if isinstance(t, str) else None,
+        op_cost(str(nm), d if isinstance(d, str) else None, t if isinstance(t, str) else None,
                 c if isinstance(c, str) else None)
-        for nm, d, t, c in zip(sub_names, dims, types, concrete, strict=True)
+        for nm, d, t, c in zip(rep_name, rep_dims, rep_types, rep_concrete, strict=True)
     ]
     ops = pd.DataFrame(
         {
             "row": op_rows,
             "name": sub_names,
-            "kind": [op_kind(nm) for nm in sub_names],
-            "dims": [_compact(d) for d in dims],
-            "dtype": [op_dtype(t if isinstance(t, str) else None) or "" for t in types],
-            "flops": [c[0] if c else np.nan for c in costs],
-            "bytes": [c[1] if c else np.nan for c in costs],
+            "kind": map_rows(names, op_rows, lambda nm: op_kind(str(nm))),
+            "dims": map_rows(ev["input_dims"], op_rows, _compact),
+            "dtype": map_rows(ev["input_type"], op_rows, lambda t: op_dtype(t if isinstance(t, str) else None) or ""),
+            "flops": broadcast([c[0] if c else np.nan for c in costs], group),
+            "bytes": broadcast([c[1] if c else np.nan for c in costs], group),
             "device_us": device_us,
             "kernels": kernels,
             "step": point_step(ev["ts"].to_numpy()[op_rows], win),
@@ -374,7 +378,8 @@ def _per_step(ops: pd.DataFrame, analysis: TraceAnalysis, gpu: Any, n: int) -> t
     if gpu is None or not (model & finite).any():
         return mfu, sized_frac
     # peak time each op's FLOPs need at its dtype's peak; MFU = that time / step time
-    peaks = np.array([gpu.tflops.get(d) or np.nan for d in ops["dtype"]], dtype=np.float64)
+    dtype_codes, dtypes = pd.factorize(ops["dtype"])
+    peaks = np.array([gpu.tflops.get(d) or np.nan for d in dtypes] + [np.nan], dtype=np.float64)[dtype_codes]
     need_us = np.where(model & finite, ops["flops"].to_numpy(dtype=np.float64) / (peaks * 1e6), 0.0)
     unknown_peak = model & finite & ~np.isfinite(peaks)
     need = np.bincount(step[ok], weights=np.nan_to_num(need_us[ok]), minlength=n)

@@ -89,8 +89,10 @@ def _aggregate(
 
 
 def _in_step(analysis: TraceAnalysis, mask: np.ndarray) -> np.ndarray:
-    ts = analysis.trace.events["ts"].to_numpy()
-    return mask & (point_step(ts, analysis.windows) >= 0)
+    rows = np.flatnonzero(mask)  # only the masked rows are looked up
+    out = np.zeros(len(mask), dtype=bool)
+    out[rows] = point_step(analysis.trace.events["ts"].to_numpy()[rows], analysis.windows) >= 0
+    return out
 
 
 def _trace_locations(analysis: TraceAnalysis, is_user: UserPredicate) -> list[SourceLocation]:
@@ -203,7 +205,9 @@ def _dataloader_frames(analysis: TraceAnalysis, resolver: Any, is_user: UserPred
         column, parse = ev["name"], parse_frame
     else:
         top = top_level_ops(ev, cls)
-        keep = np.isin(rows, top)
+        is_top = np.zeros(len(ev), dtype=bool)  # a row lookup: np.isin would sort both arrays
+        is_top[top] = True
+        keep = is_top[rows]
         rows, durs = rows[keep], durs[keep]
         column, parse = ev["call_stack"], lambda stack: first_user_frame(stack.split(";"), is_user)
     codes = column.cat.codes.to_numpy()[rows]

@@ -23,7 +23,6 @@ from advisor.metrics.events import (
     find_windows,
     launch_ts,
     name_mask,
-    outermost,
 )
 from advisor.metrics.flops import FlopsResult, compute_flops, peak_tflops
 from advisor.metrics.input_work import assembly_calls, outermost_calls
@@ -86,11 +85,11 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def top_level_ops(events: pd.DataFrame, cls: Classified) -> np.ndarray:
-    """Row positions of CPU operators not nested inside another operator on the same thread."""
-    rows = np.flatnonzero(cls.cpu_op)
-    if len(rows) == 0:
-        return rows
-    return np.sort(outermost(events, rows)[0])
+    """Row positions of CPU operators not nested inside another operator on the same thread.
+
+    ``cls`` must be the classification of ``events`` (it holds the rows, computed once, read-only).
+    """
+    return cls.top_ops
 
 
 def _h2d_blocking(events: pd.DataFrame, cls: Classified, h2d_rows: np.ndarray) -> np.ndarray:

@@ -1,0 +1,59 @@
+"""Per-distinct-value helpers of advisor.metrics.events: the same answers as the per-row loops they replace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from advisor.metrics.events import broadcast, joint_codes, map_rows, name_mask, take
+from advisor.metrics.intervals import Windows, clip_to_steps
+
+
+def _column(values: list[str | None]) -> pd.Series:
+    return pd.Series(pd.Categorical(values))
+
+
+def test_map_rows_matches_a_per_row_call_and_calls_once_per_value() -> None:
+    col = _column(["a", None, "bb", "a", "ccc", None, "bb"])
+    rows = np.array([6, 0, 1, 3, 5, 2])
+    seen: list[str | None] = []
+
+    def fn(v: str | None) -> object:
+        seen.append(v)
+        return (len(v), v) if v is not None else None
+
+    got = map_rows(col, rows, fn)
+    assert sorted(map(str, seen)) == ["None", "a", "bb"]  # once per distinct value, missing included
+    assert got == [fn(v) for v in take(col, rows)]
+
+
+def test_joint_codes_groups_rows_by_their_combination() -> None:
+    rng = np.random.default_rng(0)
+    a, b, c = rng.integers(-1, 3, 200), rng.integers(-1, 4, 200), rng.integers(0, 2, 200)
+    first, group = joint_codes(a, b, c)
+    combos = list(zip(a.tolist(), b.tolist(), c.tolist(), strict=True))
+    assert len(first) == len(set(combos))
+    for i, g in enumerate(group):
+        assert combos[first[g]] == combos[i]  # the representative shares the row's combination
+    assert len({combos[f] for f in first}) == len(first)  # one representative per combination
+
+
+def test_broadcast_keeps_tuples_whole() -> None:
+    assert broadcast([(1.0, 2.0), None], np.array([1, 0, 0])) == [None, (1.0, 2.0), (1.0, 2.0)]
+    assert broadcast([], np.zeros(0, dtype=np.int64)) == []
+
+
+def test_name_mask_is_false_for_missing_names() -> None:
+    col = _column(["x", None, "y", "x"])
+    assert name_mask(col, lambda n: n != "y").tolist() == [True, False, False, True]
+    codes = col.cat.codes.to_numpy().astype(np.intp)
+    assert name_mask(col, lambda n: n == "y", codes).tolist() == [False, False, True, False]
+
+
+def test_clip_to_steps_same_pieces_with_and_without_edge_crossings() -> None:
+    win = Windows(np.array([0, 1]), np.array([0.0, 10.0]), np.array([10.0, 20.0]))
+    inside = clip_to_steps(np.array([1.0, 12.0, 30.0]), np.array([2.0, 15.0, 31.0]), win)
+    assert inside.window.tolist() == [0, 1] and inside.src.tolist() == [0, 1]
+    crossing = clip_to_steps(np.array([1.0, 5.0, 30.0]), np.array([2.0, 15.0, 31.0]), win)
+    assert crossing.window.tolist() == [0, 0, 1] and crossing.src.tolist() == [0, 1, 1]
+    assert crossing.start.tolist() == [1.0, 5.0, 10.0] and crossing.end.tolist() == [2.0, 10.0, 15.0]
