@@ -295,6 +295,9 @@ class Fix:
             (Amdahl), so a fix whose bound cannot reach the minimum effect is skipped unrun
             (:mod:`advisor.fixes.bounds`). Empty (the default) for a fix whose gain is not
             confined to a category (batch size, compile, threads): it is never skipped so.
+        alone: For a fix that ``requires`` another: its runs when the baseline lacks that fix's
+            effect and it is not tried either (``cpu_threads`` on its own, for a script whose
+            DataLoader has no workers and needs none); None: the fix is then skipped.
         inert: For a fix that ``requires`` another: why, from the runs of the rung it would be
             measured on top of (:class:`RungRuns`), a trial of it could not measure any change
             (None: it could). Such a trial is skipped unrun with that reason, unless the
@@ -309,6 +312,7 @@ class Fix:
     measured: str = "one run with the fix against the interleaved baseline runs"
     loss_rtol: float = LOSS_RTOL_SAFE
     requires: str | None = None
+    alone: Variants | None = None
     conflicts: tuple[str, ...] = ()
     variants: Variants | None = None
     step_overrides: StepOverrides | None = None
@@ -341,9 +345,17 @@ class Fix:
             raise ValueError(f"fix {self.id!r}: objective must be 'speed' or 'memory', not {self.objective!r}")
         object.__setattr__(self, "objective", objective)
 
-    def plan_variants(self, ctx: FixContext, spec: RunSpec, step_ms: float | None = None) -> list[VariantPlan]:
-        """Return the runs that measure this fix in ``ctx`` (one run without parameters by default)."""
-        plans = self.variants(ctx, spec, step_ms) if self.variants is not None else [VariantPlan()]
+    def plan_variants(
+        self, ctx: FixContext, spec: RunSpec, step_ms: float | None = None, alone: bool = False
+    ) -> list[VariantPlan]:
+        """Return the runs that measure this fix in ``ctx`` (one run without parameters by default).
+
+        ``alone``: the runs without the fix it requires (:attr:`alone`).
+        """
+        if alone and self.alone is not None:
+            plans = self.alone(ctx, spec, step_ms)
+        else:
+            plans = self.variants(ctx, spec, step_ms) if self.variants is not None else [VariantPlan()]
         return [replace(p, label=self.run_label(p.params)) for p in plans]
 
     def run_label(self, params: dict[str, Any]) -> str:

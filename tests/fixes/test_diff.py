@@ -96,6 +96,17 @@ def test_cpu_threads_follows_the_kept_worker_count():
     assert manual == []
 
 
+def test_cpu_threads_alone_rewrites_the_scripts_own_thread_count():
+    kept = [Trial("cpu_threads", "safe", params={"threads": 1, "standalone": True})]
+    src = "import torch\ntorch.set_num_threads(8)  # tuned once\nx = torch.ones(2)\n"
+    new, manual = transform(src, kept)
+    assert "torch.set_num_threads(1)  # tuned once" in new and "set_num_threads(8)" not in new
+    assert new.count("set_num_threads") == 1 and manual == []
+    plain = "import torch\nx = torch.ones(2)\n"  # none of its own: one line after the imports
+    new, _ = transform(plain, kept)
+    assert new.count("torch.set_num_threads(1)") == 1
+
+
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30, check=False)
 

@@ -114,6 +114,17 @@ def test_cpu_threads_is_standalone_without_a_dataloader():
     assert "already runs one intra-op thread" in one.skipped["cpu_threads"].reason
 
 
+def test_cpu_threads_is_measured_alone_when_workers_are_not_tried():
+    # a DataLoader without workers, and a diagnosis that asks for threads only (CO005: eight
+    # threads on two cores): on top of workers it would be skipped, never measured
+    loader = FixContext(cpu_count=2, intra_op_threads=8, dataloaders=(DataLoaderInfo(batch_size=16, num_workers=0),))
+    alone = plan_trials(["cpu_threads"], loader, SPEC)
+    assert alone.on_top == [] and [v.params for v in alone.variants] == [
+        {"threads": 1, "standalone": True}, {"threads": 4, "standalone": True}]
+    both = plan_trials(["dataloader_workers", "cpu_threads"], loader, SPEC)
+    assert both.on_top == ["cpu_threads"]  # with workers tried, on top of their best rung, as before
+
+
 def test_workers_past_the_cores_get_a_fewer_workers_ladder():
     ctx = FixContext(cpu_count=2, dataloaders=(DataLoaderInfo(batch_size=4, num_workers=4),))
     plan = plan_trials(["dataloader_workers"], ctx, SPEC)

@@ -300,6 +300,19 @@ def test_cpu_threads_standalone_sets_the_threads_before_the_script():
     assert runtime.is_not_applied(again["cpu_threads"])  # already one thread: says so
 
 
+def test_cpu_threads_standalone_holds_the_scripts_own_thread_count():
+    # advisor-bench's oversubscribed cases: the script itself calls torch.set_num_threads(8) on two
+    # cores, after the fix set its count: the call is held at the fix's target
+    original = torch.set_num_threads
+    torch.set_num_threads(1)
+    notes = install(FixRequest("cpu_threads", {"threads": 1, "standalone": True}))
+    torch.set_num_threads(8)
+    assert torch.get_num_threads() == 1
+    assert runtime.is_applied(notes["cpu_threads"]) and "torch.set_num_threads(8) held at 1" in notes["cpu_threads"]
+    runtime.uninstall()
+    assert torch.set_num_threads is original
+
+
 def test_fewer_workers_lowers_num_workers():
     notes = install(FixRequest("dataloader_workers", {"num_workers": 1, "fewer": True}))
     loader = DataLoader(_ds(), batch_size=4, num_workers=3)

@@ -12,10 +12,11 @@ Two cases, decided from the baseline:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from advisor.capture.model import RunSpec
-from advisor.fixes.diff_plan import DiffPlan
+from advisor.fixes.diff_plan import DiffPlan, EditScope
 from advisor.fixes.fix import SAFE, Fix, FixContext, VariantPlan
 
 
@@ -37,6 +38,11 @@ def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[Vari
     """Without a DataLoader: a rung per thread count; with one: cores - workers (one run)."""
     if ctx.dataloaders:
         return [VariantPlan()]
+    return alone(ctx, spec, step_ms)
+
+
+def alone(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
+    """Return a rung per thread count, on its own (no DataLoader, or one whose workers are not tried)."""
     current = ctx.intra_op_threads or ctx.cpu_count
     return [VariantPlan({"threads": n, "standalone": True}) for n in thread_ladder(current)]
 
@@ -48,6 +54,7 @@ def install(state: Any, params: dict[str, Any]) -> None:
 
         before = torch.get_num_threads()
         target = int(params.get("threads") or 1)
+        _hold(torch, state, target)
         if before <= target:
             state.skipped("cpu_threads", f"already {before} intra-op threads (target {target})")
         else:
@@ -55,6 +62,24 @@ def install(state: Any, params: dict[str, Any]) -> None:
             state.applied("cpu_threads", f"torch.set_num_threads({target}) (was {before}) before the script ran")
         return
     state.want_loader("cpu_threads", params, "waiting for a DataLoader with workers")
+
+
+def _hold(torch: Any, state: Any, target: int) -> None:
+    """Hold the script's own ``torch.set_num_threads(n)`` calls at ``target`` for the rest of the run.
+
+    A script that sets its threads itself (``torch.set_num_threads(8)`` on two cores, the case this
+    fix exists for) would undo a count set before it ran.
+    """
+    from advisor.fixes.runtime_torch import patch
+
+    original = torch.set_num_threads
+
+    def set_num_threads(n: int) -> None:
+        if int(n) > target:
+            state.applied("cpu_threads", f"the script's torch.set_num_threads({int(n)}) held at {target}")
+        original(min(int(n), target))
+
+    patch(torch, "set_num_threads", set_num_threads)
 
 
 def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None:
@@ -80,9 +105,27 @@ def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
     """Add ``torch.set_num_threads`` after the imports (sized by the workers when none is given)."""
     threads = params.get("threads")
     if threads:
-        plan.header_statements.append(f"torch.set_num_threads({int(threads)})")
+        plan.edits.append(ThreadCount(int(threads)))
     elif _threads_for_workers not in plan.finish:
         plan.finish.append(_threads_for_workers)
+
+
+@dataclass(frozen=True)
+class ThreadCount:
+    """The diff's edit (:class:`~advisor.fixes.diff_plan.SourceEdit`): :mod:`advisor.fixes.edits.thread_count`."""
+
+    threads: int
+    name = "cpu_threads"
+
+    def apply(self, module: Any, scope: EditScope) -> tuple[Any, list[str]]:
+        """Set the script's own thread-count calls to the kept count, or add one after the imports."""
+        from advisor.fixes.edits.thread_count import set_thread_calls
+
+        new, done = set_thread_calls(module, self.threads)
+        line = f"torch.set_num_threads({self.threads})"
+        if not done and line not in scope.header_statements:
+            scope.header_statements.append(line)
+        return new, []
 
 
 def _threads_for_workers(plan: DiffPlan) -> None:
@@ -115,6 +158,7 @@ FIX = Fix(
     ),
     check=check,
     requires="dataloader_workers",
+    alone=alone,
     variants=variants,
     rung=lambda p: f"{p['threads']} threads" if p.get("threads") else "cores - workers",
     rung_key=lambda p: p.get("threads"),

@@ -106,7 +106,12 @@ def plan_trials(
             continue
         need = fixes.get(fix.requires) if fix.requires else None
         if need is not None and need.present is not None and not need.present(ctx):
-            plan.on_top.append(fix_id)
+            if fix.alone is not None and fix.requires not in wanted:
+                # NOTE: nothing to build on will be measured (the diagnosis asked for threads,
+                # not workers): the fix is measured on its own instead of skipped.
+                plan.variants.extend(variants_of(fix_id, ctx, spec, step_ms=step_ms, alone=True))
+            else:
+                plan.on_top.append(fix_id)
         else:
             plan.variants.extend(variants_of(fix_id, ctx, spec, step_ms=step_ms))
     return plan
@@ -114,7 +119,7 @@ def plan_trials(
 
 def variants_of(
     fix_id: str, ctx: FixContext, spec: RunSpec, on_top_of: tuple[FixRequest, ...] = (),
-    step_ms: float | None = None,
+    step_ms: float | None = None, alone: bool = False,
 ) -> list[Variant]:
     """Build the candidate runs of one fix from its catalog variants (a ladder, or one run)."""
     fix = catalog.get(fix_id)
@@ -125,7 +130,7 @@ def variants_of(
             loss_rtol=fix.loss_rtol, params=dict(vp.params), overrides=dict(vp.overrides),
             fixes=(fix_id,),
         )
-        for vp in fix.plan_variants(ctx, spec, step_ms)
+        for vp in fix.plan_variants(ctx, spec, step_ms, alone=alone)
     ]
 
 
