@@ -49,6 +49,7 @@ def test_sampling_without_a_kv_cache_is_named_with_its_line_tokens_and_share(run
     assert "KV cache" in message and "HB004" not in findings
 
 
+@pytest.mark.slow  # NOTE: classify()'s unit tests (test_generation.py) hold these patterns in make test
 @pytest.mark.parametrize("mode", ["cache", "eval"])
 def test_cached_sampling_and_fixed_length_evaluation_are_not_called_generation_without_a_cache(run_script, mode):
     cap, metrics, findings = _diagnose(run_script, mode)
@@ -61,6 +62,7 @@ def test_cached_sampling_and_fixed_length_evaluation_are_not_called_generation_w
     assert not [loc for loc in metrics.locations if loc.kind in ("generation", "one_sample")]
 
 
+@pytest.mark.slow  # NOTE: as above; the capture path itself is the first test's
 def test_inference_one_window_at_a_time_is_named(run_script):
     cap, metrics, findings = _diagnose(run_script, "one_sample")
     assert {(w.site.pattern, w.site.function, w.site.line, w.site.calls) for w in cap.between_steps} == {
