@@ -31,7 +31,10 @@ def _report(run_dir: Path) -> dict | None:
         return None
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# NOTE: SIGTERM's variant runs in make test-all: the same latch takes both signals
+# (advisor._proc.interrupt_once), and tests/faults keeps a SIGTERM'd capture in make test.
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGINT],
+                         ids=["SIGTERM", "SIGINT"])
 def test_a_stopped_diagnose_keeps_the_diagnosis_and_the_finished_trials(tmp_path: Path, sig: int) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(

@@ -77,6 +77,7 @@ def test_oversubscribed_loader_and_useless_pin_memory_are_flagged(tmp_path: Path
     assert warned == (s["contention_flag"] == 1.0)
 
 
+@pytest.mark.slow  # NOTE: 17 s (its fix trials); SK004/SK006 and the batch-assembly metric have unit tests
 def test_accumulation_without_a_dataloader_is_named(tmp_path: Path) -> None:
     report, capture = diagnose(tmp_path, SCRIPTS / "tiny_gpt.py", "--batch-size", "8", "--accum", "40", "--steps", "50")
     by_code = {f["code"]: f for f in report["findings"]}

@@ -57,6 +57,7 @@ def test_the_peak_of_a_wide_block_names_its_line_and_module(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # NOTE: 11 s; the table's grouping and the peak share have unit tests in this file
 def test_a_peak_of_one_blocks_activations_is_named_by_the_table_and_the_memory_finding(tmp_path):
     report = _diagnose(tmp_path, "--deep")
     top = report["tables"]["memory_lines"][0]

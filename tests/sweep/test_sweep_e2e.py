@@ -87,6 +87,7 @@ def test_a_stopped_sweep_keeps_its_finished_cells(tmp_path: Path, sig: int) -> N
     assert survivors_after(run_dir) == [], "a process of the run outlived advisor"
 
 
+@pytest.mark.slow  # NOTE: 17 s; the sizes plan and the MONAI crop resize have unit tests in make test
 def test_a_monai_unet_sweep_over_three_patch_sizes_fills_the_table(tmp_path: Path) -> None:
     script = REPO / "tests" / "scripts" / "monai_patch.py"
     out = tmp_path / "sweep"
