@@ -218,7 +218,7 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     cols["input_assembly_ms"] = union_per_step(_clip(ev, assembly, windows), scan.n) / 1e3
     cols["hand_attention_count"] = hand_attention_count(ev, cls.cpu_op, windows, scan.n)
     tiny = tiny_runs(ev, cls, top, assembly)
-    cols["tiny_op_run_frac"] = tiny_run_frac(tiny, windows, scan.n)
+    cols["tiny_op_run_frac"] = tiny_run_frac(tiny, windows, scan.n, ev)
     cols.update(_comm_columns(scan))
     fl = compute_flops(ev, cls.cpu_op)
     flops_cols, flops_note = _flops_columns(scan, fl)

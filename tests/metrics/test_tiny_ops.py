@@ -19,8 +19,8 @@ from advisor.metrics.compute import compute_metrics  # noqa: E402
 from advisor.trace.load import load_traces  # noqa: E402
 
 
-def _events(rows: list[tuple[str, str, float, float]]) -> pd.DataFrame:
-    """Events from (name, cat, ts, dur) rows, all on one thread."""
+def _events(rows: list[tuple[str, str, float, float]], seq: list[int] | None = None) -> pd.DataFrame:
+    """Events from (name, cat, ts, dur) rows, all on one thread (``seq``: autograd sequence numbers)."""
     ev = pd.DataFrame({
         "name": pd.Categorical([r[0] for r in rows]),
         "cat": pd.Categorical([r[1] for r in rows]),
@@ -31,6 +31,7 @@ def _events(rows: list[tuple[str, str, float, float]]) -> pd.DataFrame:
         "dur": [float(r[3]) for r in rows],
     })
     ev["end"] = ev["ts"] + ev["dur"]
+    ev["seq_nr"] = seq if seq is not None else [-1] * len(rows)
     return ev
 
 
@@ -76,6 +77,21 @@ def test_backward_nodes_and_optimizer_ops_are_left_out() -> None:
     span = 3 * MIN_RUN * 7.0
     optimizer = [("Optimizer.step#SGD.step", "user_annotation", -1.0, span + 2.0), *_loop(3 * MIN_RUN)]
     assert len(_runs(optimizer).start) == 0
+
+
+def test_the_backward_nodes_a_run_recorded_count_in_the_step_they_run_in() -> None:
+    n = MIN_RUN + 2
+    loop = _loop(n)  # forward ops 0 .. 67 us, sequence numbers 100..109
+    mine = [("autograd::engine::evaluate_function: AddBackward0", "cpu_op", 200.0 + 10 * i, 5.0) for i in range(3)]
+    other = [("autograd::engine::evaluate_function: MmBackward0", "cpu_op", 300.0, 50.0)]
+    ev = _events(loop + mine + other, seq=[100 + i for i in range(n)] + [101, 105, 109] + [7])
+    cls = classify(ev)
+    runs = tiny_runs(ev, cls, np.flatnonzero(cls.cpu_op), np.zeros(len(ev), dtype=bool))
+    assert len(runs.backward) == 3  # the model's own MmBackward0 is not the loop's
+    windows = Windows(np.array([0, 1]), np.array([0.0, 150.0]), np.array([150.0, 400.0]))
+    frac = tiny_run_frac(runs, windows, 2, ev)
+    assert frac[0] == pytest.approx(((n - 1) * 7.0 + 4.0) / 150.0) and frac[1] == pytest.approx(15.0 / 250.0)
+    assert tiny_run_frac(runs, windows, 2)[1] == 0.0  # without the events: the forward runs alone
 
 
 def test_the_share_is_per_step_and_cut_at_the_step_end() -> None:
