@@ -125,13 +125,18 @@ class UserFrames:
             frame: Any = sys._getframe(depth)
         except ValueError:
             return (), []
+        found = self._user_frames(frame, limit)
+        return _described(found), found
+
+    def _user_frames(self, frame: Any, limit: int) -> list[Any]:
+        """Return the user's frames from ``frame`` outwards, outermost first (at most ``limit`` of the innermost)."""
         found: list[Any] = []
         while frame is not None and len(found) < limit:
             if self._is_user(frame.f_code):
                 found.append(frame)
             frame = frame.f_back
         found.reverse()
-        return tuple((f.f_code.co_filename, f.f_code.co_name, f.f_code.co_firstlineno, f.f_lineno) for f in found), found
+        return found
 
     def stack_tuple(self, depth: int = 2, limit: int = 16) -> tuple[Any, ...]:
         """Return :meth:`stack`'s frames alone, remembered while the calls come from one frame and line.
@@ -154,16 +159,14 @@ class UserFrames:
         back = frame.f_back
         key = (id(frame), frame.f_code, frame.f_lineno, id(back), back.f_lineno if back is not None else -1)
         if key != self._last_key:
-            found: list[Any] = []
-            while frame is not None and len(found) < limit:
-                if self._is_user(frame.f_code):
-                    found.append(frame)
-                frame = frame.f_back
-            found.reverse()
-            self._last_stack = tuple((f.f_code.co_filename, f.f_code.co_name, f.f_code.co_firstlineno, f.f_lineno)
-                                     for f in found)
+            self._last_stack = _described(self._user_frames(frame, limit))
             self._last_key = key
         return self._last_stack
+
+
+def _described(frames: list[Any]) -> tuple[tuple[str, str, int, int], ...]:
+    """Each frame as (file, function, first line, current line)."""
+    return tuple((f.f_code.co_filename, f.f_code.co_name, f.f_code.co_firstlineno, f.f_lineno) for f in frames)
 
 
 def user_frame(frames: UserFrames) -> tuple[str | None, int | None]:

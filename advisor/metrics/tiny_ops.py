@@ -94,7 +94,8 @@ def tiny_runs(events: pd.DataFrame, cls: Classified, top: np.ndarray, excluded: 
         return TinyRuns.none()
     ts, end = events["ts"].to_numpy(), events["end"].to_numpy()
     fence = np.flatnonzero((cls.dataloader | cls.optimizer | excluded) & cls.complete)
-    keep = top[~name_mask(events["name"], _backward)[top]]
+    backward = name_mask(events["name"], _backward)
+    keep = top[~backward[top]]
     keep = keep[~_inside(ts[keep], ts[fence], end[fence])]
     if len(keep) < MIN_RUN:
         return TinyRuns.none()
@@ -120,10 +121,10 @@ def tiny_runs(events: pd.DataFrame, cls: Classified, top: np.ndarray, excluded: 
     is_last[last] = True
     nxt = np.r_[t0[1:], np.inf]
     share = np.where(is_last[idx], t1[idx], nxt[idx]) - t0[idx]
-    return TinyRuns(t0[first], t1[last], rows[idx], share, _backward_of(events, cls, rows[idx]))
+    return TinyRuns(t0[first], t1[last], rows[idx], share, _backward_of(events, cls.cpu_op & backward, rows[idx]))
 
 
-def _backward_of(events: pd.DataFrame, cls: Classified, members: np.ndarray) -> np.ndarray:
+def _backward_of(events: pd.DataFrame, backward: np.ndarray, members: np.ndarray) -> np.ndarray:
     """Rows of the backward functions recorded by ``members`` (matched by autograd sequence number).
 
     A per-sample loss loop's slices, log-softmaxes and adds each leave a backward node, run later
@@ -137,7 +138,7 @@ def _backward_of(events: pd.DataFrame, cls: Classified, members: np.ndarray) -> 
     mine = np.unique(seq[members][seq[members] >= 0])
     if not len(mine):
         return np.zeros(0, dtype=np.int64)
-    nodes = np.flatnonzero(cls.cpu_op & name_mask(events["name"], _backward) & (seq >= 0))
+    nodes = np.flatnonzero(backward & (seq >= 0))
     return nodes[np.isin(seq[nodes], mine)]
 
 

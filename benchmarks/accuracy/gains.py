@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -26,9 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zoo import run_group  # noqa: E402
-
-from accuracy.score import Row  # noqa: E402
+from accuracy.score import Row, run_advisor  # noqa: E402
 
 FIX_FOR = {"cpu_transform": "dataloader_workers", "io_wait": "dataloader_workers", "oversubscribed": "cpu_threads"}
 """Kinds whose fix is mechanical, and the fix that addresses each."""
@@ -74,14 +71,10 @@ def measure_gain(row: Row, script: Path, out: Path, timeout: float) -> Gain:
     assert row.truth is not None
     truth = row.truth.on_ms / row.truth.off_ms if row.truth.off_ms > 0 else float("nan")
     load = os.getloadavg()[0]
-    shutil.rmtree(out, ignore_errors=True)
-    exe = shutil.which("advisor", path=str(Path(sys.executable).parent)) or "advisor"
-    proc = run_group([exe, "diagnose", *ADVISOR_ARGS, "--out", str(out), script.name], timeout, cwd=script.parent)
-    path = out / "report.json"
-    if not path.is_file():
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Gain(row.case.id, FIX_FOR[row.case.kind], truth, None, None, (), load, tail[:200])
-    report = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        report = run_advisor(script, out, timeout, ADVISOR_ARGS)
+    except RuntimeError as exc:
+        return Gain(row.case.id, FIX_FOR[row.case.kind], truth, None, None, (), load, str(exc)[:200])
     primary = report.get("primary") or {}
     kept = tuple(report.get("kept_fixes") or ())
     combined = report.get("combined") or {}

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,11 +93,11 @@ def injected(script: Path) -> tuple[set[int], set[str]]:
     return lines, funcs
 
 
-def run_advisor(script: Path, out: Path, timeout: float) -> dict:
-    """``advisor diagnose --no-fixes`` on the case, from its folder; return report.json."""
+def run_advisor(script: Path, out: Path, timeout: float, args: Sequence[str] = tuple(ADVISOR_ARGS)) -> dict:
+    """``advisor diagnose ARGS`` (``--no-fixes`` by default) on the case, from its folder; return report.json."""
     shutil.rmtree(out, ignore_errors=True)
     exe = shutil.which("advisor", path=str(Path(sys.executable).parent)) or "advisor"
-    proc = run_group([exe, "diagnose", *ADVISOR_ARGS, "--out", str(out), script.name], timeout, cwd=script.parent)
+    proc = run_group([exe, "diagnose", *args, "--out", str(out), script.name], timeout, cwd=script.parent)
     path = out / "report.json"
     if not path.is_file():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
