@@ -8,7 +8,10 @@ For each round, one after the other on the same machine:
 2. ``python -m cProfile SCRIPT``: the share of its wall time inside the periodic function
    (cumulative time of ``--function`` over the script's ``<module>``);
 3. ``advisor diagnose --no-fixes SCRIPT`` (stopped after its phases, as a user runs it): the
-   projected whole run, the periodic share, the step source and HB002.
+   projected whole run, the periodic share, the step source and HB002;
+4. ``python SCRIPT`` again: the projection is set against the mean of the two plain runs that
+   bracket it, and ``plain again`` (the second plain run against the first) is the error a
+   perfect projection would still show on this machine: its own drift over a round.
 
 Prints one row per round with the load average before it, then the medians. The script's
 default is ``tests/scripts/periodic_eval.py`` (evaluation at iteration 0 and every 50 of 1,000).
@@ -92,21 +95,29 @@ def main() -> None:
     script = args.script.resolve()
     script_args = shlex.split(args.args)
     rows = []
-    print(f"| round | load | plain s | projected s | error | self-timed share | cProfile share | advisor share | source | {args.rule} |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| round | load | plain s | plain again | projected s | error | self-timed share | cProfile share "
+          f"| advisor share | source | {args.rule} |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
             load = os.getloadavg()[0]
-            plain, out = _run_out([PY, str(script), *script_args])
+            first, out = _run_out([PY, str(script), *script_args])
             own = self_timed(out)
             share = cprofile_share(script, script_args, args.function, Path(tmp) / f"p{i}.pstats")
             got = advisor_projection(script, script_args, Path(tmp) / f"run{i}", args.metric, args.rule)
+            second, out = _run_out([PY, str(script), *script_args])
+            owns = [x for x in (own, self_timed(out)) if x is not None]
+            own = statistics.fmean(owns) if owns else None
+            plain, again = (first + second) / 2, second / first - 1
             err = (got["projected_s"] or 0) / plain - 1
-            rows.append((plain, got["projected_s"], err, own if own is not None else float("nan"), share, got["share"]))
-            print(f"| {i + 1} | {load:.1f} | {plain:.1f} | {got['projected_s']:.1f} | {err:+.0%} | "
+            rows.append((plain, again, got["projected_s"], err, own if own is not None else float("nan"), share,
+                         got["share"]))
+            print(f"| {i + 1} | {load:.1f} | {plain:.1f} | {again:+.0%} | {got['projected_s']:.1f} | {err:+.0%} | "
                   f"{'—' if own is None else f'{own:.1%}'} | {share:.1%} | {got['share']:.1%} | {got['source']} | {got['fired']} |")
     med = [statistics.median(col) for col in zip(*rows, strict=True)]
-    print(f"| median | | {med[0]:.1f} | {med[1]:.1f} | {med[2]:+.0%} | {med[3]:.1%} | {med[4]:.1%} | {med[5]:.1%} | | |")
+    spread = statistics.median(abs(r[1]) for r in rows)
+    print(f"| median | | {med[0]:.1f} | ±{spread:.0%} | {med[2]:.1f} | {med[3]:+.0%} | {med[4]:.1%} | {med[5]:.1%} "
+          f"| {med[6]:.1%} | | |")
 
 
 if __name__ == "__main__":

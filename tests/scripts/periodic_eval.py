@@ -1,8 +1,10 @@
 """A nanoGPT-shaped run: evaluation at iteration 0 and every ``eval_interval`` iterations
 (``eval_iters`` batches per split under no_grad), ``max_iters`` optimizer steps in all.
 
-Arguments (optional, in order): max_iters, eval_interval, eval_iters. The whole-run projection
-is checked against this script's plain wall time (issue 29, docs/projection.md)."""
+Arguments (optional, in order): max_iters, eval_interval, eval_iters, batch_size. The whole-run
+projection is checked against this script's plain wall time (issue 29, docs/projection.md).
+At the default batch of 64 a step is mostly Python (AdamW's per-parameter loop, module calls),
+which cProfile slows more than the evaluation's; at 1024 the matrix products dominate both."""
 
 import sys
 import time
@@ -13,15 +15,15 @@ import torch  # noqa: E402
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
-defaults = [1000, 50, 200]  # max_iters, eval_interval, eval_iters
-max_iters, eval_interval, eval_iters = [int(a) for a in sys.argv[1:4]] + defaults[len(sys.argv[1:4]):]
+defaults = [1000, 50, 200, 64]  # max_iters, eval_interval, eval_iters, batch_size
+max_iters, eval_interval, eval_iters, batch_size = [int(a) for a in sys.argv[1:5]] + defaults[len(sys.argv[1:5]):]
 data = torch.randn(8192, 256)
 model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
 
 def get_batch():
-    ix = torch.randint(0, len(data), (64,))
+    ix = torch.randint(0, len(data), (batch_size,))
     return data[ix]
 
 
