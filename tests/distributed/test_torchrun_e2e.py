@@ -264,6 +264,7 @@ def test_dataparallel_is_flagged(tmp_path: Path, slow_run) -> None:
     assert analyze_path(slow_run[0].run_dir).summary["dataparallel_flag"] == 0
 
 
+@pytest.mark.slow  # 17 s: two launches, each starting its own ranks
 def test_two_nodes_on_localhost(tmp_path: Path) -> None:
     """--nnodes 2: two launches (one per "node") meet through a c10d rendezvous from PET_* vars."""
     import socket
