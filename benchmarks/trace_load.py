@@ -20,7 +20,9 @@ Tools:
   * advisor, 1 core: the same, pinned to one core (the serial decode), for the parallel speed-up;
   * json.load: the standard library parser alone (no analysis), as a floor for naive loaders;
   * HTA: Holistic Trace Analysis ``TraceAnalysis(trace_dir=...).get_temporal_breakdown()``
-    (``pip install HolisticTraceAnalysis``; the ``bench`` extra).
+    (``pip install HolisticTraceAnalysis``; the ``bench`` extra);
+  * with ``--against DIR``: advisor imported from another checkout (e.g. ``git worktree add
+    ../before main``), interleaved with the others, for before/after figures from one run.
 """
 
 from __future__ import annotations
@@ -237,6 +239,8 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=12, help="ResNet-50 trace copies in the large trace")
     parser.add_argument("--skip-hta", action="store_true", help="do not run Holistic Trace Analysis")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved runs per tool; the best is reported")
+    parser.add_argument("--against", type=Path, help="also time advisor imported from this checkout (before/after)")
+    parser.add_argument("--only-advisor", action="store_true", help="time advisor only (no json.load, no HTA)")
     args = parser.parse_args()
     if not RESNET.is_file():
         sys.exit(f"shared traces not found at {SHARED}")
@@ -249,9 +253,14 @@ def main() -> None:
         tools = {
             "advisor": (ADVISOR_CODE, path.parent, None),
             "advisor, 1 core": (ADVISOR_CODE, path.parent, {"BENCH_ONE_CORE": "1"}),
-            "json.load": (JSON_CODE, path, None),
         }
-        if has_hta:
+        if args.against:
+            # first on sys.path: before the repository root, which ``python -c`` puts there
+            other = f"import sys; sys.path.insert(0, {str(args.against.resolve())!r})\n" + ADVISOR_CODE
+            tools[f"advisor ({args.against.name})"] = (other, path.parent, None)
+        if not args.only_advisor:
+            tools["json.load"] = (JSON_CODE, path, None)
+        if has_hta and not args.only_advisor:
             tools["HTA"] = (HTA_CODE, path.parent, None)
         runs: dict[str, list[dict]] = {tool: [] for tool in tools}
         # NOTE: interleaved repeats, best of N: the machine is shared, and the fastest run is
@@ -282,9 +291,9 @@ def main() -> None:
             f"{r['tree_pss_mb'] / size_mb:.2f} |"
         )
     for label, size_mb, tool, r, _ratio in rows:
-        if tool == "advisor" and r["ok"]:
+        if tool.startswith("advisor") and tool != "advisor, 1 core" and r["ok"]:
             print(
-                f"\nadvisor on {label}: imports {r['import_s']:.1f} s + load {r['load_s']:.1f} s + "
+                f"\n{tool} on {label}: imports {r['import_s']:.1f} s + load {r['load_s']:.1f} s + "
                 f"analysis {r['analyze_s']:.1f} s (CPU {r['import_cpu_s']:.1f} + {r['load_cpu_s']:.1f} + "
                 f"{r['analyze_cpu_s']:.1f} s), "
                 f"{r['events']:,} events, {r['steps']} steps, torch imported: {r['torch_imported']}"
