@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/trace_load.py [--copies 12] [--repeats 5] [--skip-hta]
 
+advisor's modules are byte-compiled first (``compileall``), as an installation has them.
 It builds ``benchmarks/_data/large/resnet50_xN.pt.trace.json`` (git-ignored) from the ResNet-50
 trace in ../shared/traces: its events repeated N times with shifted timestamps, step numbers
 and correlation/external ids (about 32 MB per copy), then measures each tool in a fresh
@@ -246,6 +247,10 @@ def main() -> None:
         sys.exit(f"shared traces not found at {SHARED}")
     has_hta = not args.skip_hta and shutil.which(sys.executable) and _has_module("hta")
     inputs = [("ResNet-50 (shared, .json.gz)", RESNET), (f"ResNet-50 x{args.copies} (.json)", build_large(args.copies))]
+    # NOTE: bytecode as an installation has it (pip compiles a wheel's modules): where
+    # PYTHONDONTWRITEBYTECODE is set, every run would otherwise compile advisor's sources (~0.1 s)
+    for tree in (REPO, *([args.against] if args.against else [])):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "advisor")], check=True, stdout=subprocess.DEVNULL)
     rows = []
     load_start = os.getloadavg()[0]
     for label, path in inputs:
