@@ -1,10 +1,11 @@
 """Run a side branch of one rank's analysis on a second core, in a forked child.
 
-After :func:`advisor.metrics.steps.analyze_trace`, the lead rank's tables that no step column
-needs (operators, modules, memory lines, source locations) do not depend on the idle
-attribution and the roofline that fill the step columns. On a machine with a free core, a
-forked child computes them from the same events (inherited, not copied) while this process
-does the rest, and sends back its result pickled through a pipe (kilobytes: no event rows).
+Two branches need nothing the rest computes: the step-time breakdown (beside the other step
+columns of :func:`advisor.metrics.steps.analyze_trace`), and the lead rank's tables that no
+step column needs (operators, modules, memory lines, source locations: beside the idle
+attribution and the roofline). On a machine with a free core, a forked child computes such a
+branch from the same events (inherited, not copied) while this process does the rest, and
+sends back its result pickled through a pipe (kilobytes: no event rows).
 
 Everything here is a shortcut with the same result: where a fork is not safe or not useful
 (one core, other threads running, inside a ``multiprocessing`` worker, no ``os.fork``), or when
@@ -28,6 +29,10 @@ from typing import Generic, TypeVar
 from advisor._proc import die_with_parent
 
 T = TypeVar("T")
+
+MIN_ROWS = 200_000
+"""Fewest events for which a branch is forked: a fork of a process holding a large table costs
+about 10 ms, the branches of a small trace about as much."""
 
 
 def can_fork() -> bool:
@@ -106,10 +111,11 @@ class Aside(Generic[T]):
 
 
 @contextlib.contextmanager
-def aside(work: Callable[[], T]) -> Iterator[Aside[T]]:
-    """Start ``work`` on another core; take its result with ``.result()`` inside the block."""
+def aside(work: Callable[[], T], rows: int) -> Iterator[Aside[T]]:
+    """Start ``work`` on another core (over a table of ``rows`` events); take its result with ``.result()`` inside the block."""
     branch = Aside(work)
-    branch.start()
+    if rows >= MIN_ROWS:
+        branch.start()
     try:
         yield branch
     finally:

@@ -120,11 +120,6 @@ def lead_extras(analysis: TraceAnalysis, is_user: UserPredicate) -> LeadExtras:
     )
 
 
-ASIDE_ROWS = 200_000
-"""Fewest events for which the lead's tables are computed in a forked child meanwhile: a fork of
-a process holding a large table costs milliseconds, the tables of a small trace about as much."""
-
-
 def digest(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = False) -> RankDigest:
     """Reduce one rank's analysis to its :class:`RankDigest` (with the lead's extras when ``lead``).
 
@@ -134,10 +129,7 @@ def digest(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_fil
     if not lead:
         return _digest(analysis, rank_view(analysis, is_user, lead=False), None)
     work = lambda: (lead_tables(analysis, is_user), lead_extras(analysis, is_user))  # noqa: E731
-    if len(analysis.trace.events) < ASIDE_ROWS:
-        tables, extras = work()
-        return _digest(analysis, rank_view(analysis, is_user, rest=lambda: tables), extras)
-    with aside(work) as branch:
+    with aside(work, len(analysis.trace.events)) as branch:
         taken = functools.cache(branch.result)
         view = rank_view(analysis, is_user, rest=lambda: taken()[0])
         return _digest(analysis, view, taken()[1])
