@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     .venv/bin/python benchmarks/trace_load.py [--copies 12] [--repeats 5] [--skip-hta]
 
+advisor's modules are byte-compiled first (``compileall``), as an installation has them.
 It builds ``benchmarks/_data/large/resnet50_xN.pt.trace.json`` (git-ignored) from the ResNet-50
 trace in ../shared/traces: its events repeated N times with shifted timestamps, step numbers
 and correlation/external ids (about 32 MB per copy), then measures each tool in a fresh
@@ -20,7 +21,9 @@ Tools:
   * advisor, 1 core: the same, pinned to one core (the serial decode), for the parallel speed-up;
   * json.load: the standard library parser alone (no analysis), as a floor for naive loaders;
   * HTA: Holistic Trace Analysis ``TraceAnalysis(trace_dir=...).get_temporal_breakdown()``
-    (``pip install HolisticTraceAnalysis``; the ``bench`` extra).
+    (``pip install HolisticTraceAnalysis``; the ``bench`` extra);
+  * with ``--against DIR``: advisor imported from another checkout (e.g. ``git worktree add
+    ../before main``), interleaved with the others, for before/after figures from one run.
 """
 
 from __future__ import annotations
@@ -237,11 +240,17 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=12, help="ResNet-50 trace copies in the large trace")
     parser.add_argument("--skip-hta", action="store_true", help="do not run Holistic Trace Analysis")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved runs per tool; the best is reported")
+    parser.add_argument("--against", type=Path, help="also time advisor imported from this checkout (before/after)")
+    parser.add_argument("--only-advisor", action="store_true", help="time advisor only (no json.load, no HTA)")
     args = parser.parse_args()
     if not RESNET.is_file():
         sys.exit(f"shared traces not found at {SHARED}")
     has_hta = not args.skip_hta and shutil.which(sys.executable) and _has_module("hta")
     inputs = [("ResNet-50 (shared, .json.gz)", RESNET), (f"ResNet-50 x{args.copies} (.json)", build_large(args.copies))]
+    # NOTE: bytecode as an installation has it (pip compiles a wheel's modules): where
+    # PYTHONDONTWRITEBYTECODE is set, every run would otherwise compile advisor's sources (~0.1 s)
+    for tree in (REPO, *([args.against] if args.against else [])):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "advisor")], check=True, stdout=subprocess.DEVNULL)
     rows = []
     load_start = os.getloadavg()[0]
     for label, path in inputs:
@@ -249,9 +258,14 @@ def main() -> None:
         tools = {
             "advisor": (ADVISOR_CODE, path.parent, None),
             "advisor, 1 core": (ADVISOR_CODE, path.parent, {"BENCH_ONE_CORE": "1"}),
-            "json.load": (JSON_CODE, path, None),
         }
-        if has_hta:
+        if args.against:
+            # first on sys.path: before the repository root, which ``python -c`` puts there
+            other = f"import sys; sys.path.insert(0, {str(args.against.resolve())!r})\n" + ADVISOR_CODE
+            tools[f"advisor ({args.against.name})"] = (other, path.parent, None)
+        if not args.only_advisor:
+            tools["json.load"] = (JSON_CODE, path, None)
+        if has_hta and not args.only_advisor:
             tools["HTA"] = (HTA_CODE, path.parent, None)
         runs: dict[str, list[dict]] = {tool: [] for tool in tools}
         # NOTE: interleaved repeats, best of N: the machine is shared, and the fastest run is
@@ -282,9 +296,9 @@ def main() -> None:
             f"{r['tree_pss_mb'] / size_mb:.2f} |"
         )
     for label, size_mb, tool, r, _ratio in rows:
-        if tool == "advisor" and r["ok"]:
+        if tool.startswith("advisor") and tool != "advisor, 1 core" and r["ok"]:
             print(
-                f"\nadvisor on {label}: imports {r['import_s']:.1f} s + load {r['load_s']:.1f} s + "
+                f"\n{tool} on {label}: imports {r['import_s']:.1f} s + load {r['load_s']:.1f} s + "
                 f"analysis {r['analyze_s']:.1f} s (CPU {r['import_cpu_s']:.1f} + {r['load_cpu_s']:.1f} + "
                 f"{r['analyze_cpu_s']:.1f} s), "
                 f"{r['events']:,} events, {r['steps']} steps, torch imported: {r['torch_imported']}"

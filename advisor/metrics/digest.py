@@ -14,14 +14,16 @@ holds more than the digests.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from advisor.metrics.aside import aside
 from advisor.metrics.collectives import rank_collectives
-from advisor.metrics.gpuview import RankView, rank_view
+from advisor.metrics.gpuview import RankView, lead_tables, rank_view
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.sources import lead_locations
 from advisor.metrics.steps import TraceAnalysis
@@ -119,19 +121,33 @@ def lead_extras(analysis: TraceAnalysis, is_user: UserPredicate) -> LeadExtras:
 
 
 def digest(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = False) -> RankDigest:
-    """Reduce one rank's analysis to its :class:`RankDigest` (with the lead's extras when ``lead``)."""
+    """Reduce one rank's analysis to its :class:`RankDigest` (with the lead's extras when ``lead``).
+
+    The lead's tables and extras need no step column: on a large trace a second core computes
+    them while this process attributes the idle time and sizes the operators (:mod:`advisor.metrics.aside`).
+    """
+    if not lead:
+        return _digest(analysis, rank_view(analysis, is_user, lead=False), None)
+    work = lambda: (lead_tables(analysis, is_user), lead_extras(analysis, is_user))  # noqa: E731
+    with aside(work, len(analysis.trace.events)) as branch:
+        taken = functools.cache(branch.result)
+        view = rank_view(analysis, is_user, rest=lambda: taken()[0])
+        return _digest(analysis, view, taken()[1])
+
+
+def _digest(analysis: TraceAnalysis, view: RankView, extras: LeadExtras | None) -> RankDigest:
     trace = analysis.trace
     return RankDigest(
         rank=trace.rank,
         path=trace.path,
         repaired=int(trace.metadata.get(REPAIRED_KEY) or 0),
         steps=analysis.steps,
-        view=rank_view(analysis, is_user, lead=lead),
+        view=view,
         run=dict(analysis.run),
         notes=tuple(analysis.notes),
         real_steps=bool(analysis.real_steps),
         has_gpu=bool(analysis.cls.has_gpu),
         windows=len(analysis.windows),
         collectives=rank_collectives(analysis),
-        lead=lead_extras(analysis, is_user) if lead else None,
+        lead=extras,
     )

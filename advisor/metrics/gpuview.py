@@ -10,7 +10,7 @@ and notes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +84,34 @@ class RankView:
     run: dict[str, float | None] = field(default_factory=dict)
 
 
-def rank_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = True) -> RankView:
-    """Run the GPU-time analyses over one rank; the tables and locations only when ``lead``."""
+LeadTables = tuple[dict[str, list[dict[str, Any]]], float | None]
+"""The lead's tables that no step column needs, and the activations' share of the peak."""
+
+
+def lead_tables(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file) -> LeadTables:
+    """Compute the lead rank's modules, memory-line and operator tables (:func:`rank_view` adds them)."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    modules = module_times(a)
+    if len(modules):
+        ordered = top_modules(modules)
+        tables["modules"] = _records(ordered, len(ordered))
+    memory = memory_by_line(a, is_user)
+    if len(memory.table):
+        tables["memory_lines"] = _records(memory.table, TOP_LINES)
+    operators = operator_times(a)
+    if len(operators):
+        tables["operators"] = _records(operators, len(operators))
+    return tables, memory.activation_frac
+
+
+def rank_view(
+    a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = True,
+    rest: Callable[[], LeadTables] | None = None,
+) -> RankView:
+    """Run the GPU-time analyses over one rank; the tables and locations only when ``lead``.
+
+    ``rest`` gives the lead's :func:`lead_tables` when another process computes them meanwhile.
+    """
     idle = attribute_idle(a, with_functions=lead, is_user=is_user)
     roof = compute_roofline(a, str(a.run.get("device_name") or ""), with_table=lead)
     tc_steps, tc_table, tc_locations = misaligned(roof.ops, a, is_user)
@@ -100,19 +126,11 @@ def rank_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, l
         tables["idle_functions"] = _records(idle.functions, TOP_FUNCTIONS)
     if len(roof.table):
         tables["roofline"] = _records(roof.table, TOP_OPS)
-    modules = module_times(a)
-    if len(modules):
-        ordered = top_modules(modules)
-        tables["modules"] = _records(ordered, len(ordered))
-    memory = memory_by_line(a, is_user)
-    if len(memory.table):
-        tables["memory_lines"] = _records(memory.table, TOP_LINES)
-    operators = operator_times(a)
-    if len(operators):
-        tables["operators"] = _records(operators, len(operators))
+    more, activation_frac = rest() if rest is not None else lead_tables(a, is_user)
+    tables.update(more)
     return RankView(
         steps=steps, locations=(*idle.locations, *tc_locations), tables=tables, notes=tuple(roof.notes),
-        run={"peak_activation_frac": memory.activation_frac},
+        run={"peak_activation_frac": activation_frac},
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from advisor.metrics.aside import aside
 from advisor.metrics.attention import hand_attention_count
 from advisor.metrics.breakdown import breakdown
 from advisor.metrics.events import (
@@ -203,18 +204,31 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
             f"{trace.path.name}: no ProfilerStep#N found; the whole trace was analysed as one window "
             "(call prof.step() once per iteration to get per-step figures)"
         )
-    gpu = cls.has_gpu
     ts = ev["ts"].to_numpy()
-    scan = _Scan(ev, cls, windows, ts, ev["dur"].to_numpy(), launch_ts(ev, cls) if gpu else ts)
+    scan = _Scan(ev, cls, windows, ts, ev["dur"].to_numpy(), launch_ts(ev, cls) if cls.has_gpu else ts)
+    top = top_level_ops(ev, cls)
+    calls = assembly_calls(ev, cls, top)
+    assembly = outermost_calls(ev, calls)
+    # the breakdown needs no other column: on a large trace a second core computes it meanwhile
+    with aside(lambda: breakdown(ev, cls, windows, assembly), len(ev)) as parts:
+        cols, run, fl, tiny = _columns(trace, scan, top, assembly, notes)
+        steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
+        steps = pd.concat([steps, parts.result(), pd.DataFrame(cols)], axis=1)
+    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl, calls, tiny)
+
+
+def _columns(
+    trace: Trace, scan: _Scan, top: np.ndarray, assembly: np.ndarray, notes: list[str]
+) -> tuple[dict[str, np.ndarray], dict[str, Any], FlopsResult, TinyRuns]:
+    """Every step column but the breakdown, and the run-level values (appends to ``notes``)."""
+    ev, cls, windows = scan.ev, scan.cls, scan.windows
+    gpu = cls.has_gpu
     cols: dict[str, np.ndarray] = {}
     cols.update(_kernel_columns(scan) if gpu else _nan_family(scan, "kernels"))
     cols.update(_sync_columns(scan))
     cols.update(_copy_columns(scan) if gpu else _nan_family(scan, "copies"))
-    top = top_level_ops(ev, cls)
     cols.update(_cpu_op_columns(scan, top))
     cols["dataloader_wait_ms"] = union_per_step(_clip(ev, cls.dataloader, windows), scan.n) / 1e3
-    calls = assembly_calls(ev, cls, top)
-    assembly = outermost_calls(ev, calls)
     cols["input_assembly_ms"] = union_per_step(_clip(ev, assembly, windows), scan.n) / 1e3
     cols["hand_attention_count"] = hand_attention_count(ev, cls.cpu_op, windows, scan.n)
     tiny = tiny_runs(ev, cls, top, assembly)
@@ -228,10 +242,7 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     run, mem_note = _run_values(trace, scan, fl, cols["achieved_tflops"])
     if mem_note:
         notes.append(f"{trace.path.name}: {mem_note}")
-
-    steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
-    steps = pd.concat([steps, breakdown(ev, cls, windows, assembly), pd.DataFrame(cols)], axis=1)
-    return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl, calls, tiny)
+    return cols, run, fl, tiny
 
 
 def _nan_family(scan: _Scan, family: str) -> dict[str, np.ndarray]:

@@ -296,6 +296,8 @@ SHAPE_OPS = SHAPE_OPS | ROOFLINE_SHAPE_OPS
 # Categories (after renaming old names) whose events carry the args below.
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")
 _HOST_CATS = ("cpu_op", "user_annotation")
+FLOW_PHASES = ("s", "t", "f")
+"""Chrome-trace phases of flow events (start, step, finish), dropped at decode."""
 _RAW_ATTRS = (("input_dims", "input_dims"), ("input_type", "input_type"),
               ("concrete", "concrete_inputs"), ("call_stack", "call_stack"))
 # Row kinds, by the lookup field and its values: which events' args hold which fields.
@@ -306,6 +308,9 @@ _KINDS = {
     "memory": ("name", ("[memory]",)),
     "python": ("cat", ("python_function",)),
     "shaped": ("name", tuple(SHAPE_OPS)),
+    # flow arrows (CPU launch -> GPU kernel): no metric reads them (the correlation id links the
+    # two), and they are about a quarter of a GPU trace's events: their rows are not kept
+    "flow": ("ph", FLOW_PHASES),
 }
 # Sparse args: row kind -> the integer fields read on those rows only.
 _SPARSE_INTS = (
@@ -385,7 +390,8 @@ class _Columns:
 
         Args are read only for the event kinds that carry them (ids and shapes on operators,
         stream/bytes on device events, memory fields on ``[memory]`` instants, frame ids on
-        ``python_function`` events): a field read costs one C-level pass over its rows.
+        ``python_function`` events): a field read costs one C-level pass over its rows. Flow
+        events (:data:`FLOW_PHASES`) get no row.
         """
         n = len(events)
         if not n:
@@ -398,6 +404,12 @@ class _Columns:
         key = np.fromiter(map(self.keys.__getitem__, keys if strict else map(_hashable_key, keys)), np.int32, n)
         if len(self.keys.keys) > len(self.luts["name"]):
             self._update_tables()
+        if "flow" in self.kinds and (flow := self.kinds["flow"][key]).any():
+            # after interning, so the categories are those of the whole file either way
+            kept = np.flatnonzero(~flow)
+            events, key, n = _take(events, kept), key[kept], len(kept)
+            if not n:
+                return
         dense = self.dense
         dense["key"].append(key)
         dense["ts"].append(_floats(events, "ts", _NAN, strict))

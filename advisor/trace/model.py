@@ -28,7 +28,8 @@ class Trace:
     Attributes:
         path: The file it came from.
         rank: ``distributedInfo.rank`` when present, else the file's position in its folder.
-        events: One row per event. Columns: ``name``, ``cat``, ``ph``, ``pid``, ``tid``
+        events: One row per event, flow events (``ph`` ``s``/``t``/``f``: the launch arrows,
+            which the correlation ids already give) left out. Columns: ``name``, ``cat``, ``ph``, ``pid``, ``tid``
             (categoricals; pid/tid as strings), ``ts``, ``dur``, ``end`` (float us; ``dur``
             is 0 for instants), the integer args ``ext_id``, ``correlation``, ``bytes``,
             ``stream``, ``device``, ``total_allocated``, ``mem_bytes``, ``mem_addr``, ``device_type``,

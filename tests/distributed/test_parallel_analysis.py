@@ -65,8 +65,10 @@ def test_jobs_give_the_metrics_of_one_process(job: Path, reference, jobs: int) -
     assert len(merged.extra["collectives"]) == 2  # all_to_all and all_reduce matched across ranks
 
 
-def test_only_a_small_digest_travels_back(job: Path) -> None:
-    files = find_trace_files(job)
+def test_only_a_small_digest_travels_back(tmp_path: Path) -> None:
+    # three steps: the step rows grow with the steps, the event table with the events of each
+    tracegen.write_dlrm_job(tmp_path / "job", world_size=RANKS, steps=3, straggler=STRAGGLER, small_ops=20)
+    files = find_trace_files(tmp_path / "job")
     digests = analyze_files(files[:2], jobs=1)
     other = digests[1]  # not the lead: no report tables, no timeline
     assert other.lead is None
