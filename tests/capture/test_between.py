@@ -69,6 +69,18 @@ def test_two_functions_between_the_same_steps_are_two_occurrences():
         ("estimate_loss", 2.0, 2), ("sample", 0.5, 1)]
 
 
+def test_advisors_own_hook_time_is_taken_out_of_its_occurrence():
+    tracker = BetweenSteps(loop=(MODULE,))
+    tracker.call(0, 0.0, 1.0, _at(MODULE, EVAL))
+    tracker.own(0.05)
+    tracker.call(0, 1.0, 2.0, _at(MODULE, EVAL))
+    tracker.own(0.05)
+    tracker.call(0, 2.0, 2.5, _at(MODULE, SAMPLE))
+    tracker.own(0.01)
+    assert tracker.calls_seen == 3
+    assert [(w.function, w.seconds) for w in tracker.records()] == [("estimate_loss", 1.9), ("sample", 0.49)]
+
+
 def test_inline_evaluation_names_the_loop_and_its_line():
     tracker = BetweenSteps(loop=(MODULE,))
     tracker.call(3, 0.0, 1.0, _at(MODULE, line=55))
