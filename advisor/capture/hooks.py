@@ -18,6 +18,8 @@ runs, and removable again with :meth:`TorchHooks.uninstall`:
 * ``DataLoader.__init__`` wrapped: each loader's effective settings and the user's file:line;
 * ``torch.optim.Optimizer.__init__`` wrapped: an optimizer exists, so its steps are awaited
   before backward calls count as steps (gradient accumulation, see the recorder);
+* ``torch.save`` wrapped: each save after the first step timed as work between steps
+  (:mod:`advisor.capture.checkpoints`);
 * ``advisor._step_callback``: the ``advisor.step()`` marker;
 * while torch.profiler records (:class:`CallSites`), the tensor methods that read back, copy or
   wait are wrapped in a ``record_function`` range named after the user's line that called them,
@@ -38,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import advisor
+from advisor.capture.checkpoints import timed_save
 from advisor.capture.model import DataLoaderInfo
 from advisor.capture.recorder import StepRecorder
 from advisor.capture.usercode import CALL_PREFIX, UserCode, library_roots
@@ -387,6 +390,7 @@ class TorchHooks:
                 self.dataloaders.append(info)
 
         self._patch(DataLoader, "__init__", __init__)
+        self._patch(torch, "save", timed_save(torch.save, rec, lambda: self.frames.stack_tuple(depth=1)))
 
         advisor._step_callback = rec.marker
         self._undo.append(lambda: setattr(advisor, "_step_callback", None))
