@@ -19,7 +19,7 @@ tracker is tested with a fake clock.
   just below it is the function (``estimate_loss``); evaluation written inline in the loop
   names the loop itself.
 * The loop's frames also give the run's length and periods where the script names them in
-  variables (``max_iters``, ``eval_interval``): :func:`run_hints`.
+  variables (``max_iters``, ``epochs``, ``eval_interval``): :func:`run_hints`.
 * An occurrence's calls are kept with their input shapes and lines (the innermost user frame
   of the stack already walked, the same function for all of them), which tell generation
   without a KV cache and one-sample inference from evaluation (:mod:`advisor.capture.generation`).
@@ -41,6 +41,7 @@ MAX_OCCURRENCES = 500
 """Occurrences kept per run (an evaluation every step of a --full run would be many)."""
 
 _LENGTH = re.compile(r"^(?:(?:max|num|n|total|train)_?)?(?:iters|iterations|steps|train_steps|train_iters)$")
+_EPOCHS = re.compile(r"^(?:(?:max|num|n|total|train)_?)?epochs$")  # not "epoch": the loop variable
 _PERIOD = re.compile(
     r"^(?:eval|val|valid|validation|sample|sampling|generate|save|checkpoint|ckpt|log)_?"
     r"(?:interval|every|freq|frequency|period|steps_interval)$"
@@ -196,7 +197,8 @@ def run_hints(namespaces: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for names in namespaces:
         for name, value in list(names.items()):
-            if type(value) is int and value > 0 and name not in out and (_LENGTH.match(name) or _PERIOD.match(name)):
+            if type(value) is int and value > 0 and name not in out and (
+                    _LENGTH.match(name) or _PERIOD.match(name) or _EPOCHS.match(name)):
                 out[name] = value
     return out
 
@@ -216,6 +218,11 @@ def period_hint(function: str, hints: Mapping[str, int]) -> tuple[int | None, st
 def is_length(name: str) -> bool:
     """Whether a hint's name reads as the run's length in steps."""
     return _LENGTH.match(name) is not None
+
+
+def is_epochs(name: str) -> bool:
+    """Whether a hint's name reads as the run's length in epochs (``epochs``, ``num_epochs``)."""
+    return _EPOCHS.match(name) is not None
 
 
 def is_period(name: str) -> bool:

@@ -199,7 +199,17 @@ def describe_dataloader(loader: Any, file: str | None, line: int | None) -> Data
         iterable_dataset=isinstance(dataset, IterableDataset),
         file=file,
         line=line,
+        batches=None if isinstance(dataset, IterableDataset) else _batches(loader),
     )
+
+
+def _batches(loader: Any) -> int | None:
+    """Return ``len(loader)``, the batches of one epoch; None when the data set has no length."""
+    try:
+        n = len(loader)
+    except Exception:  # noqa: BLE001 - a data set whose __len__ fails has no known epoch
+        return None
+    return n if isinstance(n, int) and n > 0 else None
 
 
 class TorchHooks:

@@ -28,6 +28,7 @@ class DataLoaderInfo:
     iterable_dataset: bool = False
     file: str | None = None
     line: int | None = None
+    batches: int | None = None  # len(loader): batches per epoch (None: an iterable data set, no length)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ capture measured:
   between two occurrences, or, where the window saw one only, the script's own variable
   (``eval_interval``), and a note says so. Work every step is step time, not periodic.
 * **Length**: the steps of a run that went to its end, else the script's variable
-  (``max_iters``, an argparse ``--max-steps``). Without one, no projection: the periodic share
+  (``max_iters``, an argparse ``--max-steps``), else its epochs (``--epochs``) times the steps
+  of one epoch of its first DataLoader. Without one, no projection: the periodic share
   is then that of the steady training (one period's work over one period).
 * **Start-up**: the time to the end of the first step (and the interpreter's start), less that
   step and the periodic work that ran before it.
@@ -30,7 +31,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from advisor.capture.between import BetweenWork, is_length, period_hint
+from advisor.capture.between import BetweenWork, is_epochs, is_length, period_hint
 from advisor.capture.generation import CallPattern
 from advisor.capture.model import RunCapture
 from advisor.capture.vocab import RunStatus
@@ -138,7 +139,18 @@ def _length(capture: RunCapture, hints: dict[str, int]) -> tuple[int | None, str
     if capture.status == RunStatus.COMPLETED and capture.steps_seen:
         return capture.steps_seen, "the run went to its end"
     name = next((n for n in hints if is_length(n)), None)
-    return (hints[name], name) if name else (None, "")
+    if name:
+        return hints[name], name
+    epochs = next((n for n in hints if is_epochs(n)), None)
+    per_epoch = capture.dataloaders[0].batches if capture.dataloaders else None
+    if epochs and per_epoch:
+        # NOTE: the main DataLoader's batches per optimizer step (gradient accumulation) divide
+        # an epoch's batches into its steps.
+        batches = [b for b in capture.timed.batches if b]
+        per_step = max(1, round(statistics.median(batches))) if batches else 1
+        steps = hints[epochs] * max(1, per_epoch // per_step)
+        return steps, f"{epochs} x {per_epoch // per_step} steps per epoch"
+    return None, ""
 
 
 def _cost(works: Sequence[BetweenWork]) -> float:

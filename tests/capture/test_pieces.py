@@ -38,9 +38,12 @@ def test_describe_dataloader_reads_effective_settings():
     assert (info.batch_size, info.num_workers, info.pin_memory, info.persistent_workers,
             info.prefetch_factor) == (2, 2, True, True, 3)
     assert info.dataset_type == "torch.utils.data.dataset.TensorDataset"
-    assert (info.file, info.line, info.iterable_dataset) == ("train.py", 12, False)
+    assert (info.file, info.line, info.iterable_dataset, info.batches) == ("train.py", 12, False, 2)
     stream = describe_dataloader(DataLoader(Stream(), batch_size=None), None, None)
     assert stream.iterable_dataset and stream.batch_size is None and stream.prefetch_factor is None
+    assert stream.batches is None
+    assert describe_dataloader(DataLoader(TensorDataset(torch.zeros(5, 1)), batch_size=2, drop_last=True),
+                               None, None).batches == 2
 
 
 def test_rank_dir_only_under_torchrun(tmp_path):

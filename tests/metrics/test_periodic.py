@@ -6,7 +6,7 @@ import pytest
 
 from advisor.capture.between import BetweenWork
 from advisor.capture.model import RunCapture
-from advisor.capture.records import ScriptConfig, ScriptOption, TimedPhase
+from advisor.capture.records import DataLoaderInfo, ScriptConfig, ScriptOption, TimedPhase
 from advisor.capture.vocab import RunStatus
 from advisor.metrics.periodic import (
     periodic_locations,
@@ -61,6 +61,26 @@ def test_argparse_options_name_the_length_and_a_sampling_function_its_own_period
     cap = _capture([_work(0, 0.5, function="generate", line=60)], script_config=config)
     (f,) = project(cap).functions
     assert (f.period, f.period_from, f.occurrences) == (250, "sample_every", 4)
+
+
+def test_epochs_times_the_first_loaders_steps_per_epoch_is_the_length():
+    config = ScriptConfig(options=(ScriptOption("epochs", 3), ScriptOption("save_every", 25)))
+    loaders = (DataLoaderInfo(batch_size=32, batches=160), DataLoaderInfo(batch_size=32, batches=40))
+    cap = _capture([_work(25, 0.02, function="torch.save", line=38)], script_config=config, dataloaders=loaders)
+    p = project(cap)
+    assert (p.steps, p.steps_from) == (480, "epochs x 160 steps per epoch")
+    assert p.functions[0].occurrences == 19  # after steps 25, 50, ..., 475
+    # two loader batches per optimizer step (gradient accumulation): 80 steps an epoch
+    timed = TimedPhase(step_times_ms=(10.0,) * 20, time_to_first_step_s=3.0, batches=(2,) * 20)
+    assert project(RunCapture(script=FILE, script_config=config, dataloaders=loaders, timed=timed)).steps == 240
+
+
+def test_the_loops_epoch_variable_is_no_length():
+    loaders = (DataLoaderInfo(batch_size=32, batches=160),)
+    assert project(_capture([], {"epoch": 2}, dataloaders=loaders)).steps is None
+    # a data set without a length (an iterable one): no epoch to count
+    config = ScriptConfig(options=(ScriptOption("num_epochs", 3),))
+    assert project(_capture([], script_config=config, dataloaders=(DataLoaderInfo(batches=None),))).steps is None
 
 
 def test_unknown_length_gives_the_share_of_steady_training():
