@@ -20,6 +20,10 @@ tracker is tested with a fake clock.
   names the loop itself.
 * The loop's frames also give the run's length and periods where the script names them in
   variables (``max_iters``, ``epochs``, ``eval_interval``): :func:`run_hints`.
+* Work right after an epoch of the training DataLoader ends (a test pass per epoch) is marked
+  so: its period is one epoch. Where the script made a second DataLoader (an evaluation
+  loader) and the window saw no such work, a capture runs on to the first epoch's end when
+  that is near enough (:meth:`BetweenSteps.runs_on`).
 * An occurrence's calls are kept with their input shapes and lines (the innermost user frame
   of the stack already walked, the same function for all of them), which tell generation
   without a KV cache and one-sample inference from evaluation (:mod:`advisor.capture.generation`).
@@ -72,6 +76,7 @@ class BetweenWork:
         calls: Model calls in it.
         profiled: True when a profiler recorded meanwhile (its time is inflated).
         site: Its model calls classified by their input shapes (:mod:`advisor.capture.generation`).
+        epoch_end: True when it ran right after an epoch of the training DataLoader ended.
     """
 
     function: str
@@ -82,6 +87,7 @@ class BetweenWork:
     calls: int = 0
     profiled: bool = False
     site: SiteWork | None = None
+    epoch_end: bool = False
 
 
 @dataclass
@@ -96,7 +102,15 @@ class BetweenSteps:
     # between them passes no shape on.
     shape: Shape | None = None
     notes: list[str] = field(default_factory=list)
+    epoch_batches: int | None = None  # the first DataLoader's batches per epoch, set once a second loader exists
+    epoch_ends: list[int] = field(default_factory=list)  # steps completed when the training loader's epochs ended
     _run_on: tuple[float, int, str] | None = None  # (clock, steps) when the run went on past its phases, and why
+    _epoch_wait: bool | None = None  # whether the first epoch's end is near enough to run on to (None: not asked)
+
+    def epoch_end(self, steps: int) -> None:
+        """Note that the training DataLoader's epoch ended after ``steps`` steps."""
+        if len(self.epoch_ends) < MAX_OCCURRENCES:
+            self.epoch_ends.append(steps)
 
     def call(self, step: int, start: float | None, end: float, stack: Sequence[tuple[str, str, int, int]],
              profiled: bool = False) -> None:
@@ -129,41 +143,73 @@ class BetweenSteps:
         if self._spans:
             self._spans[-1][8] += seconds
 
-    def runs_on(self, steps: int, now: float) -> bool:
-        """Whether a capture done measuring should run on to time the next occurrence of its one occurrence.
+    def runs_on(self, steps: int, now: float, step_s: float = 0.0) -> bool:
+        """Whether a capture done measuring should run on to time work between steps it has not timed.
 
-        Only where the window saw a function once and the script names its period
-        (``eval_interval``): until that many steps after it, at most :data:`RUN_ON_S` seconds.
+        Where the window saw a function once and the script names its period (``eval_interval``):
+        until that many steps after it. Where an evaluation loader exists and no work at an
+        epoch's end was seen: to the end of the first epoch and one step past it, if ``step_s``
+        (the steady step) says the end comes within :data:`RUN_ON_S` seconds. Either way at most
+        :data:`RUN_ON_S` seconds.
         """
+        wants = [w for w in (self._second_occurrence(steps), self._epoch_end_work(steps, step_s)) if w]
+        if not wants:
+            return self._ran_on(steps, now, done=True)
+        if self._run_on is None:
+            self._run_on = (now, steps, " and ".join(wants))
+        return self._ran_on(steps, now, done=now - self._run_on[0] > RUN_ON_S)
+
+    def _second_occurrence(self, steps: int) -> str | None:
         seen = {span[0] for span in self._spans}
         if len(seen) != 1 or self.loop is None:
-            return self._ran_on(steps, now, done=True)
+            return None
         step = next(iter(seen))
         function = attributed(self._spans[0][1], self.loop)[1]
         period, name = period_hint(function, self.hints)
         if period is None or steps > step + period:
-            return self._ran_on(steps, now, done=True)
-        if self._run_on is None:
-            self._run_on = (now, steps, f"{function} (every {period} steps by the script's {name})")
-        return self._ran_on(steps, now, done=now - self._run_on[0] > RUN_ON_S)
+            return None
+        return f"a second occurrence of {function} (every {period} steps by the script's {name})"
+
+    def _epoch_end_work(self, steps: int, step_s: float) -> str | None:
+        if self.loop is None or not self.epoch_batches or self._epoch_wait is False:
+            return None
+        ends = set(self.epoch_ends)
+        if any(span[0] in ends for span in self._spans):
+            return None  # seen
+        # NOTE: past the first epoch's end (or past its batches with no end: a loop that stops
+        # iterating its loader), whatever ran at the end was seen
+        if (self.epoch_ends and steps > self.epoch_ends[0]) or (not self.epoch_ends and steps > self.epoch_batches):
+            return None
+        if self._epoch_wait is None:
+            left = max(0, self.epoch_batches - steps)
+            self._epoch_wait = left * step_s <= RUN_ON_S
+            if not self._epoch_wait:
+                self.notes.append(
+                    f"the first epoch ends after {self.epoch_batches} batches, about {left * step_s:.0f} s past the "
+                    f"capture (it runs on at most {RUN_ON_S:.0f} s): work at an epoch's end, such as a test pass, "
+                    "was not timed and is not in the projection")
+                return None
+        return "work at the first epoch's end (the script makes a second DataLoader)"
 
     def _ran_on(self, steps: int, now: float, done: bool) -> bool:
         """Say how far the run went on once it stops; return whether it goes on."""
         if done and self._run_on is not None:
             since, start, what = self._run_on
             self.notes.append(f"the capture ran on {steps - start} steps ({now - since:.1f} s, at most "
-                              f"{RUN_ON_S:.0f} s) past its measurement to time a second occurrence of {what}")
+                              f"{RUN_ON_S:.0f} s) past its measurement to time {what}")
             self._run_on = None
         return not done
 
     def records(self) -> tuple[BetweenWork, ...]:
         """Return the occurrences so far, each named by the function the loop called."""
         out = []
+        ends = set(self.epoch_ends)
         for step, key, start, end, calls, profiled, line, site, own in self._spans:
             file, function, first = attributed(key, self.loop)
             out.append(BetweenWork(function=function, file=file, line=first if first else line, step=step,
                                    seconds=round(max(0.0, end - start - own), 6), calls=calls, profiled=profiled,
-                                   site=site.record() if isinstance(site, SiteCalls) else site))
+                                   site=site.record() if isinstance(site, SiteCalls) else site,
+                                   epoch_end=step in ends))
         return tuple(out)
 
 

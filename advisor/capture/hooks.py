@@ -398,6 +398,8 @@ class TorchHooks:
             if info not in seen:  # loaders re-created each epoch are recorded once
                 seen.add(info)
                 self.dataloaders.append(info)
+                if len(self.dataloaders) == 2:  # an evaluation loader: work at the training epoch's end
+                    self.recorder.between.epoch_batches = self.dataloaders[0].batches
 
         self._patch(DataLoader, "__init__", __init__)
         self._patch(torch, "save", timed_save(torch.save, rec, lambda: self.frames.stack_tuple(depth=1)))

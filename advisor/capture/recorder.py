@@ -246,6 +246,7 @@ class StepRecorder:
         if self._evaluating(grad):
             return
         self._epoch_ended = True
+        self.between.epoch_end(self.steps_seen)
         if self.phase == Phase.TIMED:
             self._timed_epoch_ends += 1
 
@@ -369,7 +370,8 @@ class StepRecorder:
         if self.stop_requested and not self.phases.full:
             # NOTE: work between steps seen once is timed again, unprofiled (BetweenSteps.runs_on),
             # by a profiled one-process capture only: fix trials and a job's ranks stop on time.
-            if not (self.phases.profiled and self.phases.settle and self.between.runs_on(self.steps_seen, self.clock())):
+            step_s = self._timed_ms / 1000 / max(1, len(self.step_times_ms))
+            if not (self.phases.profiled and self.phases.settle and self.between.runs_on(self.steps_seen, self.clock(), step_s)):
                 raise StopScript()
             if self.open_window is not None:
                 self._close_window(export=True)

@@ -13,7 +13,8 @@ capture measured:
   outside the profilers (a profiler inflates it), preferring those after the first step (the
   iteration-0 one runs while the hooks still watch every module); its period is the distance
   between two occurrences, or, where the window saw one only, the script's own variable
-  (``eval_interval``), and a note says so. Work every step is step time, not periodic.
+  (``eval_interval``), or one epoch for work right after the training loader's epoch ended (a
+  test pass per epoch), and a note says so. Work every step is step time, not periodic.
 * **Length**: the steps of a run that went to its end, else the script's variable
   (``max_iters``, an argparse ``--max-steps``), else its epochs (``--epochs``) times the steps
   of one epoch of its first DataLoader. Without one, no projection: the periodic share
@@ -37,6 +38,9 @@ from advisor.capture.model import RunCapture
 from advisor.capture.vocab import RunStatus
 from advisor.metrics.generation import RepeatedCalls, repeated_calls
 from advisor.metrics.model import SourceLocation
+
+EPOCH = "epoch"
+"""``period_from`` of work that runs at each end of the training DataLoader's epochs."""
 
 _OUTLIER = 2.0
 """Timed steps over this many times the median hold work between steps: not steady step time."""
@@ -181,16 +185,24 @@ def project(capture: RunCapture) -> Projection:
         seen = sorted({w.step for w in group})
         gaps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
         period, period_from = (min(gaps), "seen") if gaps else period_hint(function, hints)
+        at_epoch_end = all(w.epoch_end for w in group)
+        if period is None and at_epoch_end and seen[0] > 0:
+            period, period_from = seen[0], EPOCH  # the first epoch's steps, from the first step
         if period is not None and period <= 1:
             continue  # every step: part of the step time already
         cost = _cost(group)
         if not gaps:
             notes.append(
                 f"{function} ran once in the captured window (after {seen[0]} steps, {cost:.2f} s); "
-                + (f"its period, {period} steps, is the script's {period_from}" if period
+                + (f"it runs at each epoch's end, every {period} steps" if period_from == EPOCH
+                   else f"its period, {period} steps, is the script's {period_from}" if period
                    else "its period is unknown (no second occurrence, no variable naming it)")
             )
-        occurrences = _occurrences(seen[0], period, steps) if period and steps else None
+        occurrences = None
+        if period and steps:
+            # NOTE: work at an epoch's end runs after the last epoch too; work at the top of an
+            # iteration (``if it % eval_interval == 0``) does not run once the loop has ended.
+            occurrences = steps // period if at_epoch_end else _occurrences(seen[0], period, steps)
         functions.append(PeriodicFunction(function, file, line, cost, period, period_from, occurrences, len(group),
                                           repeated_calls(group)))
     startup = _startup(capture, step_s)

@@ -165,3 +165,70 @@ def test_running_on_is_bounded_in_time_and_needs_a_named_period():
     with pytest.raises(StopScript):
         _train(trial, Clock(), 5)
     assert trial.steps_seen == 3
+
+
+def _epoch_recorder(clock, epoch_batches):
+    rec = StepRecorder(Phases(1, 1, 1, 2), profiler=FakeProfiler(), cprofiler=FakeProfiler(), clock=clock)
+    rec.optimizer_created()
+    rec.script_started()
+    rec.between.loop, rec.between.epoch_batches = (MODULE,), epoch_batches
+    return rec
+
+
+def _epochs(rec, clock, batches, epochs, test_seconds=0.0):
+    """Train ``epochs`` epochs of ``batches`` steps, a test pass after each when ``test_seconds``."""
+    for _ in range(epochs):
+        _train(rec, clock, batches)
+        rec.epoch_ended()
+        if test_seconds:
+            _eval(rec, clock, 4, test_seconds / 4, _at(MODULE, ("train.py", "test", 70)))
+
+
+def test_an_evaluation_loader_runs_the_capture_on_to_the_first_epochs_end():
+    clock = Clock()
+    rec = _epoch_recorder(clock, epoch_batches=12)
+    with pytest.raises(StopScript):
+        _epochs(rec, clock, 12, 3, test_seconds=0.2)
+    # measurement ended at step 5; the run went on through the epoch's end (12) and its test pass,
+    # and stopped at the first step after it
+    assert rec.steps_seen == 13
+    (work,) = rec.between.records()
+    assert (work.function, work.step, work.epoch_end) == ("test", 12, True)
+    (note,) = rec.between.notes
+    assert "ran on 8 steps" in note and "first epoch's end" in note
+
+
+def test_no_run_on_when_the_epochs_end_is_far_or_passed_without_work():
+    clock = Clock()
+    rec = _epoch_recorder(clock, epoch_batches=100_000)
+    with pytest.raises(StopScript):
+        _epochs(rec, clock, 100_000, 1)
+    assert rec.steps_seen == 5  # 99,995 steps of 10 ms are past the 30 s bound
+    (note,) = rec.between.notes
+    assert "first epoch ends after 100000 batches" in note and "not in the projection" in note
+    # short epochs: one ended inside the window with nothing after it, so there is nothing to wait for
+    rec = _epoch_recorder(Clock(), epoch_batches=2)
+    with pytest.raises(StopScript):
+        _epochs(rec, rec.clock, 2, 10)
+    assert rec.steps_seen == 5 and not rec.between.notes and not rec.between.records()
+
+
+def test_both_aims_keep_the_capture_running_until_each_is_met():
+    clock = Clock()
+    rec = _epoch_recorder(clock, epoch_batches=12)
+    rec.between.hints = {"save_every": 4}
+    save = _at(MODULE, ("train.py", "save_checkpoint", 80))
+    with pytest.raises(StopScript):
+        for step in range(1, 40):
+            _train(rec, clock, 1)
+            if step % 4 == 0:
+                _eval(rec, clock, 1, 0.05, save)
+            if step % 12 == 0:
+                rec.epoch_ended()
+                _eval(rec, clock, 4, 0.05, _at(MODULE, ("train.py", "test", 70)))
+    # a second save (step 8) was due before the first epoch's end (12): the run went on to step 13
+    assert rec.steps_seen == 13
+    assert [(w.function, w.step, w.epoch_end) for w in rec.between.records()] == [
+        ("save_checkpoint", 4, False), ("save_checkpoint", 8, False), ("save_checkpoint", 12, True), ("test", 12, True)]
+    (note,) = rec.between.notes
+    assert "save_checkpoint (every 4 steps" in note and "first epoch's end" in note

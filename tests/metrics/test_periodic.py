@@ -112,3 +112,15 @@ def test_locations_are_per_step_like_every_location():
 def test_steady_step_leaves_out_steps_that_held_an_evaluation():
     assert steady_step_s([10.0, 12.0, 11.0, 500.0]) == pytest.approx(0.011)
     assert steady_step_s([]) is None
+
+
+def test_work_at_each_epochs_end_has_one_epoch_for_its_period_and_runs_after_the_last():
+    config = ScriptConfig(options=(ScriptOption("epochs", 14),))
+    test = BetweenWork(function="test", file=FILE, line=70, step=938, seconds=2.0, calls=157, epoch_end=True)
+    cap = _capture([test], script_config=config, dataloaders=(DataLoaderInfo(batches=938), DataLoaderInfo(batches=157)))
+    p = project(cap)
+    (f,) = p.functions
+    assert (p.steps, f.period, f.period_from, f.occurrences) == (13132, 938, "epoch", 14)
+    assert p.projected_s == pytest.approx(p.startup_s + 13132 * 0.01 + 14 * 2.0)
+    (note,) = periodic_notes(cap)
+    assert "test ran once" in note and "each epoch's end, every 938 steps" in note
