@@ -11,6 +11,8 @@
   above them, and the caption says which steps the shares come from.
 * **Throughput** is in samples/s only when the capture counted samples (DataLoader batches);
   otherwise it is steps/s (a loop that samples its own batches has no sample count).
+* **Whole run**: the projection of the full run (:mod:`advisor.metrics.periodic`), when the
+  capture knew the run's length: its steps, start-up and the share of work between steps.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from advisor._num import finite
 from advisor._steady import assess, steady_times
 from advisor.metrics.model import StepBasis
 from advisor.report import style as s
@@ -136,3 +139,19 @@ def timed_scale(report: Report) -> float:
     if headline.basis != StepBasis.TIMED or not headline.ms or not profiled:
         return 1.0
     return headline.ms / profiled
+
+
+def whole_run(report: Report) -> tuple[str, str] | None:
+    """``("9.4 s", "480 steps, 2.7 s start-up, 6.8% between steps")``; None without a projection."""
+    summary = report.summary or {}
+    total, steps = finite(summary.get("projected_run_s")), finite(summary.get("projected_steps_count"))
+    if total is None or not steps:
+        return None
+    parts = [f"{int(steps):,} steps"]
+    startup = finite(summary.get("startup_s"))
+    if startup is not None:
+        parts.append(f"{startup:.1f} s start-up")
+    between = finite(summary.get("periodic_work_frac"))
+    if between:
+        parts.append(f"{s.pct(between)} between steps")
+    return f"{total:.1f} s", ", ".join(parts)

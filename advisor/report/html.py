@@ -193,6 +193,8 @@ def _cards(report: Report, view: ReportView) -> str:
     if h.rate is not None:
         out.append(card("Throughput", s.rate(h.rate), f"{h.rate_unit} · {h.rate_caption}"))
     out.append(card("Step time", h.step_text, f"{h.step_caption} · {h.device}"))
+    if h.whole_run:
+        out.append(card("Whole run (projected)", *h.whole_run))
     out.append(card("Findings", str(len(report.findings)), h.findings))
     return '<div class="cards">' + "".join(out) + "</div>"
 

@@ -100,6 +100,8 @@ def _summary(report: Report, view: ReportView) -> list[str]:
     if h.rate is not None:
         rows.append(["**Throughput**", f"{md_text(h.rate_text)} ({md_text(h.rate_caption)})"])
     rows.append(["**Step time**", f"{md_text(h.step_text)} {md_text(h.step_caption)} · {md_text(h.device)}"])
+    if h.whole_run_text:
+        rows.append(["**Whole run**", md_text(h.whole_run_text)])
     rows.append(["**Findings**", md_text(h.findings)])
     if report.run.error:
         rows.append(["**Script error**", md_code(report.run.error)])

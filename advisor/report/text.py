@@ -54,6 +54,8 @@ def _summary_panel(report: Report, view: ReportView) -> Panel:
     grid.add_row("Step time", safe_text(f"{h.step_text} {h.step_caption} · {h.device}"))
     if report.run.step_source and report.run.step_source_reason:
         grid.add_row("Steps from", safe_text(f"{report.run.step_source}: {report.run.step_source_reason}"))
+    if h.whole_run_text:
+        grid.add_row("Whole run", safe_text(h.whole_run_text))
     grid.add_row("Findings", safe_text(h.findings))
     if report.run.status not in ("analyzed", "stopped", "completed"):
         grid.add_row("Run status", safe_text(report.run.status, "bold red"))

@@ -185,6 +185,8 @@ class Headline:
     nothing_kept: str | None = None
     """Why no fix was kept, when trials ran and none was (:mod:`advisor.report.outcome`)."""
     kept: tuple[str, ...] = ()
+    whole_run: tuple[str, str] | None = None
+    """The projected full run and what it holds (:func:`advisor.report.headline.whole_run`)."""
 
     @property
     def rate_text(self) -> str:
@@ -195,6 +197,11 @@ class Headline:
     def step_text(self) -> str:
         """``39.4 ms``."""
         return s.ms(self.step_ms)
+
+    @property
+    def whole_run_text(self) -> str | None:
+        """``9.4 s projected (480 steps, 2.7 s start-up, 6.8% between steps)``."""
+        return f"{self.whole_run[0]} projected ({self.whole_run[1]})" if self.whole_run else None
 
 
 @dataclass(frozen=True)
@@ -359,6 +366,7 @@ def build_headline(report: Report) -> Headline:
         findings=severity_counts(report.findings),
         nothing_kept=nothing_kept_reason(report),
         kept=tuple(report.kept_fixes),
+        whole_run=_headline.whole_run(report),
     )
 
 

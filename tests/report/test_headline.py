@@ -106,3 +106,21 @@ def test_an_unsteady_window_is_a_warning_with_its_spread_once() -> None:
     rng = random.Random(5)
     scattered = steadiness_warnings([rng.uniform(250.0, 3200.0) for _ in range(20)])
     assert len(scattered) == 1 and "scatter from" in scattered[0] and scattered[0].count("p10–p90") == 1
+
+
+def test_the_whole_run_is_in_the_headline_of_every_format_when_projected() -> None:
+    report = make_report()
+    assert headline.whole_run(report) is None  # no projection: no row
+    assert "Whole run" not in render(report, "text")
+    summary = {**report.summary, "projected_run_s": 612.4, "projected_steps_count": 3000.0, "startup_s": 4.25,
+               "periodic_work_frac": 0.3125}
+    projected = dataclasses.replace(report, summary=summary)
+    assert headline.whole_run(projected) == ("612.4 s", "3,000 steps, 4.2 s start-up, 31.2% between steps")
+    assert "Whole run" in render(projected, "text") and "612.4 s projected (3,000 steps" in render(projected, "text")
+    assert "| **Whole run** | 612.4 s projected (3,000 steps, 4.2 s start-up, 31.2% between steps) |" in render(
+        projected, "markdown")
+    assert "Whole run (projected)</div><div class=\"v\">612.4 s</div>" in render(projected, "html")
+    # an unknown length (no projection) or no work between steps
+    assert headline.whole_run(dataclasses.replace(report, summary={**summary, "projected_steps_count": None})) is None
+    assert headline.whole_run(dataclasses.replace(report, summary={**summary, "periodic_work_frac": 0.0}))[1] == (
+        "3,000 steps, 4.2 s start-up")
