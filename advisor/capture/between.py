@@ -102,10 +102,16 @@ class BetweenSteps:
     # between them passes no shape on.
     shape: Shape | None = None
     notes: list[str] = field(default_factory=list)
-    epoch_batches: int | None = None  # the first DataLoader's batches per epoch, set once a second loader exists
+    train_batches: int | None = None  # batches per epoch of the loader the training steps iterate (set by the hooks)
+    eval_loader: bool = False  # the script made a second DataLoader (an evaluation loader)
     epoch_ends: list[int] = field(default_factory=list)  # steps completed when the training loader's epochs ended
     _run_on: tuple[float, int, str] | None = None  # (clock, steps) when the run went on past its phases, and why
     _epoch_wait: bool | None = None  # whether the first epoch's end is near enough to run on to (None: not asked)
+
+    @property
+    def epoch_batches(self) -> int | None:
+        """The training loader's batches per epoch, when an evaluation loader may run at its end."""
+        return self.train_batches if self.eval_loader else None
 
     def epoch_end(self, steps: int) -> None:
         """Note that the training DataLoader's epoch ended after ``steps`` steps."""

@@ -198,6 +198,7 @@ class ChildSession:
             "module_names": dict(namer.names) if namer is not None else {},
             "between_steps": rec.between.records(),
             "run_hints": dict(rec.between.hints),
+            "epoch_batches": rec.between.train_batches or None,
             "trace_bound": self.probe.record() if self.probe is not None else None,
         }
         if finished:

@@ -204,7 +204,7 @@ def describe_dataloader(loader: Any, file: str | None, line: int | None) -> Data
 
 
 def _batches(loader: Any) -> int | None:
-    """Return ``len(loader)``, the batches of one epoch; None when the data set has no length."""
+    """Return ``len(loader)`` (a DataLoader or its iterator), the batches of one epoch; None when the data set has no length."""
     try:
         n = len(loader)
     except Exception:  # noqa: BLE001 - a data set whose __len__ fails has no known epoch
@@ -371,6 +371,8 @@ class TorchHooks:
 
         def __next__(it: Any) -> Any:
             grad = torch.is_grad_enabled()
+            if grad and rec.between.train_batches is None:
+                rec.between.train_batches = _batches(it) or 0  # the training loader's epoch, asked once
             rec.batch_requested(grad)
             try:
                 batch = original_next(it)
@@ -399,7 +401,7 @@ class TorchHooks:
                 seen.add(info)
                 self.dataloaders.append(info)
                 if len(self.dataloaders) == 2:  # an evaluation loader: work at the training epoch's end
-                    self.recorder.between.epoch_batches = self.dataloaders[0].batches
+                    self.recorder.between.eval_loader = True
 
         self._patch(DataLoader, "__init__", __init__)
         self._patch(torch, "save", timed_save(torch.save, rec, lambda: self.frames.stack_tuple(depth=1)))

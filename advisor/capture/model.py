@@ -218,6 +218,8 @@ class RunCapture:
             occurrence (:mod:`advisor.capture.between`).
         run_hints: Integers the training loop names like its length or a period
             (``max_iters``, ``eval_interval``), read from its frames at its first optimizer step.
+        epoch_batches: Batches per epoch of the DataLoader the training steps iterate
+            (``len()`` of its iterator at its first batch with grad enabled); None when unknown.
         trace_bound: How the profiled window was sized to the trace budget, from one probed
             step (:mod:`advisor.capture.budget`); None when no step was probed.
     """
@@ -263,6 +265,7 @@ class RunCapture:
     between_steps: tuple[BetweenWork, ...] = ()
     run_hints: dict[str, int] = field(default_factory=dict)
     trace_bound: TraceBound | None = None
+    epoch_batches: int | None = None
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

@@ -171,7 +171,7 @@ def _epoch_recorder(clock, epoch_batches):
     rec = StepRecorder(Phases(1, 1, 1, 2), profiler=FakeProfiler(), cprofiler=FakeProfiler(), clock=clock)
     rec.optimizer_created()
     rec.script_started()
-    rec.between.loop, rec.between.epoch_batches = (MODULE,), epoch_batches
+    rec.between.loop, rec.between.train_batches, rec.between.eval_loader = (MODULE,), epoch_batches, True
     return rec
 
 
@@ -232,3 +232,12 @@ def test_both_aims_keep_the_capture_running_until_each_is_met():
         ("save_checkpoint", 4, False), ("save_checkpoint", 8, False), ("save_checkpoint", 12, True), ("test", 12, True)]
     (note,) = rec.between.notes
     assert "save_checkpoint (every 4 steps" in note and "first epoch's end" in note
+
+
+def test_without_an_evaluation_loader_the_capture_stops_on_time():
+    clock = Clock()
+    rec = _epoch_recorder(clock, epoch_batches=12)
+    rec.between.eval_loader = False
+    with pytest.raises(StopScript):
+        _epochs(rec, clock, 12, 3, test_seconds=0.2)
+    assert rec.steps_seen == 5 and not rec.between.notes

@@ -101,6 +101,8 @@ def test_hooks_count_steps_in_process_and_leave_nothing_behind():
         hooks.uninstall()
     assert rec.source == "optimizer" and rec.steps_seen == 4
     assert rec.step_samples == [3, 3] and rec.step_batches == [1, 1]
+    # the loader the steps iterate: its epoch's batches; one loader, so no evaluation loader
+    assert rec.between.train_batches == 4 and not rec.between.eval_loader and rec.between.epoch_ends == [4]
     # step 1: w = 0, loss 1; SGD moves w to -0.2 each, so step 2's loss is (1 - 0.4)^2
     assert rec.losses == pytest.approx([1.0, 0.36])
     (info,) = hooks.dataloaders

@@ -105,11 +105,18 @@ def test_the_server_preloads_installed_imports_and_refuses_a_thread(tmp_path: Pa
     (tmp_path / "mylocal.py").write_text("raise RuntimeError('the script's own module must not be imported')\n")
     (tmp_path / "train.py").write_text("import mylocal\nimport wave\nfrom json import dumps\n")
     (tmp_path / "spawns.py").write_text(
-        "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n")
+        "import threading\nstop = threading.Event()\nthread = threading.Thread(target=stop.wait, daemon=True)\n"
+        "thread.start()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     ready = preload(["json"], str(tmp_path / "train.py"), None)
     assert ready["ready"] and "wave" in ready["imported"] and "mylocal" not in ready["imported"]
-    refused = preload(["json", "spawns"], None, None)
+    try:
+        refused = preload(["json", "spawns"], None, None)
+    finally:
+        spawns = sys.modules.pop("spawns", None)
+        if spawns is not None:  # NOTE: a thread left running would stop later tests in this process from forking
+            spawns.stop.set()
+            spawns.thread.join(5)
     assert not refused["ready"] and "importing spawns started a thread" in refused["refusal"]
 
 

@@ -18,6 +18,15 @@ from advisor.trace.load import load_traces
 needs_fork = pytest.mark.skipif(not can_fork(), reason="needs os.fork and a second core")
 
 
+@pytest.fixture(autouse=True)
+def _no_other_threads():
+    """A fork needs this process single-threaded: name the thread an earlier test left, rather than fail obscurely."""
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if others and not can_fork():
+        pytest.fail(f"a test before this one left a thread running in this process ({', '.join(others)}): "
+                    "aside() does not fork beside a thread")
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)

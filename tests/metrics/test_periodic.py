@@ -75,6 +75,13 @@ def test_epochs_times_the_first_loaders_steps_per_epoch_is_the_length():
     assert project(RunCapture(script=FILE, script_config=config, dataloaders=loaders, timed=timed)).steps == 240
 
 
+def test_the_loader_the_steps_iterate_gives_the_epoch_over_the_first_one_made():
+    config = ScriptConfig(options=(ScriptOption("epochs", 2),))
+    val_first = (DataLoaderInfo(batches=40), DataLoaderInfo(batches=160))
+    assert project(_capture([], script_config=config, dataloaders=val_first, epoch_batches=160)).steps == 320
+    assert project(_capture([], script_config=config, dataloaders=val_first)).steps == 80
+
+
 def test_the_loops_epoch_variable_is_no_length():
     loaders = (DataLoaderInfo(batch_size=32, batches=160),)
     assert project(_capture([], {"epoch": 2}, dataloaders=loaders)).steps is None
