@@ -25,3 +25,18 @@ def test_evaluation_every_n_steps_is_timed_named_and_projected(run_script):
     # a decorated function's code starts at its decorator
     line = (Path(__file__).parents[1] / "scripts" / "periodic_eval.py").read_text().splitlines().index("@torch.no_grad()") + 1
     assert [(loc.function, loc.line) for loc in metrics.locations if loc.kind == "periodic"] == [("estimate_loss", line)]
+
+
+def test_an_epoch_loops_test_pass_and_checkpoints_are_in_the_whole_run(run_script):
+    # 48 steps an epoch: the capture's 2 + 12 + 2 + 2 steps end mid-epoch, and it runs on to the
+    # epoch's end to time the test pass over the second DataLoader
+    cap, _ = run_script("epoch_eval_ckpt.py", "--epochs", "3", warmup_steps=2, timed_steps=12, profiled_steps=2)
+    assert cap.step_source == "optimizer" and cap.epoch_batches == 48
+    works = [(w.function, w.step, w.epoch_end) for w in cap.between_steps]
+    assert ("test", 48, True) in works
+    assert [s for f, s, _ in works if f == "torch.save"][:2] == [8, 16]
+    assert any("first epoch's end" in n for n in cap.notes), cap.notes
+    metrics = analyze_path(cap.run_dir)
+    assert metrics.summary["projected_steps_count"] == 144  # 3 epochs x 48
+    periodic = {loc.function for loc in metrics.locations if loc.kind == "periodic"}
+    assert {"test", "torch.save"} <= periodic, periodic
