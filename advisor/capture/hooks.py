@@ -309,31 +309,29 @@ class TorchHooks:
         def on_module_start(_module: Any, _args: Any) -> None:
             started[0] = clock()
 
+        def outermost_call(module: Any, args: Any, kwargs: Any) -> None:
+            """Hand the end of an outermost model call to the recorder; work between steps is timed without this hook."""
+            t0, seen = clock(), rec.between.calls_seen
+            grad = torch.is_grad_enabled()
+            rec.between.shape = None if grad else input_shape(args, kwargs, torch.Tensor)
+            rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
+                            grad=grad, started=started[0], stack=user_stack)
+            if rec.between.calls_seen != seen:
+                rec.between.own(clock() - t0)
+
         def post_forward(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
             if is_compiling() or threading.get_ident() != main:
                 return
             depth[0] = max(0, depth[0] - 1)
             if depth[0] == 0:
-                t0, seen = clock(), rec.between.calls_seen
                 if len(outermost) < _MAX_OUTERMOST:
                     outermost.setdefault(id(module), weakref.ref(module))
-                grad = torch.is_grad_enabled()
-                rec.between.shape = None if grad else input_shape(args, kwargs, torch.Tensor)
-                rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
-                                grad=grad, started=started[0], stack=user_stack)
-                if rec.between.calls_seen != seen:
-                    rec.between.own(clock() - t0)
+                outermost_call(module, args, kwargs)
                 narrow_module_hooks()
 
         def on_module(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
             if not is_compiling() and threading.get_ident() == main:
-                t0, seen = clock(), rec.between.calls_seen
-                grad = torch.is_grad_enabled()
-                rec.between.shape = None if grad else input_shape(args, kwargs, torch.Tensor)
-                rec.module_call(id(module), samples_of(args, kwargs), in_optimizer_step=in_step[0] > 0,
-                                grad=grad, started=started[0], stack=user_stack)
-                if rec.between.calls_seen != seen:
-                    rec.between.own(clock() - t0)  # NOTE: work between steps is timed without our hook
+                outermost_call(module, args, kwargs)
 
         module_handles = [
             register_module_forward_pre_hook(pre_forward),

@@ -17,8 +17,9 @@ capture measured:
   test pass per epoch), and a note says so. Work every step is step time, not periodic.
 * **Length**: the steps of a run that went to its end, else the script's variable
   (``max_iters``, an argparse ``--max-steps``), else its epochs (``--epochs``) times the steps
-  of one epoch of the DataLoader its steps iterate (else of its first DataLoader). Without one, no projection: the periodic share
-  is then that of the steady training (one period's work over one period).
+  of one epoch of the DataLoader its steps iterate (else of its first DataLoader). Without one,
+  no projection: the periodic share is then that of the steady training (one period's work
+  over one period).
 * **Start-up**: the time to the end of the first step (and the interpreter's start), less that
   step and the periodic work that ran before it.
 * **Generation without a KV cache, one-sample inference**: the lines of a periodic function
@@ -148,12 +149,12 @@ def _length(capture: RunCapture, hints: dict[str, int]) -> tuple[int | None, str
     epochs = next((n for n in hints if is_epochs(n)), None)
     per_epoch = capture.epoch_batches or (capture.dataloaders[0].batches if capture.dataloaders else None)
     if epochs and per_epoch:
-        # NOTE: the main DataLoader's batches per optimizer step (gradient accumulation) divide
+        # NOTE: the training loader's batches per optimizer step (gradient accumulation) divide
         # an epoch's batches into its steps.
         batches = [b for b in capture.timed.batches if b]
         per_step = max(1, round(statistics.median(batches))) if batches else 1
-        steps = hints[epochs] * max(1, per_epoch // per_step)
-        return steps, f"{epochs} x {per_epoch // per_step} steps per epoch"
+        epoch_steps = per_epoch // per_step
+        return hints[epochs] * max(1, epoch_steps), f"{epochs} x {epoch_steps} steps per epoch"
     return None, ""
 
 
