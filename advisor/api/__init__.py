@@ -12,50 +12,104 @@ Stage modules are imported inside the functions so that reading traces never imp
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from advisor.api.analysis import analyze_report, evaluate
-from advisor.api.compare import compare_paths, load_side, regression, write_comparison
-from advisor.api.fixes import explain_fixes, fixes_reference, list_fixes
-from advisor.api.fixloop import FixOptions, try_fixes
-from advisor.api.progress import live_progress, sweep_progress
-from advisor.api.report import (
-    exit_code_for,
-    failing_lines,
-    load_report,
-    report_schema,
-    write_report,
-)
-from advisor.api.rules import config_options, config_view, engine_config, fix_vocabulary, rule_set
-from advisor.api.runs import list_runs, render_runs
-from advisor.api.script import (
-    DiagnoseResult,
-    check_fix_ids,
-    check_out_dir,
-    diagnose_script,
-    find_module_file,
-    new_run_dir,
-    node_dir_name,
-    rendezvous_env,
-    validate_script,
-)
-from advisor.api.sweep import (
-    load_sweep,
-    nothing_ran,
-    render_sweep,
-    sweep_format,
-    sweep_script,
-    write_sweep,
-)
-from advisor.api.tensorboard import prepare_tensorboard, serve_tensorboard, tensorboard_check
-from advisor.capture.model import RunCapture, RunSpec, RunStatus
-from advisor.config import ANY_OPTION, ResolvedConfig, Setting, describe_source
-from advisor.engine.model import EngineConfig
-from advisor.engine.ruleset import Rule, RuleSet
-from advisor.engine.selection import Selection
 from advisor.errors import UsageError
-from advisor.report.model import Report
+
+if TYPE_CHECKING:
+    from advisor.api.analysis import analyze_report, evaluate
+    from advisor.api.compare import compare_paths, load_side, regression, write_comparison
+    from advisor.api.fixes import explain_fixes, fixes_reference, list_fixes
+    from advisor.api.fixloop import FixOptions, try_fixes
+    from advisor.api.progress import live_progress, sweep_progress
+    from advisor.api.report import (
+        exit_code_for,
+        failing_lines,
+        load_report,
+        report_schema,
+        write_report,
+    )
+    from advisor.api.rules import (
+        config_options,
+        config_view,
+        engine_config,
+        fix_vocabulary,
+        rule_set,
+    )
+    from advisor.api.runs import list_runs, render_runs
+    from advisor.api.script import (
+        DiagnoseResult,
+        check_fix_ids,
+        check_out_dir,
+        diagnose_script,
+        find_module_file,
+        new_run_dir,
+        node_dir_name,
+        rendezvous_env,
+        validate_script,
+    )
+    from advisor.api.sweep import (
+        load_sweep,
+        nothing_ran,
+        render_sweep,
+        sweep_format,
+        sweep_script,
+        write_sweep,
+    )
+    from advisor.api.tensorboard import prepare_tensorboard, serve_tensorboard, tensorboard_check
+    from advisor.capture.model import RunCapture, RunSpec, RunStatus
+    from advisor.config import ANY_OPTION, ResolvedConfig, Setting, describe_source
+    from advisor.engine.model import EngineConfig
+    from advisor.engine.ruleset import Rule, RuleSet
+    from advisor.engine.selection import Selection
+    from advisor.report.model import Report
+
+# NOTE: every name below loads on first use (PEP 562): `advisor analyze big.json` forks its
+# decode workers (advisor.api.early) before pandas and the stages are imported.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "advisor.api.analysis": ("analyze_report", "evaluate"),
+    "advisor.api.compare": ("compare_paths", "load_side", "regression", "write_comparison"),
+    "advisor.api.fixes": ("explain_fixes", "fixes_reference", "list_fixes"),
+    "advisor.api.fixloop": ("FixOptions", "try_fixes"),
+    "advisor.api.progress": ("live_progress", "sweep_progress"),
+    "advisor.api.report": ("exit_code_for", "failing_lines", "load_report", "report_schema", "write_report"),
+    "advisor.api.rules": ("config_options", "config_view", "engine_config", "fix_vocabulary", "rule_set"),
+    "advisor.api.runs": ("list_runs", "render_runs"),
+    "advisor.api.script": ("DiagnoseResult", "check_fix_ids", "check_out_dir", "diagnose_script", "find_module_file", "new_run_dir", "node_dir_name", "rendezvous_env", "validate_script"),
+    "advisor.api.sweep": ("load_sweep", "nothing_ran", "render_sweep", "sweep_format", "sweep_script", "write_sweep"),
+    "advisor.api.tensorboard": ("prepare_tensorboard", "serve_tensorboard", "tensorboard_check"),
+    "advisor.capture.model": ("RunCapture", "RunSpec", "RunStatus"),
+    "advisor.config": ("ANY_OPTION", "ResolvedConfig", "Setting", "describe_source"),
+    "advisor.engine.model": ("EngineConfig",),
+    "advisor.engine.ruleset": ("Rule", "RuleSet"),
+    "advisor.engine.selection": ("Selection",),
+    "advisor.report.model": ("Report",),
+}
+_LAZY = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+def _load() -> None:
+    """Load every lazy name the wrappers below call (a name already set, e.g. replaced by a test, stays)."""
+    for name in _LAZY:
+        if name not in globals():
+            __getattr__(name)
+
 
 __all__ = [
     "DiagnoseResult",
@@ -195,6 +249,7 @@ def diagnose(
     """
     import datetime as _dt
 
+    _load()
     if write and not fixes:
         raise UsageError("write=True applies the fixes' diff; it needs fixes=True")
     check_fix_ids(tuple(fix))
@@ -245,10 +300,12 @@ def analyze(
         InputError: the path is missing or holds no readable trace.
         UsageError: an unknown rule code or a bad config file.
     """
+    _load()
     config = engine_config(select, extend_select, ignore, preview, option_keys=ANY_OPTION)
     return analyze_report(path, config, inline_ignores=inline_ignores)
 
 
 def load(run_dir: str | Path) -> Report:
     """Return the report a diagnose saved (a run directory or its ``report.json``), without re-running anything."""
+    _load()
     return load_report(run_dir)

@@ -71,6 +71,9 @@ REQUIRED_KEYS: tuple[str, ...] = (
 OPTIONAL_KEYS: tuple[str, ...] = ("aliases",)
 
 MAX_RULE_FILE_BYTES = 256 * 1024
+# NOTE: libyaml's safe loader (PyYAML's wheels ship it) parses the rules ten times faster than the
+# pure-Python one (about 0.1 s of every command's start); the same safe subset of YAML.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """Largest rule file read (a rule is a page of YAML; a bigger one is a mistake or an attack)."""
 MAX_LIST_ITEMS = 50
 """Most entries in a rule's list keys (aliases, references, fixes...)."""
@@ -173,7 +176,7 @@ def load_rule_file(file: Any, fixes: Mapping[str, str] | None = None) -> Rule:
     if len(raw) > MAX_RULE_FILE_BYTES:
         raise RuleError(f"{path}: file is {len(raw)} bytes, more than a rule may hold ({MAX_RULE_FILE_BYTES})")
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = yaml.load(raw.decode("utf-8"), Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
     except UnicodeDecodeError as exc:
         raise RuleError(f"{path}: not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
     except RecursionError:

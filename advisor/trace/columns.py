@@ -10,13 +10,15 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from advisor.trace.model import CATEGORY_ALIASES, MISSING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _NAN = float("nan")
 
@@ -146,6 +148,8 @@ class _Interner(dict):
         return np.fromiter(map(self.__getitem__, values), dtype=np.int32, count=n)
 
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        import pandas as pd  # noqa: PLC0415 - decode workers never build a table: they start before pandas loads
+
         cats = pd.Index(self.values, dtype=object) if self.values else pd.Index([], dtype=object)
         return pd.Categorical.from_codes(codes, categories=cats)
 
@@ -469,6 +473,8 @@ class _Columns:
 
     def frame(self) -> pd.DataFrame:
         """Build the events table (see :class:`Trace` for its columns)."""
+        import pandas as pd  # noqa: PLC0415 - see categorical()
+
         n = self.n
         key = self._dense("key", np.empty(n, dtype=np.int32))
         cols: dict[str, Any] = {f: self.fields[f].categorical(self.luts[f][key]) for f in _KEY_FIELDS}

@@ -13,15 +13,17 @@ import contextlib
 import mmap
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from advisor.errors import TraceError
 from advisor.trace import fanout
 from advisor.trace.columns import _Columns, _Event, _LooseEvent
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class _Head(msgspec.Struct, gc=False):
@@ -307,7 +309,9 @@ def _fill(path: Path, chunks: Iterator[memoryview], fast: bool, columns: _Column
             close()  # restores the bytes an in-place framing overwrote
 
 
-def _fast_frame(path: Path, raw: Any, start: int, stop: int, meanwhile: _Once | None = None) -> pd.DataFrame | None:
+def _fast_frame(
+    path: Path, raw: Any, start: int, stop: int, meanwhile: _Once | None = None, started: Started | None = None
+) -> pd.DataFrame | None:
     """Build the events table from batches cut at line breaks; None when a batch fails.
 
     A large array is decoded by worker processes, one per core (:mod:`advisor.trace.fanout`),
@@ -319,20 +323,54 @@ def _fast_frame(path: Path, raw: Any, start: int, stop: int, meanwhile: _Once | 
         start: Offset of the ``traceEvents`` array's ``[``.
         stop: Offset of its ``]``.
         meanwhile: The caller's other work, run while worker processes decode (if they do).
+        started: Workers already decoding these bytes (:func:`start_parallel`).
     """
-    ranges = _line_ranges(raw, start + 1, stop)
+    ranges = started.ranges if started is not None else _line_ranges(raw, start + 1, stop)
     if ranges is None:
         return None
     try:
-        workers = fanout.workers_for(stop - start)
+        workers = started.workers.count if started is not None else fanout.workers_for(stop - start)
         if workers > 1:
-            frame = fanout.decode_parallel(lambda part, columns: _fill(path, _framed(raw, part), True, columns),
-                                           ranges, workers, meanwhile)
+            frame = fanout.decode_parallel(_parallel_fill(path, raw), ranges, workers, meanwhile,
+                                           started.workers if started is not None else None)
             if frame is not None:
                 return frame
         return _decode_chunks(path, _framed(raw, ranges), fast=True)
     except _BadSplit:
         return None
+
+
+def _parallel_fill(path: Path, raw: Any) -> fanout.Fill:
+    """Return what a decode worker runs on its batches (it inherits ``raw`` through the fork)."""
+    return lambda part, columns: _fill(path, _framed(raw, part), True, columns)
+
+
+class Started:
+    """Workers decoding a file's events array since :func:`start_parallel`, and where it lies."""
+
+    __slots__ = ("head", "ranges", "start", "stop", "workers")
+
+    def __init__(self, head: _Head, start: int, stop: int, ranges: list[tuple[int, int]], workers: fanout.Workers) -> None:
+        self.head, self.start, self.stop, self.ranges, self.workers = head, start, stop, ranges, workers
+
+
+def start_parallel(path: Path, raw: Any) -> Started | None:
+    """Fork the decode workers of a large trace now, to be read by a later :func:`_read_trace`.
+
+    Returns:
+        None when the file would not be decoded in parallel (small, one core, no line breaks, an
+        array that cannot be located without a full parse): the load then goes its usual way.
+    """
+    located = _locate_events(raw)
+    if located is None:
+        return None
+    head, start, stop = located
+    workers = fanout.workers_for(stop - start)
+    ranges = _line_ranges(raw, start + 1, stop) if workers > 1 else None
+    if ranges is None:
+        return None
+    pool = fanout.Workers.start(_parallel_fill(path, raw), ranges, workers)
+    return None if pool is None else Started(head, start, stop, ranges, pool)
 
 
 def _framed(raw: Any, ranges: list[tuple[int, int]]) -> Iterator[memoryview]:
@@ -363,18 +401,20 @@ class _Once:
             work()
 
 
-def _read_trace(path: Path, raw: Any, meanwhile: _Once | None = None) -> tuple[_Head, pd.DataFrame]:
+def _read_trace(
+    path: Path, raw: Any, meanwhile: _Once | None = None, started: Started | None = None
+) -> tuple[_Head, pd.DataFrame]:
     """Decode a file's bytes into its head and its events table.
 
     Fast path: the array located without a full parse (:func:`_locate_events`), decoded in
-    batches cut at line breaks. If anything does not fit (a cut inside an event, a wrong
-    guess of the array's end), the whole file is parsed first and the batches are cut again,
-    or taken one ``Raw`` per event (safe path).
+    batches cut at line breaks (by ``started``'s workers when given). If anything does not fit (a
+    cut inside an event, a wrong guess of the array's end), the whole file is parsed first and
+    the batches are cut again, or taken one ``Raw`` per event (safe path).
     """
-    located = _locate_events(raw)
+    located = (started.head, started.start, started.stop) if started is not None else _locate_events(raw)
     if located is not None:
         head, start, stop = located
-        frame = _fast_frame(path, raw, start, stop, meanwhile)
+        frame = _fast_frame(path, raw, start, stop, meanwhile, started)
         if frame is not None:
             return head, frame
     head, start2, stop2 = _decode_head(path, raw)
@@ -390,10 +430,12 @@ class _InvalidJSON(TraceError):
     """The file does not parse as JSON (maybe only because of a badly written event name)."""
 
 
-def _decode_guarded(path: Path, raw: Any, meanwhile: _Once | None = None) -> tuple[_Head, pd.DataFrame]:
+def _decode_guarded(
+    path: Path, raw: Any, meanwhile: _Once | None = None, started: Started | None = None
+) -> tuple[_Head, pd.DataFrame]:
     """:func:`_read_trace`, with the decoder's non-JSON failures turned into trace errors."""
     try:
-        return _read_trace(path, raw, meanwhile)
+        return _read_trace(path, raw, meanwhile, started)
     except UnicodeDecodeError as exc:  # msgspec's answer to bytes that are not UTF-8
         raise _InvalidJSON(f"{path} is not valid JSON (bytes that are not UTF-8); the file may be damaged") from exc
     except RecursionError:

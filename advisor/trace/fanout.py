@@ -18,6 +18,7 @@ worker that dies without answering (an OOM kill) makes the caller decode seriall
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import select
@@ -25,12 +26,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from advisor.trace.columns import _RAW_ATTRS, _Columns, _Interner
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PARALLEL_BYTES = 48 << 20
 """Smallest events array decoded in parallel: below it the fork and merge cost more than they save."""
@@ -176,13 +179,18 @@ class _WorkerDied(Exception):
 
 
 def decode_parallel(
-    fill: Fill, ranges: list[tuple[int, int]], workers: int, meanwhile: Callable[[], object] | None = None
+    fill: Fill,
+    ranges: list[tuple[int, int]],
+    workers: int,
+    meanwhile: Callable[[], object] | None = None,
+    started: Workers | None = None,
 ) -> pd.DataFrame | None:
     """Decode the batches at ``ranges`` in ``workers`` processes into the events table.
 
     ``fill`` runs in the workers, which inherit it (and the buffer it reads) through the fork.
     ``meanwhile`` (the caller's other work) runs here once the workers have started; it is not
-    called when None is returned before they start.
+    called when None is returned before they start. ``started``: workers forked earlier for
+    these very ranges (:meth:`Workers.start`), read instead of forking new ones.
 
     Returns:
         The table, or None to decode serially: the batches make fewer than two tasks, or a
@@ -192,59 +200,91 @@ def decode_parallel(
         The first error (in file order) a worker met, as the serial decode would have raised
         it (:class:`advisor.trace.decode._BadSplit` for a cut inside an event).
     """
-    tasks = _tasks(ranges, workers)
-    workers = min(workers, len(tasks))
-    if workers < 2:
+    pool = started if started is not None else Workers.start(fill, ranges, workers)
+    if pool is None:
         return None
     columns = _Columns()
-    codes = [_Codes() for _ in range(workers)]
+    codes = [_Codes() for _ in range(pool.count)]
     try:
         # closing: an error here (Ctrl-C while merging) ends the workers now, not when the
         # generator is collected
-        with contextlib.closing(_run(fill, tasks, workers, meanwhile)) as parts:
+        with contextlib.closing(pool.parts(meanwhile)) as parts:
             for worker, part in parts:
                 _merge(columns, part, codes[worker])
     except _WorkerDied:
         return None
+    finally:
+        pool.close()
     return columns.frame()
 
 
-def _run(
-    fill: Fill, tasks: list[list[tuple[int, int]]], workers: int, meanwhile: Callable[[], object] | None
-) -> Iterator[tuple[int, _Part]]:
-    """Fork the workers, run ``meanwhile``, and yield ``(worker, part)`` in file order.
+class Workers:
+    """Decode workers, forked by :meth:`start`; :meth:`parts` reads what they send, in file order.
 
     The task numbers wait in a pipe that every worker reads, four bytes (one number) at a time:
-    a worker slowed down by other load on its core takes fewer tasks. Parts that arrive before
-    their turn wait here. No worker outlives this generator.
+    a worker slowed down by other load on its core takes fewer tasks. No worker outlives
+    :meth:`close`, which every owner calls (a ``finally``, or an exit handler for workers started
+    ahead of their reader).
     """
-    children: dict[int, tuple[int, int]] = {}  # read end of its pipe -> (worker, pid)
-    done = False
-    queue_read, queue_write = os.pipe()
-    try:
-        # NOTE: all numbers at once, before any fork: a few hundred bytes, less than a pipe holds
-        os.write(queue_write, b"".join(i.to_bytes(_INDEX, "little") for i in range(len(tasks))))
-        os.close(queue_write)
+
+    def __init__(self, tasks: list[list[tuple[int, int]]]) -> None:
+        self.tasks = tasks
+        self.children: dict[int, tuple[int, int]] = {}  # read end of its pipe -> (worker, pid)
+        self.done = False
+        self.closed = False
+        self.queue_read = -1
+
+    @property
+    def count(self) -> int:
+        """How many workers were forked."""
+        return len(self.children)
+
+    @classmethod
+    def start(cls, fill: Fill, ranges: list[tuple[int, int]], workers: int) -> Workers | None:
+        """Fork ``workers`` processes decoding ``ranges``; None when the batches make fewer than two tasks."""
+        tasks = _tasks(ranges, workers)
+        workers = min(workers, len(tasks))
+        if workers < 2:
+            return None
+        pool = cls(tasks)
+        try:
+            pool._fork(fill, workers)
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+
+    def _fork(self, fill: Fill, workers: int) -> None:
+        self.queue_read, queue_write = os.pipe()
+        try:
+            # NOTE: all numbers at once, before any fork: a few hundred bytes, less than a pipe holds
+            os.write(queue_write, b"".join(i.to_bytes(_INDEX, "little") for i in range(len(self.tasks))))
+        finally:
+            os.close(queue_write)
         for w in range(workers):
             read, write = os.pipe()
             _widen(write)
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child, which never returns
                 os.close(read)
-                for fd in children:
+                for fd in self.children:
                     os.close(fd)
-                _work(fill, tasks, queue_read, write)
+                _work(fill, self.tasks, self.queue_read, write)
             os.close(write)
-            children[read] = (w, pid)
-        os.close(queue_read)
+            self.children[read] = (w, pid)
+        os.close(self.queue_read)
+        self.queue_read = -1
+
+    def parts(self, meanwhile: Callable[[], object] | None) -> Iterator[tuple[int, _Part]]:
+        """Run ``meanwhile``, then yield ``(worker, part)`` in file order (parts that arrive early wait here)."""
         if meanwhile is not None:
             meanwhile()
         waiting: dict[int, tuple[int, Any]] = {}  # task -> (worker, its part or error)
         poller = select.poll()
-        for fd in children:
+        for fd in self.children:
             poller.register(fd, select.POLLIN)
-        open_fds = set(children)
-        for i in range(len(tasks)):
+        open_fds = set(self.children)
+        for i in range(len(self.tasks)):
             while i not in waiting:
                 if not open_fds:
                     raise _WorkerDied  # a worker ended without sending a task it took
@@ -255,17 +295,23 @@ def _run(
                         open_fds.discard(fd)
                         continue
                     status, task, value = pickle.loads(message)
-                    waiting[task] = (children[fd][0], value if status == "ok" else _Failed(value))
+                    waiting[task] = (self.children[fd][0], value if status == "ok" else _Failed(value))
             worker, value = waiting.pop(i)
             if isinstance(value, _Failed):
                 raise value.error
             yield worker, value
-        done = True
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(queue_read)
-        for fd, (_w, pid) in children.items():
-            if not done:
+        self.done = True
+
+    def close(self) -> None:
+        """Kill the workers unless every part was read, and reap them (once; later calls do nothing)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.queue_read >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.queue_read)
+        for fd, (_w, pid) in self.children.items():
+            if not self.done:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             os.close(fd)
@@ -288,6 +334,9 @@ def _work(fill: Fill, tasks: list[list[tuple[int, int]]], queue: int, fd: int) -
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _die_with_parent()
+        # millions of short-lived objects and no cycles; a worker started ahead of the load
+        # (advisor.trace.early) was forked with the collector on
+        gc.disable()
         columns = _Columns()
         sent = _Sent()
         outbox = _Outbox(fd)

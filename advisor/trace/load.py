@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.errors import TraceError
+from advisor.trace import early
 from advisor.trace.columns import ROOFLINE_SHAPE_OPS, SHAPE_OPS
 from advisor.trace.decode import _decode_guarded, _InvalidJSON, _Once
 from advisor.trace.fanout import workers_for
@@ -79,14 +80,17 @@ def load_trace(path: Path, index: int = 0, *, meanwhile: Callable[[], object] | 
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"trace file {path} does not exist; pass a .json/.json.gz trace")
-    raw = _read_bytes(path)
+    claimed = early.claim(path)
+    raw = claimed.raw if claimed is not None else _read_bytes(path)
+    started = claimed.started if claimed is not None else None
+    del claimed
     once = _Once(meanwhile)
-    if workers_for(len(raw)) < 2:
+    if started is None and workers_for(len(raw)) < 2:
         once()
     repaired = 0
     with _gc_paused():
         try:
-            head, frame = _decode_guarded(path, raw, once)
+            head, frame = _decode_guarded(path, raw, once, started)
         except _InvalidJSON as exc:
             fixed, escaped = escape_controls(raw)
             fixed, repaired = _repair_names(fixed)
@@ -98,6 +102,10 @@ def load_trace(path: Path, index: int = 0, *, meanwhile: Callable[[], object] | 
                 head, frame = _decode_guarded(path, raw, once)
             except _InvalidJSON as again:
                 raise TraceError(f"{again} (after re-escaping {repaired} event names and {escaped} control characters)") from again
+        finally:
+            if started is not None:
+                started.workers.close()  # done already unless the decode failed before reading them
+                started = None
     del raw
     once()  # the decode went serially after all (no line breaks, a failed cut, ...)
     metadata: dict[str, Any] = {}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Old Kineto category names -> the current ones (Kineto renamed them around torch 1.10).
 CATEGORY_ALIASES: dict[str, str] = {

@@ -2,7 +2,8 @@
 
 The thresholds are lowered so that a trace of a few MB is cut into many tasks over three
 workers; each case is decoded both ways and every column (values, dtypes, category order) and
-the metadata are compared. The tests that fork are marked e2e.
+the metadata are compared (the ``forks`` fixture is in conftest.py). The tests that fork are
+marked e2e.
 """
 
 from __future__ import annotations
@@ -61,27 +62,6 @@ def _text(events: list[dict]) -> str:
     body = ",\n".join(json.dumps(e) for e in events)
     head = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}]}
     return json.dumps(head)[:-1] + ', "traceEvents": [\n' + body + '\n], "baseTimeNanoseconds": 5}\n'
-
-
-@pytest.fixture
-def forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Small thresholds (a few MB in many tasks over three workers); the pids of the workers forked."""
-    monkeypatch.setattr(decode, "BATCH_BYTES", 32 << 10)
-    monkeypatch.setattr(fanout, "TASK_BYTES", 128 << 10)
-    monkeypatch.setattr(fanout, "PARALLEL_BYTES", 1 << 20)
-    monkeypatch.setattr(fanout, "WORKER_BYTES", 1 << 18)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
-    pids: list[int] = []
-    fork = os.fork
-
-    def recorded() -> int:
-        pid = fork()
-        if pid:
-            pids.append(pid)
-        return pid
-
-    monkeypatch.setattr(os, "fork", recorded)
-    return pids
 
 
 def _serial(monkeypatch: pytest.MonkeyPatch, path: Path) -> load.Trace:
