@@ -7,8 +7,10 @@ trace of a few MB is decoded by three workers. The tests that fork are marked e2
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,36 @@ def test_the_head_start_imports_neither_pandas_nor_the_stages():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.e2e
+def test_ctrl_c_while_the_command_loads_ends_the_workers_it_started_ahead(tmp_path):
+    import psutil
+
+    from tests.proc_helpers import gone_within
+
+    # a trace past the real thresholds (two workers of 24 MB): this runs the command as a user does
+    block = ",\n".join(__import__("json").dumps(e) for e in _events(12000))
+    copies = -(-(52 << 20) // len(block))
+    path = tmp_path / "big.pt.trace.json"
+    with open(path, "w") as fh:
+        fh.write('{"traceEvents": [\n' + ",\n".join([block] * copies) + "\n]}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "analyze", str(path)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 30
+        while not parent.children() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        workers = [c.pid for c in parent.children()]
+        proc.send_signal(signal.SIGINT)  # while the command still imports the rest
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert workers, "no decode worker was started ahead of the imports"
+    # 130, or death by the SIGINT itself: CPython's ``-m`` sometimes re-raises it at exit once a
+    # KeyboardInterrupt crossed an extension's import (a shell reports both as 130)
+    assert proc.returncode in (130, -signal.SIGINT), err
+    assert "Traceback" not in err
+    assert gone_within(str(path), timeout_s=10) == []
+    assert _gone(workers)
