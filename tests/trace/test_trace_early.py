@@ -144,3 +144,19 @@ def test_ctrl_c_while_the_command_loads_ends_the_workers_it_started_ahead(tmp_pa
     assert "Traceback" not in err
     assert gone_within(str(path), timeout_s=10) == []
     assert _gone(workers)
+
+
+@pytest.mark.e2e
+def test_a_folder_of_one_trace_starts_ahead_and_a_run_directory_does_not(tmp_path, monkeypatch, forks):
+    from advisor.api.early import head_start
+
+    folder = tmp_path / "log"
+    folder.mkdir()
+    (folder / "w0.pt.trace.json").write_text(_text(_events(12000)))
+    assert head_start([folder]) and len(forks) == 3
+    early.close_all()
+    (folder / "w1.pt.trace.json").write_text(_text(_events(12000)))
+    assert not head_start([folder])  # two ranks: the analysis takes them one per process
+    (folder / "w1.pt.trace.json").unlink()
+    (folder / "capture.json").write_text("{}")
+    assert not head_start([folder]) and len(forks) == 3  # a run directory: its capture lists the traces
