@@ -15,6 +15,7 @@ Usage::
     .venv/bin/python benchmarks/time_to_verdict.py --json ttv.json
     .venv/bin/python benchmarks/time_to_verdict.py data_loading --compare   # before/after side by side
     .venv/bin/python benchmarks/time_to_verdict.py --against ../old/.venv/bin/advisor   # an older checkout
+    .venv/bin/python benchmarks/time_to_verdict.py data_loading --against ../before    # a worktree's sources
 
 ``--compare`` runs each example twice in the same session, with the loop's time cuts (Amdahl
 skips, sequential stops, warm-up read from the baseline) and with ``--exhaustive`` (every fix,
@@ -22,7 +23,9 @@ every round, full warm-up: the loop as it was before them), alternating which go
 prints both rows, their ratio and whether they kept the same fixes. ``--against EXE`` does the
 same with another advisor executable (an older checkout's ``.venv/bin/advisor``: the loop as it
 was before a change, measured in the same run; its report may lack ``timing``, and then its row
-gives the wall time). ``--starts`` does the same
+gives the wall time), or with a checkout's directory (``git worktree add ../before HEAD~3``:
+its sources run with this interpreter). Every diagnose runs in the temporary folder, not the
+repository root, where ``python -m advisor`` would import the current checkout whatever was asked. ``--starts`` does the same
 with ``--cold-start`` (every trial run a fresh interpreter) against the default warm start
 (trial runs forked from a server that imported torch once). Every row also gives the CPU time
 advisor and all its processes used (user + system, from ``getrusage``): on a shared machine it
@@ -101,8 +104,9 @@ def main() -> None:
                    help="also run each example with --exhaustive (the loop without its time cuts), side by side")
     p.add_argument("--starts", action="store_true",
                    help="also run each example with --cold-start (no warm start), side by side")
-    p.add_argument("--against", metavar="EXE",
-                   help="also run each example with this advisor executable (e.g. an older checkout's), side by side")
+    p.add_argument("--against", metavar="EXE_OR_DIR",
+                   help="also run each example with this advisor, side by side: an executable (an older "
+                        "checkout's venv's advisor) or a checkout's directory (its sources, e.g. a git worktree)")
     p.add_argument("--budget", type=float, default=None, help="--budget passed to advisor diagnose")
     opts = p.parse_args()
     manifest = load_manifest()

@@ -154,20 +154,28 @@ def run_advisor(
 ) -> tuple[dict, float]:
     """Run ``advisor diagnose`` on one example; return (JSON report, wall seconds).
 
-    ``exe`` is another advisor executable to run (an older checkout's, for a before/after);
-    by default the one installed beside this interpreter.
+    ``exe`` is another advisor to run (an older checkout's, for a before/after): an executable, or
+    a checkout's directory, whose sources are imported (``python -P -m advisor`` with it on
+    ``PYTHONPATH``); by default the one installed beside this interpreter. It runs in ``out_dir``:
+    from the repository root, ``python -m advisor`` (and the capture child advisor starts the same
+    way) would import the current checkout instead of the one asked for.
     """
     run_dir = out_dir / name
     json_path = out_dir / f"{name}.json"
     shutil.rmtree(run_dir, ignore_errors=True)
     json_path.unlink(missing_ok=True)
-    exe = exe or shutil.which("advisor", path=str(Path(sys.executable).parent)) or "advisor"
+    env = None
+    if exe is not None and Path(exe).is_dir():
+        prefix = [sys.executable, "-P", "-m", "advisor"]
+        env = {**os.environ, "PYTHONPATH": str(Path(exe).resolve())}
+    else:
+        prefix = [exe or shutil.which("advisor", path=str(Path(sys.executable).parent)) or "advisor"]
     cmd = [
-        exe, "diagnose", "--format", "json", "-o", str(json_path), "--out", str(run_dir), "-q",
+        *prefix, "diagnose", "--format", "json", "-o", str(json_path), "--out", str(run_dir), "-q",
         *advisor_args, str(EXAMPLES / f"{name}.py"), *args,
     ]
     t0 = time.perf_counter()
-    proc = run_group(cmd, timeout)
+    proc = run_group(cmd, timeout, cwd=out_dir, env=env)
     wall = time.perf_counter() - t0
     if not json_path.is_file():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -99,7 +99,10 @@ MAX_GZIP_RATIO = 100
 """A gzip trace may expand to at most this many times its size (JSON traces compress 5-20x)."""
 MIN_GZIP_CAP = 256 << 20
 """...but always to this many bytes, so small compressed files of repetitive JSON still load."""
+_GUNZIP_INPUT = 1 << 20
+"""Compressed bytes handed to the inflater at a time."""
 _GUNZIP_CHUNK = 16 << 20
+"""Most bytes it may return at a time (the cap is checked between two)."""
 
 
 def _inflate_module() -> tuple[Any, tuple[type[Exception], ...]]:
@@ -128,25 +131,31 @@ def _gunzip(path: Path, data: bytes) -> bytearray:
     inflate, errors = _inflate_module()
     cap = max(MIN_GZIP_CAP, MAX_GZIP_RATIO * len(data))
     out = bytearray()
-    rest = data
+    view = memoryview(data)
+    pos = 0
     try:
-        while rest:
+        while pos < len(data):
             inflater = inflate.decompressobj(16 + inflate.MAX_WBITS)
-            chunk = inflater.decompress(rest, min(_GUNZIP_CHUNK, cap + 1 - len(out)))
-            while True:
-                out += chunk
-                if len(out) > cap:
-                    raise TraceError(
-                        f"trace {path} expands to more than {cap >> 20} MiB ({MAX_GZIP_RATIO}x its compressed size); "
-                        f"if it is a real trace, decompress it first (gunzip -k {path.name}) and pass the .json"
-                    )
-                if inflater.eof:
-                    break
-                if not inflater.unconsumed_tail and not chunk:
+            while not inflater.eof:
+                if pos >= len(data):
                     raise EOFError("compressed data ended before the end-of-stream marker")
-                chunk = inflater.decompress(inflater.unconsumed_tail, min(_GUNZIP_CHUNK, cap + 1 - len(out)))
-            rest = inflater.unused_data
-            if not rest.strip(b"\x00"):
+                # NOTE: fed in slices of the input, each inflated in bounded pieces: a bound on the
+                # whole input left the rest of it to be copied again on every call (a fifth of the time)
+                piece: Any = view[pos : pos + _GUNZIP_INPUT]
+                pos += len(piece)
+                while not inflater.eof:
+                    chunk = inflater.decompress(piece, min(_GUNZIP_CHUNK, cap + 1 - len(out)))
+                    out += chunk
+                    if len(out) > cap:
+                        raise TraceError(
+                            f"trace {path} expands to more than {cap >> 20} MiB ({MAX_GZIP_RATIO}x its compressed size); "
+                            f"if it is a real trace, decompress it first (gunzip -k {path.name}) and pass the .json"
+                        )
+                    piece = inflater.unconsumed_tail
+                    if not piece and not chunk:
+                        break  # this slice is used up (output held back by the bound came out above)
+            pos -= len(inflater.unused_data)  # the next member's first bytes were in the last slice
+            if data.count(b"\x00", pos) == len(data) - pos:
                 break  # trailing padding after the last member, as gzip tolerates
     except (EOFError, *errors) as exc:
         raise TraceError(f"trace {path} is a truncated or corrupt gzip file ({exc}); re-copy or re-record it") from exc

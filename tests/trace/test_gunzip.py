@@ -40,3 +40,13 @@ def test_a_truncated_file_says_so(inflater, tmp_path, cut):
 def test_isal_is_used_where_installed():
     isal = pytest.importorskip("isal.isal_zlib", reason="isal has no wheel for this platform")
     assert read._inflate_module()[0] is isal
+
+
+def test_a_bound_on_each_piece_of_output_loses_nothing(inflater, monkeypatch, tmp_path):
+    # output bounds far smaller than the input slices, and slices that end inside a long match
+    monkeypatch.setattr(read, "_GUNZIP_CHUNK", 1000)
+    monkeypatch.setattr(read, "_GUNZIP_INPUT", 7)
+    text = b'{"traceEvents": [' + b'{"ph": "X"}, ' * 5000 + b"{}]}"
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text, compresslevel=9))
+    assert read._read_bytes(path) == text
