@@ -52,6 +52,7 @@ from advisor.capture.phases import Phases, StopScript  # noqa: E402
 from advisor.capture.profilers import CProfileControl, TorchProfilerControl  # noqa: E402
 from advisor.capture.recorder import StepRecorder  # noqa: E402
 from advisor.capture.scriptconfig import ConfigRecorder  # noqa: E402
+from advisor.capture.syspath import put_first  # noqa: E402
 from advisor.rundir import CHILD_FILE, EVENTS_FILE, PSTATS_FILE, TRACES_DIR, rank_dir_name  # noqa: E402
 
 EVENT_INTERVAL_S = 0.1  # at most this often a progress line within a phase
@@ -276,10 +277,10 @@ class ChildSession:
             self.recorder.script_started()
             if self.spec.module:
                 # NOTE: as `python -m`: the working directory first on sys.path.
-                sys.path[0] = os.getcwd()
+                put_first(os.getcwd())
                 runpy.run_module(self.spec.module, run_name="__main__", alter_sys=True)
             else:
-                sys.path[0] = os.path.dirname(self.script)
+                put_first(os.path.dirname(self.script))
                 runpy.run_path(self.script, run_name="__main__")
         except StopScript:
             outcome = "stopped"

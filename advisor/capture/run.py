@@ -55,6 +55,7 @@ from advisor.capture.model import (
 from advisor.capture.phases import Phases
 from advisor.capture.records import OUT_OF_MEMORY
 from advisor.capture.sampler import UtilSampler
+from advisor.capture.syspath import PYTHON_FLAGS
 from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError, UsageError
 from advisor.rundir import CONFIG_FILE, EVENTS_FILE, STDERR_LOG, STDOUT_LOG
@@ -255,7 +256,7 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None, warm: Any =
     # NOTE: the pid tells `advisor runs` whether a run without capture.json is still capturing
     # or was killed outright (SIGKILL, OOM) before it could save anything.
     dump_json({"spec": spec_for_child, "run_dir": str(run_dir), "pid": os.getpid()}, run_dir / CONFIG_FILE)
-    cmd = [sys.executable, "-m", "advisor.capture.child", str(run_dir / CONFIG_FILE)]
+    cmd = [sys.executable, *PYTHON_FLAGS, "-m", "advisor.capture.child", str(run_dir / CONFIG_FILE)]
 
     if progress is not None:
         progress(ProgressEvent(phase=Phase.STARTING, steps_total=steps_total(spec)))

@@ -55,6 +55,7 @@ from typing import Any, BinaryIO
 
 from advisor._proc import kill_group, own_group
 from advisor.capture.model import RunCapture, RunSpec, WarmStartLost
+from advisor.capture.syspath import PYTHON_FLAGS
 from advisor.capture.warm_server import main, receive_message, send_message
 
 SERVER_MODULES = (
@@ -191,7 +192,7 @@ class WarmServer:
                 self.log.parent.mkdir(parents=True, exist_ok=True)
                 log = self.log.open("wb")
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "advisor.capture.warm", str(theirs.fileno()), json.dumps(setup)],
+                [sys.executable, *PYTHON_FLAGS, "-m", "advisor.capture.warm", str(theirs.fileno()), json.dumps(setup)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 cwd=str(self.spec.cwd) if self.spec.cwd is not None else None,
                 env=self.env, pass_fds=(theirs.fileno(),),

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from advisor.capture.syspath import first_for_a_while
+
 
 def script_imports(path: Path) -> list[str]:
     """Return the modules ``path`` imports at its top level, in order, without running it.
@@ -109,10 +111,8 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
     roots = library_roots()
     refusal = refusal or gpu_visible()
     wanted = script_imports(Path(script)) if script else []
-    saved = sys.path[0] if sys.path else None
-    if sys.path:
-        sys.path[0] = os.getcwd() if module else os.path.dirname(os.path.abspath(script or "."))
-    try:
+    folder = os.getcwd() if module else os.path.dirname(os.path.abspath(script or "."))
+    with first_for_a_while(folder):
         for name in wanted:
             if refusal is not None:
                 break
@@ -126,10 +126,7 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
             imported.append(name)
             if _threads() > base:
                 refusal = f"importing {name} started a thread, which a fork would not copy"
-        refusal = refusal or shadowed(sys.path[0] if sys.path else "")
-    finally:
-        if saved is not None:
-            sys.path[0] = saved
+        refusal = refusal or shadowed(folder)
     return {"ready": refusal is None, "refusal": refusal, "imported": imported, "failed": failed,
             "threads": _threads()}
 
