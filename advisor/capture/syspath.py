@@ -1,14 +1,15 @@
 """Where a capture child finds modules: advisor's own from its install, the script's from its folder.
 
-The children advisor starts (``python -m advisor.capture.child``, the warm-start server) run with
+The children advisor starts (``python -m advisor.capture.child``, the warm-start server, torchrun
+and its ranks) run with
 ``-P`` (Python 3.11+): without it ``-m`` puts the working directory first on ``sys.path``, and a
 folder there named ``advisor`` (a project of that name, advisor's own source tree) or a module
 named like one advisor imports would be imported instead of advisor's own, before any of our code
 runs. The script still gets its folder first on ``sys.path``, as ``python script.py`` gives it:
 inserted there under ``-P``, in place of the working directory otherwise.
 
-torchrun starts its ranks' children itself (``advisor.distributed.launch``), without ``-P``: a
-multi-process capture still imports from the working directory first.
+torchrun's ranks get the same flags: ``advisor.distributed.launch`` hands it the whole command
+(``--no-python``).
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ from advisor.capture.run import (
     validate_spec,
 )
 from advisor.capture.sampler import UtilSampler
+from advisor.capture.syspath import PYTHON_FLAGS
 from advisor.distributed.merge import merge_ranks, read_rank
 from advisor.errors import UsageError
 from advisor.rundir import (
@@ -89,7 +90,7 @@ def torchrun_command(spec: RunSpec, config: Path, logs_dir: Path) -> list[str]:
     ``PET_RDZV_ID``, ``PET_NODE_RANK``...), which the user sets on every node.
     """
     cmd = [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, *PYTHON_FLAGS, "-m", "torch.distributed.run",
         "--nproc-per-node", str(spec.nproc_per_node),
         "--nnodes", str(spec.nnodes),
         "--max-restarts", "0",
@@ -99,7 +100,9 @@ def torchrun_command(spec: RunSpec, config: Path, logs_dir: Path) -> list[str]:
     ]
     if spec.nnodes == 1:
         cmd.append("--standalone")
-    return [*cmd, "-m", "advisor.capture.child", str(config)]
+    # NOTE: --no-python: torchrun starts the given command as it is, so each rank's child gets
+    # -P as the single-process child does (advisor.capture.syspath); -u is what torchrun adds
+    return [*cmd, "--no-python", sys.executable, "-u", *PYTHON_FLAGS, "-m", "advisor.capture.child", str(config)]
 
 
 RDZV_BACKENDS = ("c10d", "static")

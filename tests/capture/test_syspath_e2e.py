@@ -63,3 +63,20 @@ def test_the_scripts_folder_goes_first_and_a_preload_leaves_sys_path_as_it_was(m
             assert sys.path[1:] == (before if safe else before[1:])  # inserted under -P, else in cwd's place
         finally:
             sys.path[:] = before
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is new in 3.11")
+def test_torchrun_ranks_do_not_import_the_projects_advisor_either(capsys, tmp_path: Path, monkeypatch) -> None:
+    project = tmp_path / "project"
+    (project / "advisor").mkdir(parents=True)
+    (project / "advisor" / "__init__.py").write_text('raise ImportError("the project\'s own advisor package")\n')
+    (project / "helper.py").write_text("import torch\n\ndef batch():\n    return torch.randn(8, 4)\n")
+    (project / "train.py").write_text(SCRIPT)
+    monkeypatch.chdir(project)
+    code, _, err = invoke(
+        capsys, "diagnose", "--no-fixes", "-q", "--nproc-per-node", "2", "--out", str(tmp_path / "run"),
+        "--warmup", "2", "--steps", "5", "--profile-steps", "2", "--format", "json", "-o", str(tmp_path / "r.json"),
+        "train.py",
+    )
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "run").glob("rank*")) == ["rank0", "rank1"]
