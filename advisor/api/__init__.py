@@ -104,9 +104,9 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-def _load() -> None:
-    """Load every lazy name the wrappers below call (a name already set, e.g. replaced by a test, stays)."""
-    for name in _LAZY:
+def _load(*names: str) -> None:
+    """Load the lazy ``names`` a wrapper below calls (a name already set, e.g. replaced by a test, stays)."""
+    for name in names:
         if name not in globals():
             __getattr__(name)
 
@@ -249,7 +249,8 @@ def diagnose(
     """
     import datetime as _dt
 
-    _load()
+    _load("check_fix_ids", "find_module_file", "validate_script", "engine_config", "ANY_OPTION", "new_run_dir",
+          "RunSpec", "FixOptions", "live_progress", "diagnose_script")
     if write and not fixes:
         raise UsageError("write=True applies the fixes' diff; it needs fixes=True")
     check_fix_ids(tuple(fix))
@@ -300,12 +301,12 @@ def analyze(
         InputError: the path is missing or holds no readable trace.
         UsageError: an unknown rule code or a bad config file.
     """
-    _load()
+    _load("engine_config", "ANY_OPTION", "analyze_report")
     config = engine_config(select, extend_select, ignore, preview, option_keys=ANY_OPTION)
     return analyze_report(path, config, inline_ignores=inline_ignores)
 
 
 def load(run_dir: str | Path) -> Report:
     """Return the report a diagnose saved (a run directory or its ``report.json``), without re-running anything."""
-    _load()
+    _load("load_report")
     return load_report(run_dir)

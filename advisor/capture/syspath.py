@@ -4,8 +4,9 @@ The children advisor starts (``python -m advisor.capture.child``, the warm-start
 and its ranks) run with ``-P`` (Python 3.11+): without it ``-m`` puts the working directory first
 on ``sys.path``, and a folder there named ``advisor`` (a project of that name, advisor's own
 source tree) or a module named like one advisor imports would be imported instead of advisor's
-own, before any of our code runs. The script still gets its folder first on ``sys.path``, as ``python script.py`` gives it:
-inserted there under ``-P``, in place of the working directory otherwise.
+own, before any of our code runs. The script still gets its folder first on ``sys.path``, as
+``python script.py`` gives it: inserted there under ``-P``, in place of the working directory
+otherwise.
 
 torchrun's ranks get the same flags: ``advisor.distributed.launch`` hands it the whole command
 (``--no-python``).

@@ -71,10 +71,10 @@ REQUIRED_KEYS: tuple[str, ...] = (
 OPTIONAL_KEYS: tuple[str, ...] = ("aliases",)
 
 MAX_RULE_FILE_BYTES = 256 * 1024
+"""Largest rule file read (a rule is a page of YAML; a bigger one is a mistake or an attack)."""
 # NOTE: libyaml's safe loader (PyYAML's wheels ship it) parses the rules ten times faster than the
 # pure-Python one (about 0.1 s of every command's start); the same safe subset of YAML.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""Largest rule file read (a rule is a page of YAML; a bigger one is a mistake or an attack)."""
 MAX_LIST_ITEMS = 50
 """Most entries in a rule's list keys (aliases, references, fixes...)."""
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")

@@ -346,12 +346,14 @@ def _parallel_fill(path: Path, raw: Any) -> fanout.Fill:
 
 
 class Started:
-    """Workers decoding a file's events array since :func:`start_parallel`, and where it lies."""
+    """Workers decoding a file's bytes (``raw``) since :func:`start_parallel`, and where its events array lies."""
 
-    __slots__ = ("head", "ranges", "start", "stop", "workers")
+    __slots__ = ("head", "ranges", "raw", "start", "stop", "workers")
 
-    def __init__(self, head: _Head, start: int, stop: int, ranges: list[tuple[int, int]], workers: fanout.Workers) -> None:
-        self.head, self.start, self.stop, self.ranges, self.workers = head, start, stop, ranges, workers
+    def __init__(
+        self, raw: Any, head: _Head, start: int, stop: int, ranges: list[tuple[int, int]], workers: fanout.Workers
+    ) -> None:
+        self.raw, self.head, self.start, self.stop, self.ranges, self.workers = raw, head, start, stop, ranges, workers
 
 
 def start_parallel(path: Path, raw: Any) -> Started | None:
@@ -370,7 +372,7 @@ def start_parallel(path: Path, raw: Any) -> Started | None:
     if ranges is None:
         return None
     pool = fanout.Workers.start(_parallel_fill(path, raw), ranges, workers)
-    return None if pool is None else Started(head, start, stop, ranges, pool)
+    return None if pool is None else Started(raw, head, start, stop, ranges, pool)
 
 
 def _framed(raw: Any, ranges: list[tuple[int, int]]) -> Iterator[memoryview]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import os
 from pathlib import Path
-from typing import Any
 
 from advisor.errors import TraceError
 from advisor.trace import fanout
@@ -25,16 +24,7 @@ from advisor.trace.read import _read_bytes
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-class Claimed:
-    """A head-started decode handed to its reader: the file's bytes and the running workers."""
-
-    __slots__ = ("raw", "started")
-
-    def __init__(self, raw: Any, started: Started) -> None:
-        self.raw, self.started = raw, started
-
-
-_pending: dict[Path, tuple[tuple[int, int, int, int], Claimed]] = {}
+_pending: dict[Path, tuple[tuple[int, int, int, int], Started]] = {}
 
 
 def _identity(path: Path) -> tuple[Path, tuple[int, int, int, int]] | None:
@@ -62,8 +52,7 @@ def head_start(path: str | Path) -> bool:
         with open(path, "rb") as fh:
             if fh.read(2) == _GZIP_MAGIC:  # decompressing is the load's own business
                 return False
-        raw = _read_bytes(path)
-        started = start_parallel(path, raw)
+        started = start_parallel(path, _read_bytes(path))
     except (OSError, TraceError):
         return False
     if started is None:
@@ -71,12 +60,12 @@ def head_start(path: str | Path) -> bool:
     key, stamp = ident
     old = _pending.pop(key, None)
     if old is not None:
-        old[1].started.workers.close()
-    _pending[key] = (stamp, Claimed(raw, started))
+        old[1].workers.close()
+    _pending[key] = (stamp, started)
     return True
 
 
-def claim(path: Path) -> Claimed | None:
+def claim(path: Path) -> Started | None:
     """Take the head-started decode of ``path``, if there is one and the file is unchanged since."""
     if not _pending or os.getpid() != _owner:  # a forked child: the workers are its parent's
         return None
@@ -88,7 +77,7 @@ def claim(path: Path) -> Claimed | None:
     if entry is None:
         return None
     if entry[0] != stamp:
-        entry[1].started.workers.close()
+        entry[1].workers.close()
         return None
     return entry[1]
 
@@ -96,9 +85,9 @@ def claim(path: Path) -> Claimed | None:
 def close_all() -> None:
     """End every decode started and not claimed (run at exit)."""
     while _pending:
-        _key, (_stamp, claimed) = _pending.popitem()
+        _key, (_stamp, started) = _pending.popitem()
         if os.getpid() == _owner:
-            claimed.started.workers.close()
+            started.workers.close()
 
 
 _owner = os.getpid()

@@ -80,10 +80,8 @@ def load_trace(path: Path, index: int = 0, *, meanwhile: Callable[[], object] | 
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"trace file {path} does not exist; pass a .json/.json.gz trace")
-    claimed = early.claim(path)
-    raw = claimed.raw if claimed is not None else _read_bytes(path)
-    started = claimed.started if claimed is not None else None
-    del claimed
+    started = early.claim(path)
+    raw = started.raw if started is not None else _read_bytes(path)
     once = _Once(meanwhile)
     if started is None and workers_for(len(raw)) < 2:
         once()

@@ -31,14 +31,19 @@ for _ in range(40):
 """
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is new in 3.11")
-def test_a_project_folder_named_advisor_does_not_shadow_advisor(capsys, tmp_path: Path, monkeypatch) -> None:
+def _project(tmp_path: Path) -> Path:
+    """A project folder with a broken package named ``advisor``, a module the script imports, and the script."""
     project = tmp_path / "project"
     (project / "advisor").mkdir(parents=True)
     (project / "advisor" / "__init__.py").write_text('raise ImportError("the project\'s own advisor package")\n')
     (project / "helper.py").write_text("import torch\n\ndef batch():\n    return torch.randn(8, 4)\n")
     (project / "train.py").write_text(SCRIPT)
-    monkeypatch.chdir(project)
+    return project
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is new in 3.11")
+def test_a_project_folder_named_advisor_does_not_shadow_advisor(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(_project(tmp_path))
     code, _, err = invoke(
         capsys, "diagnose", "--no-fixes", "-q", "--out", str(tmp_path / "run"), "--warmup", "2", "--steps", "5",
         "--profile-steps", "2", "--format", "json", "-o", str(tmp_path / "r.json"), "train.py",
@@ -67,12 +72,7 @@ def test_the_scripts_folder_goes_first_and_a_preload_leaves_sys_path_as_it_was(m
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is new in 3.11")
 def test_torchrun_ranks_do_not_import_the_projects_advisor_either(capsys, tmp_path: Path, monkeypatch) -> None:
-    project = tmp_path / "project"
-    (project / "advisor").mkdir(parents=True)
-    (project / "advisor" / "__init__.py").write_text('raise ImportError("the project\'s own advisor package")\n')
-    (project / "helper.py").write_text("import torch\n\ndef batch():\n    return torch.randn(8, 4)\n")
-    (project / "train.py").write_text(SCRIPT)
-    monkeypatch.chdir(project)
+    monkeypatch.chdir(_project(tmp_path))
     code, _, err = invoke(
         capsys, "diagnose", "--no-fixes", "-q", "--nproc-per-node", "2", "--out", str(tmp_path / "run"),
         "--warmup", "2", "--steps", "5", "--profile-steps", "2", "--format", "json", "-o", str(tmp_path / "r.json"),

@@ -24,6 +24,13 @@ from tests.trace.test_trace_load_parallel import _assert_same, _events, _gone, _
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _trace(tmp_path: Path) -> Path:
+    """A trace of 12000 events: three workers' worth at the lowered thresholds of the ``forks`` fixture."""
+    path = tmp_path / "t.json"
+    path.write_text(_text(_events(12000)))
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _no_leftovers():
     yield
@@ -32,8 +39,7 @@ def _no_leftovers():
 
 @pytest.mark.e2e
 def test_the_load_reads_the_workers_started_ahead(tmp_path, monkeypatch, forks):
-    path = tmp_path / "t.json"
-    path.write_text(_text(_events(12000)))
+    path = _trace(tmp_path)
     assert early.head_start(path)
     assert len(forks) == 3  # forked now, before any load
     trace = load.load_trace(path)
@@ -43,8 +49,7 @@ def test_the_load_reads_the_workers_started_ahead(tmp_path, monkeypatch, forks):
 
 @pytest.mark.e2e
 def test_a_file_changed_since_is_decoded_again(tmp_path, monkeypatch, forks):
-    path = tmp_path / "t.json"
-    path.write_text(_text(_events(12000)))
+    path = _trace(tmp_path)
     assert early.head_start(path)
     started = list(forks)
     events = _events(9000)
@@ -61,8 +66,7 @@ def test_a_file_changed_since_is_decoded_again(tmp_path, monkeypatch, forks):
 
 @pytest.mark.e2e
 def test_workers_nobody_reads_end_with_the_command(tmp_path, monkeypatch, forks):
-    path = tmp_path / "t.json"
-    path.write_text(_text(_events(12000)))
+    path = _trace(tmp_path)
     assert early.head_start(path)
     assert early.head_start(path)  # started twice: the first workers end at once
     assert _gone(forks[:3]) and len(forks) == 6
@@ -91,8 +95,7 @@ def test_nothing_starts_for_what_the_load_handles_its_own_way(tmp_path, monkeypa
 
 @pytest.mark.e2e
 def test_analyze_starts_the_decode_first_and_reports_the_same(tmp_path, monkeypatch, forks):
-    path = tmp_path / "t.json"
-    path.write_text(_text(_events(12000)))
+    path = _trace(tmp_path)
     started: list[bool] = []
     head_start = early.head_start
     monkeypatch.setattr(early, "head_start", lambda p: started.append(head_start(p)) or started[-1])
