@@ -53,12 +53,14 @@ def try_fixes(
     options: FixOptions,
     progress: Callable[[Any], None] | None = None,
     checkpoint: Callable[[FixOutcome], None] | None = None,
+    server: Any = None,
 ) -> FixOutcome:
     """Measure the fixes the findings suggest (or ``options.only``); the loop also builds the diff.
 
     Trial runs go to ``<run>/trials/``; the user's script is only written with ``--write``.
     Single-process trial runs are forked from a warm-start server unless ``options.cold_start``
     (:func:`advisor.capture.warm.warm_runner`; it falls back to cold starts by itself).
+    ``server``: one :func:`launch_server` started earlier, which the loop uses and ends.
     """
     from advisor.capture.warm import warm_runner
     from advisor.fixes.diff import write_diff
@@ -68,7 +70,7 @@ def try_fixes(
     trial_spec = replace(spec, quiet=True)
     warm = warm_runner(
         trial_spec, capture_function(spec), enabled=not options.cold_start, modules=(INSTALLER,),
-        log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log",
+        log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log", launched=server,
     )
     with warm as (runner, started):
         outcome = run_trials(
@@ -90,13 +92,37 @@ def try_fixes(
             profile_kept=spec.profiled_steps > 0,
         )
     if started.start_s:
-        # NOTE: the server's own start belongs to no run; it is overhead the loop paid once.
-        outcome = replace(outcome, phases_s={**outcome.phases_s, "server": round(started.start_s, 4)})
+        # NOTE: the server's own start belongs to no run; it is overhead the loop paid once, as
+        # long as the loop waited for it (a server launched before the analysis ran beside it).
+        outcome = replace(outcome, phases_s={**outcome.phases_s, "server": round(started.waited_s, 4)})
     outcome = replace(outcome, notes=(*outcome.notes, *started.notes()))
     if outcome.diff and options.write:
         backup = write_diff(Path(spec.script), outcome.diff)
         outcome = replace(outcome, notes=(*outcome.notes, f"applied the diff to {spec.script} (backup: {backup})"))
     return outcome
+
+
+def launch_server(spec: RunSpec, options: FixOptions) -> Any:
+    """Start the fix loop's warm-start server now, without waiting (None where the trials start cold).
+
+    The diagnose calls it as soon as the capture has ended, so that the server imports torch
+    while the capture is analysed; :func:`try_fixes` then takes it as ``server``. Whoever does
+    not pass it on must ``close()`` it.
+    """
+    if not options.enabled:
+        return None
+    import inspect
+
+    from advisor.capture.warm import launch_early
+    from advisor.fixes.loop import INSTALLER
+    from advisor.rundir import TRIALS_DIR
+
+    if "warm" not in inspect.signature(capture_function(spec)).parameters:
+        return None  # torchrun's launcher: its runs start cold
+    return launch_early(
+        replace(spec, quiet=True), enabled=not options.cold_start, modules=(INSTALLER,),
+        log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log",
+    )
 
 
 MEMORY_FIXES = frozenset({"activation_checkpointing", "fit_accumulation"})
@@ -114,9 +140,11 @@ def _peak(findings: Sequence[Any]) -> dict[str, Any]:
 
 def _fix_loop_saved(
     report: Report, spec: RunSpec, diagnosis: Diagnosis, fix_options: FixOptions,
-    trial_progress: Callable[[Any], None] | None, run_dir: Path, started: float,
+    trial_progress: Callable[[Any], None] | None, run_dir: Path, started: float, server: Any = None,
 ) -> Report:
     """Run the fix loop with ``report.json`` saved before it and after every trial run.
+
+    ``server``: the warm-start server :func:`launch_server` started, passed on to :func:`try_fixes`.
 
     Ctrl-C or SIGTERM during the loop stops the trial's children (the capture stage ends its
     process group on any exception), saves the report with status ``interrupted`` and what was
@@ -150,7 +178,7 @@ def _fix_loop_saved(
     checkpoint(FixOutcome())  # the diagnosis is on disk before the first trial run starts
     try:
         with interrupt_once(asked_to_stop):
-            outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint)
+            outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint, server=server)
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc, asked_to_stop[0])
         with signals_ignored():  # a second ^C must not cut the final write short

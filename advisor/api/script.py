@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.api.analysis import evaluate
-from advisor.api.fixloop import FixOptions, _fix_loop_saved
+from advisor.api.fixloop import FixOptions, _fix_loop_saved, launch_server
 from advisor.api.process import capture_function
 from advisor.capture.model import RunCapture, RunSpec
 from advisor.errors import InputError, UsageError
@@ -59,11 +59,18 @@ def diagnose_script(
             _save_interrupted(spec, exc, engine_config, inline_ignores, started)
             raise
     run_dir = Path(capture.run_dir or spec.out_dir)
-    diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
-    report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
     # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
-    if fix_options.enabled and (capture.ok or is_out_of_memory(capture)):
-        report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started)
+    fix_loop = fix_options.enabled and (capture.ok or is_out_of_memory(capture))
+    # NOTE: the trials' warm-start server imports torch on the other core while the capture is analysed.
+    server = launch_server(spec, fix_options) if fix_loop else None
+    try:
+        diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
+        report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
+        if fix_loop:
+            report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started, server)
+    finally:
+        if server is not None:
+            server.close()  # the loop ends it; this is for a diagnose that failed before the loop
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
 

@@ -137,6 +137,9 @@ class RunSpec:
         trace_budget_bytes: Keep the exported torch.profiler trace (uncompressed) under this
             size: fewer profiled steps, then no memory events or Python stacks
             (:mod:`advisor.capture.budget`; None: no bound).
+        startup_reported: The run's start-up (its time to first step) describes the user's, so
+            a profiled run starts cold. False for a run whose trace alone is read (the kept
+            fixes' profiled run), which may then be forked from the warm-start server.
     """
 
     script: Path
@@ -161,6 +164,7 @@ class RunSpec:
     memory_budget_bytes: int | None = None
     module: str | None = None
     trace_budget_bytes: int | None = DEFAULT_TRACE_BUDGET_BYTES
+    startup_reported: bool = True
 
 
 @dataclass(frozen=True)
@@ -279,6 +283,15 @@ class RunCapture:
     def ok(self) -> bool:
         """True when the script neither crashed nor timed out and at least one step was seen."""
         return self.status in (RunStatus.COMPLETED, RunStatus.STOPPED)
+
+    @property
+    def time_to_first_step_s(self) -> float | None:
+        """The script's start to the end of its first step, as a user's run would take it.
+
+        None for a run forked from the warm-start server: torch was imported before it began, so
+        its first step came seconds earlier than the script's would.
+        """
+        return None if self.start == StartKind.WARM else self.timed.time_to_first_step_s
 
     def save(self, run_dir: Path) -> Path:
         """Write ``capture.json`` into ``run_dir`` atomically and return its path."""

@@ -27,7 +27,8 @@ context manager: leaving it, normally or by an exception, ends the server.
 
 The warm start is used only where it is safe (:meth:`WarmServer.refusal`): Linux, one process
 (no torchrun), no profiler in the run (profiled captures stay cold: their trace and their time
-to first step describe the user's real start-up), no GPU visible to a CUDA/ROCm build of torch,
+to first step describe the user's real start-up; the kept fixes' profiled run, whose trace alone
+is read, is the exception: ``RunSpec.startup_reported``), no GPU visible to a CUDA/ROCm build of torch,
 and the environment the server was started with. Elsewhere, and when the server cannot start or
 dies, runs start cold; :func:`warm_runner` does that choice per run and re-runs cold a run the
 server's death cut short.
@@ -167,17 +168,30 @@ class WarmServer:
     refused: str | None = None
     imported: tuple[str, ...] = ()
     start_s: float = 0.0
+    waited_s: float = 0.0
+    launched_at: float = 0.0
+    is_ready: bool = False
     env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> bool:
         """Start the server and wait until it has imported everything; False (``refused`` says why) if not usable."""
+        return self.launch() and self.ready()
+
+    def launch(self) -> bool:
+        """Start the server's process and return at once; :meth:`ready` waits for its imports.
+
+        Between the two the caller does its own work (the diagnose analyses the capture while the
+        server imports torch on the other core). False (``refused`` says why) when it cannot start.
+        """
+        if self.proc is not None or self.refused is not None:
+            return self.refused is None
         reason = platform_refusal()
         if reason is not None:
             self.refused = reason
             return False
         from advisor.capture.run import child_env
 
-        t0 = time.perf_counter()
+        self.launched_at = time.perf_counter()
         self.env = child_env(self.spec)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         setup = {
@@ -207,8 +221,19 @@ class WarmServer:
             if not isinstance(log, int):
                 log.close()
         self.sock = ours
+        return True
+
+    def ready(self) -> bool:
+        """Wait until the launched server has imported everything (at once if it has); False (``refused``) if it cannot serve.
+
+        ``start_s`` is then its whole start, ``waited_s`` the part the caller spent waiting for it.
+        """
+        if self.is_ready or self.refused is not None or self.sock is None:
+            return self.is_ready and self.refused is None
+        t0 = time.perf_counter()
         msg = self.receive(self.ready_timeout_s)
-        self.start_s = time.perf_counter() - t0
+        now = time.perf_counter()
+        self.start_s, self.waited_s = now - self.launched_at, now - t0
         if msg is None or msg.get("lost") or not msg.get("ready"):
             self.refused = (msg or {}).get("refusal") or (
                 "the server did not get ready in time" if msg is None else "the server died while importing"
@@ -216,6 +241,7 @@ class WarmServer:
             self.close()
             return False
         self.imported = tuple(msg.get("imported") or ())
+        self.is_ready = True
         return True
 
     @property
@@ -297,6 +323,8 @@ class WarmServer:
         proc = self.proc
         if proc is None:
             return
+        if not self.is_ready:
+            kill_group(proc.pid)  # still importing: it reads no socket, and has nothing to save
         try:
             proc.wait(timeout=2.0)  # it exits by itself when its socket closes
         except subprocess.TimeoutExpired:
@@ -315,7 +343,7 @@ def spec_refusal(spec: RunSpec) -> str | None:
     """Say why ``spec`` itself must start cold, whatever the server (None when it may start warm)."""
     if spec.nproc_per_node > 1 or spec.nnodes > 1:
         return "torchrun launches its own processes"
-    if spec.profiled_steps > 0 or (spec.cprofile_steps or 0) > 0:
+    if spec.startup_reported and (spec.profiled_steps > 0 or (spec.cprofile_steps or 0) > 0):
         return "profiled runs start cold"
     return platform_refusal()
 
@@ -340,6 +368,7 @@ class WarmStats:
     cold: int = 0
     server_pid: int | None = None
     start_s: float = 0.0
+    waited_s: float = 0.0
     imported: tuple[str, ...] = ()
     cold_reasons: dict[str, int] = field(default_factory=dict)
 
@@ -361,18 +390,21 @@ Capture = Callable[..., RunCapture]
 @contextlib.contextmanager
 def warm_runner(
     spec: RunSpec, capture: Capture, *, enabled: bool = True, modules: Sequence[str] = (),
-    log: Path | None = None,
+    log: Path | None = None, launched: WarmServer | None = None,
 ) -> Iterator[tuple[Callable[..., RunCapture], WarmStats]]:
     """Yield a runner ``(spec, progress=None) -> RunCapture`` that warm-starts each run it can.
 
     ``capture`` is :func:`advisor.capture.run.capture`. The server starts on the first run that
     could use it (a loop that runs nothing starts nothing) and ends when the block is left,
-    however it is left. A run the server's death cut short is run again cold.
+    however it is left. A run the server's death cut short is run again cold. ``launched`` is a
+    server the caller already started for ``spec`` (:func:`launch_early`), whose imports ran
+    while the caller worked: the first run waits for it instead of starting one, and it ends
+    with the block like one started here.
     """
     import inspect
 
     stats = WarmStats()
-    state: dict[str, Any] = {"server": None, "why": None if enabled else "--cold-start was asked for"}
+    state: dict[str, Any] = {"server": launched, "why": None if enabled else "--cold-start was asked for"}
     if enabled and "warm" not in inspect.signature(capture).parameters:
         state["why"] = "the capture stage in use cannot fork runs"  # a test's fake, torchrun's launcher
 
@@ -382,10 +414,11 @@ def warm_runner(
         server = state["server"]
         if server is None:
             server = state["server"] = WarmServer(replace(run, out_dir=spec.out_dir), tuple(modules), log)
+        if not server.is_ready:
             if not server.start():
                 state["why"] = server.refused
                 return None
-            stats.start_s, stats.imported = server.start_s, server.imported
+            stats.start_s, stats.waited_s, stats.imported = server.start_s, server.waited_s, server.imported
             stats.server_pid = server.proc.pid if server.proc is not None else None
         return server
 
@@ -419,6 +452,21 @@ def warm_runner(
     finally:
         if state["server"] is not None:
             state["server"].close()
+
+
+def launch_early(spec: RunSpec, *, enabled: bool = True, modules: Sequence[str] = (), log: Path | None = None) -> WarmServer | None:
+    """Start a server for the runs of ``spec`` now, without waiting for it (None where runs of it start cold).
+
+    For :func:`warm_runner`'s ``launched``: the caller's next seconds of work (the diagnose's
+    analysis) then overlap the server's imports. The caller must end it (leaving the runner's
+    block does), also when no run follows.
+    """
+    if not enabled or spec_refusal(replace(spec, profiled_steps=0, cprofile_steps=0)) is not None:
+        return None
+    server = WarmServer(spec, tuple(modules), log)
+    if not server.launch():
+        return None
+    return server
 
 
 if __name__ == "__main__":

@@ -169,7 +169,7 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     out["cpu_count"] = finite(capture.environment.cpu_count) or None
     out["gpu_util_frac"] = finite(capture.gpu.mean_util_frac)
     out["cpu_util_frac"] = finite(capture.cpu.mean_util_frac)
-    out["time_to_first_step_s"] = finite(timed.time_to_first_step_s)
+    out["time_to_first_step_s"] = finite(capture.time_to_first_step_s)
     out.update(contention_metrics(capture), **periodic_metrics(capture))
     if summary.get("peak_memory_bytes") is None:
         out["peak_memory_bytes"] = finite(capture.peak_memory_bytes)

@@ -220,7 +220,7 @@ def project(capture: RunCapture) -> Projection:
 
 
 def _startup(capture: RunCapture, step_s: float | None) -> float | None:
-    first = capture.timed.time_to_first_step_s
+    first = capture.time_to_first_step_s
     if first is None or step_s is None:
         return None
     before = sum(w.seconds for w in capture.between_steps if w.step == 0)

@@ -386,7 +386,7 @@ def build_report(
             timed_steps=capture.timed_steps,
             profiled_steps=capture.profiled_steps,
             samples_per_s=capture.timed.samples_per_s,
-            time_to_first_step_s=capture.timed.time_to_first_step_s,
+            time_to_first_step_s=capture.time_to_first_step_s,
             peak_memory_bytes=capture.peak_memory_bytes,
             environment=to_jsonable(capture.environment),
             dataloaders=tuple(to_jsonable(d) for d in capture.dataloaders),

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from advisor.capture.run import capture
 from advisor.capture.warm import (
     WarmServer,
     WarmStartLost,
+    launch_early,
     spec_refusal,
     warm_runner,
 )
@@ -146,6 +148,43 @@ def test_runs_that_must_start_cold_say_why() -> None:
     assert spec_refusal(spec) is None
     assert "profiled" in (spec_refusal(replace(spec, profiled_steps=2)) or "")
     assert "torchrun" in (spec_refusal(replace(spec, nproc_per_node=2)) or "")
+    # a profiled run whose start-up nobody reads (the kept fixes' run) may be forked
+    assert spec_refusal(replace(spec, profiled_steps=2, startup_reported=False)) is None
+    assert "torchrun" in (spec_refusal(replace(spec, nproc_per_node=2, startup_reported=False)) or "")
+
+
+@pytest.mark.e2e
+def test_a_server_launched_early_serves_the_runner_and_ends_with_it(tmp_path: Path) -> None:
+    base = _spec(tmp_path / "run")
+    server = launch_early(base, log=tmp_path / "server.log")
+    assert server is not None and server.proc is not None and not server.is_ready
+    time.sleep(0.5)  # the caller's own work, while the server imports
+    with warm_runner(base, capture, launched=server) as (run, stats):
+        first = run(replace(base, out_dir=tmp_path / "first"))
+        profiled = run(replace(base, out_dir=tmp_path / "kept", profiled_steps=2, startup_reported=False))
+    assert first.start == StartKind.WARM and first.ok
+    assert profiled.start == StartKind.WARM and profiled.ok and profiled.trace_files
+    assert profiled.time_to_first_step_s is None and profiled.timed.time_to_first_step_s is not None
+    assert stats.warm == 2 and stats.server_pid == server.proc.pid
+    assert 0.0 <= stats.waited_s < stats.start_s  # the half second before the first run was not waited for
+    assert server.proc.poll() is not None  # ended with the block
+
+
+@pytest.mark.e2e
+def test_a_server_launched_early_and_never_used_is_ended_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from advisor.capture import warm
+
+    assert launch_early(_spec(tmp_path / "run"), enabled=False) is None
+    assert launch_early(_spec(tmp_path / "run", nproc_per_node=2)) is None
+    server = launch_early(_spec(tmp_path / "run"))
+    assert server is not None and server.proc is not None
+    calls: list[str] = []
+    real_kill, real_wait = warm.kill_group, server.proc.wait
+    monkeypatch.setattr(warm, "kill_group", lambda pid, *a: (calls.append("kill"), real_kill(pid, *a))[1])
+    monkeypatch.setattr(server.proc, "wait", lambda timeout=None: (calls.append("wait"), real_wait(timeout))[1])
+    server.close()  # while it imports torch it reads no socket: waiting for it to notice would be 2 s lost
+    assert calls[:2] == ["kill", "wait"]
+    assert server.proc.poll() is not None
 
 
 @pytest.mark.e2e

@@ -49,15 +49,16 @@ def test_diagnose_finds_loading_bottleneck_and_keeps_the_worker_fix(tmp_path: Pa
     assert trial["verdict"] == "improved", trial
     assert trial["speedup"] > 1.2 and trial["ci_low"] > 1.0
     assert report["combined"]["samples_per_s"] > report["combined"]["baseline_samples_per_s"]
-    # The trial runs were forked from the warm-start server (issue #16); the profiled ones were not.
+    # The trial runs were forked from the warm-start server (issue #16), and so was the kept fixes'
+    # profiled run (its start-up is not read); the diagnosed capture was not.
     starts = report["timing"]["starts"]
     assert starts.get("warm", 0) >= 5 and starts.get("warm", 0) + starts.get("cold", 0) == report["timing"]["trial_runs"]
-    assert report["timing"]["phases_s"]["server"] > 0
+    assert report["timing"]["phases_s"]["server"] >= 0  # the wait: the analysis ran beside its imports
     trial_runs = [json.loads(p.read_text()) for p in (run_dir / "trials").glob("*/capture.json")]
     warm = [c for c in trial_runs if c["start"] == "warm"]
     assert warm and all(c["status"] == "stopped" for c in warm)
     assert json.loads((run_dir / "capture.json").read_text())["start"] == "cold"
-    assert json.loads((run_dir / "kept" / "capture.json").read_text())["start"] == "cold"
+    assert json.loads((run_dir / "kept" / "capture.json").read_text())["start"] == "warm"
     assert any("warm-started" in n for n in report["notes"])
     # --diff goes to stdout after the report; the user's file is untouched without --write.
     assert "+++" in out.stdout and "num_workers=" in out.stdout

@@ -47,7 +47,7 @@ def _loop(tmp_path: Path) -> Report:
 def test_the_report_is_saved_before_the_trials_and_interrupted_with_what_finished(tmp_path, monkeypatch):
     on_disk: list[Report] = []
 
-    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None):  # type: ignore[no-untyped-def]
+    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None, server=None):  # type: ignore[no-untyped-def]
         on_disk.append(Report.load(tmp_path))  # written before the first trial run
         checkpoint(FixOutcome(trials=(DONE, OPEN)))
         on_disk.append(Report.load(tmp_path))
@@ -73,7 +73,7 @@ def test_a_stop_signal_whose_interrupt_was_swallowed_still_stops_the_loop_at_the
 
     runs_after: list[int] = []
 
-    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None):  # type: ignore[no-untyped-def]
+    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None, server=None):  # type: ignore[no-untyped-def]
         checkpoint(FixOutcome(trials=(DONE,)))
         try:
             os.kill(os.getpid(), signal.SIGTERM)  # handled in this thread, before the next line
@@ -95,7 +95,7 @@ def test_a_stop_signal_whose_interrupt_was_swallowed_still_stops_the_loop_at_the
 
 
 def test_a_finished_loop_saves_a_complete_report(tmp_path, monkeypatch):
-    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None):  # type: ignore[no-untyped-def]
+    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None, server=None):  # type: ignore[no-untyped-def]
         checkpoint(FixOutcome(trials=(OPEN,)))
         return FixOutcome(trials=(DONE,), kept=("pin_memory",), combined=DONE, runs=3, wall_s=5.0,
                           phases_s={"process": 0.5, "imports": 1.5, "timed": 2.0})
@@ -144,3 +144,53 @@ def test_report_renders_an_interrupted_run_saying_so(tmp_path, fmt):
     assert out.exit_code == 0, out.output
     assert "Interrupted during the fix trials: 1 trial(s) finished, 1 unfinished" in out.output
     assert "dataloader_workers" in out.output
+
+
+class _Server:
+    """Stands for the warm-start server the diagnose launches before it analyses the capture."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None):  # type: ignore[no-untyped-def]
+    from advisor.api import script
+    from advisor.capture.model import RunCapture, RunStatus
+    from advisor.capture.records import TimedPhase
+
+    server, order = _Server(), []
+    capture = RunCapture(run_dir=str(tmp_path), status=RunStatus.COMPLETED, timed=TimedPhase(step_times_ms=(5.0,)))
+    monkeypatch.setattr(script, "capture_function", lambda spec: lambda spec, progress: capture)
+    monkeypatch.setattr(script, "launch_server", lambda spec, options: (order.append("launch"), server)[1])
+    monkeypatch.setattr(script, "_diagnosed", lambda *a: (order.append("analysis"), diagnosed(*a))[1])
+    if fix_loop is not None:
+        monkeypatch.setattr(script, "_fix_loop_saved", fix_loop)
+    spec = RunSpec(script=tmp_path / "train.py", out_dir=tmp_path)
+    return script, spec, server, order
+
+
+def test_the_trials_server_starts_before_the_analysis_and_goes_to_the_loop(monkeypatch, tmp_path):
+    handed: list[object] = []
+
+    def loop(report, spec, diagnosis, options, progress, run_dir, started, server):  # type: ignore[no-untyped-def]
+        handed.append(server)
+        return report
+
+    script, spec, server, order = _diagnose_with(
+        monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop)
+    script.diagnose_script(spec)
+    assert order == ["launch", "analysis"] and handed == [server]
+    assert server.closed == 1  # closing twice is safe; the loop's runner closes it too
+
+
+def test_an_analysis_that_fails_leaves_no_server_behind(monkeypatch, tmp_path):
+    def broken(*a):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt
+
+    script, spec, server, order = _diagnose_with(monkeypatch, tmp_path, broken)
+    with pytest.raises(KeyboardInterrupt):
+        script.diagnose_script(spec)
+    assert order == ["launch", "analysis"] and server.closed == 1

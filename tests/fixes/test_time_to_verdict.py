@@ -296,6 +296,8 @@ def test_the_kept_fixes_run_once_under_the_profiler_into_the_kept_folder(spec):
     # the diagnosed run's phases, not a trial's >= 1 s window (a short script ended inside it)
     assert (profiled[0].timed_steps, profiled[0].min_timed_s) == (spec.timed_steps, spec.min_timed_s)
     assert all(s.min_timed_s > 0 for s in inner.calls if s is not profiled[0])
+    # its start-up is not read: it may be forked from the warm-start server like the trials
+    assert not profiled[0].startup_reported and spec.startup_reported
     assert any("kept/" in n and "advisor compare" in n for n in out.notes)
     assert out.runs == len(inner.calls)
 

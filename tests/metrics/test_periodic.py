@@ -47,6 +47,17 @@ def test_period_seen_projects_the_run():
     assert periodic_notes(cap) == []
 
 
+def test_a_warm_started_run_has_no_start_up_to_project():
+    from advisor.capture.vocab import StartKind
+
+    # forked from the warm-start server: torch was imported before its clock began
+    cap = _capture([_work(0, 1.4), _work(20, 1.0)], {"max_iters": 2000}, start=StartKind.WARM)
+    assert cap.time_to_first_step_s is None and cap.timed.time_to_first_step_s == 3.0
+    p = project(cap)
+    assert p.startup_s is None and p.projected_s is None
+    assert periodic_metrics(cap)["startup_s"] is None
+
+
 def test_one_occurrence_takes_its_period_from_the_scripts_variable_and_says_so():
     cap = _capture([_work(0, 2.0)], {"max_iters": 3000, "eval_interval": 300})
     (f,) = project(cap).functions

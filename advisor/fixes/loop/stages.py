@@ -128,7 +128,9 @@ def profile_kept(kept: Sequence[Trial], loop: Measurer, ctx: FixContext, spec: R
     """Run the kept fixes once under the profiler into ``<run>/kept/``; return that folder's name ("" if it failed).
 
     The diagnosed run's trace is the "before"; this one is the "after" (``advisor compare RUN
-    RUN/kept``). Its timing is not a measurement of the fixes: the trials are.
+    RUN/kept``). Its timing is not a measurement of the fixes: the trials are. Nothing reads its
+    start-up either, so it is forked from the warm-start server like the trials
+    (``startup_reported=False``), which spares it the seconds of a fresh interpreter.
     """
     fixes = catalog.get_fixes()
     overrides: dict[str, Any] = {}
@@ -141,7 +143,7 @@ def profile_kept(kept: Sequence[Trial], loop: Measurer, ctx: FixContext, spec: R
     run_spec = replace(
         loop.trial_spec(KEPT_DIR, requests, overrides),
         out_dir=Path(spec.out_dir) / KEPT_DIR, profiled_steps=spec.profiled_steps or 10, cprofile_steps=0,
-        timed_steps=spec.timed_steps, min_timed_s=spec.min_timed_s,
+        timed_steps=spec.timed_steps, min_timed_s=spec.min_timed_s, startup_reported=False,
     )
     label = set_name(t.fix for t in kept)
     try:
