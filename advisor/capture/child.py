@@ -50,6 +50,7 @@ from advisor.capture.model import (  # noqa: E402
 )
 from advisor.capture.phases import Phases, StopScript  # noqa: E402
 from advisor.capture.profilers import CProfileControl, TorchProfilerControl  # noqa: E402
+from advisor.capture.quick_exit import quick_exit  # noqa: E402
 from advisor.capture.recorder import StepRecorder  # noqa: E402
 from advisor.capture.scriptconfig import ConfigRecorder  # noqa: E402
 from advisor.capture.syspath import put_first  # noqa: E402
@@ -467,6 +468,8 @@ def main(argv: list[str] | None = None, t0: float = _T0) -> None:
         sys.stderr.flush()
         _kill_children()
         os._exit(code)
+    if not spec.full:
+        quick_exit(code)  # the script ended by itself: its exit, less the second of teardown
     raise SystemExit(code)
 
 
