@@ -11,7 +11,8 @@ interpreter's order: its non-daemon threads are waited for, then its ``atexit`` 
 (``weakref.finalize`` and ``tempfile`` clean-ups among them), then stdout and stderr are
 flushed. What it skips is the freeing of every object, and with it the flush of a file the
 script left open: a run advisor stops (the usual end of a measured run) has always ended that
-way. Finding such files takes a scan of every object, 0.15-0.3 s, most of the saving.
+way, and finding such files would take a scan of every object (0.15-0.3 s here), most of what
+is saved.
 ``--full`` runs, where the user asked for the script's whole run as it is, end the normal way.
 """
 
