@@ -125,6 +125,22 @@ def launch_server(spec: RunSpec, options: FixOptions) -> Any:
     )
 
 
+def trials_wanted(findings: Sequence[Any], options: FixOptions) -> bool:
+    """Whether the fix loop has a fix to try: ``--fix`` ids, or a suggestion it may run (unsafe ones with ``--unsafe-fixes``).
+
+    The diagnose ends the server it launched early as soon as this says no: the server's imports
+    would only slow the rest of the analysis down.
+    """
+    if not options.enabled:
+        return False
+    if options.only:
+        return True
+    from advisor.fixes.loop.plan import choose
+
+    wanted, _, _ = choose(_suggested_fixes(findings), (), options.unsafe)
+    return bool(wanted)
+
+
 MEMORY_FIXES = frozenset({"activation_checkpointing", "fit_accumulation"})
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.api.analysis import evaluate
-from advisor.api.fixloop import FixOptions, _fix_loop_saved, launch_server
+from advisor.api.fixloop import FixOptions, _fix_loop_saved, launch_server, trials_wanted
 from advisor.api.process import capture_function
 from advisor.capture.model import RunCapture, RunSpec
 from advisor.errors import InputError, UsageError
@@ -65,6 +65,9 @@ def diagnose_script(
     server = launch_server(spec, fix_options) if fix_loop else None
     try:
         diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
+        if server is not None and not trials_wanted(diagnosis.findings, fix_options):
+            server.close()  # nothing to try: its imports would only compete with the report for the cores
+            server = None
         report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
         if fix_loop:
             report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started, server)

@@ -156,7 +156,7 @@ class _Server:
         self.closed += 1
 
 
-def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None):  # type: ignore[no-untyped-def]
+def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True):  # type: ignore[no-untyped-def]
     from advisor.api import script
     from advisor.capture.model import RunCapture, RunStatus
     from advisor.capture.records import TimedPhase
@@ -166,6 +166,8 @@ def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None):  # type: ig
     monkeypatch.setattr(script, "capture_function", lambda spec: lambda spec, progress: capture)
     monkeypatch.setattr(script, "launch_server", lambda spec, options: (order.append("launch"), server)[1])
     monkeypatch.setattr(script, "_diagnosed", lambda *a: (order.append("analysis"), diagnosed(*a))[1])
+    monkeypatch.setattr(script, "trials_wanted", lambda findings, options: wanted)
+    monkeypatch.setattr(server, "close", lambda: (order.append("close"), _Server.close(server))[1])
     if fix_loop is not None:
         monkeypatch.setattr(script, "_fix_loop_saved", fix_loop)
     spec = RunSpec(script=tmp_path / "train.py", out_dir=tmp_path)
@@ -182,8 +184,37 @@ def test_the_trials_server_starts_before_the_analysis_and_goes_to_the_loop(monke
     script, spec, server, order = _diagnose_with(
         monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop)
     script.diagnose_script(spec)
-    assert order == ["launch", "analysis"] and handed == [server]
+    assert order == ["launch", "analysis", "close"] and handed == [server]
     assert server.closed == 1  # closing twice is safe; the loop's runner closes it too
+
+
+def test_a_diagnosis_with_nothing_to_try_ends_the_server_before_the_report(monkeypatch, tmp_path):
+    handed: list[object] = []
+
+    def loop(report, spec, diagnosis, options, progress, run_dir, started, server):  # type: ignore[no-untyped-def]
+        handed.append(server)
+        return report
+
+    script, spec, server, order = _diagnose_with(
+        monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop, wanted=False)
+    script.diagnose_script(spec)
+    assert order == ["launch", "analysis", "close"] and handed == [None] and server.closed == 1
+
+
+def test_trials_are_wanted_for_a_fix_the_loop_may_run():
+    from advisor.engine.model import Category, Finding, FixRef, Safety, Severity
+
+    def finding(*fixes):  # type: ignore[no-untyped-def]
+        return Finding(code="X001", name="x", category=Category.COMPUTE, severity=Severity.WARNING,
+                       message="", evidence={}, fixes=tuple(fixes))
+
+    safe, unsafe = FixRef("cpu_threads", Safety.SAFE), FixRef("torch_compile", Safety.UNSAFE)
+    assert api.trials_wanted([finding(safe)], api.FixOptions())
+    assert not api.trials_wanted([finding(unsafe)], api.FixOptions())  # hidden without --unsafe-fixes
+    assert api.trials_wanted([finding(unsafe)], api.FixOptions(unsafe=True))
+    assert not api.trials_wanted([], api.FixOptions())
+    assert api.trials_wanted([], api.FixOptions(only=("cpu_threads",)))  # --fix runs whatever the findings say
+    assert not api.trials_wanted([finding(safe)], api.FixOptions(enabled=False))
 
 
 def test_an_analysis_that_fails_leaves_no_server_behind(monkeypatch, tmp_path):
@@ -193,4 +224,4 @@ def test_an_analysis_that_fails_leaves_no_server_behind(monkeypatch, tmp_path):
     script, spec, server, order = _diagnose_with(monkeypatch, tmp_path, broken)
     with pytest.raises(KeyboardInterrupt):
         script.diagnose_script(spec)
-    assert order == ["launch", "analysis"] and server.closed == 1
+    assert order == ["launch", "analysis", "close"] and server.closed == 1
