@@ -174,7 +174,8 @@ def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True)
     return script, spec, server, order
 
 
-def test_the_trials_server_starts_before_the_analysis_and_goes_to_the_loop(monkeypatch, tmp_path):
+def _diagnose_handing(monkeypatch, tmp_path, wanted):  # type: ignore[no-untyped-def]
+    """Diagnose with a fix loop that records the server it is handed."""
     handed: list[object] = []
 
     def loop(report, spec, diagnosis, options, progress, run_dir, started, server):  # type: ignore[no-untyped-def]
@@ -182,22 +183,19 @@ def test_the_trials_server_starts_before_the_analysis_and_goes_to_the_loop(monke
         return report
 
     script, spec, server, order = _diagnose_with(
-        monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop)
+        monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop, wanted=wanted)
     script.diagnose_script(spec)
+    return server, order, handed
+
+
+def test_the_trials_server_starts_before_the_analysis_and_goes_to_the_loop(monkeypatch, tmp_path):
+    server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=True)
     assert order == ["launch", "analysis", "close"] and handed == [server]
     assert server.closed == 1  # closing twice is safe; the loop's runner closes it too
 
 
 def test_a_diagnosis_with_nothing_to_try_ends_the_server_before_the_report(monkeypatch, tmp_path):
-    handed: list[object] = []
-
-    def loop(report, spec, diagnosis, options, progress, run_dir, started, server):  # type: ignore[no-untyped-def]
-        handed.append(server)
-        return report
-
-    script, spec, server, order = _diagnose_with(
-        monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop, wanted=False)
-    script.diagnose_script(spec)
+    server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=False)
     assert order == ["launch", "analysis", "close"] and handed == [None] and server.closed == 1
 
 
