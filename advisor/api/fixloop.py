@@ -102,26 +102,31 @@ def try_fixes(
     return outcome
 
 
-def launch_server(spec: RunSpec, options: FixOptions) -> Any:
+def launch_server(spec: RunSpec, options: FixOptions, capture: RunCapture | None = None) -> Any:
     """Start the fix loop's warm-start server now, without waiting (None where the trials start cold).
 
     The diagnose calls it as soon as the capture has ended, so that the server imports torch
     while the capture is analysed; :func:`try_fixes` then takes it as ``server``. Whoever does
-    not pass it on must ``close()`` it.
+    not pass it on must ``close()`` it. A module the script imports only by what it does (an
+    optimizer's ``torch._dynamo``) is left out when ``capture``'s first step had not imported
+    it, unless unsafe fixes (``torch.compile``) may run.
     """
     if not options.enabled:
         return None
     import inspect
 
     from advisor.capture.warm import launch_early
+    from advisor.capture.warm_preload import LAZY_MODULES
     from advisor.fixes.loop import INSTALLER
     from advisor.rundir import TRIALS_DIR
 
     if "warm" not in inspect.signature(capture_function(spec)).parameters:
         return None  # torchrun's launcher: its runs start cold
+    seen = None if capture is None else capture.lazy_imports
+    skip = () if seen is None or options.unsafe else tuple(m for m in LAZY_MODULES if m not in seen)
     return launch_early(
         replace(spec, quiet=True), enabled=not options.cold_start, modules=(INSTALLER,),
-        log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log",
+        log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log", skip=skip,
     )
 
 

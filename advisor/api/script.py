@@ -62,7 +62,7 @@ def diagnose_script(
     # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
     fix_loop = fix_options.enabled and (capture.ok or is_out_of_memory(capture))
     # NOTE: the trials' warm-start server imports torch on the other core while the capture is analysed.
-    server = launch_server(spec, fix_options) if fix_loop else None
+    server = launch_server(spec, fix_options, capture) if fix_loop else None
     try:
         diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
         if server is not None and not trials_wanted(diagnosis.findings, fix_options):

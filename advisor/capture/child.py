@@ -54,6 +54,7 @@ from advisor.capture.quick_exit import quick_exit  # noqa: E402
 from advisor.capture.recorder import StepRecorder  # noqa: E402
 from advisor.capture.scriptconfig import ConfigRecorder  # noqa: E402
 from advisor.capture.syspath import put_first  # noqa: E402
+from advisor.capture.warm_preload import lazy_imported  # noqa: E402
 from advisor.rundir import CHILD_FILE, EVENTS_FILE, PSTATS_FILE, TRACES_DIR, rank_dir_name  # noqa: E402
 
 EVENT_INTERVAL_S = 0.1  # at most this often a progress line within a phase
@@ -121,6 +122,7 @@ class ChildSession:
             record_loss_steps=max(0, spec.record_loss_steps),
         )
         self.probe: TraceProbe | None = None
+        self.lazy: tuple[str, ...] | None = None  # LAZY_MODULES imported by the first step's end
         if spec.trace_budget_bytes is not None and spec.profiled_steps > 0:
             self.probe = TraceProbe(self.recorder.profiler, spec.trace_budget_bytes, self.out / "trace-probe.json", self.notes)
         self.hooks: Any = None
@@ -160,6 +162,8 @@ class ChildSession:
             pass  # progress is best effort; the measurements are not
 
     def _on_step(self, rec: StepRecorder) -> None:
+        if self.lazy is None:  # before the probe's profiler, which imports torch._dynamo itself
+            self.lazy = lazy_imported()
         if self.probe is not None:
             self.probe.on_event(rec)
         self._event(rec.phase, force=False)
@@ -202,6 +206,7 @@ class ChildSession:
             "run_hints": dict(rec.between.hints),
             "epoch_batches": rec.between.train_batches or None,
             "trace_bound": self.probe.record() if self.probe is not None else None,
+            "lazy_imports": None if self.lazy is None else list(self.lazy),
         }
         if finished:
             peak, kind = peak_memory()

@@ -226,6 +226,11 @@ class RunCapture:
             (``len()`` of its iterator at its first batch with grad enabled); None when unknown.
         trace_bound: How the profiled window was sized to the trace budget, from one probed
             step (:mod:`advisor.capture.budget`); None when no step was probed.
+        lazy_imports: Which of the modules a script imports only by what it does
+            (:data:`advisor.capture.warm_preload.LAZY_MODULES`) it had imported by the end of
+            its first step; None when unknown (no step, an older capture). With one warm-up
+            step the trace probe's profiler starts before that step ends and imports
+            ``torch._dynamo`` itself: it is then listed, and preloaded as before.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -270,6 +275,7 @@ class RunCapture:
     run_hints: dict[str, int] = field(default_factory=dict)
     trace_bound: TraceBound | None = None
     epoch_batches: int | None = None
+    lazy_imports: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

@@ -57,13 +57,15 @@ from typing import Any, BinaryIO
 from advisor._proc import kill_group, own_group
 from advisor.capture.model import RunCapture, RunSpec, WarmStartLost
 from advisor.capture.syspath import PYTHON_FLAGS
+from advisor.capture.warm_preload import LAZY_MODULES
 from advisor.capture.warm_server import main, receive_message, send_message
 
 SERVER_MODULES = (
     "torch",
-    # NOTE: a script's first optimizer step imports torch._dynamo (and sympy with it, about 800
-    # modules and 1.5 s on this machine); in the server it is paid once, not in every run's set-up.
-    "torch._dynamo",
+    # NOTE: a script's first optimizer imports torch._dynamo (and sympy with it, about 800
+    # modules and 1.5 s on this machine); in the server it is paid once, not in every run's set-up
+    # (WarmServer.skip leaves it out for a script that never imports it).
+    *LAZY_MODULES,
     "advisor.capture.child",
     "advisor.capture.hooks",
     "advisor.capture.usercode",
@@ -156,12 +158,15 @@ class WarmServer:
         spec: The spec the runs derive from (its script's imports are preloaded, its
             environment is the server's).
         modules: Extra modules to import in the server (the fix runtime).
+        skip: Modules of :data:`SERVER_MODULES` to leave out (a lazily imported one the script
+            was seen not to import).
         log: Where the server's own stdout/stderr go (import warnings).
     """
 
     spec: RunSpec
     modules: tuple[str, ...] = ()
     log: Path | None = None
+    skip: tuple[str, ...] = ()
     ready_timeout_s: float = READY_TIMEOUT_S
     proc: subprocess.Popen[bytes] | None = None
     sock: socket.socket | None = None
@@ -195,7 +200,7 @@ class WarmServer:
         self.env = child_env(self.spec)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         setup = {
-            "modules": [*SERVER_MODULES, *self.modules],
+            "modules": [*(m for m in SERVER_MODULES if m not in self.skip), *self.modules],
             "script": str(Path(self.spec.script).resolve()),
             "module": self.spec.module,
             "run_dir": str(self.spec.out_dir),  # NOTE: unused; names the run on the command line (ps)
@@ -454,16 +459,19 @@ def warm_runner(
             state["server"].close()
 
 
-def launch_early(spec: RunSpec, *, enabled: bool = True, modules: Sequence[str] = (), log: Path | None = None) -> WarmServer | None:
+def launch_early(
+    spec: RunSpec, *, enabled: bool = True, modules: Sequence[str] = (), log: Path | None = None,
+    skip: Sequence[str] = (),
+) -> WarmServer | None:
     """Start a server for the runs of ``spec`` now, without waiting for it (None where runs of it start cold).
 
     For :func:`warm_runner`'s ``launched``: the caller's next seconds of work (the diagnose's
     analysis) then overlap the server's imports. The caller must end it (leaving the runner's
-    block does), also when no run follows.
+    block does), also when no run follows. ``skip``: see :attr:`WarmServer.skip`.
     """
     if not enabled or spec_refusal(replace(spec, profiled_steps=0, cprofile_steps=0)) is not None:
         return None
-    server = WarmServer(spec, tuple(modules), log)
+    server = WarmServer(spec, tuple(modules), log, tuple(skip))
     if not server.launch():
         return None
     return server

@@ -20,6 +20,19 @@ from typing import Any
 
 from advisor.capture.syspath import first_for_a_while
 
+LAZY_MODULES = ("torch._dynamo",)
+"""Modules the server preloads that a script imports only by what it does, not by an import line.
+
+A script's first ``torch.optim`` optimizer imports ``torch._dynamo`` (and sympy with it, about
+800 modules and 1.1-1.8 s on this machine); a script that updates its parameters by hand, or only
+infers, never does. The capture records which of these its first step had imported
+(:func:`lazy_imported`), and the fix loop's server leaves out the others."""
+
+
+def lazy_imported() -> tuple[str, ...]:
+    """Return the :data:`LAZY_MODULES` imported in this process so far."""
+    return tuple(m for m in LAZY_MODULES if m in sys.modules)
+
 
 def script_imports(path: Path) -> list[str]:
     """Return the modules ``path`` imports at its top level, in order, without running it.

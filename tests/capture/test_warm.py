@@ -170,6 +170,43 @@ def test_a_server_launched_early_serves_the_runner_and_ends_with_it(tmp_path: Pa
     assert server.proc.poll() is not None  # ended with the block
 
 
+BY_HAND = """
+import torch
+w = torch.zeros(4, requires_grad=True)
+for step in range(6):
+    loss = ((torch.ones(4) - w) ** 2).sum()
+    loss.backward()
+    with torch.no_grad():
+        w -= 0.1 * w.grad  # no torch.optim: torch._dynamo is never imported
+        w.grad = None
+"""
+
+
+@pytest.mark.e2e
+def test_the_server_leaves_out_what_the_script_never_imported(tmp_path: Path) -> None:
+    from advisor.api.fixloop import FixOptions, launch_server
+
+    script = tmp_path / "by_hand.py"
+    script.write_text(BY_HAND)
+    base = _spec(tmp_path / "run", script)
+    # NOTE: two warm-up steps, as a diagnose has five: the trace probe starts with the last one,
+    # after the first step (with one, it starts before it and its profiler imports torch._dynamo)
+    cap = capture(replace(base, out_dir=tmp_path / "capture", profiled_steps=1, warmup_steps=2))
+    assert cap.ok and cap.lazy_imports == ()  # seen before the profiler, which imports torch._dynamo
+    assert capture(_spec(tmp_path / "optim")).lazy_imports == ("torch._dynamo",)  # TRAIN_LOOP's optimizer
+    server = launch_server(base, FixOptions(), cap)
+    assert server is not None and server.skip == ("torch._dynamo",)
+    with warm_runner(base, capture, launched=server) as (run, stats):
+        first = run(replace(base, out_dir=tmp_path / "first"))
+    assert first.start == StartKind.WARM and first.ok
+    assert "torch" in stats.imported and "torch._dynamo" not in stats.imported
+    # compile may run (unsafe fixes), or what the script imports is unknown: preload it all
+    for options, seen in ((FixOptions(unsafe=True), cap), (FixOptions(), replace(cap, lazy_imports=None))):
+        other = launch_server(base, options, seen)
+        assert other is not None and other.skip == ()
+        other.close()
+
+
 @pytest.mark.e2e
 def test_a_server_launched_early_and_never_used_is_ended_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from advisor.capture import warm

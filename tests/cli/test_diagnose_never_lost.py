@@ -164,7 +164,7 @@ def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True)
     server, order = _Server(), []
     capture = RunCapture(run_dir=str(tmp_path), status=RunStatus.COMPLETED, timed=TimedPhase(step_times_ms=(5.0,)))
     monkeypatch.setattr(script, "capture_function", lambda spec: lambda spec, progress: capture)
-    monkeypatch.setattr(script, "launch_server", lambda spec, options: (order.append("launch"), server)[1])
+    monkeypatch.setattr(script, "launch_server", lambda spec, options, capture: (order.append("launch"), server)[1])
     monkeypatch.setattr(script, "_diagnosed", lambda *a: (order.append("analysis"), diagnosed(*a))[1])
     monkeypatch.setattr(script, "trials_wanted", lambda findings, options: wanted)
     monkeypatch.setattr(server, "close", lambda: (order.append("close"), _Server.close(server))[1])
