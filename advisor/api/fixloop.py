@@ -109,7 +109,7 @@ def launch_server(spec: RunSpec, options: FixOptions, capture: RunCapture | None
     while the capture is analysed; :func:`try_fixes` then takes it as ``server``. Whoever does
     not pass it on must ``close()`` it. A module the script imports only by what it does (an
     optimizer's ``torch._dynamo``) is left out when ``capture``'s first step had not imported
-    it, unless unsafe fixes (``torch.compile``) may run.
+    it, unless unsafe fixes (``torch.compile``) may run or the fixes were named (``--fix``).
     """
     if not options.enabled:
         return None
@@ -123,7 +123,7 @@ def launch_server(spec: RunSpec, options: FixOptions, capture: RunCapture | None
     if "warm" not in inspect.signature(capture_function(spec)).parameters:
         return None  # torchrun's launcher: its runs start cold
     seen = None if capture is None else capture.lazy_imports
-    skip = () if seen is None or options.unsafe else tuple(m for m in LAZY_MODULES if m not in seen)
+    skip = () if seen is None or options.unsafe or options.only else tuple(m for m in LAZY_MODULES if m not in seen)
     return launch_early(
         replace(spec, quiet=True), enabled=not options.cold_start, modules=(INSTALLER,),
         log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log", skip=skip,

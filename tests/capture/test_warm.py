@@ -200,8 +200,10 @@ def test_the_server_leaves_out_what_the_script_never_imported(tmp_path: Path) ->
         first = run(replace(base, out_dir=tmp_path / "first"))
     assert first.start == StartKind.WARM and first.ok
     assert "torch" in stats.imported and "torch._dynamo" not in stats.imported
-    # compile may run (unsafe fixes), or what the script imports is unknown: preload it all
-    for options, seen in ((FixOptions(unsafe=True), cap), (FixOptions(), replace(cap, lazy_imports=None))):
+    # compile may run (unsafe fixes, or fixes named with --fix), or what the script imports is
+    # unknown: preload it all
+    for options, seen in ((FixOptions(unsafe=True), cap), (FixOptions(only=("torch_compile",)), cap),
+                          (FixOptions(), replace(cap, lazy_imports=None))):
         other = launch_server(base, options, seen)
         assert other is not None and other.skip == ()
         other.close()
