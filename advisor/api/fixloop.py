@@ -64,15 +64,10 @@ def try_fixes(
     """
     from advisor.capture.warm import warm_runner
     from advisor.fixes.diff import write_diff
-    from advisor.fixes.loop import INSTALLER, run_trials
-    from advisor.rundir import TRIALS_DIR
+    from advisor.fixes.loop import run_trials
 
-    trial_spec = replace(spec, quiet=True)
-    warm = warm_runner(
-        trial_spec, capture_function(spec), enabled=not options.cold_start, modules=(INSTALLER,),
-        log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log", launched=server,
-    )
-    with warm as (runner, started):
+    trial_spec, setup = _warm_start(spec, options)
+    with warm_runner(trial_spec, capture_function(spec), launched=server, **setup) as (runner, started):
         outcome = run_trials(
             trial_spec,
             _suggested_fixes(diagnosis.findings),
@@ -113,21 +108,23 @@ def launch_server(spec: RunSpec, options: FixOptions, capture: RunCapture | None
     """
     if not options.enabled:
         return None
-    import inspect
-
     from advisor.capture.warm import launch_early
     from advisor.capture.warm_preload import LAZY_MODULES
+
+    seen = None if capture is None else capture.lazy_imports
+    skip = () if seen is None or options.unsafe or options.only else tuple(m for m in LAZY_MODULES if m not in seen)
+    trial_spec, setup = _warm_start(spec, options)
+    return launch_early(trial_spec, capture_function(spec), skip=skip, **setup)
+
+
+def _warm_start(spec: RunSpec, options: FixOptions) -> tuple[RunSpec, dict[str, Any]]:
+    """Return the trial runs' spec and their warm-start server's set-up, for :func:`try_fixes` and :func:`launch_server` alike."""
     from advisor.fixes.loop import INSTALLER
     from advisor.rundir import TRIALS_DIR
 
-    if "warm" not in inspect.signature(capture_function(spec)).parameters:
-        return None  # torchrun's launcher: its runs start cold
-    seen = None if capture is None else capture.lazy_imports
-    skip = () if seen is None or options.unsafe or options.only else tuple(m for m in LAZY_MODULES if m not in seen)
-    return launch_early(
-        replace(spec, quiet=True), enabled=not options.cold_start, modules=(INSTALLER,),
-        log=Path(spec.out_dir) / TRIALS_DIR / "warm-start.log", skip=skip,
-    )
+    setup = {"enabled": not options.cold_start, "modules": (INSTALLER,),
+             "log": Path(spec.out_dir) / TRIALS_DIR / "warm-start.log"}
+    return replace(spec, quiet=True), setup
 
 
 def trials_wanted(findings: Sequence[Any], options: FixOptions) -> bool:

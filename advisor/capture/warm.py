@@ -406,11 +406,9 @@ def warm_runner(
     while the caller worked: the first run waits for it instead of starting one, and it ends
     with the block like one started here.
     """
-    import inspect
-
     stats = WarmStats()
     state: dict[str, Any] = {"server": launched, "why": None if enabled else "--cold-start was asked for"}
-    if enabled and "warm" not in inspect.signature(capture).parameters:
+    if enabled and not forks(capture):
         state["why"] = "the capture stage in use cannot fork runs"  # a test's fake, torchrun's launcher
 
     def server_for(run: RunSpec) -> WarmServer | None:
@@ -459,17 +457,25 @@ def warm_runner(
             state["server"].close()
 
 
+def forks(capture: Capture) -> bool:
+    """Whether ``capture`` can run a spec forked from a server (it takes ``warm``); torchrun's launcher cannot."""
+    import inspect
+
+    return "warm" in inspect.signature(capture).parameters
+
+
 def launch_early(
-    spec: RunSpec, *, enabled: bool = True, modules: Sequence[str] = (), log: Path | None = None,
-    skip: Sequence[str] = (),
+    spec: RunSpec, capture: Capture, *, enabled: bool = True, modules: Sequence[str] = (),
+    log: Path | None = None, skip: Sequence[str] = (),
 ) -> WarmServer | None:
     """Start a server for the runs of ``spec`` now, without waiting for it (None where runs of it start cold).
 
-    For :func:`warm_runner`'s ``launched``: the caller's next seconds of work (the diagnose's
-    analysis) then overlap the server's imports. The caller must end it (leaving the runner's
-    block does), also when no run follows. ``skip``: see :attr:`WarmServer.skip`.
+    For :func:`warm_runner`'s ``launched`` (with the same ``capture``): the caller's next seconds
+    of work (the diagnose's analysis) then overlap the server's imports. The caller must end it
+    (leaving the runner's block does), also when no run follows. ``skip``: see
+    :attr:`WarmServer.skip`.
     """
-    if not enabled or spec_refusal(replace(spec, profiled_steps=0, cprofile_steps=0)) is not None:
+    if not enabled or not forks(capture) or spec_refusal(replace(spec, profiled_steps=0, cprofile_steps=0)) is not None:
         return None
     server = WarmServer(spec, tuple(modules), log, tuple(skip))
     if not server.launch():

@@ -156,7 +156,7 @@ def test_runs_that_must_start_cold_say_why() -> None:
 @pytest.mark.e2e
 def test_a_server_launched_early_serves_the_runner_and_ends_with_it(tmp_path: Path) -> None:
     base = _spec(tmp_path / "run")
-    server = launch_early(base, log=tmp_path / "server.log")
+    server = launch_early(base, capture, log=tmp_path / "server.log")
     assert server is not None and server.proc is not None and not server.is_ready
     time.sleep(0.5)  # the caller's own work, while the server imports
     with warm_runner(base, capture, launched=server) as (run, stats):
@@ -213,9 +213,10 @@ def test_the_server_leaves_out_what_the_script_never_imported(tmp_path: Path) ->
 def test_a_server_launched_early_and_never_used_is_ended_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from advisor.capture import warm
 
-    assert launch_early(_spec(tmp_path / "run"), enabled=False) is None
-    assert launch_early(_spec(tmp_path / "run", nproc_per_node=2)) is None
-    server = launch_early(_spec(tmp_path / "run"))
+    assert launch_early(_spec(tmp_path / "run"), capture, enabled=False) is None
+    assert launch_early(_spec(tmp_path / "run", nproc_per_node=2), capture) is None
+    assert launch_early(_spec(tmp_path / "run"), lambda spec, progress=None: None) is None  # cannot fork
+    server = launch_early(_spec(tmp_path / "run"), capture)
     assert server is not None and server.proc is not None
     calls: list[str] = []
     real_kill, real_wait = warm.kill_group, server.proc.wait
