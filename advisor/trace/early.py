@@ -19,10 +19,7 @@ from pathlib import Path
 from advisor.errors import TraceError
 from advisor.trace import fanout
 from advisor.trace.decode import Started, start_parallel
-from advisor.trace.read import _read_bytes
-
-_GZIP_MAGIC = b"\x1f\x8b"
-
+from advisor.trace.read import GZIP_MAGIC, _read_bytes
 
 _pending: dict[Path, tuple[tuple[int, int, int, int], Started]] = {}
 
@@ -50,7 +47,7 @@ def head_start(path: str | Path) -> bool:
         return False
     try:
         with open(path, "rb") as fh:
-            if fh.read(2) == _GZIP_MAGIC:  # decompressing is the load's own business
+            if fh.read(2) == GZIP_MAGIC:  # decompressing is the load's own business
                 return False
         started = start_parallel(path, _read_bytes(path))
     except (OSError, TraceError):

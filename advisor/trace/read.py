@@ -60,6 +60,10 @@ def find_trace_files(path: Path) -> list[Path]:
     return files
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first two bytes of a gzip file."""
+
+
 def _read_bytes(path: Path) -> Any:
     """Read the file's (decompressed) bytes; TraceError for empty or truncated files.
 
@@ -71,7 +75,7 @@ def _read_bytes(path: Path) -> Any:
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
-            if magic != b"\x1f\x8b":
+            if magic != GZIP_MAGIC:
                 size = os.fstat(fh.fileno()).st_size
                 if size == 0:
                     raise TraceError(f"trace {path} is empty; re-record it with torch.profiler")
