@@ -55,9 +55,11 @@ gpu-wheels: $(STAMP)
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 	  --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .gpu-wheels msgspec libcst monai torch-tb-profiler
 
+gpu-check: SHELL := /bin/bash
 gpu-check:
-	python3 -m pip install -q --no-index --no-deps .gpu-wheels/*.whl
-	python3 benchmarks/gpu_check.py
+	mkdir -p $${OUT:-gpu-check-out}
+	python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/advisor-site .gpu-wheels/*.whl
+	set -o pipefail; PYTHONPATH=/tmp/advisor-site PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py $(GPU_CHECK_ARGS) 2>&1 | tee $${OUT:-gpu-check-out}/gpu-check.log
 
 # advisor-bench: 100 generated cases, their truth timed plainly, docs/accuracy.md (about 30 min; quiet machine)
 bench-accuracy: $(STAMP)

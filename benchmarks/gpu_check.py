@@ -5,8 +5,16 @@ it reports the environment (GPU, driver, torch, CUDA, NVML), runs ``advisor diag
 source tree on each example of ``examples/expected.json`` that has a GPU expectation, and checks
 each against it: the primary category, every fix trial having run (no crash, loss parity), GPU
 time seen in the trace (CUPTI) and NVML sampled. A summary goes to ``$OUT/gpu-check.json`` and
-``$OUT/gpu-check.md``. The time is bounded: a total budget is shared out between the examples
-(each diagnose gets ``--budget``), and an example that cannot start in time is listed as not run.
+``$OUT/gpu-check.md``, rewritten after every example so that a run cut short still returns what
+it measured; the reports, diffs and logs (no traces) go to ``$OUT/runs.tar.gz``. The time is
+bounded: a total budget is shared out between the examples (each diagnose gets ``--budget``), a
+part of it kept back for the plain timings, and an example that cannot start in time is listed as
+not run.
+
+After the diagnoses, two kept fixes are reproduced by hand: the examples whose kept fixes made a
+source diff (the fastest first) are copied, the diff applied with advisor's own ``write_diff``
+(what ``--write`` does), and the original and the fixed script are timed plainly in turn. The
+char-level GPT's hand-tuned twin is timed the same way beside its original.
 
 ``--dry-run`` (or no CUDA device) checks the plumbing only: the manifest, the examples, the
 environment report and the summary files, with every CUDA case skipped and the reason given.
@@ -21,8 +29,10 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,11 +43,23 @@ from zoo import REPO, run_group  # noqa: E402 - a sibling script: kills the whol
 EXAMPLES = REPO / "examples"
 MANIFEST = EXAMPLES / "expected.json"
 TOTAL_BUDGET_S = 420.0
-"""Seconds for all examples together: the issue's 8 minutes on one H100, less start-up and margin."""
+"""Seconds for the whole check: the issue's 8 minutes on one H100, less start-up and margin."""
+PLAIN_RESERVE_S = 90.0
+"""Seconds of the budget kept back for the plain timings (the twin, the two diffs reproduced)."""
+PLAIN_PAIRS = 2
+"""Original/fixed pairs timed in turn for each plain comparison (each a fresh process)."""
+REPRODUCED = 2
+"""Examples whose kept diff is applied and timed plainly (issue #28 asks for at least two)."""
+KEPT_FILES = (".json", ".diff", ".md", ".log", ".txt")
+"""What of a run folder comes back in runs.tar.gz: reports, diffs and logs, never traces."""
 MIN_EXAMPLE_S = 25.0
 """An example is not started with less than this left (its capture alone takes about that)."""
 TWIN_TIMED = ("chargpt",)
 """Examples whose hand-tuned twin is timed plainly beside the original after the diagnose (issue #28)."""
+SETUP_S = 15.0
+"""Seconds of an example's share that go to its capture, kept run and report, not its fix loop."""
+GRACE_S = 20.0
+"""Seconds a diagnose past its time gets after a Ctrl-C to save what it measured (report.json)."""
 DONE = re.compile(r"^done: (\d+) steps, ([0-9.]+) samples/s", re.M)
 
 
@@ -55,6 +77,8 @@ class Case:
     trials: list[dict] = field(default_factory=list)
     trial_problems: list[str] = field(default_factory=list)
     twin_speedup: float | None = None  # the hand-tuned twin over the original, timed plainly
+    plain_speedup: float | None = None  # the kept diff applied, over the original, timed plainly
+    plain_rates: dict[str, list[float | None]] = field(default_factory=dict)  # samples/s per variant, in turn
     gpu_time_frac: float | None = None
     nvml_sampled: bool | None = None
     seconds: float = 0.0
@@ -104,30 +128,63 @@ def plumbing(cases: list[Case]) -> list[str]:
     return [f"examples/{c.name}.py is missing" for c in cases if not (EXAMPLES / f"{c.name}.py").is_file()]
 
 
-def run_case(case: Case, spec: dict, out: Path, budget_s: float) -> None:
-    """Diagnose one example on the GPU and fill ``case`` from its report."""
-    run_dir, report_path = out / "runs" / case.name, out / "runs" / f"{case.name}.json"
+def run_bounded(cmd: list[str], timeout: float, env: dict[str, str]) -> tuple[int | None, str]:
+    """Run ``cmd`` in its own group; past ``timeout`` a Ctrl-C, then a kill. (exit code or None, stderr)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env=env, process_group=0)
+    try:
+        return _drain(proc, timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    # NOTE: a terminal's Ctrl-C goes to the whole foreground group; advisor saves what it measured.
+    for sig, wait in ((signal.SIGINT, GRACE_S), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            _, err = proc.communicate(timeout=wait)
+            return None, err
+        except subprocess.TimeoutExpired:
+            continue
+    return None, ""
+
+
+def _drain(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err
+
+
+def run_case(case: Case, spec: dict, work: Path, share_s: float, timeout_s: float) -> None:
+    """Diagnose one example on the GPU and fill ``case`` from its report.
+
+    Its fix loop gets the share less the capture's set-up; past ``timeout_s`` it is interrupted
+    and judged on the report it saved of what it had measured.
+    """
+    run_dir, report_path = work / "runs" / case.name, work / "runs" / f"{case.name}.json"
     shutil.rmtree(run_dir, ignore_errors=True)
+    report_path.unlink(missing_ok=True)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
+    loop_s = max(10, int(share_s - SETUP_S))
     cmd = [
         sys.executable, "-m", "advisor", "diagnose", "--format", "json", "-o", str(report_path), "--out", str(run_dir),
-        "-q", "--unsafe-fixes", "--budget", str(int(budget_s)), *(spec.get("advisor_args") or []),
+        "-q", "--unsafe-fixes", "--budget", str(loop_s), *(spec.get("advisor_args") or []),
         str(EXAMPLES / f"{case.name}.py"), *(spec.get("args") or []),
     ]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     t0 = time.perf_counter()
-    try:
-        proc = run_group(cmd, budget_s + 120, env=env)
-    except subprocess.TimeoutExpired:
-        case.status, case.reason = "failed", f"did not finish within {budget_s + 120:.0f} s"
-        return
-    finally:
-        case.seconds = round(time.perf_counter() - t0, 1)
+    code, err = run_bounded(cmd, timeout_s, env)
+    case.seconds = round(time.perf_counter() - t0, 1)
+    (work / "runs" / f"{case.name}.stderr.log").write_text(err[-200_000:], encoding="utf-8")
+    if not report_path.is_file() and (run_dir / "report.json").is_file():
+        report_path = run_dir / "report.json"  # an interrupted diagnose saves it there
     if not report_path.is_file():
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        case.status, case.reason = "failed", f"exit {proc.returncode} without a report: {tail[:300]}"
+        tail = (err.strip().splitlines() or ["no output"])[-1]
+        case.status, case.reason = "failed", f"exit {code} without a report: {tail[:300]}"
         return
     read_report(case, json.loads(report_path.read_text(encoding="utf-8")))
+    if code is None:
+        case.reason = "; ".join(r for r in (f"interrupted after {timeout_s:.0f} s", case.reason) if r)
 
 
 def plain_rate(script: Path, args: list[str], timeout: float) -> float | None:
@@ -140,13 +197,68 @@ def plain_rate(script: Path, args: list[str], timeout: float) -> float | None:
     return float(m.group(2)) if m else None
 
 
-def time_twin(case: Case, spec: dict, timeout: float) -> None:
-    """Time the original and its hand-tuned twin plainly, one after the other, and keep the ratio."""
-    args = list(spec.get("args") or [])
-    plain = plain_rate(EXAMPLES / f"{case.name}.py", args, timeout)
-    twin = plain_rate(EXAMPLES / "fixed" / f"{case.name}.py", args, timeout)
-    if plain and twin:
-        case.twin_speedup = round(twin / plain, 3)
+def time_in_turn(case: Case, variants: dict[str, Path], args: list[str], deadline: float) -> None:
+    """Time each variant plainly, in turn, ``PLAIN_PAIRS`` rounds; rates go to ``case.plain_rates``.
+
+    The variants alternate within each round (original first in even rounds, last in odd ones) so
+    that a drift of the machine falls on both alike.
+    """
+    names = list(variants)
+    for r in range(PLAIN_PAIRS):
+        for name in names if r % 2 == 0 else reversed(names):
+            left = deadline - time.monotonic()
+            if left < 5:
+                return
+            # NOTE: a failed run is kept as None so that rounds stay paired.
+            case.plain_rates.setdefault(name, []).append(plain_rate(variants[name], args, min(120.0, left)))
+
+
+def paired_ratio(rates: dict[str, list[float | None]], name: str) -> float | None:
+    """The median over rounds of ``name``'s rate over the original's (None without a full pair)."""
+    pairs = [b / a for a, b in zip(rates.get("original", []), rates.get(name, []), strict=False) if a and b]
+    return round(sorted(pairs)[len(pairs) // 2], 3) if pairs else None
+
+
+def has_source_diff(run_dir: Path) -> bool:
+    diff = run_dir / "fix.diff"
+    return diff.is_file() and "\n--- a/" in "\n" + diff.read_text(encoding="utf-8")
+
+
+def reproduce(case: Case, spec: dict, work: Path, deadline: float) -> None:
+    """Apply the kept diff to a copy of the examples and time the original and the fixed in turn."""
+    from advisor.fixes.diff import write_diff
+
+    copy = work / "repro" / case.name
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(EXAMPLES, copy, ignore=shutil.ignore_patterns("__pycache__", "fixed"))
+    fixed = copy / f"{case.name}.py"
+    try:
+        write_diff(fixed, (work / "runs" / case.name / "fix.diff").read_text(encoding="utf-8"))
+    except Exception as exc:  # noqa: BLE001 - the summary says what failed, whatever it was
+        case.trial_problems.append(f"the kept diff did not apply: {exc}"[:200])
+        return
+    time_in_turn(case, {"original": EXAMPLES / f"{case.name}.py", "advisor": fixed},
+                 list(spec.get("args") or []), deadline)
+    case.plain_speedup = paired_ratio(case.plain_rates, "advisor")
+
+
+def time_twin(case: Case, spec: dict, deadline: float) -> None:
+    """Time the original and its hand-tuned twin plainly, in turn, and keep the median ratio."""
+    time_in_turn(case, {"original": EXAMPLES / f"{case.name}.py", "twin": EXAMPLES / "fixed" / f"{case.name}.py"},
+                 list(spec.get("args") or []), deadline)
+    case.twin_speedup = paired_ratio(case.plain_rates, "twin")
+
+
+def pack_runs(work: Path, out: Path) -> None:
+    """Reports, diffs and logs of every run (no traces) into ``out/runs.tar.gz``."""
+    runs = work / "runs"
+    if not runs.is_dir():
+        return
+    with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
+        for path in sorted(runs.rglob("*")):
+            if (path.is_file() and path.suffix in KEPT_FILES and "traces" not in path.parts
+                    and path.stat().st_size < 4 << 20):
+                tar.add(path, arcname=str(path.relative_to(work)))
 
 
 def read_report(case: Case, report: dict) -> None:
@@ -180,50 +292,70 @@ def read_report(case: Case, report: dict) -> None:
 def markdown(env: dict, cases: list[Case], dry: bool, took: float) -> str:
     lines = ["# advisor GPU check", "", f"{'Dry run (no CUDA): plumbing only. ' if dry else ''}Took {took:.0f} s.", ""]
     lines += [f"- **{k}**: {v}" for k, v in env.items()]
-    lines += ["", "| example | expected | found | status | kept | speedup | twin (plain) | GPU time | NVML | trial problems | s |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| example | expected | found | status | kept | speedup | kept diff (plain) | twin (plain) | GPU time | NVML | trial problems | s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in cases:
         sp = "—" if c.speedup is None else f"{c.speedup:.2f}x"
         gt = "—" if c.gpu_time_frac is None else f"{c.gpu_time_frac:.0%}"
         why = f"{c.status}: {c.reason}" if c.reason else c.status
         lines.append(f"| {c.name} | {c.expected or '—'} | {c.found or '—'} | {why} | {', '.join(c.kept) or '—'} | "
-                     f"{sp} | {'—' if c.twin_speedup is None else f'{c.twin_speedup:.2f}x'} | {gt} | {c.nvml_sampled if c.nvml_sampled is not None else '—'} | "
+                     f"{sp} | {'—' if c.plain_speedup is None else f'{c.plain_speedup:.2f}x'} | {'—' if c.twin_speedup is None else f'{c.twin_speedup:.2f}x'} | {gt} | {c.nvml_sampled if c.nvml_sampled is not None else '—'} | "
                      f"{'; '.join(c.trial_problems) or '—'} | {c.seconds} |")
     return "\n".join(lines) + "\n"
+
+
+def write_summary(out: Path, env: dict, cases: list[Case], problems: list[str], dry: bool, took: float) -> None:
+    data = {"environment": env, "dry_run": dry, "problems": problems, "seconds": round(took, 1),
+            "cases": [asdict(c) for c in cases]}
+    (out / "gpu-check.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    (out / "gpu-check.md").write_text(markdown(env, cases, dry, took), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu-check-out"))
+    ap.add_argument("--work", type=Path, default=Path("/tmp/advisor-gpu-check"),
+                    help="where the runs go (only their reports, diffs and logs come back, packed)")
     ap.add_argument("--dry-run", action="store_true", help="check the plumbing only, run no example")
-    ap.add_argument("--budget", type=float, default=TOTAL_BUDGET_S, help="seconds for all examples together")
+    ap.add_argument("--budget", type=float, default=TOTAL_BUDGET_S, help="seconds for the whole check")
     ap.add_argument("examples", nargs="*", help="only these examples (default: every one in the manifest)")
     opts = ap.parse_args(argv)
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
+    deadline = t0 + opts.budget
     opts.out.mkdir(parents=True, exist_ok=True)
     env = environment()
     cases = [c for c in gpu_cases() if not opts.examples or c.name in opts.examples]
     problems = plumbing(cases)
     dry = opts.dry_run or not env.get("cuda_available")
     manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))["examples"]
+    plain_reserve = min(PLAIN_RESERVE_S, opts.budget / 4)
     for i, case in enumerate(cases):
-        left = opts.budget - (time.perf_counter() - t0)
         if dry:
             case.status, case.reason = "skipped", "dry run" if opts.dry_run else "no CUDA device"
             continue
+        left = deadline - plain_reserve - time.monotonic()
         share = left / (len(cases) - i)
         if share < MIN_EXAMPLE_S:
             case.reason = f"{left:.0f} s of the budget left"
             continue
-        run_case(case, manifest[case.name], opts.out, share)
-        if case.name in TWIN_TIMED and opts.budget - (time.perf_counter() - t0) > 2 * MIN_EXAMPLE_S:
-            time_twin(case, manifest[case.name], timeout=180.0)
+        # NOTE: a diagnose may overrun its share by a trial or a compile, never past the check's end.
+        timeout = min(share + 60.0, deadline - GRACE_S - time.monotonic())
+        run_case(case, manifest[case.name], opts.work, share, max(10.0, timeout))
         print(f"{case.name}: {case.status} {case.reason} ({case.seconds} s)", flush=True)
-    took = time.perf_counter() - t0
-    data = {"environment": env, "dry_run": dry, "problems": problems, "seconds": round(took, 1),
-            "cases": [asdict(c) for c in cases]}
-    (opts.out / "gpu-check.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
-    (opts.out / "gpu-check.md").write_text(markdown(env, cases, dry, took), encoding="utf-8")
+        write_summary(opts.out, env, cases, problems, dry, time.monotonic() - t0)
+    if not dry:
+        twins = [c for c in cases if c.name in TWIN_TIMED and c.status == "ok"]
+        diffs = sorted((c for c in cases if c.status == "ok" and c.name not in TWIN_TIMED
+                        and has_source_diff(opts.work / "runs" / c.name)),
+                       key=lambda c: -(c.speedup or 0))[:REPRODUCED]
+        for case in twins:
+            time_twin(case, manifest[case.name], deadline)
+            print(f"{case.name}: twin {case.twin_speedup} {case.plain_rates}", flush=True)
+        for case in diffs:
+            reproduce(case, manifest[case.name], opts.work, deadline)
+            print(f"{case.name}: kept diff {case.plain_speedup} {case.plain_rates}", flush=True)
+        pack_runs(opts.work, opts.out)
+    write_summary(opts.out, env, cases, problems, dry, time.monotonic() - t0)
     print(f"wrote {opts.out / 'gpu-check.md'}", flush=True)
     bad = problems or [c for c in cases if c.status in ("failed", "mismatch")]
     return 1 if bad else 0

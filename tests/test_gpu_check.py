@@ -55,3 +55,65 @@ def test_a_report_is_judged_on_its_primary_gpu_time_and_trials(check):
     lossy = check.Case("compute_bound", "compute")
     check.read_report(lossy, _report(primary="compute", trials=trials))
     assert lossy.status == "ok" and lossy.trial_problems == ["bf16_autocast: loss parity: loss moved 40% (loss parity)"]
+
+
+def test_a_kept_diff_is_applied_to_a_copy_and_timed_in_turn(check, tmp_path: Path, monkeypatch):
+    import difflib
+
+    script = check.EXAMPLES / "pageable_copies.py"
+    source = script.read_text()
+    fixed = source.replace('p.add_argument("--batch-size", type=int, default=128)',
+                           'p.add_argument("--batch-size", type=int, default=64)')
+    assert fixed != source
+    diff = "".join(difflib.unified_diff(source.splitlines(True), fixed.splitlines(True),
+                                        "a/pageable_copies.py", "b/pageable_copies.py"))
+    run_dir = tmp_path / "runs" / "pageable_copies"
+    run_dir.mkdir(parents=True)
+    (run_dir / "fix.diff").write_text(diff)
+    (run_dir / "report.json").write_text("{}")
+    (run_dir / "traces").mkdir()
+    (run_dir / "traces" / "step.pt.trace.json").write_text("{}")
+    assert check.has_source_diff(run_dir)
+    timed: list[tuple[str, str]] = []
+
+    def fake_rate(path: Path, args, timeout):
+        variant = "fixed" if "default=64" in path.read_text() else "original"
+        timed.append((variant, str(path)))
+        return 150.0 if variant == "fixed" else 100.0
+
+    monkeypatch.setattr(check, "plain_rate", fake_rate)
+    case = check.Case("pageable_copies", "host_to_device")
+    check.reproduce(case, {"args": []}, tmp_path, deadline=__import__("time").monotonic() + 60)
+    assert [v for v, _ in timed] == ["original", "fixed", "fixed", "original"]  # in turn, order swapped
+    assert all(str(tmp_path) in p for v, p in timed if v == "fixed")  # the copy, never the example
+    assert script.read_text() == source
+    assert case.plain_speedup == 1.5 and case.plain_rates == {"original": [100.0, 100.0], "advisor": [150.0, 150.0]}
+    out = tmp_path / "out"
+    out.mkdir()
+    check.pack_runs(tmp_path, out)
+    import tarfile
+
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        assert tar.getnames() == ["runs/pageable_copies/fix.diff", "runs/pageable_copies/report.json"]
+
+
+def test_a_run_diff_with_only_notes_is_not_reproduced(check, tmp_path: Path):
+    (tmp_path / "fix.diff").write_text("# advisor: run with CUDA_LAUNCH_BLOCKING unset\n")
+    assert not check.has_source_diff(tmp_path)
+    assert not check.has_source_diff(tmp_path / "missing")
+
+
+def test_the_summary_is_written_after_every_example(check, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(check, "environment", lambda: {"cuda_available": True})
+    seen: list[bool] = []
+
+    def fake_case(case, spec, work, budget_s, timeout_s):
+        seen.append((tmp_path / "out" / "gpu-check.json").is_file())
+        case.status, case.found = "ok", case.expected
+
+    monkeypatch.setattr(check, "run_case", fake_case)
+    rc = check.main(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--budget", "4000",
+                     "data_loading", "tiny_model"])
+    assert rc == 0 and seen == [False, True]
+    data = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
+    assert [c["status"] for c in data["cases"]] == ["ok", "ok"]
