@@ -40,6 +40,7 @@ from typing import Any  # noqa: E402
 
 from advisor._proc import become_subreaper, die_with_parent, end_own_children  # noqa: E402
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
+from advisor.capture import cuda_budget  # noqa: E402
 from advisor.capture.budget import TraceProbe  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
@@ -237,6 +238,8 @@ class ChildSession:
         profiler = self.recorder.profiler
         if isinstance(profiler, TorchProfilerControl):
             profiler.call_sites = self.hooks.call_sites
+        if self.spec.memory_budget_bytes:
+            cuda_budget.install(self.spec.memory_budget_bytes, self.run_dir)
         if self.spec.fixes:
             self._install_fixes()
 

@@ -41,6 +41,7 @@ from typing import Any
 from advisor import rundir
 from advisor._proc import Interrupted, ProcessTree, kill_group, own_group, stop_child
 from advisor._serde import dump_json, from_dict, to_jsonable
+from advisor.capture import cuda_budget
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
     Phase,
@@ -270,7 +271,7 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None, warm: Any =
         sampler.start()
         relay.start()
         try:
-            ended_by = _wait(proc, spec.timeout_s, start, tree, spec.memory_budget_bytes)
+            ended_by = _wait(proc, spec.timeout_s, start, tree, spec.memory_budget_bytes, run_dir)
             timed_out = ended_by == "timeout"
         except KeyboardInterrupt as exc:  # ^C, or SIGTERM/SIGHUP (advisor._proc.interrupt_once)
             interrupt = exc
@@ -327,7 +328,7 @@ def steps_total(spec: RunSpec) -> int:
 
 def _wait(
     proc: subprocess.Popen[bytes], timeout_s: float | None, start: float, tree: ProcessTree,
-    memory_budget: int | None = None,
+    memory_budget: int | None = None, run_dir: Path | None = None,
 ) -> str | None:
     """Wait for the child; on timeout, or memory over budget, ask it to save (SIGTERM), then kill.
 
@@ -335,11 +336,14 @@ def _wait(
         None when the child ended by itself, ``"timeout"`` or ``"memory"`` when it was stopped
         (the process tree's memory over ``memory_budget``, checked every poll: the
         ``--memory-budget`` watchdog of a CPU run; the memory seen, shared pages counted once
-        (:meth:`ProcessTree.memory_bytes`), is left in ``tree.over_budget``).
+        (:meth:`ProcessTree.memory_bytes`), is left in ``tree.over_budget``). A run whose child
+        capped CUDA's memory instead (:mod:`advisor.capture.cuda_budget`) is not watched.
     """
     deadline = None if timeout_s is None else start + timeout_s
     while True:
         tree.refresh()
+        if memory_budget is not None and run_dir is not None and cuda_budget.capped(run_dir):
+            memory_budget = None
         if memory_budget is not None:
             # NOTE: the RSS sum bounds memory_bytes from above: only a tree whose RSS is over the
             # budget pays for reading USS (~3 ms per process a poll, against ~20 us for RSS).
@@ -461,6 +465,8 @@ def _merge(
         # NOTE: a CPU run has no GPU to sample; "GPU not sampled: NVML Shared Library Not Found"
         # on every CPU run was noise (issue #32). On a GPU run it says why utilisation is missing.
         notes.append(gpu.note)
+    if spec.memory_budget_bytes and (note := cuda_budget.note(run_dir)):
+        notes.append(note)
     env["git_commit"] = git_commit(script.parent)
     merged = {
         **child,
