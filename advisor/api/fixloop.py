@@ -54,6 +54,7 @@ def try_fixes(
     progress: Callable[[Any], None] | None = None,
     checkpoint: Callable[[FixOutcome], None] | None = None,
     server: Any = None,
+    gpu_busy: float | None = None,
 ) -> FixOutcome:
     """Measure the fixes the findings suggest (or ``options.only``); the loop also builds the diff.
 
@@ -61,6 +62,8 @@ def try_fixes(
     Single-process trial runs are forked from a warm-start server unless ``options.cold_start``
     (:func:`advisor.capture.warm.warm_runner`; it falls back to cold starts by itself).
     ``server``: one :func:`launch_server` started earlier, which the loop uses and ends.
+    ``gpu_busy``: on a GPU run, the diagnosed share of the step the GPU is busy (bounds the
+    fixes that only make kernels faster).
     """
     from advisor.capture.warm import warm_runner
     from advisor.fixes.diff import write_diff
@@ -79,6 +82,7 @@ def try_fixes(
             checkpoint=checkpoint,
             breakdown=None if options.exhaustive else diagnosis.breakdown,
             impacts=_fix_impacts(diagnosis.findings),
+            gpu_busy=gpu_busy,
             **_peak(diagnosis.findings),
             budget_s=options.budget_s,
             early_stop=not options.exhaustive,
@@ -196,7 +200,8 @@ def _fix_loop_saved(
     checkpoint(FixOutcome())  # the diagnosis is on disk before the first trial run starts
     try:
         with interrupt_once(asked_to_stop):
-            outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint, server=server)
+            outcome = try_fixes(spec, diagnosis, fix_options, trial_progress, checkpoint=checkpoint, server=server,
+                                gpu_busy=_gpu_busy(report.summary))
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc, asked_to_stop[0])
         with signals_ignored():  # a second ^C must not cut the final write short
@@ -227,3 +232,9 @@ def _fix_impacts(findings: Sequence[Any]) -> dict[str, float]:
         for fix in finding.fixes:
             out[fix.id] = max(out.get(fix.id, 0.0), float(finding.impact_frac or 0.0))
     return out
+
+
+def _gpu_busy(summary: dict[str, float | None]) -> float | None:
+    """Read the share of the step the GPU is busy, on a run whose trace has GPU work (else None)."""
+    busy = summary.get("gpu_busy_frac")
+    return float(busy) if summary.get("has_gpu_flag") == 1 and busy is not None else None

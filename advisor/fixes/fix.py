@@ -295,6 +295,9 @@ class Fix:
             (Amdahl), so a fix whose bound cannot reach the minimum effect is skipped unrun
             (:mod:`advisor.fixes.bounds`). Empty (the default) for a fix whose gain is not
             confined to a category (batch size, compile, threads): it is never skipped so.
+        kernel_bound: The fix only makes GPU kernels faster (precision, layout, cuDNN's choice of
+            algorithm): on a GPU run its bound is also the share of the step the GPU is busy,
+            since a step whose GPU waits on the CPU cannot gain from faster kernels.
         alone: For a fix that ``requires`` another: its runs when the baseline lacks that fix's
             effect and it is not tried either (``cpu_threads`` on its own, for a script whose
             DataLoader has no workers and needs none); None: the fix is then skipped.
@@ -328,6 +331,7 @@ class Fix:
     advice: str = ""
     objective: Objective = Objective.SPEED
     shrinks: tuple[str, ...] = ()
+    kernel_bound: bool = False
     inert: Inert | None = None
 
     @property

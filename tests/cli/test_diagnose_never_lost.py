@@ -47,7 +47,7 @@ def _loop(tmp_path: Path) -> Report:
 def test_the_report_is_saved_before_the_trials_and_interrupted_with_what_finished(tmp_path, monkeypatch):
     on_disk: list[Report] = []
 
-    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None, server=None):  # type: ignore[no-untyped-def]
+    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None, server=None, gpu_busy=None):  # type: ignore[no-untyped-def]
         on_disk.append(Report.load(tmp_path))  # written before the first trial run
         checkpoint(FixOutcome(trials=(DONE, OPEN)))
         on_disk.append(Report.load(tmp_path))
@@ -73,7 +73,7 @@ def test_a_stop_signal_whose_interrupt_was_swallowed_still_stops_the_loop_at_the
 
     runs_after: list[int] = []
 
-    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None, server=None):  # type: ignore[no-untyped-def]
+    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None, server=None, gpu_busy=None):  # type: ignore[no-untyped-def]
         checkpoint(FixOutcome(trials=(DONE,)))
         try:
             os.kill(os.getpid(), signal.SIGTERM)  # handled in this thread, before the next line
@@ -95,7 +95,7 @@ def test_a_stop_signal_whose_interrupt_was_swallowed_still_stops_the_loop_at_the
 
 
 def test_a_finished_loop_saves_a_complete_report(tmp_path, monkeypatch):
-    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None, server=None):  # type: ignore[no-untyped-def]
+    def fake_try_fixes(spec, diagnosis, options, progress=None, checkpoint=None, server=None, gpu_busy=None):  # type: ignore[no-untyped-def]
         checkpoint(FixOutcome(trials=(OPEN,)))
         return FixOutcome(trials=(DONE,), kept=("pin_memory",), combined=DONE, runs=3, wall_s=5.0,
                           phases_s={"process": 0.5, "imports": 1.5, "timed": 2.0})

@@ -32,6 +32,22 @@ def test_bounds_come_from_the_categories_a_fix_shrinks():
     assert not gain_bounds(["dataloader_workers"], {})["dataloader_workers"].cannot_reach(0.03)
 
 
+def test_on_a_gpu_run_a_fix_that_only_speeds_kernels_is_bounded_by_the_gpus_busy_share():
+    # the H200's char-level GPT: compute 84.5% of the step, its GPU busy 15.7% (2026-11-27)
+    wanted = ["bf16_autocast", "tf32", "fp16_amp", "channels_last", "cudnn_benchmark", "fused_optimizer"]
+    b = gain_bounds(wanted, {"compute": 0.845}, gpu_busy=0.157)
+    for fix in wanted[:5]:
+        assert b[fix].speedup == pytest.approx(1 / 0.843) and b[fix].strict
+        assert b[fix].why == "the GPU is busy 15.7% of the step"
+    # the fused optimizer saves the CPU's launches: the compute share still bounds it
+    assert b["fused_optimizer"].speedup == pytest.approx(1 / 0.155) and "compute is 84.5%" in b["fused_optimizer"].why
+    # a GPU idle all step: faster kernels cannot reach the minimum effect
+    assert gain_bounds(["bf16_autocast"], {"compute": 0.6}, gpu_busy=0.002)["bf16_autocast"].cannot_reach(0.03)
+    # a CPU run (no GPU share) and a GPU busier than the compute share keep the compute bound
+    assert gain_bounds(["tf32"], {"compute": 0.5})["tf32"].speedup == pytest.approx(2.0)
+    assert gain_bounds(["tf32"], {"compute": 0.5}, gpu_busy=0.9)["tf32"].speedup == pytest.approx(2.0)
+
+
 def test_a_fix_whose_bound_cannot_reach_the_minimum_effect_is_skipped_unrun(spec):
     runner = FakeRunner(effects={"dataloader_workers": 1.9, "bf16_autocast": 1.4})
     out = run_trials(spec, refs("dataloader_workers", "bf16_autocast"), unsafe=True, runner=runner,
@@ -338,3 +354,12 @@ def test_a_reference_that_changed_level_between_stages_widens_the_interval():
     assert narrow.ci_low > 1.6 and narrow.ci_high < 1.9
     assert wide.speedup == narrow.speedup and wide.ci_low < 1.4 and wide.ci_high > 2.2
     assert wide.verdict == "improved"  # still a win, measured less precisely than its stage alone said
+
+
+def test_the_fix_loop_reads_the_gpus_busy_share_only_from_a_run_with_gpu_work():
+    from advisor.api.fixloop import _gpu_busy
+
+    assert _gpu_busy({"has_gpu_flag": 1, "gpu_busy_frac": 0.157}) == 0.157
+    assert _gpu_busy({"has_gpu_flag": 0, "gpu_busy_frac": 0.0}) is None
+    assert _gpu_busy({"has_gpu_flag": 1, "gpu_busy_frac": None}) is None
+    assert _gpu_busy({}) is None

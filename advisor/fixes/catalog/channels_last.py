@@ -46,4 +46,5 @@ FIX = Fix(
     on_model=on_model,
     plan_diff=plan_diff,
     shrinks=("compute",),
+    kernel_bound=True,
 )

@@ -36,4 +36,5 @@ FIX = Fix(
     install=install,
     plan_diff=plan_diff,
     shrinks=("compute",),
+    kernel_bound=True,
 )

@@ -46,4 +46,5 @@ FIX = Fix(
     install=install,
     manual=MANUAL,
     shrinks=("compute",),
+    kernel_bound=True,
 )

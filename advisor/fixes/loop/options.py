@@ -67,6 +67,8 @@ class LoopOptions:
             on it cannot reach ``min_effect`` is skipped unrun (:mod:`advisor.fixes.bounds`).
         impacts: Fix id -> the largest recoverable share its findings claim (orders the fixes
             under a budget when the fix declares no categories).
+        gpu_busy: On a GPU run, the diagnosed share of the step the GPU is busy: it bounds the
+            fixes that only make kernels faster (:mod:`advisor.fixes.bounds`).
         peak_at / peak_activation_frac: Where the diagnosed peak memory is allocated and the
             activations' share of it (the memory finding's locations and evidence); the memory
             fixes' diff notes name them (:func:`~advisor.fixes.fix.peak_note`).
@@ -100,6 +102,7 @@ class LoopOptions:
     checkpoint: Callable[[FixOutcome], None] | None = None
     breakdown: Mapping[str, float] | None = None
     impacts: Mapping[str, float] | None = None
+    gpu_busy: float | None = None
     peak_at: tuple[str, ...] = ()
     peak_activation_frac: float | None = None
     budget_s: float | None = None

@@ -60,7 +60,7 @@ def run_trials(
     if opts.checkpoint is not None:
         save = opts.checkpoint
         loop.on_run = lambda: save(loop.snapshot(wanted, results, notes, hidden, started))
-    bounds = gain_bounds(wanted, opts.breakdown, opts.impacts)
+    bounds = gain_bounds(wanted, opts.breakdown, opts.impacts, opts.gpu_busy)
     if not opts.only:
         results.update(_hopeless(wanted, bounds, opts.min_effect, notes))
     todo = [f for f in wanted if f not in results]
