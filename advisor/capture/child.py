@@ -42,6 +42,7 @@ from advisor._proc import become_subreaper, die_with_parent, end_own_children  #
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
 from advisor.capture import cuda_budget  # noqa: E402
 from advisor.capture.budget import TraceProbe  # noqa: E402
+from advisor.capture.edge_sync import sync_at_window_edges  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
     Phase,
@@ -112,14 +113,13 @@ class ChildSession:
         self.exit_code: int | None = None
         self.recorder = StepRecorder(
             phases=Phases.for_spec(spec),
-            profiler=TorchProfilerControl(
-                self.out / TRACES_DIR, run_dir, self.trace_files, self.notes
-            ),
+            profiler=TorchProfilerControl(self.out / TRACES_DIR, run_dir, self.trace_files, self.notes),
             cprofiler=CProfileControl(self.out / PSTATS_FILE, run_dir, self.results),
             start_time=t0,
             on_step=self._on_step,
             on_phase=self._on_phase,
             graph_count=_graphs_compiled,
+            edge_sync=sync_at_window_edges,
             record_loss_steps=max(0, spec.record_loss_steps),
         )
         self.probe: TraceProbe | None = None

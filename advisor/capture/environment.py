@@ -26,7 +26,10 @@ def environment() -> Environment:
         try:
             if torch.cuda.is_available():
                 gpus = torch.cuda.device_count()
-                device, device_name = "cuda", torch.cuda.get_device_name(0)
+                # NOTE: a CUDA run is one whose script started CUDA, not one on a machine with a
+                # GPU: a CPU script there got GPU fix trials and a "cuda / H100" header.
+                if torch.cuda.is_initialized():
+                    device, device_name = "cuda", torch.cuda.get_device_name(0)
         except Exception:  # noqa: BLE001 - a broken driver still leaves a CPU capture
             pass
     return Environment(

@@ -54,6 +54,8 @@ class StepRecorder:
         on_phase: Called after every phase change with the recorder (partial results on disk).
         graph_count: Graphs ``torch.compile`` compiled so far (None: not counted), for ``TimedPhase.compiles``.
         record_loss_steps: Record the loss of this many first steps.
+        edge_sync: Called at each step boundary; True when it waited for the GPU at the timed
+            window's edge (:mod:`advisor.capture.edge_sync`), and the boundary reads the clock again.
     """
 
     phases: Phases
@@ -64,6 +66,7 @@ class StepRecorder:
     on_step: Callable[[StepRecorder], None] | None = None
     on_phase: Callable[[StepRecorder], None] | None = None
     graph_count: Callable[[], int] | None = None
+    edge_sync: Callable[[StepRecorder], bool] | None = None
     record_loss_steps: int = 0
 
     source: StepSource | None = None
@@ -139,11 +142,8 @@ class StepRecorder:
 
     def _awaiting_optimizer(self) -> bool:
         """Return True while a created optimizer has not stepped yet and backward calls happen (within the grace)."""
-        return (
-            self._optimizer_created
-            and not self._optimizers.order
-            and 0 < self._backwards_awaiting <= ACCUMULATION_GRACE
-        )
+        return (self._optimizer_created and not self._optimizers.order
+                and 0 < self._backwards_awaiting <= ACCUMULATION_GRACE)
 
     def backward(self) -> None:
         """Count a finished ``backward()`` call (outside optimizer steps); it may end the step."""
@@ -335,6 +335,8 @@ class StepRecorder:
             self._cur_loss = self._pending_loss()
         self._carry_loss = None
         self.source = source
+        if self.edge_sync is not None and self.edge_sync(self):
+            now = self.clock()
         start = self._step_start if self._step_start is not None else now
         self.steps += 1
         self.steps_seen += 1

@@ -74,8 +74,7 @@ class UtilSampler:
             self._gpu_note = f"GPU not sampled: no NVIDIA driver or GPU ({exc})"
             return
         try:
-            count = pynvml.nvmlDeviceGetCount()
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self._handles = visible_handles(pynvml, os.environ.get("CUDA_VISIBLE_DEVICES"))
             if self._handles:
                 self._gpu_total = sum(
                     int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in self._handles
@@ -217,3 +216,38 @@ def _machine_busy_s(psutil: Any) -> float | None:
         return None
     idle = getattr(t, "idle", 0.0) + getattr(t, "iowait", 0.0)
     return float(sum(t)) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
+def visible_handles(nvml: Any, visible: str | None) -> list[Any]:
+    """NVML handles of the GPUs the script can see: ``CUDA_VISIBLE_DEVICES`` when set, else all.
+
+    NVML numbers every GPU of the machine, whatever the process may use: a job given one GPU of
+    eight was sampled as the eight together (utilisation averaged, memory summed). Entries are
+    indices or ``GPU-`` UUIDs (a prefix is enough, as for CUDA); the list ends at the first
+    entry that names no GPU, as CUDA's does. With a MIG entry every GPU is sampled, as before
+    (NVML reports no utilisation per MIG instance).
+    """
+    count = nvml.nvmlDeviceGetCount()
+    if visible is None or not visible.strip():
+        return [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)] if visible is None else []
+    if "MIG-" in visible:
+        return [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    uuids: list[str] | None = None
+    handles: list[Any] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if entry.isdigit() and int(entry) < count:
+            handles.append(nvml.nvmlDeviceGetHandleByIndex(int(entry)))
+            continue
+        if not entry.startswith("GPU-"):
+            break
+        if uuids is None:
+            uuids = [_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
+        match = [i for i, u in enumerate(uuids) if u.startswith(entry)]
+        if len(match) != 1:
+            break
+        handles.append(nvml.nvmlDeviceGetHandleByIndex(match[0]))
+    return handles
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -174,6 +174,7 @@ class _Transformer(cst.CSTTransformer):
             self.plan.non_blocking and self.loop_depth
             and isinstance(original.func, cst.Attribute) and original.func.attr.value == "to"
             and len(original.args) == 1 and original.args[0].keyword is None
+            and _may_be_a_gpu(original.args[0].value)
         ):
             updated = _set_kwarg(updated, "non_blocking", cst.Name("True"))
             self.done.add("non_blocking")
@@ -282,3 +283,24 @@ class _Transformer(cst.CSTTransformer):
             body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=[])]),
             leading_lines=stmt.leading_lines,
         )
+
+
+_DTYPES = frozenset({
+    "float", "float16", "float32", "float64", "half", "double", "bfloat16", "int", "int8", "int16",
+    "int32", "int64", "long", "uint8", "bool", "complex64", "complex128",
+})
+
+
+def _may_be_a_gpu(target: cst.BaseExpression) -> bool:
+    """Whether ``.to(target)`` may copy to a GPU: not ``"cpu"``, ``torch.device("cpu")`` or a dtype.
+
+    A non-blocking copy to the host returns before the data is there: the values read next can
+    be stale, so ``.to("cpu")`` keeps its blocking copy.
+    """
+    if isinstance(target, cst.Call) and isinstance(target.func, cst.Attribute) and target.func.attr.value == "device":
+        target = target.args[0].value if target.args else target
+    if isinstance(target, cst.SimpleString):
+        return target.evaluated_value.startswith("cuda")
+    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "torch":
+        return target.attr.value not in _DTYPES
+    return True

@@ -102,3 +102,20 @@ def test_environment_records_threads_cpu_model_and_peaks(tmp_path: Path, monkeyp
     assert env.cpu_model
     assert {p.dtype for p in env.matmul_peaks} == set(peak.DTYPES)
     assert (tmp_path / "advisor" / peak.CACHE_FILE).is_file()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("started", "device"), [(False, "cpu"), (True, "cuda")])
+def test_a_run_is_a_cuda_run_only_when_its_script_started_cuda(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: bool, device: str,
+) -> None:
+    # a GPU machine (is_available), and a script that did or did not use the GPU
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(peak, "measure", _fake_measure([], 0.1))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: started)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    env = environment()
+    assert env.device == device and env.gpu_count == 1
+    assert (env.device_name == "NVIDIA H200") is started

@@ -148,3 +148,19 @@ def test_without_a_repository_the_diff_is_relative_to_the_working_directory(
     patch.write_text(diff, encoding="utf-8")
     check = _git(tmp_path / "work", "apply", "--check", str(patch))
     assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.parametrize(("call", "changed"), [
+    ("x.to(device)", True),
+    ('x.to("cuda")', True),
+    ('x.to("cuda:1")', True),
+    ("x.to(torch.device('cuda', 0))", True),
+    ('x.to("cpu")', False),
+    ("x.to(torch.device('cpu'))", False),
+    ("x.to(torch.float16)", False),
+    ("x.to(args.device)", True),
+])
+def test_non_blocking_goes_only_on_copies_that_may_reach_a_gpu(call: str, changed: bool):
+    src = f"import torch\nfor x in loader:\n    y = {call}\n"
+    new, _ = transform(src, [Trial("non_blocking_copy", "safe")])
+    assert ("non_blocking=True" in new) is changed, new
