@@ -67,7 +67,7 @@ def install(fixes: Sequence[FixRequest]) -> dict[str, FixNote]:
 
     known = catalog.get_fixes()
     state = State(notes)
-    for req in fixes:
+    for req in sorted(fixes, key=lambda r: r.id not in INSTALL_FIRST):
         fix = known.get(req.id)
         if fix is None or fix.install is None:
             state.skipped(req.id, "unknown fix id" if fix is None else "no run-time install")
@@ -79,6 +79,11 @@ def install(fixes: Sequence[FixRequest]) -> dict[str, FixNote]:
     state.patch()
     return notes
 
+
+
+INSTALL_FIRST = ("fp16_amp",)
+"""Fixes installed before the others: fp16's GradScaler must sit inside the optimizer wrappers of
+the fixes that skip steps (fit_accumulation), so that it steps and unscales on real steps only."""
 
 
 def accumulate_steps(

@@ -59,6 +59,7 @@ class State:
         self.autocast_dtype: Any = None
         self.autocast_fix: str | None = None
         self.scaler: Any = None
+        self._scaling_patched = False
         self.fused = False
         self.non_blocking = False
         self.loader_counts: dict[str, int] = {}
@@ -240,43 +241,13 @@ class State:
     # -- fp16 loss scaling ------------------------------------------------------------------------
 
     def _patch_grad_scaling(self) -> None:
-        import torch
+        """Install the GradScaler once (fp16_amp installs it early: :mod:`advisor.fixes.runtime_scaling`)."""
+        if self._scaling_patched:
+            return
+        self._scaling_patched = True
+        from advisor.fixes.runtime_scaling import patch_grad_scaling
 
-        scaler = self.scaler
-        original_backward = torch.Tensor.backward
-        local = threading.local()
-
-        def backward(self: Any, gradient: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if gradient is None and self.dim() == 0 and self.requires_grad and scaler.is_enabled():
-                # NOTE: scaling the incoming gradient equals scaling the loss, and keeps the
-                # loss tensor itself (what the capture records for loss parity) unscaled.
-                scaled = scaler.scale(torch.ones_like(self, dtype=torch.float32))
-                return original_backward(self, scaled.to(self.dtype), *args, **kwargs)
-            return original_backward(self, gradient, *args, **kwargs)
-
-        patch(torch.Tensor, "backward", backward)
-
-        original_init = torch.optim.Optimizer.__init__
-
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-            original_init(self, *args, **kwargs)
-            inner = self.step
-
-            def step(*a: Any, **k: Any) -> Any:
-                # NOTE: GradScaler.step calls optimizer.step again; the flag breaks the loop.
-                if getattr(local, "inside", False):
-                    return inner(*a, **k)
-                local.inside = True
-                try:
-                    out = scaler.step(self, *a, **k)
-                    scaler.update()
-                    return out
-                finally:
-                    local.inside = False
-
-            self.step = step
-
-        patch(torch.optim.Optimizer, "__init__", __init__)
+        patch_grad_scaling(self)
 
     # -- optimizers -----------------------------------------------------------------------------
 

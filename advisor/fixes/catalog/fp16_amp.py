@@ -31,6 +31,8 @@ def install(state: Any, params: dict[str, Any]) -> None:
     state.autocast_dtype = torch.float16
     state.autocast_fix = "fp16_amp"
     state.scaler = torch.amp.GradScaler("cuda")
+    # NOTE: now, before fixes installed after it wrap the optimizers (runtime.INSTALL_FIRST).
+    state._patch_grad_scaling()
     state.pending("fp16_amp", "waiting for the model's first call")
 
 
