@@ -313,6 +313,7 @@ def _fused_init(original: Callable[..., Any], has_fused: bool, state: State) -> 
             try:
                 original(self, *args, fused=True, **kwargs)
                 state.applied("fused_optimizer", f"{name}(fused=True)")
+                _foreach_if_first_step_refuses(self, name, state)
                 return
             except (RuntimeError, ValueError, TypeError) as exc:  # fused unsupported here
                 reason = str(exc).splitlines()[0][:120]
@@ -327,3 +328,33 @@ def _fused_init(original: Callable[..., Any], has_fused: bool, state: State) -> 
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
     return __init__
+
+
+def _foreach_if_first_step_refuses(opt: Any, name: str, state: State) -> None:
+    """Fall back to foreach kernels when torch refuses the fused ones at the first ``step()``.
+
+    torch checks some of fused's needs (the parameters' devices and dtypes, in some versions)
+    only when it steps, after the constructor accepted ``fused=True``.
+    """
+    import types
+
+    inner = opt.step
+    checked = [False]
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if checked[0]:
+            return inner(*args, **kwargs)
+        checked[0] = True
+        try:
+            return inner(*args, **kwargs)
+        except RuntimeError as exc:
+            if "fused" not in str(exc):
+                raise
+            for group in self.param_groups:
+                group["fused"], group["foreach"] = False, True
+            self.defaults["fused"], self.defaults["foreach"] = False, True
+            first = str(exc).splitlines()[0][:120]
+            state.applied("fused_optimizer", f"{name}(foreach=True) (fused refused at the first step: {first})")
+            return inner(*args, **kwargs)
+
+    opt.step = types.MethodType(step, opt)

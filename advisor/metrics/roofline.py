@@ -318,10 +318,15 @@ def compute_roofline(analysis: TraceAnalysis, device_name: str, with_table: bool
     return RooflineResult(ops, table, step_mfu, sized_frac, has_shapes, notes)
 
 
-def _roof(gpu: Any, dtype: str) -> tuple[float | None, float | None]:
+def _roof(gpu: Any, dtype: str, kind: str = "") -> tuple[float | None, float | None]:
     if gpu is None:
         return None, None
-    return gpu.tflops.get(dtype), gpu.mem_tbps
+    return gpu.tflops.get(_peak_dtype(gpu, kind, dtype)), gpu.mem_tbps
+
+
+def _peak_dtype(gpu: Any, kind: str, dtype: str) -> str:
+    """fp32 convolutions run in TF32 where the GPU has it: cuDNN's default (``cudnn.allow_tf32``)."""
+    return "tf32" if kind == "conv" and dtype == "fp32" and gpu is not None and "tf32" in gpu.tflops else dtype
 
 
 def _table(ops: pd.DataFrame, gpu: Any) -> pd.DataFrame:
@@ -339,7 +344,7 @@ def _table(ops: pd.DataFrame, gpu: Any) -> pd.DataFrame:
         g["intensity"] = np.where(g["bytes"] > 0, g["flops"] / g["bytes"], np.nan)
     bound, frac = [], []
     for row in g.itertuples(index=False):
-        peak, bw = _roof(gpu, str(row.dtype))
+        peak, bw = _roof(gpu, str(row.dtype), str(row.kind))
         if peak and bw:
             ridge = peak * 1e12 / (bw * 1e12)  # FLOP per byte
             compute = row.intensity >= ridge
@@ -378,7 +383,9 @@ def _per_step(ops: pd.DataFrame, analysis: TraceAnalysis, gpu: Any, n: int) -> t
     if gpu is None or not (model & finite).any():
         return mfu, sized_frac
     # peak time each op's FLOPs need at its dtype's peak; MFU = that time / step time
-    dtype_codes, dtypes = pd.factorize(ops["dtype"])
+    dtype_codes, dtypes = pd.factorize(pd.Series(
+        [_peak_dtype(gpu, k, d) for k, d in zip(ops["kind"], ops["dtype"].astype(str), strict=True)], index=ops.index,
+    ).where(ops["dtype"].notna()))
     peaks = np.array([gpu.tflops.get(d) or np.nan for d in dtypes] + [np.nan], dtype=np.float64)[dtype_codes]
     need_us = np.where(model & finite, ops["flops"].to_numpy(dtype=np.float64) / (peaks * 1e6), 0.0)
     unknown_peak = model & finite & ~np.isfinite(peaks)

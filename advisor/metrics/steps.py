@@ -404,7 +404,7 @@ def _run_values(
     peak, mem_note = _peak_memory(ev, cls, gpu)
     run["peak_memory_bytes"] = peak
     dtype = run.pop("_dominant_dtype", None)
-    peak_tf = peak_tflops(run["device_name"], dtype) if (gpu and dtype and run["device_name"]) else None
+    peak_tf = peak_tflops(run["device_name"], _peak_dtype(dtype, run, dev)) if (gpu and dtype and run["device_name"]) else None
     has_rate = np.isfinite(achieved_tflops).any()
     run["mfu_frac"] = float(np.nanmedian(achieved_tflops) / peak_tf) if peak_tf and has_rate else None
     run["peak_tflops"] = peak_tf
@@ -444,3 +444,14 @@ def _dataparallel(ev: pd.DataFrame, cls: Classified) -> float | None:
     if has_old and not found:
         found = any("data_parallel.py" in str(c) for c in stacks.cat.categories)
     return 1.0 if found else 0.0
+
+
+def _peak_dtype(dtype: str | None, run: dict[str, Any], dev: dict[str, Any] | None) -> str | None:
+    """Name the peak a dominant dtype runs against: fp32 convolutions on Ampere and newer, TF32's.
+
+    cuDNN runs float32 convolutions in TF32 unless told not to (``torch.backends.cudnn.allow_tf32``
+    is True by default), so against the FP32 peak a conv net's MFU could pass 100%.
+    """
+    if dtype == "fp32" and run.get("conv_flag") and dev and int(dev.get("computeMajor", 0)) >= 8:
+        return "tf32"
+    return dtype

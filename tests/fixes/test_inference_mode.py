@@ -73,6 +73,10 @@ def test_compile_modes_are_a_ladder_on_cuda_and_one_rung_on_cpu():
     assert [v.label for v in fix.plan_variants(FixContext(cuda=False), spec)] == ["torch_compile"]
     cuda = fix.plan_variants(FixContext(cuda=True), spec)
     assert [v.params for v in cuda] == [{}, {"mode": "reduce-overhead"}, {"mode": "max-autotune"}]
+    # CUDA graphs need their warm-up and record steps before timing; a cold autotune, minutes
+    assert [v.overrides for v in cuda] == [{}, {"warmup_steps": 5}, {"warmup_steps": 5, "timeout_s": 900.0}]
+    assert fix.step_overrides({"mode": "max-autotune"}, RunSpec(script=Path("t.py"), timeout_s=60), FixContext(cuda=True),
+                              None) == {"warmup_steps": 5}  # the user's --timeout stands
     assert fix.rung_name(cuda[2].params) == "max-autotune" and fix.rung_name({}) == "default"
     new, _ = transform(
         "import torch\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",

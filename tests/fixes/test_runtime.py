@@ -203,6 +203,27 @@ def test_fused_optimizer_sets_fused_unless_the_script_chose():
     assert opt2.defaults["foreach"] is False
 
 
+def test_fused_refused_at_the_first_step_falls_back_to_foreach(monkeypatch):
+    real_step = torch.optim.SGD.step
+
+    def picky_step(self, *a, **k):  # as torch does where fused's needs are checked when it steps
+        if self.param_groups[0]["fused"]:
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", picky_step)
+    notes = install(FixRequest("fused_optimizer"))
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # it stepped
+    assert opt.param_groups[0]["fused"] is False and opt.param_groups[0]["foreach"] is True
+    assert "fused refused at the first step" in notes["fused_optimizer"]
+    opt.step()  # later steps go straight through
+
+
 def test_torch_compile_compiles_the_model_in_place():
     notes = install(FixRequest("torch_compile", {"backend": "eager"}))
     model = _mlp()

@@ -99,3 +99,18 @@ def test_a_trace_without_shapes_says_so_and_sizes_nothing(shared_traces):
     assert any("records no operator shapes" in n for n in m.notes)
     assert m.summary["sized_gpu_time_frac"] is None and m.summary["step_mfu_frac"] is None
     assert "roofline" not in m.extra
+
+
+def test_fp32_convolutions_are_held_to_the_tf32_peak_where_the_gpu_has_one():
+    # cuDNN runs fp32 convolutions in TF32 by default: against the FP32 peak, MFU could pass 100%
+    from advisor.metrics.roofline import _roof
+    from advisor.metrics.steps import _peak_dtype
+
+    h100, v100 = find_gpu("NVIDIA H100 80GB HBM3"), find_gpu("Tesla V100-SXM2-16GB")
+    assert _roof(h100, "fp32", "conv")[0] == 494.7 and _roof(h100, "fp32", "gemm")[0] == 67.0
+    assert _roof(h100, "bf16", "conv")[0] == 989.4
+    assert _roof(v100, "fp32", "conv")[0] == 15.7  # Volta: no TF32
+    assert _peak_dtype("fp32", {"conv_flag": 1.0}, {"computeMajor": 9}) == "tf32"
+    assert _peak_dtype("fp32", {"conv_flag": 0.0}, {"computeMajor": 9}) == "fp32"  # matmuls: TF32 is opt-in
+    assert _peak_dtype("fp32", {"conv_flag": 1.0}, {"computeMajor": 7}) == "fp32"
+    assert _peak_dtype("bf16", {"conv_flag": 1.0}, {"computeMajor": 9}) == "bf16"

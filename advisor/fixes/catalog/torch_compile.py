@@ -21,11 +21,31 @@ CUDA_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
 """Modes tried after the default on a CUDA run."""
 
 
+CUDA_GRAPH_WARMUP = 5
+"""Warm-up steps before a CUDA-graph mode is timed: cudagraph trees run a step eagerly, record the
+next and replay from the third, and the capture's hooks leaving after the first step recompile
+once more (a second warm-up and record)."""
+AUTOTUNE_TIMEOUT_S = 900.0
+"""A max-autotune rung's run limit when the user set none: a cold autotune of every matmul and
+convolution takes minutes, beyond the trials' usual limit (the baseline's wall time x 6, >= 120 s)."""
+
+
+def step_overrides(params: dict[str, Any], spec: RunSpec, ctx: FixContext, step_ms: float | None) -> dict[str, Any]:
+    """More warm-up for the CUDA-graph modes, and max-autotune's time to autotune."""
+    mode = params.get("mode")
+    if mode not in CUDA_MODES:
+        return {}
+    out: dict[str, Any] = {"warmup_steps": max(spec.warmup_steps, CUDA_GRAPH_WARMUP)}
+    if mode == "max-autotune" and spec.timeout_s is None:
+        out["timeout_s"] = AUTOTUNE_TIMEOUT_S
+    return out
+
+
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
     """Return the default mode's rung, then (CUDA only) one per mode of :data:`CUDA_MODES`."""
     rungs = [VariantPlan()]
     if ctx.cuda:
-        rungs += [VariantPlan({"mode": mode}) for mode in CUDA_MODES]
+        rungs += [VariantPlan(p, step_overrides(p, spec, ctx, step_ms)) for p in ({"mode": m} for m in CUDA_MODES)]
     return rungs
 
 
@@ -63,6 +83,7 @@ FIX = Fix(
     ),
     loss_rtol=LOSS_RTOL_PRECISION,
     variants=variants,
+    step_overrides=step_overrides,
     rung=lambda p: str(p.get("mode", "default")),
     rung_key=lambda p: p.get("mode"),
     install=install,
