@@ -338,3 +338,32 @@ def test_fewer_workers_lowers_num_workers():
     notes = install(FixRequest("dataloader_workers", {"num_workers": 1, "fewer": True}))
     loader = DataLoader(_ds(), batch_size=4, num_workers=3)
     assert loader.num_workers == 1 and "num_workers 3->1" in notes["dataloader_workers"]
+
+
+@pytest.mark.parametrize("script", ["new_set_then_legacy_read", "new_read", "legacy_set_then_new_read", "cudnn_new"])
+def test_tf32_leaves_both_flag_apis_usable_by_the_script(monkeypatch, script):
+    # torch >= 2.9 refuses some mixes of allow_tf32 and fp32_precision; after the fix's flags,
+    # a script using either API must still run (torch 2.13 here; the GPU check covers 2.11)
+    from advisor.fixes.catalog import tf32
+
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    precision = torch.get_float32_matmul_precision()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    notes: dict = {}
+    try:
+        tf32.install(runtime._State(notes), {})
+        if script == "new_set_then_legacy_read":
+            matmul.fp32_precision = "tf32"
+            assert matmul.allow_tf32 is True
+        elif script == "new_read":
+            assert matmul.fp32_precision in ("tf32", "none")
+        elif script == "legacy_set_then_new_read":
+            matmul.allow_tf32 = True
+            assert matmul.fp32_precision == "tf32"
+        else:
+            cudnn.conv.fp32_precision = "tf32"
+            assert cudnn.allow_tf32 is True
+    finally:
+        runtime.uninstall()
+        torch.set_float32_matmul_precision(precision)
+    assert "applied" in str(notes["tf32"])
