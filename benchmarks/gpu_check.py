@@ -91,6 +91,7 @@ class Case:
     speedup: float | None = None
     trials: list[dict] = field(default_factory=list)
     trial_problems: list[str] = field(default_factory=list)
+    starts: dict[str, int] = field(default_factory=dict)  # trial runs per start kind (warm, cold)
     twin_speedup: float | None = None  # the hand-tuned twin over the original, timed plainly
     plain_speedup: float | None = None  # the kept diff applied, over the original, timed plainly
     plain_rates: dict[str, list[float | None]] = field(default_factory=dict)  # samples/s per variant, in turn
@@ -288,6 +289,7 @@ def read_report(case: Case, report: dict) -> None:
     case.gpu_time_frac = None if gpu is None else round(float(gpu), 4)
     case.nvml_sampled = summary.get("gpu_util_frac") is not None
     case.kept = list(report.get("kept_fixes") or [])
+    case.starts = dict((report.get("timing") or {}).get("starts") or {})
     combined = report.get("combined") or {}
     case.speedup = combined.get("speedup")
     for t in report.get("trials") or []:
@@ -311,16 +313,20 @@ def read_report(case: Case, report: dict) -> None:
 def markdown(env: dict, cases: list[Case], dry: bool, took: float) -> str:
     lines = ["# advisor GPU check", "", f"{'Dry run (no CUDA): plumbing only. ' if dry else ''}Took {took:.0f} s.", ""]
     lines += [f"- **{k}**: {v}" for k, v in env.items()]
-    lines += ["", "| example | expected | found | status | kept | speedup | kept diff (plain) | twin (plain) | GPU time | NVML | trial problems | s |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| example | expected | found | status | kept | speedup | kept diff (plain) | twin (plain) | starts | GPU time | NVML | trial problems | s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in cases:
         sp = "—" if c.speedup is None else f"{c.speedup:.2f}x"
         gt = "—" if c.gpu_time_frac is None else f"{c.gpu_time_frac:.0%}"
         why = f"{c.status}: {c.reason}" if c.reason else c.status
         lines.append(f"| {c.name} | {c.expected or '—'} | {c.found or '—'} | {why} | {', '.join(c.kept) or '—'} | "
-                     f"{sp} | {'—' if c.plain_speedup is None else f'{c.plain_speedup:.2f}x'} | {'—' if c.twin_speedup is None else f'{c.twin_speedup:.2f}x'} | {gt} | {c.nvml_sampled if c.nvml_sampled is not None else '—'} | "
+                     f"{sp} | {'—' if c.plain_speedup is None else f'{c.plain_speedup:.2f}x'} | {'—' if c.twin_speedup is None else f'{c.twin_speedup:.2f}x'} | {_starts(c.starts)} | {gt} | {c.nvml_sampled if c.nvml_sampled is not None else '—'} | "
                      f"{'; '.join(c.trial_problems) or '—'} | {c.seconds} |")
     return "\n".join(lines) + "\n"
+
+
+def _starts(starts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(starts.items())) or "—"
 
 
 def write_summary(out: Path, env: dict, cases: list[Case], problems: list[str], dry: bool, took: float) -> None:
@@ -339,8 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=TOTAL_BUDGET_S, help="seconds for the whole check")
     ap.add_argument("--trials", action="append", metavar="EXAMPLE",
                     help=f"an example whose fix trials run, repeatable (default: {' '.join(TRIALS)}); the rest get --no-fixes")
+    ap.add_argument("--warm-gpu", action="store_true",
+                    help="fork trial runs from a warm-start server beside the GPU (ADVISOR_WARM_GPU=1, experimental)")
     ap.add_argument("examples", nargs="*", help="only these examples (default: every one in the manifest)")
     opts = ap.parse_args(argv)
+    if opts.warm_gpu:
+        os.environ["ADVISOR_WARM_GPU"] = "1"  # the diagnoses inherit it (advisor.capture.warm_preload)
     t0 = time.monotonic()
     deadline = t0 + opts.budget
     opts.out.mkdir(parents=True, exist_ok=True)

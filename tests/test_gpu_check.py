@@ -153,3 +153,15 @@ def test_run_as_make_runs_it_the_check_imports_advisor_from_the_source_tree(tmp_
     assert proc.returncode == 0, proc.stderr[-2000:]
     environment = json.loads((tmp_path / "gpu-check.json").read_text())["environment"]
     assert not str(environment["import_advisor"]).startswith("failed"), environment["import_advisor"]
+
+
+def test_the_trial_runs_starts_are_reported_and_warm_gpu_reaches_the_diagnoses(check, tmp_path: Path, monkeypatch):
+    case = check.Case("pageable_copies", "host_to_device")
+    check.read_report(case, {**_report(), "timing": {"starts": {"cold": 2, "warm": 6}}})
+    assert case.starts == {"cold": 2, "warm": 6} and check._starts(case.starts) == "2 cold, 6 warm"
+    monkeypatch.delenv("ADVISOR_WARM_GPU", raising=False)
+    assert check.main(["--dry-run", "--warm-gpu", "--out", str(tmp_path)]) == 0
+    import os
+
+    assert os.environ.get("ADVISOR_WARM_GPU") == "1"  # what run_case's diagnoses inherit
+    monkeypatch.delenv("ADVISOR_WARM_GPU")

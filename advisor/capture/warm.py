@@ -28,7 +28,8 @@ context manager: leaving it, normally or by an exception, ends the server.
 The warm start is used only where it is safe (:meth:`WarmServer.refusal`): Linux, one process
 (no torchrun), no profiler in the run (profiled captures stay cold: their trace and their time
 to first step describe the user's real start-up; the kept fixes' profiled run, whose trace alone
-is read, is the exception: ``RunSpec.startup_reported``), no GPU visible to a CUDA/ROCm build of torch,
+is read, is the exception: ``RunSpec.startup_reported``), no GPU visible to a CUDA/ROCm build of torch
+(unless ``ADVISOR_WARM_GPU=1``, an experiment: :func:`advisor.capture.warm_preload.cuda_started`),
 and the environment the server was started with. Elsewhere, and when the server cannot start or
 dies, runs start cold; :func:`warm_runner` does that choice per run and re-runs cold a run the
 server's death cut short.

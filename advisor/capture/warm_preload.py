@@ -82,6 +82,40 @@ def _threads() -> int:
         return 1
 
 
+WARM_GPU_ENV = "ADVISOR_WARM_GPU"
+"""``ADVISOR_WARM_GPU=1``: serve warm starts where a GPU is visible too (experimental, see
+:func:`cuda_started`). On an H200 every cold trial run took 8-11 s to its first step, about 4 s
+of it imports the server would pay once."""
+
+
+def warm_gpu() -> bool:
+    """Whether the experimental warm start beside a visible GPU was asked for."""
+    return os.environ.get(WARM_GPU_ENV, "") == "1"
+
+
+def cuda_started(maps: str | None = None) -> str | None:
+    """Say why this process can no longer fork children that use CUDA (None: it can).
+
+    A fork is safe for CUDA only while the parent never started the driver: a child of a parent
+    that did fails at its first CUDA call. torch starts it lazily, at the first call that needs
+    a device (``torch.cuda.is_available()`` is one, unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1``,
+    which the server sets while it imports). The driver's library mapped into the process means
+    something loaded it: the server then refuses, whatever torch says.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "torch started CUDA in the warm-start server"
+    if maps is None:
+        try:
+            with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+                maps = fh.read()
+        except OSError:
+            return "cannot tell whether the CUDA driver is loaded (no /proc/self/maps)"
+    if "libcuda.so" in maps:
+        return "the CUDA driver was loaded in the warm-start server"
+    return None
+
+
 def gpu_visible() -> str | None:
     """Say why a GPU may be in use (a CUDA or ROCm torch with a device node present); None when not.
 
@@ -110,6 +144,8 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
     failed: list[str] = []
     refusal = None
     base = None
+    if warm_gpu():
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # the server's own; each child gets its run's env
     for name in modules:
         importlib.import_module(name)  # ours and torch: a failure here is the server's failure
         imported.append(name)
@@ -122,7 +158,8 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
     from advisor.capture.usercode import library_roots
 
     roots = library_roots()
-    refusal = refusal or gpu_visible()
+    gpu = gpu_visible()
+    refusal = refusal or (None if gpu is None or warm_gpu() else gpu)
     wanted = script_imports(Path(script)) if script else []
     folder = os.getcwd() if module else os.path.dirname(os.path.abspath(script or "."))
     with first_for_a_while(folder):
@@ -140,6 +177,8 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
             if _threads() > base:
                 refusal = f"importing {name} started a thread, which a fork would not copy"
         refusal = refusal or shadowed(folder)
+    if gpu is not None and warm_gpu():
+        refusal = refusal or cuda_started()
     return {"ready": refusal is None, "refusal": refusal, "imported": imported, "failed": failed,
             "threads": _threads()}
 
