@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
             silence_stream(sys.stdout)  # stdout on a full disk: the exit flush must not fail again
         sys.exit(EXIT_USAGE)
     except Exception as exc:  # the one boundary: never a stack trace for the user
+        if (stop := _interrupt_inside(exc)) is not None:
+            _interrupted(stop)
         click.echo(
             f"advisor: internal error: {type(exc).__name__}: {printable_line(str(exc))} "
             "(please report it with the command you ran; set ADVISOR_DEBUG=1 for the traceback)",
@@ -186,7 +188,29 @@ def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     """Exit as a process ended by the signal would report it: 128 + its number."""
     signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
     click.echo(f"advisor: interrupted ({signal.Signals(signum).name})", err=True)
+    # NOTE: a KeyboardInterrupt raised inside code run by exec() of a string (dataclasses builds
+    # __init__ so, while advisor imports) sets CPython's "unhandled KeyboardInterrupt" flag even
+    # when it is handled, and the process then ends by SIGINT (-2) instead of 130. Each exec of
+    # a string clears the flag as it starts.
+    exec("None")  # noqa: S102 - a constant string
     sys.exit(128 + signum)
+
+
+def _interrupt_inside(exc: BaseException) -> KeyboardInterrupt | None:
+    """Find the Ctrl-C (or stop signal) another exception wraps, if any.
+
+    An exception raised in ``__set_name__`` while a class is built comes back wrapped in a
+    RuntimeError ("Error calling __set_name__"): a ^C landing while advisor imports read as an
+    internal error.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _debug() -> bool:
