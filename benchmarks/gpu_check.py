@@ -6,7 +6,7 @@ source tree on each example of ``examples/expected.json`` that has a GPU expecta
 each against it: the primary category, every fix trial having run (no crash, loss parity), GPU
 time seen in the trace (CUPTI) and NVML sampled. A summary goes to ``$OUT/gpu-check.json`` and
 ``$OUT/gpu-check.md``, rewritten after every example so that a run cut short still returns what
-it measured; the reports, diffs and logs (no traces) go to ``$OUT/runs.tar.gz``. The time is
+it measured; the reports, diffs, logs and traces (14 MiB of them) go to ``$OUT/runs.tar.gz``. The time is
 bounded: a total budget is shared out between the examples (each diagnose gets ``--budget``), a
 part of it kept back for the plain timings, and an example that cannot start in time is listed as
 not run.
@@ -63,8 +63,10 @@ PLAIN_PAIRS = 2
 """Original/fixed pairs timed in turn for each plain comparison (each a fresh process)."""
 REPRODUCED = 2
 """Examples whose kept diff is applied and timed plainly (issue #28 asks for at least two)."""
+TRACES_BYTES = 14 << 20
+"""Bytes of gzip traces brought back (one file of $OUT may hold 16 MiB)."""
 KEPT_FILES = (".json", ".diff", ".md", ".log", ".txt")
-"""What of a run folder comes back in runs.tar.gz: reports, diffs and logs, never traces."""
+"""What of a run folder comes back in runs.tar.gz besides its gzip traces: reports, diffs and logs."""
 MIN_EXAMPLE_S = 25.0
 """An example is not started with less than this left (its capture alone takes about that)."""
 MIN_LOOP_S = 60.0
@@ -269,16 +271,31 @@ def time_twin(case: Case, spec: dict, deadline: float) -> None:
     case.twin_speedup = paired_ratio(case.plain_rates, "twin")
 
 
-def pack_runs(work: Path, out: Path) -> None:
-    """Reports, diffs and logs of every run (no traces) into ``out/runs.tar.gz``."""
+def pack_runs(work: Path, out: Path, trace_limit: int = TRACES_BYTES) -> list[str]:
+    """Every run's reports, diffs and logs, and its gzip traces smallest first while under
+    ``trace_limit``, into ``out/runs.tar.gz`` (one file: a session gets 8 back).
+
+    Real GPU traces of the examples are what rules are checked on here, where no GPU is (the
+    first run's were left on the machine). Returns the traces left out for the limit.
+    """
     runs = work / "runs"
     if not runs.is_dir():
-        return
+        return []
+    traces = sorted((p for p in runs.glob("*/traces/*.json.gz") if p.is_file()), key=lambda p: p.stat().st_size)
+    left, total = [], 0
     with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
         for path in sorted(runs.rglob("*")):
             if (path.is_file() and path.suffix in KEPT_FILES and "traces" not in path.parts
                     and path.stat().st_size < 4 << 20):
                 tar.add(path, arcname=str(path.relative_to(work)))
+        for path in traces:
+            size = path.stat().st_size
+            if total + size > trace_limit:
+                left.append(str(path.relative_to(work)))
+                continue
+            total += size
+            tar.add(path, arcname=str(path.relative_to(work)))
+    return left
 
 
 def read_report(case: Case, report: dict) -> None:
@@ -329,8 +346,9 @@ def _starts(starts: dict[str, int]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(starts.items())) or "—"
 
 
-def write_summary(out: Path, env: dict, cases: list[Case], problems: list[str], dry: bool, took: float) -> None:
-    data = {"environment": env, "dry_run": dry, "problems": problems, "seconds": round(took, 1),
+def write_summary(out: Path, env: dict, cases: list[Case], problems: list[str], dry: bool, took: float,
+                  extra: dict | None = None) -> None:
+    data = {"environment": env, "dry_run": dry, "problems": problems, "seconds": round(took, 1), **(extra or {}),
             "cases": [asdict(c) for c in cases]}
     (out / "gpu-check.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     (out / "gpu-check.md").write_text(markdown(env, cases, dry, took), encoding="utf-8")
@@ -359,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = plumbing(cases)
     dry = opts.dry_run or not env.get("cuda_available")
     manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))["examples"]
+    extra: dict = {}
     plain_reserve = min(PLAIN_RESERVE_S, opts.budget / 4)
     trials = set(TRIALS if opts.trials is None else opts.trials)
     # NOTE: every example is diagnosed first, the fix loops then share what is left.
@@ -391,8 +410,8 @@ def main(argv: list[str] | None = None) -> int:
         for case in diffs:
             reproduce(case, manifest[case.name], opts.work, deadline)
             print(f"{case.name}: kept diff {case.plain_speedup} {case.plain_rates}", flush=True)
-        pack_runs(opts.work, opts.out)
-    write_summary(opts.out, env, cases, problems, dry, time.monotonic() - t0)
+        extra["traces_left_out"] = pack_runs(opts.work, opts.out)
+    write_summary(opts.out, env, cases, problems, dry, time.monotonic() - t0, extra)
     print(f"wrote {opts.out / 'gpu-check.md'}", flush=True)
     bad = problems or [c for c in cases if c.status in ("failed", "mismatch")]
     return 1 if bad else 0

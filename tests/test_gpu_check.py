@@ -165,3 +165,21 @@ def test_the_trial_runs_starts_are_reported_and_warm_gpu_reaches_the_diagnoses(c
 
     assert os.environ.get("ADVISOR_WARM_GPU") == "1"  # what run_case's diagnoses inherit
     monkeypatch.delenv("ADVISOR_WARM_GPU")
+
+
+def test_traces_come_back_smallest_first_under_the_limit(check, tmp_path: Path):
+    import tarfile
+
+    for name, size in (("a", 300), ("b", 100), ("c", 200)):
+        folder = tmp_path / "runs" / name / "traces"
+        folder.mkdir(parents=True)
+        (folder / "host.pt.trace.json.gz").write_bytes(b"x" * size)
+        (tmp_path / "runs" / name / "report.json").write_text("{}")
+    out = tmp_path / "out"
+    out.mkdir()
+    left = check.pack_runs(tmp_path, out, trace_limit=350)
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        names = tar.getnames()
+    assert [n for n in names if n.endswith(".gz")] == ["runs/b/traces/host.pt.trace.json.gz",
+                                                       "runs/c/traces/host.pt.trace.json.gz"]
+    assert "runs/a/report.json" in names and left == ["runs/a/traces/host.pt.trace.json.gz"]
