@@ -20,7 +20,15 @@ needs_fork = pytest.mark.skipif(not can_fork(), reason="needs os.fork and a seco
 
 @pytest.fixture(autouse=True)
 def _no_other_threads():
-    """A fork needs this process single-threaded: name the thread an earlier test left, rather than fail obscurely."""
+    """A fork needs this process single-threaded: name the thread an earlier test left, rather than fail obscurely.
+
+    A thread still ending (a reader an earlier test's pipe released) gets a few seconds first:
+    CI once met one here, "Thread-10", in a run whose other 1844 tests passed.
+    """
+    deadline = time.monotonic() + 5.0
+    for t in threading.enumerate():
+        if t is not threading.main_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
     others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if others and not can_fork():
         pytest.fail(f"a test before this one left a thread running in this process ({', '.join(others)}): "
