@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="check the plumbing only, run no example")
     ap.add_argument("--budget", type=float, default=TOTAL_BUDGET_S, help="seconds for the whole check")
     ap.add_argument("--trials", action="append", metavar="EXAMPLE",
-                    help=f"an example whose fix trials run, repeatable (default: {' '.join(TRIALS)}); the rest get --no-fixes")
+                    help=f"an example whose fix trials run, repeatable (default: {' '.join(TRIALS)}; none: no fix loop); the rest get --no-fixes")
     ap.add_argument("--warm-gpu", action="store_true",
                     help="fork trial runs from a warm-start server beside the GPU (ADVISOR_WARM_GPU=1, experimental)")
     ap.add_argument("examples", nargs="*", help="only these examples (default: every one in the manifest)")
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))["examples"]
     extra: dict = {}
     plain_reserve = min(PLAIN_RESERVE_S, opts.budget / 4)
-    trials = set(TRIALS if opts.trials is None else opts.trials)
+    trials = set(TRIALS if opts.trials is None else opts.trials) - {"none"}  # --trials none: no fix loop
     # NOTE: every example is diagnosed first, the fix loops then share what is left.
     order = [c for c in cases if c.name not in trials] + [c for c in cases if c.name in trials]
     for i, case in enumerate(order):

@@ -183,3 +183,12 @@ def test_traces_come_back_smallest_first_under_the_limit(check, tmp_path: Path):
     assert [n for n in names if n.endswith(".gz")] == ["runs/b/traces/host.pt.trace.json.gz",
                                                        "runs/c/traces/host.pt.trace.json.gz"]
     assert "runs/a/report.json" in names and left == ["runs/a/traces/host.pt.trace.json.gz"]
+
+
+def test_trials_none_diagnoses_every_example_without_a_fix_loop(check, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(check, "environment", lambda: {"cuda_available": True})
+    shares: list[float | None] = []
+    monkeypatch.setattr(check, "run_case", lambda case, spec, work, share_s, timeout_s: shares.append(share_s))
+    check.main(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--trials", "none",
+                "pageable_copies", "tiny_model"])
+    assert shares == [None, None]
