@@ -114,3 +114,21 @@ def test_fp32_convolutions_are_held_to_the_tf32_peak_where_the_gpu_has_one():
     assert _peak_dtype("fp32", {"conv_flag": 0.0}, {"computeMajor": 9}) == "fp32"  # matmuls: TF32 is opt-in
     assert _peak_dtype("fp32", {"conv_flag": 1.0}, {"computeMajor": 7}) == "fp32"
     assert _peak_dtype("bf16", {"conv_flag": 1.0}, {"computeMajor": 9}) == "bf16"
+
+
+def test_per_step_mfu_counts_fp32_convolutions_at_the_tf32_peak():
+    import types
+
+    import numpy as np
+    import pandas as pd
+
+    from advisor.metrics.roofline import _per_step
+
+    h100 = find_gpu("NVIDIA H100 80GB HBM3")
+    # 494.7 GFLOP of fp32 convolution need 1 ms at TF32's 494.7 TFLOP/s
+    ops = pd.DataFrame({"step": [0, 0], "flops": [494.7e9, 67e9], "device_us": [900.0, 90.0],
+                        "kind": ["conv", "gemm"], "dtype": ["fp32", "fp32"]})
+    analysis = types.SimpleNamespace(windows=types.SimpleNamespace(duration=np.array([2000.0])))
+    mfu, _ = _per_step(ops, analysis, h100, 1)
+    # conv: 1 ms at the TF32 peak; gemm: 1 ms at the FP32 peak (67 TFLOP/s); the step: 2 ms
+    assert mfu[0] == pytest.approx((1000.0 + 1000.0) / 2000.0)
