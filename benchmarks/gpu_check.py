@@ -29,7 +29,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -146,33 +145,6 @@ def plumbing(cases: list[Case]) -> list[str]:
     return [f"examples/{c.name}.py is missing" for c in cases if not (EXAMPLES / f"{c.name}.py").is_file()]
 
 
-def run_bounded(cmd: list[str], timeout: float, env: dict[str, str]) -> tuple[int | None, str]:
-    """Run ``cmd`` in its own group; past ``timeout`` a Ctrl-C, then a kill. (exit code or None, stderr)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env=env, process_group=0)
-    try:
-        return _drain(proc, timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    # NOTE: a terminal's Ctrl-C goes to the whole foreground group; advisor saves what it measured.
-    for sig, wait in ((signal.SIGINT, GRACE_S), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            _, err = proc.communicate(timeout=wait)
-            return None, err
-        except subprocess.TimeoutExpired:
-            continue
-    return None, ""
-
-
-def _drain(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
-    _, err = proc.communicate(timeout=timeout)
-    return proc.returncode, err
-
-
 def run_case(case: Case, spec: dict, work: Path, share_s: float | None, timeout_s: float) -> None:
     """Diagnose one example on the GPU and fill ``case`` from its report.
 
@@ -192,7 +164,11 @@ def run_case(case: Case, spec: dict, work: Path, share_s: float | None, timeout_
     ]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     t0 = time.perf_counter()
-    code, err = run_bounded(cmd, timeout_s, env)
+    try:
+        proc = run_group(cmd, timeout_s, env=env, interrupt_grace=GRACE_S)
+        code, err = proc.returncode, proc.stderr
+    except subprocess.TimeoutExpired as exc:  # interrupted: judged on the report it saved
+        code, err = None, exc.stderr or ""
     case.seconds = round(time.perf_counter() - t0, 1)
     (work / "runs" / f"{case.name}.stderr.log").write_text(err[-200_000:], encoding="utf-8")
     if not report_path.is_file() and (run_dir / "report.json").is_file():
@@ -389,10 +365,10 @@ def main(argv: list[str] | None = None) -> int:
         left = deadline - plain_reserve - time.monotonic()
         looping = case.name in trials
         share = left / sum(1 for c in order[i:] if c.name in trials) if looping else None
-        if left < MIN_EXAMPLE_S or (share is not None and share < MIN_LOOP_S + SETUP_S):
-            if share is None or left < MIN_EXAMPLE_S:
-                case.reason = f"{left:.0f} s of the budget left"
-                continue
+        if left < MIN_EXAMPLE_S:
+            case.reason = f"{left:.0f} s of the budget left"
+            continue
+        if share is not None and share < MIN_LOOP_S + SETUP_S:
             case.reason, share = f"no fix loop: {left:.0f} s of the budget left", None
         # NOTE: a diagnose may overrun its share by a trial or a compile, never past the check's end.
         timeout = min(DIAGNOSE_S if share is None else share + 60.0, deadline - GRACE_S - time.monotonic())

@@ -26,6 +26,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -131,22 +132,36 @@ def best_after_fixes(report: dict) -> tuple[float | None, float | None, float | 
 
 def run_group(
     cmd: list[str], timeout: float, cwd: Path = REPO, env: dict[str, str] | None = None,
+    interrupt_grace: float | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in its own process group; on timeout kill the whole group (advisor's trial children too)."""
+    """Run ``cmd`` in its own process group; on timeout kill the whole group (advisor's trial children too).
+
+    ``interrupt_grace``: on timeout first send the group a Ctrl-C, as a terminal does, and give it
+    that many seconds to save what it measured before the kill. The TimeoutExpired raised then
+    carries what the command wrote (``output``, ``stderr``).
+    """
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
         process_group=0,  # its own group in our session: a session of its own is scheduled apart
     )
     try:
         out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        raise
+    except subprocess.TimeoutExpired as exc:
+        out = err = None
+        if interrupt_grace is not None:
+            _signal_group(proc.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                out, err = proc.communicate(timeout=interrupt_grace)
+        _signal_group(proc.pid, signal.SIGKILL)  # whatever of the group is left
+        if proc.returncode is None:
+            out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from exc
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
 
 
 def run_advisor(

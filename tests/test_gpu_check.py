@@ -192,3 +192,21 @@ def test_trials_none_diagnoses_every_example_without_a_fix_loop(check, tmp_path:
     check.main(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--trials", "none",
                 "pageable_copies", "tiny_model"])
     assert shares == [None, None]
+
+
+@pytest.mark.e2e
+def test_a_diagnose_past_its_time_gets_a_ctrl_c_to_save_then_its_group_is_killed(check, tmp_path: Path):
+    import subprocess
+
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import sys, time\nprint('started', file=sys.stderr, flush=True)\n"
+        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('saved what it measured', file=sys.stderr)\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired) as timed_out:
+        check.run_group([sys.executable, str(script)], 2.0, cwd=tmp_path, interrupt_grace=10.0)
+    assert "saved what it measured" in timed_out.value.stderr
+    # without a grace the group is killed at once: nothing saved
+    with pytest.raises(subprocess.TimeoutExpired) as killed:
+        check.run_group([sys.executable, str(script)], 2.0, cwd=tmp_path)
+    assert "saved" not in (killed.value.stderr or "")
