@@ -122,6 +122,15 @@ def find_gpu(device_name: str) -> GpuSpec | None:
     return None
 
 
+def conv_peak_dtype(dtype: str, gpu: GpuSpec | None) -> str:
+    """Name the peak a convolution of ``dtype`` runs against: fp32 ones run at TF32's where the GPU has it.
+
+    cuDNN runs float32 convolutions in TF32 unless told not to (``torch.backends.cudnn.allow_tf32``
+    is True by default), so against the FP32 peak a conv net's MFU could pass 100%.
+    """
+    return "tf32" if dtype == "fp32" and gpu is not None and "tf32" in gpu.tflops else dtype
+
+
 def peak_tflops(device_name: str, dtype: str) -> float | None:
     """Dense peak TFLOP/s of ``device_name`` for ``dtype`` (fp32/tf32/bf16/fp16/fp8), or None."""
     gpu = find_gpu(device_name)

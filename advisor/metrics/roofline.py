@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from advisor.metrics.devices import find_gpu
+from advisor.metrics.devices import conv_peak_dtype, find_gpu
 from advisor.metrics.events import broadcast, joint_codes, map_rows, take
 from advisor.metrics.flops import op_dtype, op_flops
 from advisor.metrics.flops import parse_json as _json
@@ -325,8 +325,7 @@ def _roof(gpu: Any, dtype: str, kind: str = "") -> tuple[float | None, float | N
 
 
 def _peak_dtype(gpu: Any, kind: str, dtype: str) -> str:
-    """fp32 convolutions run in TF32 where the GPU has it: cuDNN's default (``cudnn.allow_tf32``)."""
-    return "tf32" if kind == "conv" and dtype == "fp32" and gpu is not None and "tf32" in gpu.tflops else dtype
+    return conv_peak_dtype(dtype, gpu) if kind == "conv" else dtype
 
 
 def _table(ops: pd.DataFrame, gpu: Any) -> pd.DataFrame:

@@ -18,6 +18,7 @@ import pandas as pd
 from advisor.metrics.aside import aside
 from advisor.metrics.attention import hand_attention_count
 from advisor.metrics.breakdown import breakdown
+from advisor.metrics.devices import GpuSpec, conv_peak_dtype, find_gpu
 from advisor.metrics.events import (
     Classified,
     classify,
@@ -25,7 +26,7 @@ from advisor.metrics.events import (
     launch_ts,
     name_mask,
 )
-from advisor.metrics.flops import FlopsResult, compute_flops, peak_tflops
+from advisor.metrics.flops import FlopsResult, compute_flops
 from advisor.metrics.input_work import assembly_calls, outermost_calls
 from advisor.metrics.intervals import (
     Pieces,
@@ -404,7 +405,8 @@ def _run_values(
     peak, mem_note = _peak_memory(ev, cls, gpu)
     run["peak_memory_bytes"] = peak
     dtype = run.pop("_dominant_dtype", None)
-    peak_tf = peak_tflops(run["device_name"], _peak_dtype(dtype, run, dev)) if (gpu and dtype and run["device_name"]) else None
+    spec = find_gpu(run["device_name"]) if (gpu and dtype and run["device_name"]) else None
+    peak_tf = spec.tflops.get(_peak_dtype(dtype, run, spec)) if spec else None
     has_rate = np.isfinite(achieved_tflops).any()
     run["mfu_frac"] = float(np.nanmedian(achieved_tflops) / peak_tf) if peak_tf and has_rate else None
     run["peak_tflops"] = peak_tf
@@ -446,12 +448,6 @@ def _dataparallel(ev: pd.DataFrame, cls: Classified) -> float | None:
     return 1.0 if found else 0.0
 
 
-def _peak_dtype(dtype: str | None, run: dict[str, Any], dev: dict[str, Any] | None) -> str | None:
-    """Name the peak a dominant dtype runs against: fp32 convolutions on Ampere and newer, TF32's.
-
-    cuDNN runs float32 convolutions in TF32 unless told not to (``torch.backends.cudnn.allow_tf32``
-    is True by default), so against the FP32 peak a conv net's MFU could pass 100%.
-    """
-    if dtype == "fp32" and run.get("conv_flag") and dev and int(dev.get("computeMajor", 0)) >= 8:
-        return "tf32"
-    return dtype
+def _peak_dtype(dtype: str, run: dict[str, Any], gpu: GpuSpec | None) -> str:
+    """Name the peak the run's dominant dtype runs against: a conv net's fp32 is TF32's (cuDNN's default)."""
+    return conv_peak_dtype(dtype, gpu) if run.get("conv_flag") else dtype

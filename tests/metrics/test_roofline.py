@@ -110,10 +110,10 @@ def test_fp32_convolutions_are_held_to_the_tf32_peak_where_the_gpu_has_one():
     assert _roof(h100, "fp32", "conv")[0] == 494.7 and _roof(h100, "fp32", "gemm")[0] == 67.0
     assert _roof(h100, "bf16", "conv")[0] == 989.4
     assert _roof(v100, "fp32", "conv")[0] == 15.7  # Volta: no TF32
-    assert _peak_dtype("fp32", {"conv_flag": 1.0}, {"computeMajor": 9}) == "tf32"
-    assert _peak_dtype("fp32", {"conv_flag": 0.0}, {"computeMajor": 9}) == "fp32"  # matmuls: TF32 is opt-in
-    assert _peak_dtype("fp32", {"conv_flag": 1.0}, {"computeMajor": 7}) == "fp32"
-    assert _peak_dtype("bf16", {"conv_flag": 1.0}, {"computeMajor": 9}) == "bf16"
+    assert _peak_dtype("fp32", {"conv_flag": 1.0}, h100) == "tf32"
+    assert _peak_dtype("fp32", {"conv_flag": 0.0}, h100) == "fp32"  # matmuls: TF32 is opt-in
+    assert _peak_dtype("fp32", {"conv_flag": 1.0}, v100) == "fp32"  # Volta: no TF32
+    assert _peak_dtype("bf16", {"conv_flag": 1.0}, h100) == "bf16"
 
 
 def test_per_step_mfu_counts_fp32_convolutions_at_the_tf32_peak():
