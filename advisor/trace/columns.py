@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from advisor.trace.model import CATEGORY_ALIASES, MISSING
+from advisor.trace.shapes import SHAPE_OPS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -262,41 +263,6 @@ def _ints(items: list[Any], attr: str, strict: bool) -> np.ndarray:
 
 _INT_ATTRS = ("correlation", "bytes", "stream", "device", "total_allocated", "mem_bytes", "mem_addr",
               "device_type", "device_id", "py_id", "py_parent", "seq_nr")
-# Operators whose "Input Dims" / "Input type" / "Concrete Inputs" are kept: the matmul and
-# convolution family the FLOP count and the dtype mix use (a few per step, out of thousands
-# of ops; decoding every op's shapes would cost a fifth of the load time on big traces).
-SHAPE_OPS = frozenset(
-    {
-        "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-        "aten::einsum", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
-        "aten::_convolution", "aten::convolution_backward", "aten::conv_transpose2d",
-        "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
-        "aten::_scaled_dot_product_efficient_attention",
-    }
-)
-# NOTE: the per-operator roofline (advisor.metrics.roofline) sizes these too: attention backward,
-# old-trace cuDNN convolutions, elementwise/normalisation/softmax/reduction ops, and the
-# collectives' message sizes (advisor.metrics.collectives).
-ROOFLINE_SHAPE_OPS = frozenset(
-    {
-        "aten::_scaled_dot_product_flash_attention_backward", "aten::_scaled_dot_product_efficient_attention_backward",
-        "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_cudnn_attention_backward",
-        "aten::cudnn_convolution", "aten::cudnn_convolution_backward",
-        "aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::mul", "aten::mul_", "aten::div", "aten::div_",
-        "aten::relu", "aten::relu_", "aten::clamp_min", "aten::clamp_min_", "aten::threshold_backward",
-        "aten::gelu", "aten::gelu_backward", "aten::silu", "aten::silu_backward", "aten::sigmoid", "aten::tanh",
-        "aten::exp", "aten::sqrt", "aten::rsqrt", "aten::pow", "aten::neg", "aten::fill_", "aten::copy_",
-        "aten::where", "aten::masked_fill_", "aten::native_dropout", "aten::addcmul_", "aten::addcdiv_", "aten::lerp_",
-        "aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::native_batch_norm",
-        "aten::native_batch_norm_backward", "aten::cudnn_batch_norm", "aten::cudnn_batch_norm_backward",
-        "aten::native_group_norm", "aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax",
-        "aten::_log_softmax_backward_data", "aten::sum", "aten::mean", "aten::amax", "aten::norm",
-        "nccl:all_reduce", "nccl:all_to_all", "nccl:all_gather", "nccl:reduce_scatter", "nccl:broadcast",
-        "nccl:reduce", "nccl:_all_gather_base", "nccl:_reduce_scatter_base", "nccl:all_gather_into_tensor_coalesced",
-        "nccl:reduce_scatter_tensor_coalesced", "nccl:send", "nccl:recv", "nccl:all_to_allv",
-    }
-)
-SHAPE_OPS = SHAPE_OPS | ROOFLINE_SHAPE_OPS
 # Categories (after renaming old names) whose events carry the args below.
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation")
 _HOST_CATS = ("cpu_op", "user_annotation")
@@ -334,6 +300,48 @@ def _take(items: list[Any], idx: np.ndarray) -> Any:
     return operator.itemgetter(*idx.tolist())(items) if len(idx) else []
 
 
+_SHAPE_ATTRS = ("input_dims", "input_type", "concrete")
+_RAW_COLUMN = dict(_RAW_ATTRS)
+
+
+class _EventFields:
+    """Reads the fields of decoded event structs, column by column (C-level passes)."""
+
+    __slots__ = ("events", "strict")
+
+    def __init__(self, events: Any, strict: bool) -> None:
+        self.events, self.strict = events, strict
+
+    def take(self, idx: np.ndarray) -> _EventFields:
+        return _EventFields(_take(self.events, idx), self.strict)
+
+    def floats(self, attr: str, default: float) -> np.ndarray:
+        return _floats(self.events, attr, default, self.strict)
+
+    def flops(self, rows: np.ndarray) -> np.ndarray:
+        return _floats(_take(self.events, rows), "args.flops", _NAN, self.strict)
+
+    def ints(self, attrs: tuple[str, ...], rows: np.ndarray | None) -> list[np.ndarray]:
+        """Int64 columns of ``args.<attr>`` on ``rows`` (all rows for None); fresh arrays."""
+        items = self.events if rows is None else _take(self.events, rows)
+        # py_parent may be null (a root Python frame): not strict
+        return [_ints(items, "args." + attr, self.strict and attr != "py_parent") for attr in attrs]
+
+    def raws(self, attrs: tuple[str, ...], rows: np.ndarray, interners: list[_Interner]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per attr, the positions in ``rows`` that have it and their codes in its interner."""
+        items = _take(self.events, rows)
+        out = []
+        for attr, interner in zip(attrs, interners, strict=True):
+            values = list(map(operator.attrgetter("args." + attr), items))
+            present = np.fromiter(map(operator.is_not, values, itertools.repeat(None)), dtype=bool, count=len(values))
+            idx = np.flatnonzero(present)
+            chosen: Any = values if len(idx) == len(values) else [values[i] for i in idx.tolist()]
+            if not (self.strict and attr == "call_stack"):
+                chosen = map(bytes, chosen)  # Raw views into the batch's buffer
+            out.append((idx, interner.encode(chosen, len(idx))))
+        return out
+
+
 class _Columns:
     """Accumulates column chunks batch by batch, then builds the events frame.
 
@@ -360,6 +368,7 @@ class _Columns:
         self.n = 0
         self.dense: dict[str, list[np.ndarray]] = {"key": [], "ts": [], "dur": [], "ext_id": []}
         self.sparse: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self.native: Any = None  # its advisor.trace.native.NativeScan, once a batch is scanned
 
     def _update_tables(self) -> None:
         """Extend the lookup tables to keys first seen in the last batch."""
@@ -390,13 +399,7 @@ class _Columns:
             values_list.append(values)
 
     def add_batch(self, events: list[Any]) -> None:
-        """Append one decoded batch to the columns.
-
-        Args are read only for the event kinds that carry them (ids and shapes on operators,
-        stream/bytes on device events, memory fields on ``[memory]`` instants, frame ids on
-        ``python_function`` events): a field read costs one C-level pass over its rows. Flow
-        events (:data:`FLOW_PHASES`) get no row.
-        """
+        """Append one batch of decoded event structs to the columns (see :meth:`add_rows`)."""
         n = len(events)
         if not n:
             return
@@ -406,19 +409,34 @@ class _Columns:
                 event.args = _loose_args(event.args)
         keys = map(_EVENT_KEY, events)
         key = np.fromiter(map(self.keys.__getitem__, keys if strict else map(_hashable_key, keys)), np.int32, n)
+        self.add_rows(key, _EventFields(events, strict))
+
+    def add_rows(self, key: np.ndarray, fields: Any) -> None:
+        """Append rows given their codes in ``self.keys`` and a reader of their other fields.
+
+        Args are read only for the event kinds that carry them (ids and shapes on operators,
+        stream/bytes on device events, memory fields on ``[memory]`` instants, frame ids on
+        ``python_function`` events). Flow events (:data:`FLOW_PHASES`) get no row.
+
+        Args:
+            key: int32 codes of the rows' ``(name, cat, ph, pid, tid)`` in ``self.keys``.
+            fields: :class:`_EventFields`, or another reader with its methods
+                (:class:`advisor.trace.native._ScanFields`).
+        """
         if len(self.keys.keys) > len(self.luts["name"]):
             self._update_tables()
         if "flow" in self.kinds and (flow := self.kinds["flow"][key]).any():
             # after interning, so the categories are those of the whole file either way
             kept = np.flatnonzero(~flow)
-            events, key, n = _take(events, kept), key[kept], len(kept)
-            if not n:
+            if not len(kept):
                 return
+            fields, key = fields.take(kept), key[kept]
+        n = len(key)
         dense = self.dense
         dense["key"].append(key)
-        dense["ts"].append(_floats(events, "ts", _NAN, strict))
-        dense["dur"].append(_floats(events, "dur", 0.0, strict))
-        ext = _ints(events, "args.ext_id", strict)
+        dense["ts"].append(fields.floats("ts", _NAN))
+        dense["dur"].append(fields.floats("dur", 0.0))
+        (ext,) = fields.ints(("ext_id",), None)
         dense["ext_id"].append(ext)
         rows = {kind: np.flatnonzero(table[key]) for kind, table in self.kinds.items()}
         empty = np.zeros(0, dtype=np.intp)
@@ -427,35 +445,21 @@ class _Columns:
         # where the first one is missing
         retry = retry[ext[retry] == MISSING]
         if len(retry):
-            ext[retry] = _ints(_take(events, retry), "args.ext_id_old", strict)
+            ext[retry] = fields.ints(("ext_id_old",), retry)[0]
         for kind, attrs in _SPARSE_INTS:
             where = rows.get(kind, empty)
             if len(where):
-                items = _take(events, where)
-                for attr in attrs:
-                    # py_parent may be null (a root Python frame): not strict
-                    self._sparse(attr, where, _ints(items, "args." + attr, strict and attr != "py_parent"))
+                for attr, values in zip(attrs, fields.ints(attrs, where), strict=True):
+                    self._sparse(attr, where, values)
         host = rows.get("host", empty)
-        if not len(host):
-            self.n += n
-            return
-        host_events = _take(events, host)
-        self._sparse("flops", host, _floats(host_events, "args.flops", _NAN, strict))
-        shaped = rows.get("shaped", empty)
-        shaped_events = _take(events, shaped)
-        for attr, col in _RAW_ATTRS:
+        if len(host):
+            self._sparse("flops", host, fields.flops(host))
             # shapes and dtypes only for the ops that use them; stacks for every operator
-            where, items = (host, host_events) if attr == "call_stack" else (shaped, shaped_events)
-            if not len(where):
-                continue
-            values = list(map(operator.attrgetter("args." + attr), items))
-            present = np.fromiter(map(operator.is_not, values, itertools.repeat(None)), dtype=bool, count=len(values))
-            idx = np.flatnonzero(present)
-            if len(idx):
-                chosen = values if len(idx) == len(values) else [values[i] for i in idx.tolist()]
-                if not (strict and attr == "call_stack"):
-                    chosen = map(bytes, chosen)  # Raw views into the batch's buffer
-                self._sparse(col, where[idx], self.raws[col].encode(chosen, len(idx)))
+            for where, attrs in ((rows.get("shaped", empty), _SHAPE_ATTRS), (host, ("call_stack",))):
+                if len(where):
+                    cols = [_RAW_COLUMN[attr] for attr in attrs]
+                    for col, (idx, codes) in zip(cols, fields.raws(attrs, where, [self.raws[c] for c in cols]), strict=True):
+                        self._sparse(col, where[idx], codes)
         self.n += n
 
     def _scatter(self, col: str, out: np.ndarray, default: float) -> np.ndarray:

@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 
 from advisor.errors import TraceError
-from advisor.trace import fanout
+from advisor.trace import fanout, native
 from advisor.trace.columns import _Columns, _Event, _LooseEvent
 
 if TYPE_CHECKING:
@@ -335,14 +335,34 @@ def _fast_frame(
                                            started.workers if started is not None else None)
             if frame is not None:
                 return frame
-        return _decode_chunks(path, _framed(raw, ranges), fast=True)
+        columns = _Columns()
+        _fill_ranges(path, raw, ranges, columns)
+        return columns.frame()
     except _BadSplit:
         return None
 
 
+def _fill_ranges(path: Path, raw: Any, ranges: list[tuple[int, int]], columns: _Columns) -> None:
+    """Decode the batches at ``ranges`` (cut at line breaks) into ``columns``.
+
+    Natively scanned where :mod:`advisor.trace.native` can; a batch it gives up on (and every
+    batch without it) goes through msgspec.
+    """
+    if not native.enabled():
+        _fill(path, _framed(raw, ranges), True, columns)
+        return
+    scan = columns.native
+    if scan is None:
+        scan = columns.native = native.NativeScan()
+    for a, b in ranges:
+        if not scan.add(columns, raw, a, b):
+            _fill(path, _framed(raw, [(a, b)]), True, columns)
+        _drop_pages(raw, a, b)
+
+
 def _parallel_fill(path: Path, raw: Any) -> fanout.Fill:
     """Return what a decode worker runs on its batches (it inherits ``raw`` through the fork)."""
-    return lambda part, columns: _fill(path, _framed(raw, part), True, columns)
+    return lambda part, columns: _fill_ranges(path, raw, part, columns)
 
 
 class Started:

@@ -44,13 +44,13 @@ from typing import Any
 
 from advisor.errors import TraceError
 from advisor.trace import early
-from advisor.trace.columns import ROOFLINE_SHAPE_OPS, SHAPE_OPS
 from advisor.trace.decode import _decode_guarded, _InvalidJSON, _Once
 from advisor.trace.fanout import workers_for
 from advisor.trace.model import CATEGORY_ALIASES, MISSING, REPAIRED_KEY, Trace
 from advisor.trace.read import _gc_paused, _read_bytes, find_trace_files
 from advisor.trace.repair import _repair_names, escape_controls
 from advisor.trace.sanity import check_values, not_a_number
+from advisor.trace.shapes import ROOFLINE_SHAPE_OPS, SHAPE_OPS
 
 __all__ = [
     "CATEGORY_ALIASES",

@@ -44,10 +44,10 @@ def test_every_advisor_package_is_listed_in_pyproject():
 def wheel(tmp_path_factory) -> Path:
     """Build the wheel from a copy of the sources (the working tree stays untouched)."""
     src = tmp_path_factory.mktemp("src")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
     for name in ("advisor", "rules"):
         shutil.copytree(REPO / name, src / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         if (REPO / name).is_file():
             shutil.copy2(REPO / name, src / name)
     out = tmp_path_factory.mktemp("dist")
@@ -74,6 +74,9 @@ def test_wheel_contains_every_rule_file(wheel):
         assert expected <= names, sorted(expected - names)
         assert zf.read("advisor/_rules/data_loading/DL001.yaml") == (REPO / "rules/data_loading/DL001.yaml").read_bytes()
         assert "advisor/engine/rules.py" in names
+        # the trace scanner is compiled where a C compiler is (optional: skipped without one)
+        if shutil.which("cc") or shutil.which("gcc"):
+            assert any(n.startswith("advisor/trace/_scan.") and n.endswith((".so", ".pyd")) for n in names), sorted(names)[:5]
 
 
 @pytest.mark.e2e
