@@ -382,10 +382,16 @@ def _per_step(ops: pd.DataFrame, analysis: TraceAnalysis, gpu: Any, n: int) -> t
     if gpu is None or not (model & finite).any():
         return mfu, sized_frac
     # peak time each op's FLOPs need at its dtype's peak; MFU = that time / step time
-    dtype_codes, dtypes = pd.factorize(pd.Series(
-        [_peak_dtype(gpu, k, d) for k, d in zip(ops["kind"], ops["dtype"].astype(str), strict=True)], index=ops.index,
-    ).where(ops["dtype"].notna()))
-    peaks = np.array([gpu.tflops.get(d) or np.nan for d in dtypes] + [np.nan], dtype=np.float64)[dtype_codes]
+    # per distinct (kind, dtype), not per op: a large trace has ~10^5 ops and a handful of pairs
+    kind_codes, kinds = pd.factorize(ops["kind"].astype(str))
+    dtype_codes, dtypes = pd.factorize(ops["dtype"].astype(str))
+    width = max(len(dtypes), 1)
+    pairs, pair_of_op = np.unique(kind_codes.astype(np.int64) * width + dtype_codes, return_inverse=True)
+    pair_peaks = np.array(
+        [gpu.tflops.get(_peak_dtype(gpu, kinds[p // width], dtypes[p % width])) or np.nan for p in pairs.tolist()],
+        dtype=np.float64,
+    )
+    peaks = np.where(ops["dtype"].notna().to_numpy(), pair_peaks[pair_of_op.reshape(-1)], np.nan)
     need_us = np.where(model & finite, ops["flops"].to_numpy(dtype=np.float64) / (peaks * 1e6), 0.0)
     unknown_peak = model & finite & ~np.isfinite(peaks)
     need = np.bincount(step[ok], weights=np.nan_to_num(need_us[ok]), minlength=n)

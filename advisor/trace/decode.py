@@ -243,6 +243,9 @@ def _line_ranges(raw: Any, start: int, stop: int) -> list[tuple[int, int]] | Non
         ranges.append((a, cut[0]))
         a = cut[1]
     ranges.append((a, stop))
+    # NOTE: the kernel maps the page cache's large folios whole (up to MBs each), so probing
+    # every 1 MB above left the whole file mapped here, and in every worker forked after
+    _drop_pages(raw, start, stop)
     if any(b - a > max(4 * BATCH_BYTES, _MAX_LINE) for a, b in ranges):
         return None  # one line holds too much: the safe path bounds memory better
     return ranges

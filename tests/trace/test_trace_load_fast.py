@@ -161,3 +161,16 @@ def test_pages_dropped_after_their_batch_are_read_again_by_the_fallback(tmp_path
     assert len(dropped) > 10 and path.read_bytes() == before
     evs[-5]["extra"] = [{"a": 1}, {"b": 2}]
     pd.testing.assert_frame_equal(ev, load.load_trace(_write(tmp_path / "one.json", evs, lines=False)).events)
+
+
+def test_cutting_the_array_unmaps_the_pages_it_probed(tmp_path, monkeypatch):
+    # the kernel maps the page cache's large folios whole: probing every batch's end would
+    # otherwise leave the whole file mapped (and counted) in this process and its workers
+    path = _write(tmp_path / "t.json", _events(3000))
+    raw = read._read_bytes(path)
+    _head, start, stop = decode._locate_events(raw)
+    monkeypatch.setattr(decode, "BATCH_BYTES", 16 << 10)
+    dropped: list[tuple[int, int]] = []
+    monkeypatch.setattr(decode, "_drop_pages", lambda raw, a, b: dropped.append((a, b)))
+    ranges = decode._line_ranges(raw, start + 1, stop)
+    assert len(ranges) > 10 and dropped == [(start + 1, stop)]
