@@ -438,7 +438,8 @@ static const uchar *scan_key(const uchar *p, const uchar *e, const uchar **k, Py
     *n = q - p - 2;
     q = skip_ws(q, e);
     if (q >= e || *q != ':') return NULL;
-    return skip_ws(q + 1, e);
+    q = skip_ws(q + 1, e);
+    return q < e ? q : NULL; /* a value follows: callers read its first byte */
 }
 
 static const uchar *scan_args(Scanner *self, const uchar *p, const uchar *e, Out *o, Py_ssize_t row) {

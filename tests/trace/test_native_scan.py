@@ -7,8 +7,10 @@ the strict decode would refuse), the table must still be the same, through msgsp
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import json
+import mmap
 import random
 import shutil
 import sysconfig
@@ -200,3 +202,28 @@ def test_a_range_outside_the_buffer_is_refused():
     with pytest.raises(ValueError):
         native.Scanner().scan(b"{}", 0, 3)
     assert native.Scanner().scan(b"[]", 1, 1)[0] == 0
+
+
+@needs_native
+@pytest.mark.skipif(not hasattr(mmap, "MAP_PRIVATE"), reason="needs mmap and mprotect (POSIX)")
+def test_the_scanner_never_reads_past_the_range(tmp_path):
+    """Events cut at every byte, and damaged ones, ending right before an unreadable page."""
+    libc = ctypes.CDLL(None)
+    page = mmap.PAGESIZE
+    size = 8 * page
+    area = mmap.mmap(-1, size + page)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(area))
+    assert libc.mprotect(ctypes.c_void_p(address + size), ctypes.c_size_t(page), 0) == 0  # PROT_NONE
+    seeds = [json.dumps(_op(1)).encode()] + [text.encode() for text, _ in CASES.values()]
+    rng = random.Random(7)
+    bodies = [seed[:cut] for seed in seeds for cut in range(len(seed) + 1)]
+    for _ in range(2000):
+        body = bytearray(b",\n".join(rng.choice(seeds) for _ in range(rng.randint(1, 3))))
+        body[rng.randrange(len(body))] = rng.choice(b'{}[]":,.-e0\\u\x00\xc3')
+        bodies.append(bytes(body))
+    scanner = native.Scanner()
+    taken = 0
+    for body in bodies:
+        area[size - len(body) : size] = body
+        taken += scanner.scan(area, size - len(body), size) is not None
+    assert taken  # some were whole events
