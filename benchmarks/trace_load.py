@@ -21,6 +21,8 @@ Tools:
   * advisor, 1 core: the same, pinned to one core (the serial decode), for the parallel speed-up;
   * ``advisor analyze``: the command, end to end (command line, rules, the terminal report
     thrown away), as a user runs it: it starts the decode before the rest of advisor imports;
+  * ``advisor analyze (msgspec)``: the same with the native trace scanner off
+    (``ADVISOR_NATIVE_SCAN=0``), where it was built;
   * json.load: the standard library parser alone (no analysis), as a floor for naive loaders;
   * HTA: Holistic Trace Analysis ``TraceAnalysis(trace_dir=...).get_temporal_breakdown()``
     (``pip install HolisticTraceAnalysis``; the ``bench`` extra);
@@ -268,6 +270,9 @@ def main() -> None:
             "advisor, 1 core": (ADVISOR_CODE, path.parent, {"BENCH_ONE_CORE": "1"}),
             "advisor analyze": (COMMAND_CODE, path, None),
         }
+        if _has_module("advisor.trace._scan"):
+            # the same tree with the native scanner off: every batch through msgspec
+            tools["advisor analyze (msgspec)"] = (COMMAND_CODE, path, {"ADVISOR_NATIVE_SCAN": "0"})
         if args.against:
             # first on sys.path: before the repository root, which ``python -c`` puts there
             first = f"import sys; sys.path.insert(0, {str(args.against.resolve())!r})\n"
