@@ -585,6 +585,10 @@ static PyObject *column_bytes(Vec *cols, int count, Py_ssize_t n, size_t item) {
 static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, stop;
+    if (!self->tok_index || !self->key_index) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner.__init__ was not called");
+        return NULL;
+    }
     if (!PyArg_ParseTuple(args, "y*nn", &view, &start, &stop)) return NULL;
     if (start < 0 || stop > view.len || start > stop) {
         PyBuffer_Release(&view);

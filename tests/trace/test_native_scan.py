@@ -202,6 +202,8 @@ def test_a_range_outside_the_buffer_is_refused():
     with pytest.raises(ValueError):
         native.Scanner().scan(b"{}", 0, 3)
     assert native.Scanner().scan(b"[]", 1, 1)[0] == 0
+    with pytest.raises(RuntimeError):
+        native.Scanner.__new__(native.Scanner).scan(b"{}", 0, 2)  # never initialised: no tables
 
 
 @needs_native
