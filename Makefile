@@ -24,6 +24,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check advisor tests benchmarks examples
 	$(PY) -m pytest -q -n 2 --dist loadfile
+	# the trace tests again without the native scanner: what an install without a C compiler runs
+	ADVISOR_NATIVE_SCAN=0 $(PY) -m pytest -q -n 2 --dist loadfile tests/trace
 
 # The fast loop while editing: no process is started (tests that start one are marked e2e where
 # they are defined; tests/conftest.py fails an unmarked one that tries).
