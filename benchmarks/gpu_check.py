@@ -76,6 +76,8 @@ SETUP_S = 15.0
 """Seconds of an example's share that go to its capture, kept run and report, not its fix loop."""
 GRACE_S = 20.0
 """Seconds a diagnose past its time gets after a Ctrl-C to save what it measured (report.json)."""
+SCANNER_S = 45.0
+"""Most seconds spent loading the check's own traces twice, natively scanned and through msgspec."""
 DONE = re.compile(r"^done: (\d+) steps, ([0-9.]+) samples/s", re.M)
 
 
@@ -125,7 +127,7 @@ def environment() -> dict:
         env["nvml"] = "ok"
     except Exception as exc:  # noqa: BLE001
         env["nvml"] = f"unavailable: {exc}"[:200]
-    for name in ("msgspec", "libcst", "monai", "torch_tb_profiler", "advisor"):
+    for name in ("msgspec", "libcst", "monai", "torch_tb_profiler", "advisor", "advisor.trace._scan"):
         try:
             module = __import__(name)
             env[f"import_{name}"] = getattr(module, "__version__", "ok")
@@ -303,6 +305,65 @@ def read_report(case: Case, report: dict) -> None:
         case.status = "ok"
 
 
+def scanner_check(root: Path, seconds: float) -> dict:
+    """Load every trace under ``root`` with the native trace scanner and with msgspec alone, and compare.
+
+    The scanner was held against recorded traces here; these were written by the GPU machine's
+    torch, whose events may carry fields or values those did not. ``differ`` names each trace
+    whose two tables are not the same (a bug to fix), ``refused`` counts the batches the scanner
+    gave to msgspec (allowed, but each says which field it could not take).
+    """
+    import pandas as pd
+
+    from advisor.trace import native
+    from advisor.trace.load import load_trace
+
+    out: dict = {"built": native.Scanner is not None, "traces": 0, "same": 0, "differ": [], "scanned": 0, "refused": 0}
+    if native.Scanner is None:
+        return out
+    add, before, t0 = native.NativeScan.add, os.environ.get("ADVISOR_NATIVE_SCAN"), time.monotonic()
+
+    def counted(self, *args):  # noqa: ANN001, ANN002, ANN202
+        ok = add(self, *args)
+        out["scanned" if ok else "refused"] += 1
+        return ok
+
+    native.NativeScan.add = counted
+    try:
+        for path in sorted(root.rglob("*.pt.trace.json*")):
+            if time.monotonic() - t0 > seconds:
+                out["not_checked"] = f"{seconds:.0f} s were spent before {path.relative_to(root)}"
+                break
+            tables = []
+            for flag in ("1", "0"):
+                os.environ["ADVISOR_NATIVE_SCAN"] = flag
+                try:
+                    tables.append(load_trace(path).events)
+                except Exception as exc:  # noqa: BLE001 - the same error both ways is the same answer
+                    tables.append(f"{type(exc).__name__}: {exc}"[:200])
+            out["traces"] += 1
+            a, b = tables
+            try:
+                if isinstance(a, str) or isinstance(b, str):
+                    assert a == b
+                else:
+                    pd.testing.assert_frame_equal(a, b, check_exact=True)
+                    for col in a.columns:
+                        if isinstance(a[col].dtype, pd.CategoricalDtype):
+                            assert list(a[col].cat.categories) == list(b[col].cat.categories), col
+                out["same"] += 1
+            except AssertionError as exc:
+                out["differ"].append(f"{path.relative_to(root)}: {' '.join(str(exc).split())[:160]}")
+    finally:
+        native.NativeScan.add = add
+        if before is None:
+            os.environ.pop("ADVISOR_NATIVE_SCAN", None)
+        else:
+            os.environ["ADVISOR_NATIVE_SCAN"] = before
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    return out
+
+
 def markdown(env: dict, cases: list[Case], dry: bool, took: float) -> str:
     lines = ["# advisor GPU check", "", f"{'Dry run (no CUDA): plumbing only. ' if dry else ''}Took {took:.0f} s.", ""]
     lines += [f"- **{k}**: {v}" for k, v in env.items()]
@@ -386,6 +447,10 @@ def main(argv: list[str] | None = None) -> int:
         for case in diffs:
             reproduce(case, manifest[case.name], opts.work, deadline)
             print(f"{case.name}: kept diff {case.plain_speedup} {case.plain_rates}", flush=True)
+        extra["scanner"] = scanner_check(opts.work / "runs", max(0.0, min(SCANNER_S, deadline - time.monotonic())))
+        if extra["scanner"]["differ"]:
+            problems.append(f"the trace scanner and msgspec differ on {len(extra['scanner']['differ'])} traces")
+        print(f"trace scanner: {extra['scanner']}", flush=True)
         extra["traces_left_out"] = pack_runs(opts.work, opts.out)
     write_summary(opts.out, env, cases, problems, dry, time.monotonic() - t0, extra)
     print(f"wrote {opts.out / 'gpu-check.md'}", flush=True)

@@ -210,3 +210,25 @@ def test_a_diagnose_past_its_time_gets_a_ctrl_c_to_save_then_its_group_is_killed
     with pytest.raises(subprocess.TimeoutExpired) as killed:
         check.run_group([sys.executable, str(script)], 2.0, cwd=tmp_path)
     assert "saved" not in (killed.value.stderr or "")
+
+
+def test_the_trace_scanner_is_held_against_msgspec_on_the_checks_own_traces(check, tmp_path: Path, monkeypatch):
+    from advisor.trace import native
+
+    if native.Scanner is None:
+        pytest.skip("advisor.trace._scan was not compiled here")
+    recorded = Path(__file__).resolve().parent / "data" / "gpu_small" / "worker0.pt.trace.json.gz"
+    for name in ("a", "b"):
+        folder = tmp_path / "runs" / name / "traces"
+        folder.mkdir(parents=True)
+        (folder / "host.pt.trace.json.gz").write_bytes(recorded.read_bytes())
+    monkeypatch.delenv("ADVISOR_NATIVE_SCAN", raising=False)
+    got = check.scanner_check(tmp_path / "runs", 60.0)
+    assert got["built"] and got["traces"] == got["same"] == 2 and not got["differ"]
+    assert got["scanned"] and not got["refused"]
+    assert "ADVISOR_NATIVE_SCAN" not in __import__("os").environ  # the diagnoses after it are not touched
+    # a difference is named, with the trace it was found in
+    monkeypatch.setattr(native._ScanFields, "floats", lambda self, attr, default: self._floats[0] + 1.0)
+    got = check.scanner_check(tmp_path / "runs", 60.0)
+    assert got["same"] == 0 and [d.split(":")[0] for d in got["differ"]] == ["a/traces/host.pt.trace.json.gz",
+                                                                               "b/traces/host.pt.trace.json.gz"]
