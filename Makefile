@@ -62,7 +62,10 @@ gpu-check:
 	mkdir -p $${OUT:-gpu-check-out}
 	python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/advisor-site .gpu-wheels/*.whl
 	# the trace scanner for that machine's Python, where it can be compiled (the check compares it with msgspec)
-	python3 setup.py -q build_ext --inplace > $${OUT:-gpu-check-out}/scanner-build.log 2>&1 || echo "gpu-check: the trace scanner did not build (see scanner-build.log); msgspec decodes"
+	# (the compiler straight, not setup.py: that machine's setuptools may predate our pyproject)
+	cc -O2 -std=c99 -shared -fPIC -I"$$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" advisor/trace/_scan.c \
+	  -o advisor/trace/_scan$$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))') > $${OUT:-gpu-check-out}/scanner-build.log 2>&1 \
+	  || echo "gpu-check: the trace scanner did not build (see scanner-build.log); msgspec decodes"
 	set -o pipefail; PYTHONPATH=/tmp/advisor-site PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py $(GPU_CHECK_ARGS) 2>&1 | tee $${OUT:-gpu-check-out}/gpu-check.log
 
 # advisor-bench: 100 generated cases, their truth timed plainly, docs/accuracy.md (about 30 min; quiet machine)
