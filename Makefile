@@ -11,7 +11,7 @@ TORCH_PIN ?= torch==2.13.0
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py advisor/trace/_scan.c
+$(STAMP): pyproject.toml setup.py $(wildcard advisor/trace/_scan*.[ch])
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"

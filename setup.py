@@ -12,6 +12,7 @@ setup(
         Extension(
             "advisor.trace._scan",
             ["advisor/trace/_scan.c"],
+            depends=["advisor/trace/_scan_json.h", "advisor/trace/_scan_tables.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
         )
