@@ -42,15 +42,26 @@ static inline uint64_t word_special(uint64_t w) {
     return (((quote - ONES) & ~quote) | ((slash - ONES) & ~slash) | (w - ONES * 0x20) | w) & HIGHS;
 }
 
+/* Eight bytes at a time where the first special byte can be found from the mask's lowest bit
+ * (little-endian, with a count-trailing-zeros builtin); one at a time elsewhere, or when built
+ * with -DADVISOR_SCAN_BYTEWISE (how that path is tested here). */
+#if !defined(ADVISOR_SCAN_BYTEWISE) && defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define WORDWISE 1
+#define FIRST_BYTE(m) (__builtin_ctzll(m) >> 3)
+#else
+#define WORDWISE 0
+#define FIRST_BYTE(m) 0
+#endif
+
 static const uchar *scan_string(const uchar *p, const uchar *e, int *escaped) {
     p++;
     while (p < e) {
-        while (e - p >= 8) {
+        while (WORDWISE && e - p >= 8) {
             uint64_t w;
             memcpy(&w, p, 8);
             uint64_t m = word_special(w);
             if (m) {
-                p += __builtin_ctzll(m) >> 3;
+                p += FIRST_BYTE(m);
                 break;
             }
             p += 8;
