@@ -71,6 +71,7 @@ def test_the_scripts_folder_goes_first_and_a_preload_leaves_sys_path_as_it_was(m
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is new in 3.11")
+@pytest.mark.slow  # 8 s: make test-all (make test stays under 5 minutes)
 def test_torchrun_ranks_do_not_import_the_projects_advisor_either(capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(_project(tmp_path))
     code, _, err = invoke(

@@ -337,6 +337,7 @@ def test_the_servers_death_mid_run_reruns_it_cold(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 11 s: make test-all (make test stays under 5 minutes)
 def test_after_the_servers_death_runs_start_cold(tmp_path: Path) -> None:
     base = _spec(tmp_path / "run")
     with warm_runner(base, capture) as (run, stats):

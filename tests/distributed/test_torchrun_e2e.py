@@ -184,6 +184,7 @@ def test_dlrm_per_rank_communication_imbalance(shared_traces: Path) -> None:
     assert balance.straggler_rank == 5 and balance.fastest_rank == 1
 
 
+@pytest.mark.slow  # 11 s: make test-all (make test stays under 5 minutes)
 def test_rank_that_does_not_stop_is_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from advisor.distributed import launch
 
