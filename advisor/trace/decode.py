@@ -1,10 +1,12 @@
 """Streaming decode: locate the ``traceEvents`` array, cut it into batches, decode each batch.
 
 The array is found without parsing the events (:func:`_locate_events`; a full parse of the head
-is the fallback), cut at line breaks into batches of about ``BATCH_BYTES`` and decoded in place
-(two separator bytes are swapped for ``[``/``]`` during the decode and restored) into typed
-structs, only one batch of Python objects alive at a time. A file laid out differently (no line
-breaks, a cut inside an event) goes down a safe path that decodes one ``Raw`` per event.
+is the fallback) and cut at line breaks into batches of about ``BATCH_BYTES``. Each batch is
+scanned into columns by native code where it was built (:mod:`advisor.trace.native`), or else
+decoded in place (two separator bytes are swapped for ``[``/``]`` during the decode and
+restored) into typed structs, only one batch of Python objects alive at a time. A file laid out
+differently (no line breaks, a cut inside an event) goes down a safe path that decodes one
+``Raw`` per event.
 """
 
 from __future__ import annotations
