@@ -36,6 +36,14 @@ enum { F_EXT, F_EXT_OLD, F_CORR, F_BYTES, F_STREAM, F_DEVICE, F_TOTAL, F_MEM_BYT
 enum { R_DIMS, R_TYPE, R_CONCRETE, N_RAWS };
 enum { K_NAME, K_CAT, K_PH, K_PID, K_TID, N_KEYF };
 enum { D_TS, D_DUR, D_FLOPS, N_FLOATS };
+/* The rows of scan()'s columns by name, in the enums' order: the module exports them, so the
+ * Python side (advisor.trace.native) reads them from here, never from a copy of its own. */
+static const char *const INT_NAMES[N_INTS] = {"ext_id", "ext_id_old", "correlation", "bytes", "stream", "device",
+                                              "total_allocated", "mem_bytes", "mem_addr", "device_type",
+                                              "device_id", "py_id", "py_parent", "seq_nr"};
+static const char *const RAW_NAMES[N_RAWS] = {"input_dims", "input_type", "concrete"};
+static const char *const FLOAT_NAMES[N_FLOATS] = {"ts", "dur", "flops"};
+static const char *const KEY_NAMES[N_KEYF] = {"name", "cat", "ph", "pid", "tid"};
 #define MAX_DEPTH 64
 #define MISSING (-1)
 
@@ -354,6 +362,25 @@ static struct PyModuleDef scan_module = {
     PyModuleDef_HEAD_INIT, "_scan", "Chrome-trace events scanned into columns (see advisor.trace.native).", -1, NULL,
 };
 
+/* A module attribute: a tuple of the names of a column block's rows, in order. */
+static int add_names(PyObject *m, const char *attr, const char *const *names, int count) {
+    PyObject *t = PyTuple_New(count);
+    if (!t) return -1;
+    for (int i = 0; i < count; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (!name) {
+            Py_DECREF(t);
+            return -1;
+        }
+        PyTuple_SET_ITEM(t, i, name);
+    }
+    if (PyModule_AddObject(m, attr, t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__scan(void) {
     if (PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&scan_module);
@@ -364,7 +391,10 @@ PyMODINIT_FUNC PyInit__scan(void) {
         Py_DECREF(m);
         return NULL;
     }
-    PyModule_AddIntConstant(m, "N_INTS", N_INTS);
-    PyModule_AddIntConstant(m, "N_RAWS", N_RAWS);
+    if (add_names(m, "INT_FIELDS", INT_NAMES, N_INTS) || add_names(m, "RAW_FIELDS", RAW_NAMES, N_RAWS) ||
+        add_names(m, "FLOAT_FIELDS", FLOAT_NAMES, N_FLOATS) || add_names(m, "KEY_FIELDS", KEY_NAMES, N_KEYF)) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

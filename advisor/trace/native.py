@@ -22,28 +22,41 @@ import numpy as np
 from advisor.trace.model import MISSING
 
 try:
-    from advisor.trace._scan import Scanner
+    from advisor.trace._scan import FLOAT_FIELDS, INT_FIELDS, KEY_FIELDS, RAW_FIELDS, Scanner
 except ImportError:  # not compiled here: msgspec decodes everything
     Scanner = None
+    FLOAT_FIELDS = INT_FIELDS = KEY_FIELDS = RAW_FIELDS = ()
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from advisor.trace.columns import _Columns, _Interner
 
-_KEY_DEFAULTS = ("", "", "", MISSING, MISSING)  # name, cat, ph, pid, tid: _Event's defaults
-_FLOAT_ROWS = {"ts": 0, "dur": 1, "flops": 2}
-_INT_ROWS = {
-    attr: i
-    for i, attr in enumerate(
-        ("ext_id", "ext_id_old", "correlation", "bytes", "stream", "device", "total_allocated", "mem_bytes",
-         "mem_addr", "device_type", "device_id", "py_id", "py_parent", "seq_nr")
-    )
-}
-_RAW_ROWS = {"input_dims": 0, "input_type": 1, "concrete": 2}
+# _Event's defaults for an absent key field
+_KEY_DEFAULTS = tuple({"name": "", "cat": "", "ph": "", "pid": MISSING, "tid": MISSING}[f] for f in KEY_FIELDS)
+# the row of each field in the scanner's column blocks (their order is the C module's)
+_FLOAT_ROWS = {attr: i for i, attr in enumerate(FLOAT_FIELDS)}
+_INT_ROWS = {attr: i for i, attr in enumerate(INT_FIELDS)}
+_RAW_ROWS = {attr: i for i, attr in enumerate(RAW_FIELDS)}
 
 
 def enabled() -> bool:
     """Whether batches are scanned natively (the module was built, and not turned off)."""
     return Scanner is not None and os.environ.get("ADVISOR_NATIVE_SCAN", "1") != "0"
+
+
+def check_same_events(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    """Raise AssertionError unless two events tables are the same: values, dtypes, categories and their order.
+
+    What the scanner promises against the struct decode (its tests and the GPU check hold it to
+    that); the parallel decode promises the same against the serial one.
+    """
+    import pandas as pd  # noqa: PLC0415 - decode workers never build a table: they start before pandas loads
+
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    for col in a.columns:
+        if isinstance(a[col].dtype, pd.CategoricalDtype) and list(a[col].cat.categories) != list(b[col].cat.categories):
+            raise AssertionError(f"{col}: the categories differ in order")
 
 
 class NativeScan:
@@ -78,7 +91,7 @@ class NativeScan:
             self.broken = True
             return False
         if new_keys:
-            ids = np.frombuffer(new_keys, dtype=np.int32).reshape(-1, 5).tolist()
+            ids = np.frombuffer(new_keys, dtype=np.int32).reshape(-1, len(KEY_FIELDS)).tolist()
             codes = [columns.keys[tuple(self.values[i] if i >= 0 else d for i, d in zip(row, _KEY_DEFAULTS, strict=True))] for row in ids]
             self.key_codes = np.concatenate([self.key_codes, np.array(codes, dtype=np.int32)])
         if n:

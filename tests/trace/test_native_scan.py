@@ -56,10 +56,7 @@ def _assert_same(a: object, b: object) -> None:
     if isinstance(a, str) or isinstance(b, str):
         assert a == b
         return
-    pd.testing.assert_frame_equal(a, b, check_exact=True)
-    for col in a.columns:
-        if isinstance(a[col].dtype, pd.CategoricalDtype):
-            assert list(a[col].cat.categories) == list(b[col].cat.categories), col
+    native.check_same_events(a, b)
 
 
 def _trace(path: Path, lines: list[str]) -> Path:
@@ -229,3 +226,23 @@ def test_the_scanner_never_reads_past_the_range(tmp_path):
         area[size - len(body) : size] = body
         taken += scanner.scan(area, size - len(body), size) is not None
     assert taken  # some were whole events
+
+
+def test_the_scanner_s_column_blocks_are_the_fields_the_table_reads():
+    from advisor.trace import columns
+
+    if native.Scanner is None:
+        pytest.skip("advisor.trace._scan was not compiled here")
+    # the C module names its rows; the columns code reads them by these names
+    assert native.KEY_FIELDS == columns._KEY_FIELDS
+    assert set(native.INT_FIELDS) == {"ext_id", "ext_id_old", *columns._INT_ATTRS}
+    assert set(native.RAW_FIELDS) | {"call_stack"} == {attr for attr, _col in columns._RAW_ATTRS}
+    assert set(native.FLOAT_FIELDS) == {"ts", "dur", "flops"}
+
+
+def test_tables_differing_only_in_the_order_of_their_categories_are_not_the_same():
+    a = pd.DataFrame({"name": pd.Categorical(["x", "y"], categories=["x", "y"])})
+    b = pd.DataFrame({"name": pd.Categorical(["x", "y"], categories=["y", "x"])})
+    native.check_same_events(a, a.copy())
+    with pytest.raises(AssertionError):
+        native.check_same_events(a, b)

@@ -17,12 +17,12 @@ import time
 import types
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 import advisor.trace.decode as decode
 import advisor.trace.fanout as fanout
 import advisor.trace.load as load
+from advisor.trace.native import check_same_events
 
 
 def _events(n: int) -> list[dict]:
@@ -71,10 +71,7 @@ def _serial(monkeypatch: pytest.MonkeyPatch, path: Path) -> load.Trace:
 
 
 def _assert_same(a: load.Trace, b: load.Trace) -> None:
-    pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
-    for col in a.events.columns:
-        if isinstance(a.events[col].dtype, pd.CategoricalDtype):
-            assert list(a.events[col].cat.categories) == list(b.events[col].cat.categories), col
+    check_same_events(a.events, b.events)
     assert a.metadata == b.metadata
 
 
