@@ -8,6 +8,7 @@ from advisor.capture.between import BetweenSteps, attributed, is_length, is_peri
 from advisor.capture.phases import Phases, StopScript
 from advisor.capture.recorder import StepRecorder
 from tests.capture.test_recorder import FakeProfiler
+from tests.fakes import Clock
 
 MODULE = ("train.py", "<module>", 1)
 EVAL = ("train.py", "estimate_loss", 12)
@@ -16,14 +17,6 @@ SAMPLE = ("train.py", "sample", 30)
 
 def _at(*frames, line=40):
     return tuple((*f, line) for f in frames)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _eval(rec, clock, calls, seconds, stack):

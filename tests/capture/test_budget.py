@@ -18,6 +18,7 @@ from advisor.capture.budget import (
 )
 from advisor.capture.phases import Phases, StopScript
 from advisor.capture.recorder import StepRecorder
+from tests.fakes import Clock
 
 MB = 2**20
 STEP = StepSize(total_bytes=100 * MB, stack_bytes=50 * MB, memory_bytes=30 * MB)
@@ -107,14 +108,6 @@ def test_measure_step_counts_stack_and_memory_events_whole(tmp_path: Path) -> No
 # ----- the probe, driven by the recorder (a fake clock and a fake profiler: no torch) -----------
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 10.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class FakeControl:
     """The profiler control: records calls; the probe measures ``step``."""
 
@@ -143,7 +136,7 @@ class FakeControl:
 
 
 def _recorder(warmup: int, step: StepSize, budget: int, **phases: object):
-    control, clock, notes = FakeControl(step), Clock(), []
+    control, clock, notes = FakeControl(step), Clock(10.0), []
     probe = TraceProbe(control, budget, Path("scratch.json"), notes)
     rec = StepRecorder(Phases(warmup, 2, 10, 0, **phases), profiler=control, clock=clock,  # type: ignore[arg-type]
                        on_step=probe.on_event, on_phase=probe.on_event)
@@ -229,7 +222,7 @@ def test_a_probe_that_cannot_start_leaves_the_step_alone_with_a_note() -> None:
 
     control.probe_start = busy  # type: ignore[method-assign]
     probe = TraceProbe(control, MB, Path("scratch.json"), notes)
-    rec = StepRecorder(Phases(2, 2, 10, 0), profiler=control, clock=Clock(),  # type: ignore[arg-type]
+    rec = StepRecorder(Phases(2, 2, 10, 0), profiler=control, clock=Clock(10.0),  # type: ignore[arg-type]
                        on_step=probe.on_event, on_phase=probe.on_event)
     rec.script_started()
     _steps(rec, 4)

@@ -8,14 +8,7 @@ import torch
 from advisor.capture import edge_sync
 from advisor.capture.phases import Phases, StopScript
 from advisor.capture.recorder import StepRecorder
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import Clock
 
 
 class FakeGpu:
@@ -38,7 +31,7 @@ class FakeGpu:
 
 
 def _run(sync: bool, timed: int = 4) -> tuple[list[float], int]:
-    clock = Clock()
+    clock = Clock(100.0)
     gpu = FakeGpu(clock)
     rec = StepRecorder(Phases(2, timed, 0, 0), clock=clock, start_time=90.0,
                        edge_sync=gpu.sync_at_edges if sync else None)

@@ -7,17 +7,7 @@ import pytest
 from advisor._steady import SteadyState, assess
 from advisor.capture.phases import Phases, StopScript
 from advisor.capture.recorder import StepRecorder
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.fakes import Clock
 
 
 class FakeProfiler:
@@ -35,7 +25,7 @@ class FakeProfiler:
 
 
 def make(warmup=1, timed=2, profiled=2, cprofile=1, full=False, **kw):
-    clock = FakeClock()
+    clock = Clock(100.0)
     prof, cprof = FakeProfiler(), FakeProfiler()
     rec = StepRecorder(
         Phases(warmup, timed, profiled, cprofile, full), profiler=prof, cprofiler=cprof,
@@ -210,7 +200,7 @@ def test_losses_summed_per_step_for_the_first_steps():
 
 
 def _recorder_with_min_window(min_timed_s: float):
-    clock = FakeClock()
+    clock = Clock(100.0)
     rec = StepRecorder(Phases(1, 3, 0, 0, min_timed_s=min_timed_s), clock=clock, start_time=90.0)
     rec.script_started()
     return rec, clock
@@ -277,7 +267,7 @@ def _run_steps(rec, clock, seconds):
 def test_a_window_still_warming_up_is_extended_until_its_steady_part_holds_the_asked_steps():
     # 20 timed steps asked; the first 8 are 5x slower (warm-up still going): timing goes on
     # until 20 steady steps follow them.
-    clock = FakeClock()
+    clock = Clock(100.0)
     rec = StepRecorder(Phases(1, 20, 0, 0), clock=clock, start_time=90.0)
     rec.script_started()
     slow = [0.5 + 0.01 * (i % 3) for i in range(8)]
@@ -291,7 +281,7 @@ def test_a_window_still_warming_up_is_extended_until_its_steady_part_holds_the_a
 
 
 def test_a_steady_window_keeps_the_asked_steps():
-    clock = FakeClock()
+    clock = Clock(100.0)
     rec = StepRecorder(Phases(1, 20, 0, 0), clock=clock, start_time=90.0)
     rec.script_started()
     _run_steps(rec, clock, [0.1 + 0.002 * (i % 7) for i in range(200)])
@@ -300,7 +290,7 @@ def test_a_steady_window_keeps_the_asked_steps():
 
 def test_a_window_that_never_settles_grows_by_at_most_as_many_steps_again():
     # Every step slower than the one before: no steady part ever appears.
-    clock = FakeClock()
+    clock = Clock(100.0)
     rec = StepRecorder(Phases(1, 20, 0, 0), clock=clock, start_time=90.0)
     rec.script_started()
     _run_steps(rec, clock, [2.0 / (1 + 0.05 * i) for i in range(300)])
@@ -309,7 +299,7 @@ def test_a_window_that_never_settles_grows_by_at_most_as_many_steps_again():
 
 def test_the_ranks_of_a_job_never_extend_their_window():
     # Every rank must stop at the same step: a window still warming up stays as asked.
-    clock = FakeClock()
+    clock = Clock(100.0)
     rec = StepRecorder(Phases(1, 20, 0, 0, settle=False), clock=clock, start_time=90.0)
     rec.script_started()
     _run_steps(rec, clock, [0.5, *([0.5] * 8), *([0.1] * 200)])
@@ -326,7 +316,7 @@ def test_phases_settle_only_for_one_process():
 
 def test_graphs_compiled_inside_the_timed_window_are_counted():
     graphs = {"n": 0}
-    clock = FakeClock()
+    clock = Clock(100.0)
     rec = StepRecorder(Phases(2, 4, 0, 0), clock=clock, start_time=90.0, graph_count=lambda: graphs["n"])
     rec.script_started()
     with pytest.raises(StopScript):
@@ -337,7 +327,7 @@ def test_graphs_compiled_inside_the_timed_window_are_counted():
 
 
 def test_without_a_graph_counter_nothing_is_counted():
-    clock = FakeClock()
+    clock = Clock(100.0)
     rec = StepRecorder(Phases(1, 3, 0, 0), clock=clock, start_time=90.0)
     rec.script_started()
     _run_steps(rec, clock, [0.1] * 20)

@@ -14,6 +14,7 @@ from advisor.fixes.bounds import by_gain, gain_bounds
 from advisor.fixes.loop import run_trials
 from advisor.fixes.loop.plan import settled_warmup
 from advisor.fixes.stats import decided_early, estimate, paired_estimate, paired_ratios
+from tests.fakes import Clock
 
 # -- Amdahl bounds -----------------------------------------------------------------------------
 
@@ -179,16 +180,6 @@ def test_trial_runs_warm_up_only_as_long_as_the_baseline_needed(spec):
 # -- the budget ----------------------------------------------------------------------------------
 
 
-class Clock:
-    """A fake clock that a runner advances by each run's wall time."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def timed_runner(inner: FakeRunner, clock: Clock, run_s: float):
     def run(spec: RunSpec) -> RunCapture:
         clock.now += run_s
@@ -200,7 +191,7 @@ def timed_runner(inner: FakeRunner, clock: Clock, run_s: float):
 def test_a_budget_measures_the_largest_possible_gains_first_and_names_the_rest(spec):
     inner = FakeRunner(effects={"dataloader_workers": lambda p: 1.5 * p["num_workers"],
                                 "bf16_autocast": 1.3, "fused_optimizer": 1.3}, noise=0.0)
-    clock = Clock()
+    clock = Clock(1000.0)
     out = run_trials(
         spec, refs("fused_optimizer", "bf16_autocast", "dataloader_workers"), unsafe=True,
         runner=timed_runner(inner, clock, 10.0), make_diff_text=False, clock=clock, budget_s=110.0,
@@ -248,7 +239,7 @@ class SteppingRunner:
 
 
 def test_runs_in_flight_report_their_steps_throttled_with_every_phase_change(spec):
-    clock = Clock()
+    clock = Clock(1000.0)
     events = []
     run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=SteppingRunner(FakeRunner(), clock),
                progress=events.append, make_diff_text=False, clock=clock)
