@@ -11,7 +11,7 @@ from advisor.capture.hooks import TorchHooks
 from advisor.capture.phases import Phases
 from advisor.capture.recorder import StepRecorder
 from advisor.metrics.periodic import project
-from tests.capture.test_between import Clock
+from tests.fakes import Clock
 
 
 def _loop(tmp_path, steps: int, every: int, through_function: bool) -> None:

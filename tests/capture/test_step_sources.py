@@ -152,16 +152,17 @@ def test_one_backward_per_step_is_not_accumulation():
 
 def test_accumulation_longer_than_the_phases_discards_the_wrong_source_trace():
     """Micro-batches outnumber the steps asked for: backward calls filled the phases before the first optimizer step."""
-    from test_recorder import FakeClock, FakeProfiler
+    from test_recorder import FakeProfiler
 
     from advisor.capture.phases import Phases, StopScript
     from advisor.capture.recorder import StepRecorder
+    from tests.fakes import Clock
 
     class Exporting(FakeProfiler):
         def discard(self) -> None:
             self.calls.append("drop-exported")
 
-    clock, prof = FakeClock(), Exporting()
+    clock, prof = Clock(100.0), Exporting()
     rec = StepRecorder(Phases(1, 1, 1, 4, False), profiler=prof, cprofiler=FakeProfiler(), clock=clock)
     rec.script_started()
     with pytest.raises(StopScript):
