@@ -4,11 +4,20 @@ A profiled step of a large model exports gigabytes of Chrome-trace JSON (more th
 for an LLM with Python stacks), which neither the browser viewers nor a laptop's memory can open.
 So before the profiled window starts, one step is measured:
 
-1. :class:`TraceProbe` profiles the *last warm-up step* with the window's full options (shapes,
-   memory, stacks, modules), exports it to a scratch file and measures it with
+1. :class:`TraceProbe` takes the *first step of the profiled window*, recorded with every option
+   (shapes, memory, stacks, modules), exports it to a scratch file and measures it with
    :func:`measure_step` (its size, and how much of it is Python-stack and memory events); the
-   scratch file is deleted. A warm-up step is never timed nor analysed, so the probe costs no
-   measured step and leaves the profiled window one trace file of steps with one set of options.
+   scratch file is deleted, and the window starts again with the options planned one step later
+   (:class:`TraceProbe` says why), two steps longer than asked. So the profiled window is one
+   trace file of steps with one set of options, and the probed step is in none.
+
+   The probe comes after the timed steps, never before them: a profiled step allocates and frees
+   tens of megabytes, which raises glibc malloc's dynamic mmap threshold for the rest of the
+   process. Probed in warm-up, the timed steps of ``python train.py`` (a small CNN on per-sample
+   numpy work) ran churn-free at 115-268 page faults per step and 1.6-2.2% of their CPU time in
+   the kernel, where the script as run plainly, and advisor's trial runs, take 2,300-4,600 faults
+   per step and 9-32% (2026-11-27, :mod:`advisor.capture.kernel_use`): the capture's throughput
+   was not the script's.
 2. :func:`plan_trace` chooses, from that one step, how many steps the window profiles and
    whether stacks and memory events are recorded, so that the estimate stays under the budget:
    fewer steps first (down to :data:`MIN_PROFILED_STEPS`), then no memory events, then no
@@ -118,7 +127,7 @@ class TraceBound:
                 if self.estimated_bytes > self.budget_bytes else "")
         exported = "" if self.exported_bytes is None else f"; the trace exported {size_text(self.exported_bytes)}"
         if over_after and not over:
-            exported += ", over the budget: its steps were larger than the probed warm-up step"
+            exported += ", over the budget: its steps were larger than the probed step"
         head = f"trace bounded to {steps}{without}{over}" if self.bounded else f"trace of {steps}"
         return (f"{head}: one step exported {size_text(self.step_bytes)}, "
                 f"budget {size_text(self.budget_bytes)} (--trace-budget){exported}")
@@ -194,61 +203,68 @@ def measure_step(path: Path) -> StepSize:
 
 
 class TraceProbe:
-    """Profiles the last warm-up step, then sizes the profiled window (see the module docstring).
+    """Profiles the first step of the profiled window, then sizes the window (see the module docstring).
 
     The child calls :meth:`on_event` from the recorder's step and phase callbacks; both come
-    after the recorder's own bookkeeping and before the next step starts, so the probe's start
-    and export are never inside a timed step.
+    after the recorder's own bookkeeping and before the next step starts, so the probe's export
+    is never inside a measured step. The window starts again one step after the probed one:
+    torch.profiler started again in the callback that stopped it corrupted the heap now and then
+    (``free(): invalid next size``, 3 of 7 such runs under ``make test``'s load).
     """
 
     def __init__(self, control: Any, budget_bytes: int, scratch: Path, notes: list[str]) -> None:
-        self.control = control  # profilers.TorchProfilerControl: probe_start / probe_stop, stacks, memory
+        self.control = control  # profilers.TorchProfilerControl: start, probe_stop, stacks, memory
         self.budget_bytes = budget_bytes
         self.scratch = scratch
         self.notes = notes
         self.bound: TraceBound | None = None
-        self._open = False
-        self._done = False
+        self._asked = 0  # the profiled steps asked for; 0 until the window begins
+        self._stage = "waiting"  # then "probing" (the probed step), "between" (one step unprofiled), "done"
 
     def on_event(self, rec: Any) -> None:
-        """Start the probe as the last warm-up step begins; size the window when warm-up ends."""
-        if self._done:
-            return
+        """Reserve two steps as the window begins; size the window after the first; start it after the second."""
         p = rec.phases
-        if not self._open:
-            if rec.phase == Phase.WARMUP and p.profiled > 0 and p.warmup > 0 and rec.steps == p.warmup - 1:
-                try:
-                    self.control.probe_start()
-                    self._open = True
-                except Exception as exc:  # noqa: BLE001 - the probe must never fail the script's step
-                    self._done = True
-                    self.notes.append(f"the trace was not bounded to --trace-budget: the probe could not start ({exc})")
-            elif rec.phase not in (Phase.STARTING, Phase.WARMUP) and p.profiled > 0:
-                self._done = True
-                self.notes.append("the trace was not bounded to --trace-budget: with no warm-up step, "
-                                  "no step could be measured before the profiled ones")
+        if self._stage == "done" or rec.phase != Phase.PROFILED or p.profiled <= 0:
             return
-        if rec.phase == Phase.WARMUP:
+        if self._stage == "waiting":
+            # NOTE: called as the phase changes, before the recorder starts the window's profiler:
+            # two more steps are asked for, the probed one and the one after it, in no trace.
+            self._asked, p.profiled, self._stage = p.profiled, p.profiled + 2, "probing"
             return
-        self._open, self._done = False, True
-        started = rec.clock()
+        if rec.counts.get(Phase.PROFILED, 0) < 1:
+            return
+        rec.counts[Phase.PROFILED] -= 1  # neither is one of the window's steps
+        if self._stage == "between":
+            self._stage = "done"
+            self.control.start()
+            rec.phase_started[Phase.PROFILED] = rec.clock()
+            return
+        self._stage = "between"
         try:
             step = self.control.probe_stop(self.scratch)
         except Exception as exc:  # noqa: BLE001 - an unmeasured step leaves the window unbounded, with a note
             step = None
+            self.scratch.unlink(missing_ok=True)
             self.notes.append(f"the trace was not bounded to --trace-budget: the probed step could not be measured ({exc})")
         if step is not None:
-            self.bound = plan_trace(step, self.budget_bytes, p.profiled, fixed_steps=not p.settle)
-            p.profiled = self.bound.steps
+            self.bound = plan_trace(step, self.budget_bytes, self._asked, fixed_steps=not p.settle)
             self.control.stacks, self.control.memory = self.bound.stacks, self.bound.memory
-        # NOTE: the probe belongs to warm-up: the phase it ended starts after it.
-        rec.phase_started[rec.phase] = max(rec.phase_started.get(rec.phase, started), rec.clock())
+        p.profiled = (self.bound.steps if self.bound is not None else self._asked) + 2
 
-    def close(self) -> None:
-        """Stop an open probe without measuring it (the script ended during warm-up)."""
-        if self._open:
-            self._open, self._done = False, True
-            self.control.probe_stop(None)
+    def close(self, rec: Any) -> None:
+        """Before the window closes at the script's end: drop the probed step's export, or keep it as the trace.
+
+        A script that ends before the restarted window's first step is over would otherwise leave no
+        profiled step at all: the probed one is then the trace, counted as the one profiled step.
+        """
+        if not self.scratch.exists():
+            return
+        if rec.open_window == Phase.PROFILED and not rec.counts.get(Phase.PROFILED, 0):
+            self.control.stop(export=False)
+            self.control.keep_probe(self.scratch)
+            rec.counts[Phase.PROFILED], rec.open_window = 1, None
+        else:
+            self.scratch.unlink()
 
     def record(self) -> TraceBound | None:
         """Return the plan with the trace's exported size, once the profiled window was written."""

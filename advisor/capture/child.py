@@ -44,6 +44,7 @@ from advisor.capture import cuda_budget  # noqa: E402
 from advisor.capture.budget import TraceProbe  # noqa: E402
 from advisor.capture.edge_sync import sync_at_window_edges  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
+from advisor.capture.kernel_use import KernelMeter  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
     Phase,
     RunSpec,
@@ -122,6 +123,7 @@ class ChildSession:
             edge_sync=sync_at_window_edges,
             record_loss_steps=max(0, spec.record_loss_steps),
         )
+        self.kernel = KernelMeter()
         self.probe: TraceProbe | None = None
         self.lazy: tuple[str, ...] | None = None  # LAZY_MODULES imported by the first step's end
         if spec.trace_budget_bytes is not None and spec.profiled_steps > 0:
@@ -163,13 +165,14 @@ class ChildSession:
             pass  # progress is best effort; the measurements are not
 
     def _on_step(self, rec: StepRecorder) -> None:
-        if self.lazy is None:  # before the probe's profiler, which imports torch._dynamo itself
+        if self.lazy is None:  # at the first step: before any profiler, which imports torch._dynamo itself
             self.lazy = lazy_imported()
         if self.probe is not None:
             self.probe.on_event(rec)
         self._event(rec.phase, force=False)
 
     def _on_phase(self, rec: StepRecorder) -> None:
+        self.kernel.on_phase(rec.phase, rec.step_times_ms)  # first: the window ends before our own work
         if self.probe is not None:
             self.probe.on_event(rec)
         if rec.phase != Phase.WARMUP:
@@ -208,6 +211,7 @@ class ChildSession:
             "epoch_batches": rec.between.train_batches or None,
             "trace_bound": self.probe.record() if self.probe is not None else None,
             "lazy_imports": None if self.lazy is None else list(self.lazy),
+            "kernel": self.kernel.record(),
         }
         if finished:
             peak, kind = peak_memory()
@@ -334,10 +338,10 @@ class ChildSession:
             # this process a grace before SIGKILL; the script's processes are ended first, so
             # that a slow export on a busy machine cannot leave them behind (a setsid'd one whose
             # parent is gone is no longer anyone's to end).
-            _kill_children()
+            end_own_children()
         try:
             if self.probe is not None:
-                self.probe.close()
+                self.probe.close(rec)
             rec.finish()
         except Exception as e:  # noqa: BLE001 - keep what was measured even if export fails
             self.notes.append(f"closing the profiler failed: {e}")
@@ -440,11 +444,6 @@ def _print_script_traceback(exc: BaseException, script: str) -> None:
     traceback.print_exception(type(exc), exc, tb or exc.__traceback__, file=sys.stderr)
 
 
-def _kill_children() -> None:
-    """End this process's children (DataLoader workers, the script's own subprocesses) before a hard exit."""
-    end_own_children()
-
-
 def main(argv: list[str] | None = None, t0: float = _T0) -> None:
     """Entry point: ``python -m advisor.capture.child CONFIG.json``.
 
@@ -463,7 +462,7 @@ def main(argv: list[str] | None = None, t0: float = _T0) -> None:
     # and this atexit hook ends it when we exit (the results are written by then); the parent's
     # group and tree sweeps cannot see such a process once it left our group and our tree.
     if become_subreaper():
-        atexit.register(_kill_children)
+        atexit.register(end_own_children)  # DataLoader workers, the script's own subprocesses
     config = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     spec = from_dict(RunSpec, config["spec"])
     session = ChildSession(spec, Path(config["run_dir"]), t0)
@@ -474,7 +473,7 @@ def main(argv: list[str] | None = None, t0: float = _T0) -> None:
         # code the script expected to run only after a full run.
         sys.stdout.flush()
         sys.stderr.flush()
-        _kill_children()
+        end_own_children()
         os._exit(code)
     if not spec.full:
         quick_exit(code)  # the script ended by itself: its exit, less the second of teardown

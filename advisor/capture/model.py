@@ -15,6 +15,7 @@ from typing import Any
 from advisor._serde import check_types, dump_json, from_dict
 from advisor.capture.between import BetweenWork
 from advisor.capture.budget import DEFAULT_TRACE_BUDGET_BYTES, TraceBound
+from advisor.capture.kernel_use import KernelUse
 from advisor.capture.records import (
     DataLoaderInfo,
     Environment,
@@ -228,9 +229,9 @@ class RunCapture:
             step (:mod:`advisor.capture.budget`); None when no step was probed.
         lazy_imports: Which of the modules a script imports only by what it does
             (:data:`advisor.capture.warm_preload.LAZY_MODULES`) it had imported by the end of
-            its first step; None when unknown (no step, an older capture). With one warm-up
-            step the trace probe's profiler starts before that step ends and imports
-            ``torch._dynamo`` itself: it is then listed, and preloaded as before.
+            its first step; None when unknown (no step, an older capture).
+        kernel: The main process's page faults and CPU time in the kernel over its timed steps
+            (:mod:`advisor.capture.kernel_use`); None without a timed step, or from an older capture.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -276,6 +277,7 @@ class RunCapture:
     trace_bound: TraceBound | None = None
     epoch_batches: int | None = None
     lazy_imports: tuple[str, ...] | None = None
+    kernel: KernelUse | None = None
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

@@ -63,7 +63,6 @@ class TorchProfilerControl:
         self.stacks = True
         self.memory = True
         self.exported_bytes: int | None = None
-        self._probe: Any = None
 
     def start(self) -> None:
         """Start torch.profiler (see :func:`new_profile`)."""
@@ -112,26 +111,27 @@ class TorchProfilerControl:
                 self.notes.append(f"could not remove the superseded trace {rel}")
         self.files.clear()
 
-    def probe_start(self) -> None:
-        """Start profiling one step apart from the window, every option on (:class:`~advisor.capture.budget.TraceProbe`)."""
-        self._probe = new_profile()
-        self._probe.start()
-        self._hooks(True)  # NOTE: the window's hooks add stack events of their own: the probe must hold them too
+    def probe_stop(self, scratch: Path) -> StepSize:
+        """Stop the window after its first step; export that step to ``scratch`` and measure it.
 
-    def probe_stop(self, scratch: Path | None) -> StepSize | None:
-        """Stop the probe; export it to ``scratch``, measure and delete it (None: no probe, or no ``scratch``)."""
-        prof, self._probe = self._probe, None
+        The window is then started again by :class:`~advisor.capture.budget.TraceProbe`, with the
+        options its plan keeps. ``scratch`` stays until the probe knows whether the new window
+        holds a step (:meth:`keep_probe`, or deleted).
+        """
+        prof, self._prof = self._prof, None
         if prof is None:
-            return None
+            raise RuntimeError("no profiled step to measure")
         self._hooks(False)
         prof.stop()
-        if scratch is None:
-            return None
-        try:
-            prof.export_chrome_trace(str(scratch))
-            return measure_step(scratch)
-        finally:
-            scratch.unlink(missing_ok=True)
+        prof.export_chrome_trace(str(scratch))
+        return measure_step(scratch)
+
+    def keep_probe(self, scratch: Path) -> None:
+        """Make the probed step's export the run's trace: the script ended before the window's next step."""
+        self.traces_dir.mkdir(parents=True, exist_ok=True)
+        path = scratch.replace(self.traces_dir / f"{socket.gethostname()}_{os.getpid()}.{time.time_ns()}.pt.trace.json")
+        self.exported_bytes = path.stat().st_size
+        self.files.append(gzip_trace(path, self.notes).relative_to(self.run_dir).as_posix())
 
 
 def gzip_trace(path: Path, notes: list[str]) -> Path:

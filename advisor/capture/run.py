@@ -322,8 +322,8 @@ def report_done(
 
 
 def steps_total(spec: RunSpec) -> int:
-    """Count the steps the capture asks for (also used by the torchrun launcher, advisor.distributed.launch)."""
-    return Phases.for_spec(spec).total
+    """Count the steps the capture asks for, with the two the trace budget's probe takes (advisor.capture.budget)."""
+    return Phases.for_spec(spec).total + 2 * int(spec.trace_budget_bytes is not None and spec.profiled_steps > 0)
 
 
 def _wait(

@@ -79,7 +79,7 @@ HELP_GROUPS = (
               help="Steps under torch.profiler; as many again run under cProfile right after "
               "(the two cannot share Python's profile hook). 0 disables both.")
 @click.option("--trace-budget", type=ByteSize(), default=TRACE_BUDGET_DEFAULT, show_default=True, metavar="SIZE",
-              help="Keep the exported trace under SIZE (500MB, 2GB): one warm-up step is measured, then fewer "
+              help="Keep the exported trace under SIZE (500MB, 2GB): the first profiled step is measured, then fewer "
               "profiled steps (down to 3), then no memory events, then no Python stacks; the report says what was dropped.")
 @click.option("--full", is_flag=True, help="Let the script run to its end instead of stopping after profiling.")
 @click.option("--timeout", type=PositiveSeconds(), default=None, metavar="SECONDS",

@@ -16,10 +16,9 @@ GPU-busy time; ``dataloader_wait_ms`` keeps the full time in ``__next__``. On CP
 parts are CPU-side: ``sync_wait`` > ``communication`` > ``data_loading`` > ``optimizer`` >
 ``cpu_ops`` > ``other``.
 
-Summary values: ``step``-scope metrics are medians over all steps of all ranks, except the
-breakdown, whose ``<part>_frac`` are time-weighted over steps (sum of the part / sum of step
-time) and whose ``<part>_ms`` are those fractions times the median step time, so the summary's
-parts still add up to ``step_time_ms``.
+Summary values: ``step``-scope metrics are medians over all steps of all ranks, except the breakdown,
+whose ``<part>_frac`` are time-weighted over steps (sum of the part / sum of step time) and whose
+``<part>_ms`` those fractions times the median step time: the parts add up to ``step_time_ms``.
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ from advisor.metrics.balance import rank_balance
 from advisor.metrics.contention import contention_metrics
 from advisor.metrics.digest import LeadExtras, RankDigest, digest
 from advisor.metrics.gpuview import merge_views
+from advisor.metrics.kernel_use import kernel_use_metrics
 from advisor.metrics.memory_lines import peak_locations
 from advisor.metrics.model import Metrics
 from advisor.metrics.modules import with_model_names
@@ -170,7 +170,7 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     out["gpu_util_frac"] = finite(capture.gpu.mean_util_frac)
     out["cpu_util_frac"] = finite(capture.cpu.mean_util_frac)
     out["time_to_first_step_s"] = finite(capture.time_to_first_step_s)
-    out.update(contention_metrics(capture), **periodic_metrics(capture))
+    out.update(contention_metrics(capture), **periodic_metrics(capture), **kernel_use_metrics(capture))
     if summary.get("peak_memory_bytes") is None:
         out["peak_memory_bytes"] = finite(capture.peak_memory_bytes)
     if summary.get("device_memory_bytes") is None:

@@ -179,6 +179,11 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("runnable_threads_count", "count", "run", "Threads the run asks cores for: intra-op threads + the main DataLoader's workers"),
     MetricSpec("cpu_demand_ratio", "ratio", "run", "(runnable_threads_count + cores' worth of other work) / cpu_count; above 1 threads wait for cores"),
     MetricSpec("contention_flag", "flag", "run", "1 when other work held at least a quarter of the cores during the capture (timings unreliable)"),
+    # the kernel's work for the main process over the timed steps (advisor.metrics.kernel_use)
+    MetricSpec("kernel_cpu_frac", "frac", "run", "Share of the main process's CPU time (all its threads) spent in the kernel over the timed steps"),
+    MetricSpec("kernel_time_frac", "frac", "run", "Kernel CPU seconds of the main process over the timed steps / their wall time (at most 1)"),
+    MetricSpec("page_faults_per_step_count", "count", "run", "Minor page faults of the main process per timed step (fresh pages mapped and zero-filled)"),
+    MetricSpec("page_faults_per_s", "faults/s", "run", "Minor page faults of the main process per second of the timed steps"),
     # --- distributed ----------------------------------------------------------------------------------
     MetricSpec("rank_count", "count", "ranks", "Ranks (trace files) analysed together"),
     MetricSpec("dataparallel_flag", "flag", "run", "1 when torch.nn.DataParallel is used"),

@@ -37,7 +37,7 @@ def test_training_loop(run_script):
     assert cap.status == "stopped" and cap.ok and cap.exit_code == 0 and cap.error is None
     assert cap.step_source == "optimizer"
     assert (cap.warmup_steps, cap.timed_steps, cap.profiled_steps, cap.cprofiled_steps) == (1, 3, 2, 2)
-    assert cap.steps_seen == 8
+    assert cap.steps_seen == 10  # and two profiled steps for the trace budget's probe, in no trace
     timed = cap.timed
     assert len(timed.step_times_ms) == 3 and all(t > 0 for t in timed.step_times_ms)
     assert timed.samples == (8, 8, 8) and timed.batches == (1, 1, 1)
@@ -79,7 +79,7 @@ def test_training_loop(run_script):
     assert phases[0] == "starting" and phases[-1] == "done" and events[-1].message == "stopped"
     order = [p for p in dict.fromkeys(phases)]
     assert order == ["starting", "warmup", "timed", "profiled", "cprofile", "finishing", "done"]
-    assert max(e.step for e in events) == 8 and events[-1].steps_total == 8
+    assert max(e.step for e in events) == 10 and events[-1].steps_total == 10
 
 
 def test_inference_loop_uses_model_calls(run_script):
