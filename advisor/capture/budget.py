@@ -209,7 +209,7 @@ class TraceProbe:
     after the recorder's own bookkeeping and before the next step starts, so the probe's export
     is never inside a measured step. The window starts again one step after the probed one:
     torch.profiler started again in the callback that stopped it corrupted the heap now and then
-    (``free(): invalid next size``, 3 of 7 such runs under ``make test``'s load).
+    (``free(): invalid next size``, SIGSEGV: 7 end-to-end tests of one ``make test`` run, none alone).
     """
 
     def __init__(self, control: Any, budget_bytes: int, scratch: Path, notes: list[str]) -> None:

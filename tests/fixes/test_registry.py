@@ -13,7 +13,7 @@ from advisor.fixes.fix import FixContext
 
 SAFE = {"dataloader_workers", "pin_memory", "persistent_workers", "prefetch_factor",
         "non_blocking_copy", "cpu_threads", "inference_mode", "host_reads"}
-SAFE |= {"activation_checkpointing"}
+SAFE |= {"activation_checkpointing", "malloc_thresholds"}
 UNSAFE = {"bf16_autocast", "fp16_amp", "batch_fusion", "torch_compile", "cudnn_benchmark", "tf32",
           "channels_last", "fused_optimizer", "larger_batch", "script_args", "fused_attention"}
 UNSAFE |= {"fit_accumulation"}
