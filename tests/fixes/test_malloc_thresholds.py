@@ -63,6 +63,13 @@ def test_not_glibc_is_skipped_and_refused(monkeypatch) -> None:
     assert "not glibc" in (FIX.check(FixContext()) or "")
 
 
+def test_a_cpu_memory_budget_is_refused_and_a_gpu_s_memory_is_not(monkeypatch) -> None:
+    monkeypatch.setattr(mt, "glibc", lambda: FakeLibc(accepts=1 << 30))
+    assert "--memory-budget" in (FIX.check(FixContext(cuda=False, memory_limit_bytes=1 << 30)) or "")
+    assert FIX.check(FixContext(cuda=True, memory_limit_bytes=80 << 30)) is None
+    assert FIX.check(FixContext(cuda=False)) is None
+
+
 def test_the_diff_adds_the_calls_after_the_imports_and_runs(tmp_path: Path) -> None:
     new, manual = transform(SCRIPT, [Trial("malloc_thresholds", "safe")])
     assert new.index("from torch import nn") < new.index("_libc.mallopt(-1, 1073741824)") < new.index("model =")

@@ -55,7 +55,10 @@ def glibc() -> Any:
 
 
 def check(ctx: FixContext) -> str | None:
-    """Refuse unless the C library is glibc (this process's: the child runs on the same machine)."""
+    """Refuse unless the C library is glibc (this process's: the child runs on the same machine), or under a CPU memory budget."""
+    if not ctx.cuda and ctx.memory_limit_bytes is not None:
+        # NOTE: on a CPU run the budget is the process's RSS, and the memory malloc keeps counts in it.
+        return "a --memory-budget holds this run's resident memory, and the memory malloc would keep counts in it"
     return None if glibc() is not None else "the C library is not glibc: it has no mallopt thresholds to set"
 
 
