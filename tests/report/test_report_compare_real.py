@@ -78,10 +78,12 @@ def test_before_and_after_a_fix_on_one_example(capsys, tmp_path: Path) -> None:
     cmp = json.loads(out)
     assert cmp["not_comparable"] == []
     assert cmp["metric"] == "samples_per_s" and cmp["speedup"] is not None
-    assert cmp["ci_low"] is not None and cmp["ci_low"] <= cmp["ci_high"]  # from the timed steps
+    # NOTE: one run a side gives no interval (intervals are over runs, never over one run's steps)
+    assert cmp["ci_low"] is None and cmp["ci_high"] is None
     # NOTE: the speedup itself depends on how busy the machine is (measured 1.06x [0.80-1.88] on
     # a 2-core box at load 10, "no measurable effect"); what must hold is the comparison logic.
-    assert cmp["verdict"] in ("faster", "no measurable effect", "slower")
+    # A busy machine, or a side whose steps changed level, is "not measurable" (advisor.report.compare).
+    assert cmp["verdict"] in ("faster", "no measurable effect", "slower", "not measurable")
     # NOTE: on 2 cores the twin's 2 workers still cannot keep up with its augmentation (DL001
     # fired at 33% of the step on a quiet machine), so DL001 may stay; it must never be new, and
     # loading time must fall. Appear/disappear logic has exact tests in test_report_compare.py.
