@@ -10,7 +10,9 @@ verdict is taken from every run against every other instead
 (:func:`~advisor.fixes.stats.range_estimate`: a fix is faster only when its slowest run beats
 the baseline's fastest), and :func:`explain` looks for what the slow runs had in common in what
 each run recorded: how it started (forked warm or cold), the machine's load and the CPU other
-processes took while it ran, the threads it held, and whether its own steps were steady.
+processes took while it ran, the threads it held, the page faults its steps took (glibc's malloc
+hands memory back in some processes of one script and not in others: rule HB005), and whether
+its own steps were steady.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ A factor of 2 is past that, and far below what a machine whose load changes does
 samples/s, 34x, in the run that opened issue #26)."""
 
 
+FAULTS_APART = 2.0
+"""Page faults per step this factor apart or more between the slow and the fast runs name the
+allocator: the captures of one CNN script took 115-268 in one state and 1,708-4,914 in the other."""
+
+
 @dataclass(frozen=True)
 class RunFacts:
     """What one measured run recorded besides its rate, for telling why runs differ.
@@ -44,6 +51,7 @@ class RunFacts:
         load: Mean load average while it ran.
         other_frac: Share of the machine's CPU other processes used while it ran.
         threads: Most threads its process tree held.
+        faults_per_step: Minor page faults per timed step of its main process (``kernel``).
         steadiness: Its own steps' verdict (:class:`~advisor._steady.SteadyState`).
         steady_detail: What was unsteady about its steps ("" when steady).
     """
@@ -53,6 +61,7 @@ class RunFacts:
     load: float | None = None
     other_frac: float | None = None
     threads: int | None = None
+    faults_per_step: float | None = None
     steadiness: SteadyState = SteadyState.STEADY
     steady_detail: str = ""
 
@@ -62,12 +71,14 @@ def facts_of(cap: Any, rate: float | None) -> RunFacts:
     cpu = getattr(cap, "cpu", None)
     timed = getattr(cap, "timed", None)
     verdict = assess(tuple(getattr(timed, "step_times_ms", ()) or ()))
+    kernel = getattr(cap, "kernel", None)
     return RunFacts(
         rate=rate,
         start=str(getattr(cap, "start", "cold") or "cold"),
         load=_num(getattr(cpu, "load_avg_mean", None)),
         other_frac=_num(getattr(cpu, "other_util_frac", None)),
         threads=getattr(cpu, "max_threads", None),
+        faults_per_step=kernel.minor_faults / kernel.steps if kernel is not None and kernel.steps else None,
         steadiness=verdict.state,
         steady_detail=verdict.detail,
     )
@@ -128,6 +139,11 @@ def explain(runs: Sequence[RunFacts]) -> str:
     if threads is not None:
         (s_lo, s_hi), (f_lo, f_hi) = threads
         found.append(f"the slow runs held {_span(s_lo, s_hi, 0)} threads, the fast ones {_span(f_lo, f_hi, 0)}")
+    faults = _separates(slow, fast, "faults_per_step")
+    if faults is not None and faults[0][0] >= FAULTS_APART * max(faults[1][1], 1.0):
+        (s_lo, s_hi), (f_lo, f_hi) = faults
+        found.append(f"the slow runs took {_span(s_lo, s_hi, 0)} page faults per step, the fast ones "
+                     f"{_span(f_lo, f_hi, 0)} (glibc's malloc handing memory back in some processes: HB005)")
     unsteady = [r for r in measured if r.steadiness not in (SteadyState.STEADY, SteadyState.SETTLED_LATE)]
     if unsteady:
         worst = min(unsteady, key=lambda r: r.rate or 0.0)

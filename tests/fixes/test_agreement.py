@@ -65,6 +65,14 @@ def test_explain_says_nothing_when_no_recorded_condition_separates_them():
     assert explain(runs) == ""
 
 
+def test_explain_names_page_faults_that_separate_the_slow_runs():
+    runs = [RunFacts(600.0, faults_per_step=250.0), RunFacts(650.0, faults_per_step=115.0),
+            RunFacts(250.0, faults_per_step=2700.0), RunFacts(280.0, faults_per_step=2300.0)]
+    assert "the slow runs took 2300–2700 page faults per step, the fast ones 115–250" in explain(runs)
+    close = [RunFacts(600.0, faults_per_step=2000.0), RunFacts(250.0, faults_per_step=2600.0)]
+    assert "page faults" not in explain(close)  # separated, but not a factor of 2 apart
+
+
 def test_explain_names_unsteady_runs():
     runs = [
         RunFacts(600.0),
@@ -77,8 +85,10 @@ def test_facts_are_read_from_a_capture():
     cap = SimpleNamespace(
         start="warm", cpu=SimpleNamespace(load_avg_mean=2.5, other_util_frac=0.4, max_threads=18),
         timed=SimpleNamespace(step_times_ms=(100.0,) * 12 + (300.0,) * 12),
+        kernel=SimpleNamespace(steps=24, minor_faults=48_000),
     )
     facts = facts_of(cap, 50.0)
+    assert facts.faults_per_step == 2000.0
     assert (facts.start, facts.load, facts.other_frac, facts.threads) == ("warm", 2.5, 0.4, 18)
     assert facts.steadiness is SteadyState.SHIFTED
     assert rate_range([None, 3.0]) is None
