@@ -32,6 +32,7 @@ Everything here but :class:`TraceProbe` is pure; the probe drives the profiler t
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,15 @@ def measure_step(path: Path) -> StepSize:
     return StepSize(total_bytes=path.stat().st_size, stack_bytes=stack, memory_bytes=memory)
 
 
+class ProbeStage(str, Enum):
+    """Where :class:`TraceProbe` is: before the window, in the probed step, in the step after it, done."""
+
+    WAITING = "waiting"
+    PROBING = "probing"
+    BETWEEN = "between"
+    DONE = "done"
+
+
 class TraceProbe:
     """Profiles the first step of the profiled window, then sizes the window (see the module docstring).
 
@@ -219,27 +229,30 @@ class TraceProbe:
         self.notes = notes
         self.bound: TraceBound | None = None
         self._asked = 0  # the profiled steps asked for; 0 until the window begins
-        self._stage = "waiting"  # then "probing" (the probed step), "between" (one step unprofiled), "done"
+        self._stage = ProbeStage.WAITING
 
     def on_event(self, rec: Any) -> None:
         """Reserve two steps as the window begins; size the window after the first; start it after the second."""
         p = rec.phases
-        if self._stage == "done" or rec.phase != Phase.PROFILED or p.profiled <= 0:
+        if self._stage == ProbeStage.DONE or rec.phase != Phase.PROFILED or p.profiled <= 0:
             return
-        if self._stage == "waiting":
+        if self._stage == ProbeStage.WAITING:
             # NOTE: called as the phase changes, before the recorder starts the window's profiler:
             # two more steps are asked for, the probed one and the one after it, in no trace.
-            self._asked, p.profiled, self._stage = p.profiled, p.profiled + 2, "probing"
+            self._asked, p.profiled, self._stage = p.profiled, p.profiled + 2, ProbeStage.PROBING
             return
         if rec.counts.get(Phase.PROFILED, 0) < 1:
             return
         rec.counts[Phase.PROFILED] -= 1  # neither is one of the window's steps
-        if self._stage == "between":
-            self._stage = "done"
-            self.control.start()
+        if self._stage == ProbeStage.BETWEEN:
+            self._stage = ProbeStage.DONE
+            try:
+                self.control.start()
+            except Exception as exc:  # noqa: BLE001 - the probe must never fail the script's step
+                self.notes.append(f"the profiled window could not start again after the trace budget's probe ({exc})")
             rec.phase_started[Phase.PROFILED] = rec.clock()
             return
-        self._stage = "between"
+        self._stage = ProbeStage.BETWEEN
         try:
             step = self.control.probe_stop(self.scratch)
         except Exception as exc:  # noqa: BLE001 - an unmeasured step leaves the window unbounded, with a note

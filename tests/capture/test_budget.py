@@ -240,6 +240,18 @@ def test_a_failed_probe_leaves_the_window_as_asked_with_a_note(tmp_path: Path) -
     assert len(notes) == 1 and "No space left" in notes[0]
 
 
+def test_a_window_that_cannot_start_again_leaves_the_step_alone_with_a_note(tmp_path: Path) -> None:
+    rec, control, probe, notes = _recorder(tmp_path, 1, STEP, 240 * MB)
+
+    def busy() -> None:
+        raise RuntimeError("Can't profile: another profiler is running")
+
+    _steps(rec, 1 + 2 + 1)
+    control.start = busy  # type: ignore[method-assign]
+    _steps(rec, 1)  # the step after the probed one: the window's start fails, the step does not
+    assert rec.phase == "profiled" and len(notes) == 1 and "another profiler" in notes[0]
+
+
 @pytest.mark.parametrize("value", ["0", "-5MB", "lots", "5XB"])
 def test_a_bad_trace_budget_is_a_one_line_usage_error(capsys, tmp_path: Path, value: str) -> None:
     from cli_helpers import invoke
