@@ -60,6 +60,8 @@ MEMORY_MARK = b'"name": "[memory]"'
 EVENT_START = b"\n  {"
 """Kineto writes each event of ``traceEvents`` from a line of its own starting with this."""
 _CHUNK = 16 * 2**20
+PROBE_STEPS = 2
+"""Steps the probe adds to the profiled window, in no trace: the probed one and the one after it."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,7 @@ class TraceProbe:
         if self._stage == ProbeStage.WAITING:
             # NOTE: called as the phase changes, before the recorder starts the window's profiler:
             # two more steps are asked for, the probed one and the one after it, in no trace.
-            self._asked, p.profiled, self._stage = p.profiled, p.profiled + 2, ProbeStage.PROBING
+            self._asked, p.profiled, self._stage = p.profiled, p.profiled + PROBE_STEPS, ProbeStage.PROBING
             return
         if rec.counts.get(Phase.PROFILED, 0) < 1:
             return
@@ -262,7 +264,7 @@ class TraceProbe:
         if step is not None:
             self.bound = plan_trace(step, self.budget_bytes, self._asked, fixed_steps=not p.settle)
             self.control.stacks, self.control.memory = self.bound.stacks, self.bound.memory
-        p.profiled = (self.bound.steps if self.bound is not None else self._asked) + 2
+        p.profiled = (self.bound.steps if self.bound is not None else self._asked) + PROBE_STEPS
 
     def close(self, rec: Any) -> None:
         """Before the window closes at the script's end: drop the probed step's export, or keep it as the trace.

@@ -45,6 +45,11 @@ class KernelUse:
     major_faults: int = 0
     involuntary_switches: int = 0
 
+    @property
+    def faults_per_step(self) -> float | None:
+        """Minor page faults per timed step (None without a timed step)."""
+        return self.minor_faults / self.steps if self.steps > 0 else None
+
 
 Usage = Callable[[], resource.struct_rusage]
 

@@ -83,24 +83,16 @@ class TorchProfilerControl:
 
     def stop(self, export: bool) -> None:
         """Stop and, when asked, export ``<host>_<pid>.<ns>.pt.trace.json.gz`` into traces/."""
-        prof, self._prof = self._prof, None
-        if prof is None:
+        prof = self._halt()
+        if prof is None or not export:
             return
-        self._hooks(False)
-        prof.stop()
-        if not export:
-            return
-        self.traces_dir.mkdir(parents=True, exist_ok=True)
-        name = f"{socket.gethostname()}_{os.getpid()}.{time.time_ns()}.pt.trace.json"
-        path = self.traces_dir / name
+        path = self._trace_path()
         try:
             prof.export_chrome_trace(str(path))
         except Exception as exc:  # noqa: BLE001 - a failed export is a note, not a lost run
             self.notes.append(f"torch.profiler trace export failed: {exc}")
             return
-        self.exported_bytes = path.stat().st_size
-        path = gzip_trace(path, self.notes)
-        self.files.append(path.relative_to(self.run_dir).as_posix())
+        self._keep(path)
 
     def discard(self) -> None:
         """Delete the traces exported so far (their steps were not the run's steps after all)."""
@@ -118,18 +110,31 @@ class TorchProfilerControl:
         options its plan keeps. ``scratch`` stays until the probe knows whether the new window
         holds a step (:meth:`keep_probe`, or deleted).
         """
-        prof, self._prof = self._prof, None
+        prof = self._halt()
         if prof is None:
             raise RuntimeError("no profiled step to measure")
-        self._hooks(False)
-        prof.stop()
         prof.export_chrome_trace(str(scratch))
         return measure_step(scratch)
 
     def keep_probe(self, scratch: Path) -> None:
         """Make the probed step's export the run's trace: the script ended before the window's next step."""
+        self._keep(scratch.replace(self._trace_path()))
+
+    def _halt(self) -> Any:
+        """Stop the window's profiler and its hooks; return the profiler (None when none was running)."""
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            self._hooks(False)
+            prof.stop()
+        return prof
+
+    def _trace_path(self) -> Path:
+        """Return a new ``<host>_<pid>.<ns>.pt.trace.json`` in traces/ (TensorBoard's file layout)."""
         self.traces_dir.mkdir(parents=True, exist_ok=True)
-        path = scratch.replace(self.traces_dir / f"{socket.gethostname()}_{os.getpid()}.{time.time_ns()}.pt.trace.json")
+        return self.traces_dir / f"{socket.gethostname()}_{os.getpid()}.{time.time_ns()}.pt.trace.json"
+
+    def _keep(self, path: Path) -> None:
+        """Count an exported trace's size, then compress it and list it among the run's trace files."""
         self.exported_bytes = path.stat().st_size
         self.files.append(gzip_trace(path, self.notes).relative_to(self.run_dir).as_posix())
 

@@ -42,6 +42,7 @@ from advisor import rundir
 from advisor._proc import Interrupted, ProcessTree, kill_group, own_group, stop_child
 from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture import cuda_budget
+from advisor.capture.budget import PROBE_STEPS
 from advisor.capture.environment import environment, git_commit
 from advisor.capture.model import (
     Phase,
@@ -323,7 +324,7 @@ def report_done(
 
 def steps_total(spec: RunSpec) -> int:
     """Count the steps the capture asks for, with the two the trace budget's probe takes (advisor.capture.budget)."""
-    return Phases.for_spec(spec).total + 2 * int(spec.trace_budget_bytes is not None and spec.profiled_steps > 0)
+    return Phases.for_spec(spec).total + PROBE_STEPS * int(spec.trace_budget_bytes is not None and spec.profiled_steps > 0)
 
 
 def _wait(

@@ -78,7 +78,7 @@ def facts_of(cap: Any, rate: float | None) -> RunFacts:
         load=_num(getattr(cpu, "load_avg_mean", None)),
         other_frac=_num(getattr(cpu, "other_util_frac", None)),
         threads=getattr(cpu, "max_threads", None),
-        faults_per_step=kernel.minor_faults / kernel.steps if kernel is not None and kernel.steps else None,
+        faults_per_step=getattr(kernel, "faults_per_step", None),
         steadiness=verdict.state,
         steady_detail=verdict.detail,
     )

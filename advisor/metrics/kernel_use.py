@@ -28,6 +28,6 @@ def kernel_use_metrics(capture: RunCapture | None) -> dict[str, float | None]:
     cpu = k.user_s + k.system_s
     out["kernel_cpu_frac"] = k.system_s / cpu if cpu > 0 else None
     out["kernel_time_frac"] = min(1.0, k.system_s / k.wall_s)
-    out["page_faults_per_step_count"] = k.minor_faults / k.steps
+    out["page_faults_per_step_count"] = k.faults_per_step
     out["page_faults_per_s"] = k.minor_faults / k.wall_s
     return out

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from advisor._steady import SteadyState
+from advisor.capture.kernel_use import KernelUse
 from advisor.fixes.agreement import RunFacts, disagreement, explain, facts_of, rate_range
 from advisor.fixes.stats import estimate, paired_ratios, range_estimate
 
@@ -85,7 +86,7 @@ def test_facts_are_read_from_a_capture():
     cap = SimpleNamespace(
         start="warm", cpu=SimpleNamespace(load_avg_mean=2.5, other_util_frac=0.4, max_threads=18),
         timed=SimpleNamespace(step_times_ms=(100.0,) * 12 + (300.0,) * 12),
-        kernel=SimpleNamespace(steps=24, minor_faults=48_000),
+        kernel=KernelUse(steps=24, minor_faults=48_000),
     )
     facts = facts_of(cap, 50.0)
     assert facts.faults_per_step == 2000.0
