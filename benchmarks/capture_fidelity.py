@@ -32,6 +32,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from zoo import load  # noqa: E402 - a sibling script, not a package
+
 WARMUP, TIMED = 5, 20  # RunSpec's defaults; checked against it in main()
 
 HARNESS = """
@@ -61,11 +64,6 @@ json.dump({"steps_ms": list(cap.timed.step_times_ms),
            "kernel": None if k is None else [k.steps, k.minor_faults, k.user_s, k.system_s]},
           open(sys.argv[1] + ".json", "w"))
 """
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def plain(script: Path, args: list[str], tmp: Path) -> dict:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -53,6 +52,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from zoo import load  # noqa: E402 - a sibling script, not a package
 
 from advisor.capture.model import RunSpec  # noqa: E402
 from advisor.engine.model import FixRef  # noqa: E402
@@ -178,12 +180,6 @@ def bench(name: str, repeats: int, plain_repeats: int, from_diagnose: bool, work
 
 ACCUM_SCRIPT = REPO / "tests" / "scripts" / "tiny_gpt.py"
 ACCUM_ARGS = ("--batch-size", "8", "--accum", "40")
-
-
-def load() -> str:
-    """The 1-, 5- and 15-minute load averages and the core count, for the record."""
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def bench_script_args(repeats: int, plain_repeats: int, work: Path, plain_steps: int = 8) -> dict:

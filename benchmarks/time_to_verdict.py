@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -44,15 +43,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from zoo import load_manifest, run_advisor  # noqa: E402 - a sibling script, not a package
+from zoo import load, load_manifest, run_advisor  # noqa: E402 - a sibling script, not a package
 
 OVERHEAD_PHASES = ("process", "imports", "setup", "warmup", "finishing", "server")
-
-
-def load() -> str:
-    """The 1, 5 and 15 minute load averages, as ``uptime`` prints them."""
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def cpu_s() -> float:

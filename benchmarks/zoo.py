@@ -66,6 +66,12 @@ class Row:
     reason: str = ""
 
 
+def load() -> str:
+    """The 1-, 5- and 15-minute load averages and the core count, as the benchmarks print them."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} cores"
+
+
 def load_manifest() -> dict:
     """Name -> manifest entry, from examples/expected.json."""
     return json.loads(MANIFEST.read_text(encoding="utf-8"))["examples"]
