@@ -104,21 +104,39 @@ def try_fixes(
 def launch_server(spec: RunSpec, options: FixOptions, capture: RunCapture | None = None) -> Any:
     """Start the fix loop's warm-start server now, without waiting (None where the trials start cold).
 
-    The diagnose calls it as soon as the capture has ended, so that the server imports torch
-    while the capture is analysed; :func:`try_fixes` then takes it as ``server``. Whoever does
-    not pass it on must ``close()`` it. A module the script imports only by what it does (an
+    The diagnose calls it before the capture (``capture`` None), so that the server imports torch
+    beside the capture's own start and is ready when the analysis ends; :func:`fit_server` then
+    checks it against the capture, and :func:`try_fixes` takes it as ``server``. Whoever does not
+    pass it on must ``close()`` it. A module the script imports only by what it does (an
     optimizer's ``torch._dynamo``) is left out when ``capture``'s first step had not imported
-    it, unless unsafe fixes (``torch.compile``) may run or the fixes were named (``--fix``).
+    it, unless unsafe fixes (``torch.compile``) may run or the fixes were named (``--fix``);
+    without a capture it is imported (most training scripts build a ``torch.optim`` optimizer).
     """
     if not options.enabled:
         return None
     from advisor.capture.warm import launch_early
+
+    trial_spec, setup = _warm_start(spec, options)
+    return launch_early(trial_spec, capture_function(spec), skip=_lazy_skip(options, capture), **setup)
+
+
+def fit_server(server: Any, spec: RunSpec, options: FixOptions, capture: RunCapture) -> Any:
+    """Return ``server`` if it imports what ``capture`` showed the trials need, else a new one launched for it.
+
+    A server launched before the capture imported every lazy module; a script whose first step
+    imported none of them gets a server without them (its cold runs would not have them either).
+    """
+    if server is None or tuple(server.skip) == _lazy_skip(options, capture):
+        return server
+    server.close()
+    return launch_server(spec, options, capture)
+
+
+def _lazy_skip(options: FixOptions, capture: RunCapture | None) -> tuple[str, ...]:
     from advisor.capture.warm_preload import LAZY_MODULES
 
     seen = None if capture is None else capture.lazy_imports
-    skip = () if seen is None or options.unsafe or options.only else tuple(m for m in LAZY_MODULES if m not in seen)
-    trial_spec, setup = _warm_start(spec, options)
-    return launch_early(trial_spec, capture_function(spec), skip=skip, **setup)
+    return () if seen is None or options.unsafe or options.only else tuple(m for m in LAZY_MODULES if m not in seen)
 
 
 def _warm_start(spec: RunSpec, options: FixOptions) -> tuple[RunSpec, dict[str, Any]]:

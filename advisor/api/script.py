@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from advisor.api.analysis import evaluate
-from advisor.api.fixloop import FixOptions, _fix_loop_saved, launch_server, trials_wanted
+from advisor.api.fixloop import (
+    FixOptions,
+    _fix_loop_saved,
+    fit_server,
+    launch_server,
+    trials_wanted,
+)
 from advisor.api.process import capture_function
 from advisor.capture.model import RunCapture, RunSpec
 from advisor.errors import InputError, UsageError
@@ -50,20 +56,28 @@ def diagnose_script(
     from advisor.report.model import timing_of
 
     started = time.perf_counter()
-    # NOTE: one latch over the capture and the save of what it measured: a second ^C typed
-    # right after the first hurries the child's save instead of cutting it (and the report) short.
-    with interrupt_once():
-        try:
-            capture = capture_function(spec)(spec, progress)
-        except KeyboardInterrupt as exc:
-            _save_interrupted(spec, exc, engine_config, inline_ignores, started)
-            raise
-    run_dir = Path(capture.run_dir or spec.out_dir)
-    # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
-    fix_loop = fix_options.enabled and (capture.ok or is_out_of_memory(capture))
-    # NOTE: the trials' warm-start server imports torch on the other core while the capture is analysed.
-    server = launch_server(spec, fix_options, capture) if fix_loop else None
+    # NOTE: the trials' warm-start server imports torch beside the capture's own start, paused
+    # from the capture's first step to its end (see _pausing), and is ready when the analysis ends.
+    server = launch_server(spec, fix_options) if fix_options.enabled else None
     try:
+        # NOTE: one latch over the capture and the save of what it measured: a second ^C typed
+        # right after the first hurries the child's save instead of cutting it (and the report) short.
+        with interrupt_once():
+            try:
+                capture = capture_function(spec)(spec, _pausing(progress, server))
+            except KeyboardInterrupt as exc:
+                _save_interrupted(spec, exc, engine_config, inline_ignores, started)
+                raise
+            finally:
+                if server is not None:
+                    server.resume()
+        run_dir = Path(capture.run_dir or spec.out_dir)
+        # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
+        fix_loop = fix_options.enabled and (capture.ok or is_out_of_memory(capture))
+        if not fix_loop and server is not None:
+            server.close()
+            server = None
+        server = fit_server(server, spec, fix_options, capture)
         diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
         if server is not None and not trials_wanted(diagnosis.findings, fix_options):
             server.close()  # nothing to try: its imports would only compete with the report for the cores
@@ -76,6 +90,24 @@ def diagnose_script(
             server.close()  # the loop ends it; this is for a diagnose that failed before the loop
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
+
+
+def _pausing(progress: Callable[[Any], None] | None, server: Any) -> Callable[[Any], None] | None:
+    """Pass the capture's progress on, pausing ``server``'s imports from the capture's first step.
+
+    Its set-up and first step are not measured; the warm-up steps after it, the timed and the
+    profiled steps are, and on two cores the server's imports took one of them.
+    """
+    if server is None:
+        return progress
+
+    def relay(event: Any) -> None:
+        if event.step >= 1:
+            server.pause()
+        if progress is not None:
+            progress(event)
+
+    return relay
 
 
 def _diagnosed(

@@ -21,7 +21,8 @@ fix sets it per child). A library that starts a thread while it is imported make
 refuse to serve (a fork copies only the forking thread), and the runs start cold.
 
 Lifetime: the server leads its own process group, gets SIGKILL when advisor dies
-(``PR_SET_PDEATHSIG``), and exits when its socket closes; each child gets SIGTERM when the
+(``PR_SET_PDEATHSIG``), and exits (``os._exit``) when its socket closes; :meth:`WarmServer.pause`
+stops it while measured steps run beside its imports (the diagnose launches it before its capture); each child gets SIGTERM when the
 server dies (the cold child's own stop: it saves what it measured). :class:`WarmServer` is a
 context manager: leaving it, normally or by an exception, ends the server.
 
@@ -48,6 +49,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -59,6 +61,7 @@ from advisor._proc import kill_group, own_group
 from advisor.capture.model import RunCapture, RunSpec, WarmStartLost
 from advisor.capture.syspath import PYTHON_FLAGS
 from advisor.capture.warm_preload import LAZY_MODULES
+from advisor.capture.warm_process import WarmProcess
 from advisor.capture.warm_server import main, receive_message, send_message
 
 SERVER_MODULES = (
@@ -76,81 +79,6 @@ SERVER_MODULES = (
 
 READY_TIMEOUT_S = 300.0
 """How long the server may take to import everything (a loaded 2-core machine takes a while)."""
-GONE_TIMEOUT_S = 15.0
-"""After the server's death, how long a child it forked may take to save and exit before it is killed."""
-
-
-class WarmProcess:
-    """A child forked by the server, answering like ``subprocess.Popen`` for the capture's waits.
-
-    Its exit status comes from the server (the child is the server's, not ours). When the server
-    dies first, the child gets SIGTERM (its parent-death signal) and saves what it measured; the
-    process is then ``lost`` and the capture raises :class:`WarmStartLost`.
-    """
-
-    def __init__(self, server: WarmServer, pid: int) -> None:
-        self.server = server
-        self.pid = pid
-        self.returncode: int | None = None
-        self.lost = False
-        self.args = [f"warm:{pid}"]
-
-    def poll(self) -> int | None:
-        """Return the exit code when the child has ended, else None."""
-        if self.returncode is None:
-            self._read(0.0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for the child's end; raise ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.returncode is None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-            self._read(left)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        """Signal the child alone (as Popen does); nothing once it has ended."""
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def _read(self, timeout: float | None) -> None:
-        msg = self.server.receive(timeout)
-        if msg is None:
-            return
-        if "exit" in msg:
-            self.returncode = int(msg["exit"])
-        elif msg.get("lost"):
-            self.lost = True
-            self._gone()
-
-    def _gone(self) -> None:
-        """Give the child its grace to save after the server's death, then end its group (it is not ours to reap)."""
-        deadline = time.monotonic() + GONE_TIMEOUT_S
-        while not _ended(self.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        kill_group(self.pid)
-        self.returncode = -signal.SIGTERM
-
-
-def _ended(pid: int) -> bool:
-    try:
-        import psutil
-
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except Exception:  # noqa: BLE001 - gone (NoSuchProcess), or psutil unusable: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
-
-
 @dataclass
 class WarmServer:
     """The parent's handle on the fork server: start it, spawn runs through it, end it.
@@ -178,6 +106,9 @@ class WarmServer:
     launched_at: float = 0.0
     is_ready: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    paused_s: float = 0.0
+    _stopped_at: float = 0.0
+    _output: BinaryIO | None = None
 
     def start(self) -> bool:
         """Start the server and wait until it has imported everything; False (``refused`` says why) if not usable."""
@@ -209,8 +140,10 @@ class WarmServer:
         log: BinaryIO | int = subprocess.DEVNULL
         try:
             if self.log is not None:
-                self.log.parent.mkdir(parents=True, exist_ok=True)
-                log = self.log.open("wb")
+                # NOTE: an unnamed file, written into ``log`` when the server ends: a server
+                # launched before the capture must not put a file in a folder the capture has
+                # yet to check and prepare.
+                log = self._output = tempfile.TemporaryFile()
             self.proc = subprocess.Popen(
                 [sys.executable, *PYTHON_FLAGS, "-m", "advisor.capture.warm", str(theirs.fileno()), json.dumps(setup)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -224,8 +157,6 @@ class WarmServer:
             return False
         finally:
             theirs.close()
-            if not isinstance(log, int):
-                log.close()
         self.sock = ours
         return True
 
@@ -234,12 +165,21 @@ class WarmServer:
 
         ``start_s`` is then its whole start, ``waited_s`` the part the caller spent waiting for it.
         """
+        return self._ready_within(self.ready_timeout_s)
+
+    def _ready_within(self, timeout: float) -> bool:
         if self.is_ready or self.refused is not None or self.sock is None:
             return self.is_ready and self.refused is None
+        self.resume()
         t0 = time.perf_counter()
-        msg = self.receive(self.ready_timeout_s)
+        msg = self.receive(timeout)
         now = time.perf_counter()
-        self.start_s, self.waited_s = now - self.launched_at, now - t0
+        if msg is None and timeout < self.ready_timeout_s:
+            return False  # not yet
+        # NOTE: the server's own clock: a ready message read late (by pause()) is not a slow start
+        own = (msg or {}).get("import_s")
+        self.start_s = (own if isinstance(own, float) else now - self.launched_at) - self.paused_s
+        self.waited_s = now - t0
         if msg is None or msg.get("lost") or not msg.get("ready"):
             self.refused = (msg or {}).get("refusal") or (
                 "the server did not get ready in time" if msg is None else "the server died while importing"
@@ -249,6 +189,28 @@ class WarmServer:
         self.imported = tuple(msg.get("imported") or ())
         self.is_ready = True
         return True
+
+    def pause(self) -> None:
+        """Stop the server's imports (SIGSTOP) while a measurement runs beside them, unless it is ready already.
+
+        The diagnose launches the server before its capture, so that torch is imported beside
+        the capture's own start; from the capture's first step until :meth:`resume`, the server
+        must take no CPU from the steps being measured.
+        """
+        if self._stopped_at or self.proc is None or self.proc.poll() is not None or self._ready_within(0.0):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+            self._stopped_at = time.perf_counter()
+
+    def resume(self) -> None:
+        """Let a paused server go on importing (SIGCONT); nothing when it is not paused."""
+        if not self._stopped_at or self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGCONT)
+        self.paused_s += time.perf_counter() - self._stopped_at
+        self._stopped_at = 0.0
 
     @property
     def alive(self) -> bool:
@@ -329,6 +291,7 @@ class WarmServer:
         proc = self.proc
         if proc is None:
             return
+        self.resume()  # a stopped process would never see its socket close
         if not self.is_ready:
             kill_group(proc.pid)  # still importing: it reads no socket, and has nothing to save
         try:
@@ -337,6 +300,19 @@ class WarmServer:
             kill_group(proc.pid)
             proc.wait()
         self.refused = self.refused or "the warm-start server was closed"
+        self._keep_log()
+
+    def _keep_log(self) -> None:
+        """Write what the server printed (import warnings) to ``log``; nothing when it printed nothing."""
+        output, self._output = self._output, None
+        if output is None:
+            return
+        with output, contextlib.suppress(OSError):
+            output.seek(0)
+            data = output.read()
+            if data and self.log is not None:
+                self.log.parent.mkdir(parents=True, exist_ok=True)
+                self.log.write_bytes(data)
 
     def __enter__(self) -> WarmServer:
         return self
@@ -418,10 +394,10 @@ def warm_runner(
         server = state["server"]
         if server is None:
             server = state["server"] = WarmServer(replace(run, out_dir=spec.out_dir), tuple(modules), log)
-        if not server.is_ready:
-            if not server.start():
-                state["why"] = server.refused
-                return None
+        if not server.is_ready and not server.start():
+            state["why"] = server.refused
+            return None
+        if stats.server_pid is None:  # NOTE: a launched server may have got ready while paused (WarmServer.pause)
             stats.start_s, stats.waited_s, stats.imported = server.start_s, server.waited_s, server.imported
             stats.server_pid = server.proc.pid if server.proc is not None else None
         return server

@@ -170,6 +170,47 @@ def test_a_server_launched_early_serves_the_runner_and_ends_with_it(tmp_path: Pa
     assert server.proc.poll() is not None  # ended with the block
 
 
+def _state(pid: int) -> str:
+    return psutil.Process(pid).status()
+
+
+@pytest.mark.e2e
+def test_a_paused_server_takes_no_cpu_until_resumed_and_its_start_leaves_the_pause_out(tmp_path: Path) -> None:
+    server = launch_early(_spec(tmp_path / "run"), capture, log=tmp_path / "logs" / "server.log")
+    assert server is not None and server.proc is not None
+    assert not (tmp_path / "logs").exists()  # nothing in a folder the capture has yet to prepare
+    server.pause()  # still importing torch
+    deadline = time.monotonic() + 10
+    while _state(server.proc.pid) != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.01)  # the signal is delivered when the kernel next schedules it
+    assert _state(server.proc.pid) == psutil.STATUS_STOPPED
+    cpu = psutil.Process(server.proc.pid).cpu_times()
+    time.sleep(1.0)
+    assert psutil.Process(server.proc.pid).cpu_times() == cpu
+    server.resume()
+    assert server.ready(), server.refused
+    assert server.paused_s >= 1.0 and 0.0 < server.start_s
+    server.pause()  # ready: nothing to stop
+    assert _state(server.proc.pid) != psutil.STATUS_STOPPED
+    server.close()
+    assert server.proc.returncode == 0  # it ended by itself when its socket closed, not killed
+
+
+@pytest.mark.e2e
+def test_a_server_closed_while_paused_ends_and_keeps_its_log(tmp_path: Path) -> None:
+    spec = replace(_spec(tmp_path / "run"), env={"PYTHONVERBOSE": "1"})  # the server prints every import
+    server = launch_early(spec, capture, log=tmp_path / "logs" / "server.log")
+    assert server is not None and server.proc is not None
+    assert server.ready(), server.refused
+    server.close()
+    assert "import 'torch'" in (tmp_path / "logs" / "server.log").read_text()
+    other = launch_early(_spec(tmp_path / "run2"), capture, log=tmp_path / "logs2" / "server.log")
+    assert other is not None and other.proc is not None
+    other.pause()
+    other.close()  # stopped mid-import: it is killed, not waited for
+    assert other.proc.returncode == -signal.SIGKILL
+
+
 BY_HAND = """
 import torch
 w = torch.zeros(4, requires_grad=True)

@@ -147,24 +147,53 @@ def test_report_renders_an_interrupted_run_saying_so(tmp_path, fmt):
 
 
 class _Server:
-    """Stands for the warm-start server the diagnose launches before it analyses the capture."""
+    """Stands for the warm-start server the diagnose launches before its capture."""
 
-    def __init__(self) -> None:
+    def __init__(self, skip: tuple[str, ...] = ()) -> None:
         self.closed = 0
+        self.skip = skip
+        self.calls: list[str] = []
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
 
     def close(self) -> None:
         self.closed += 1
 
 
-def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True):  # type: ignore[no-untyped-def]
+def _event(step: int):  # type: ignore[no-untyped-def]
+    from advisor.capture.model import ProgressEvent
+    from advisor.capture.vocab import Phase
+
+    return ProgressEvent(phase=Phase.WARMUP if step < 5 else Phase.TIMED, step=step)
+
+
+def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True, lazy=None, steps=()):  # type: ignore[no-untyped-def]
     from advisor.api import script
     from advisor.capture.model import RunCapture, RunStatus
     from advisor.capture.records import TimedPhase
 
     server, order = _Server(), []
-    capture = RunCapture(run_dir=str(tmp_path), status=RunStatus.COMPLETED, timed=TimedPhase(step_times_ms=(5.0,)))
-    monkeypatch.setattr(script, "capture_function", lambda spec: lambda spec, progress: capture)
-    monkeypatch.setattr(script, "launch_server", lambda spec, options, capture: (order.append("launch"), server)[1])
+    capture = RunCapture(run_dir=str(tmp_path), status=RunStatus.COMPLETED, timed=TimedPhase(step_times_ms=(5.0,)),
+                         lazy_imports=lazy)
+
+    def run(spec, progress):  # type: ignore[no-untyped-def]
+        order.append("capture")
+        for step in steps:
+            progress(_event(step))
+            order.append(f"step {step}: {'+'.join(server.calls) or '-'}")
+        return capture
+
+    def launch(spec, options, capture=None):  # type: ignore[no-untyped-def]
+        order.append("launch" if capture is None else "relaunch")
+        return server if capture is None else _Server(skip=("torch._dynamo",))
+
+    monkeypatch.setattr(script, "capture_function", lambda spec: run)
+    monkeypatch.setattr(script, "launch_server", launch)
+    monkeypatch.setattr(api, "launch_server", launch)
     monkeypatch.setattr(script, "_diagnosed", lambda *a: (order.append("analysis"), diagnosed(*a))[1])
     monkeypatch.setattr(script, "trials_wanted", lambda findings, options: wanted)
     monkeypatch.setattr(server, "close", lambda: (order.append("close"), _Server.close(server))[1])
@@ -174,7 +203,7 @@ def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True)
     return script, spec, server, order
 
 
-def _diagnose_handing(monkeypatch, tmp_path, wanted):  # type: ignore[no-untyped-def]
+def _diagnose_handing(monkeypatch, tmp_path, wanted, lazy=None, steps=()):  # type: ignore[no-untyped-def]
     """Diagnose with a fix loop that records the server it is handed."""
     handed: list[object] = []
 
@@ -183,20 +212,52 @@ def _diagnose_handing(monkeypatch, tmp_path, wanted):  # type: ignore[no-untyped
         return report
 
     script, spec, server, order = _diagnose_with(
-        monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop, wanted=wanted)
+        monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop, wanted=wanted, lazy=lazy, steps=steps)
     script.diagnose_script(spec)
     return server, order, handed
 
 
-def test_the_trials_server_starts_before_the_analysis_and_goes_to_the_loop(monkeypatch, tmp_path):
+def test_the_trials_server_starts_before_the_capture_and_goes_to_the_loop(monkeypatch, tmp_path):
     server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=True)
-    assert order == ["launch", "analysis", "close"] and handed == [server]
+    assert order == ["launch", "capture", "analysis", "close"] and handed == [server]
     assert server.closed == 1  # closing twice is safe; the loop's runner closes it too
+
+
+def test_the_server_is_paused_from_the_captures_first_step_and_resumed_after_it(monkeypatch, tmp_path):
+    server, order, _ = _diagnose_handing(monkeypatch, tmp_path, wanted=True, steps=(0, 1, 5))
+    assert order[:5] == ["launch", "capture", "step 0: -", "step 1: pause", "step 5: pause+pause"]
+    assert server.calls[-1] == "resume" and order[5:] == ["analysis", "close"]
+
+
+def test_a_script_that_never_imported_dynamo_gets_a_server_without_it(monkeypatch, tmp_path):
+    server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=True, lazy=())
+    assert order == ["launch", "capture", "close", "relaunch", "analysis"]
+    assert server.closed == 1 and handed[0] is not server and handed[0].skip == ("torch._dynamo",)
+
+
+def test_a_script_that_imported_dynamo_keeps_the_early_server(monkeypatch, tmp_path):
+    server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=True, lazy=("torch._dynamo",))
+    assert "relaunch" not in order and handed == [server]
 
 
 def test_a_diagnosis_with_nothing_to_try_ends_the_server_before_the_report(monkeypatch, tmp_path):
     server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=False)
-    assert order == ["launch", "analysis", "close"] and handed == [None] and server.closed == 1
+    assert order == ["launch", "capture", "analysis", "close"] and handed == [None] and server.closed == 1
+
+
+def test_a_capture_cut_short_ends_the_early_server(monkeypatch, tmp_path):
+    from advisor.api import script
+
+    _, spec, server, order = _diagnose_with(monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()))
+
+    def interrupted(spec, progress):  # type: ignore[no-untyped-def]
+        order.append("capture")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(script, "capture_function", lambda spec: interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        script.diagnose_script(spec)
+    assert order == ["launch", "capture", "close"] and server.calls == ["resume"] and server.closed == 1
 
 
 def test_trials_are_wanted_for_a_fix_the_loop_may_run():
@@ -222,4 +283,4 @@ def test_an_analysis_that_fails_leaves_no_server_behind(monkeypatch, tmp_path):
     script, spec, server, order = _diagnose_with(monkeypatch, tmp_path, broken)
     with pytest.raises(KeyboardInterrupt):
         script.diagnose_script(spec)
-    assert order == ["launch", "analysis", "close"] and server.closed == 1
+    assert order == ["launch", "capture", "analysis", "close"] and server.closed == 1
