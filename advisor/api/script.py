@@ -17,7 +17,7 @@ from advisor.api.fixloop import (
     FixOptions,
     _fix_loop_saved,
     fit_server,
-    launch_server,
+    launch_early_server,
     trials_wanted,
 )
 from advisor.api.process import capture_function
@@ -56,9 +56,9 @@ def diagnose_script(
     from advisor.report.model import timing_of
 
     started = time.perf_counter()
-    # NOTE: the trials' warm-start server imports torch beside the capture's own start, paused
-    # from the capture's first step to its end (see _pausing), and is ready when the analysis ends.
-    server = launch_server(spec, fix_options) if fix_options.enabled else None
+    # NOTE: the trials' warm-start server imports torch beside the capture's own start (where two
+    # cores are free), paused from the capture's first step to its end (see _pausing).
+    server = launch_early_server(spec, fix_options)
     try:
         # NOTE: one latch over the capture and the save of what it measured: a second ^C typed
         # right after the first hurries the child's save instead of cutting it (and the report) short.
@@ -77,7 +77,7 @@ def diagnose_script(
         if not fix_loop and server is not None:
             server.close()
             server = None
-        server = fit_server(server, spec, fix_options, capture)
+        server = fit_server(server, spec, fix_options, capture) if fix_loop else None
         diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
         if server is not None and not trials_wanted(diagnosis.findings, fix_options):
             server.close()  # nothing to try: its imports would only compete with the report for the cores

@@ -171,7 +171,7 @@ def _event(step: int):  # type: ignore[no-untyped-def]
     return ProgressEvent(phase=Phase.WARMUP if step < 5 else Phase.TIMED, step=step)
 
 
-def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True, lazy=None, steps=()):  # type: ignore[no-untyped-def]
+def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True, lazy=None, steps=(), early=True):  # type: ignore[no-untyped-def]
     from advisor.api import script
     from advisor.capture.model import RunCapture, RunStatus
     from advisor.capture.records import TimedPhase
@@ -183,16 +183,18 @@ def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True,
     def run(spec, progress):  # type: ignore[no-untyped-def]
         order.append("capture")
         for step in steps:
-            progress(_event(step))
+            if progress is not None:  # none without a server to pause and no display
+                progress(_event(step))
             order.append(f"step {step}: {'+'.join(server.calls) or '-'}")
         return capture
 
     def launch(spec, options, capture=None):  # type: ignore[no-untyped-def]
         order.append("launch" if capture is None else "relaunch")
-        return server if capture is None else _Server(skip=("torch._dynamo",))
+        return server if capture is None else _Server(skip=(() if lazy is None else ("torch._dynamo",)))
 
     monkeypatch.setattr(script, "capture_function", lambda spec: run)
-    monkeypatch.setattr(script, "launch_server", launch)
+    monkeypatch.setattr(script, "launch_early_server", (lambda spec, options: launch(spec, options)) if early else
+                        (lambda spec, options: None))
     monkeypatch.setattr(api, "launch_server", launch)
     monkeypatch.setattr(script, "_diagnosed", lambda *a: (order.append("analysis"), diagnosed(*a))[1])
     monkeypatch.setattr(script, "trials_wanted", lambda findings, options: wanted)
@@ -203,7 +205,7 @@ def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True,
     return script, spec, server, order
 
 
-def _diagnose_handing(monkeypatch, tmp_path, wanted, lazy=None, steps=()):  # type: ignore[no-untyped-def]
+def _diagnose_handing(monkeypatch, tmp_path, wanted, lazy=None, steps=(), early=True):  # type: ignore[no-untyped-def]
     """Diagnose with a fix loop that records the server it is handed."""
     handed: list[object] = []
 
@@ -212,7 +214,8 @@ def _diagnose_handing(monkeypatch, tmp_path, wanted, lazy=None, steps=()):  # ty
         return report
 
     script, spec, server, order = _diagnose_with(
-        monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop, wanted=wanted, lazy=lazy, steps=steps)
+        monkeypatch, tmp_path, lambda *a: (Diagnosis((), None, {}), _base()), loop, wanted=wanted, lazy=lazy, steps=steps,
+        early=early)
     script.diagnose_script(spec)
     return server, order, handed
 
@@ -238,6 +241,25 @@ def test_a_script_that_never_imported_dynamo_gets_a_server_without_it(monkeypatc
 def test_a_script_that_imported_dynamo_keeps_the_early_server(monkeypatch, tmp_path):
     server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=True, lazy=("torch._dynamo",))
     assert "relaunch" not in order and handed == [server]
+
+
+def test_without_two_free_cores_the_server_starts_after_the_capture_beside_the_analysis(monkeypatch, tmp_path):
+    _, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=True, steps=(1,), early=False)
+    assert order == ["capture", "step 1: -", "relaunch", "analysis"] and len(handed) == 1 and handed[0] is not None
+
+
+def test_the_early_server_needs_two_free_cores(monkeypatch, tmp_path):
+    from advisor.capture import spare
+
+    launched: list[object] = []
+    monkeypatch.setattr(api, "launch_server", lambda spec, options, capture=None: launched.append(spec) or "server")
+    spec = RunSpec(script=tmp_path / "train.py", out_dir=tmp_path)
+    for free, expected in ((2.0, "server"), (1.6, "server"), (1.0, None), (None, None)):
+        monkeypatch.setattr(spare, "free_cores", lambda free=free: free)
+        assert api.launch_early_server(spec, api.FixOptions()) == expected
+    assert api.launch_early_server(spec, api.FixOptions(cold_start=True)) is None
+    assert api.launch_early_server(spec, api.FixOptions(enabled=False)) is None
+    assert len(launched) == 2
 
 
 def test_a_diagnosis_with_nothing_to_try_ends_the_server_before_the_report(monkeypatch, tmp_path):
