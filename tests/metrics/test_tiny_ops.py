@@ -131,8 +131,9 @@ def _trace(tmp_path: Path, model: nn.Module, x: torch.Tensor, steps: int = 3) ->
 
 def test_a_loop_of_tiny_ops_is_found_and_located(tmp_path: Path) -> None:
     metrics = compute_metrics(load_traces(_trace(tmp_path, TinyLoop(200), torch.randn(16, 32))))
-    # NOTE: about 0.5 on a quiet machine, 0.03-0.05 beside two busy processes on two cores (a
-    # preempted op or pause splits a run): found either way, its size is the machine's
+    # NOTE: about 0.5 on a quiet machine, 0.03-0.05 beside two busy processes on two cores: the
+    # runs' ops and pauses kept their lengths, the rest of the step (two intra-op threads waiting
+    # for a core) grew ten times. Found either way; its share of the step is the machine's.
     assert metrics.summary["tiny_op_run_frac"] > 0.0
     lines = [loc for loc in metrics.locations if loc.kind == "tiny_ops"]
     assert lines and lines[0].function == "forward" and lines[0].file.endswith("test_tiny_ops.py")
