@@ -23,22 +23,27 @@ SAVE = "torch.save"
 """The function an inline save is named by (the work itself: the loop is not the occurrence)."""
 
 
-def timed_save(original: Callable[..., Any], rec: Any, stack: Callable[[], tuple[Any, ...]]) -> Callable[..., Any]:
+def timed_save(
+    original: Callable[..., Any], rec: Any, stack: Callable[[], tuple[Any, ...]],
+    unhooked: Callable[[Callable[[], Any]], Any] = lambda save: save(),
+) -> Callable[..., Any]:
     """Return ``torch.save`` timed as work between steps on ``rec`` (a :class:`StepRecorder`).
 
     ``stack`` returns the user's frames as the hooks walk them, outermost first, as (file,
-    function, first line, current line).
+    function, first line, current line). ``unhooked`` runs the save without advisor's hooks on
+    the user's modules (a whole model pickled with them failed: word_language_model's
+    ``torch.save(model, f)`` at its epoch's end crashed a trial run).
     """
     main, pid = threading.get_ident(), os.getpid()
     busy = [False]
 
     def save(*args: Any, **kwargs: Any) -> Any:
         if busy[0] or rec.steps_seen == 0 or threading.get_ident() != main or os.getpid() != pid:
-            return original(*args, **kwargs)
+            return unhooked(lambda: original(*args, **kwargs))
         busy[0] = True
         start = rec.clock()
         try:
-            return original(*args, **kwargs)
+            return unhooked(lambda: original(*args, **kwargs))
         finally:
             end = rec.clock()
             busy[0] = False

@@ -348,15 +348,29 @@ class TorchHooks:
                 return
             while module_handles:
                 module_handles.pop().remove()
-            for key in keys:
-                ref = outermost.get(key)
-                module = ref() if ref is not None else None
+            narrowed.extend(ref for key in keys if (ref := outermost.get(key)) is not None)
+            attach()
+
+        def attach() -> None:
+            for module in (ref() for ref in narrowed):
                 if module is not None:
                     instance_handles.append(
                         module.register_forward_hook(on_module, with_kwargs=True, always_call=True)
                     )
                     instance_handles.append(module.register_forward_pre_hook(on_module_start))
 
+        def unhooked(save: Callable[[], Any]) -> Any:
+            """Run ``save`` without the per-module hooks: ``torch.save(model)`` would pickle these closures."""
+            if not instance_handles or threading.get_ident() != main:
+                return save()  # NOTE: another thread's save must not change hooks a forward may be reading
+            while instance_handles:
+                instance_handles.pop().remove()
+            try:
+                return save()
+            finally:
+                attach()
+
+        narrowed: list[Any] = []  # weakrefs of the modules the narrowed hooks are on
         self._narrow_module_hooks = narrow_module_hooks
 
         def remove_module_hooks() -> None:
@@ -402,7 +416,7 @@ class TorchHooks:
                     self.recorder.between.eval_loader = True
 
         self._patch(DataLoader, "__init__", __init__)
-        self._patch(torch, "save", timed_save(torch.save, rec, lambda: self.frames.stack_tuple(depth=1)))
+        self._patch(torch, "save", timed_save(torch.save, rec, lambda: self.frames.stack_tuple(depth=1), unhooked))
 
         advisor._step_callback = rec.marker
         self._undo.append(lambda: setattr(advisor, "_step_callback", None))

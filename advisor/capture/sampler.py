@@ -98,6 +98,7 @@ class UtilSampler:
             return
         last_cpu: float | None = None
         last_busy = _machine_busy_s(psutil)
+        last_own = _advisor_cpu_s(psutil, {self.pid})
         last_t = time.perf_counter()
         while True:
             tree = self._count_tree(root)
@@ -112,15 +113,18 @@ class UtilSampler:
                 except psutil.Error:
                     continue
             busy = _machine_busy_s(psutil)
+            own = _advisor_cpu_s(psutil, {p.pid for p in tree})
             now = time.perf_counter()
             # NOTE: an exited worker takes its CPU time with it; such an interval is skipped.
             if last_cpu is not None and now > last_t and total_cpu >= last_cpu:
                 frac = (total_cpu - last_cpu) / ((now - last_t) * ncpu)
                 self._cpu.append(min(1.0, frac))
-                if busy is not None and last_busy is not None:
-                    other = (busy - last_busy - (total_cpu - last_cpu)) / ((now - last_t) * ncpu)
+                if busy is not None and last_busy is not None and own is not None and last_own is not None \
+                        and own >= last_own:
+                    spent = (total_cpu - last_cpu) + (own - last_own)
+                    other = (busy - last_busy - spent) / ((now - last_t) * ncpu)
                     self._other.append(min(1.0, max(0.0, other)))
-            last_cpu, last_busy, last_t = total_cpu, busy, now
+            last_cpu, last_busy, last_own, last_t = total_cpu, busy, own, now
             with contextlib.suppress(OSError, AttributeError):
                 self._load.append(os.getloadavg()[0])
             self._rss_peak = max(self._rss_peak, rss)
@@ -216,6 +220,25 @@ def _machine_busy_s(psutil: Any) -> float | None:
         return None
     idle = getattr(t, "idle", 0.0) + getattr(t, "iowait", 0.0)
     return float(sum(t)) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
+def _advisor_cpu_s(psutil: Any, tree: set[int]) -> float | None:
+    """CPU seconds of advisor's own processes outside the run's ``tree``: this one and the rest it started.
+
+    Not "other processes": the trials' warm-start server imports torch beside the capture's
+    start-up (it is stopped during the measured steps), and advisor's own threads sample and draw.
+    """
+    try:
+        me = psutil.Process()
+        total = sum(me.cpu_times()[:2])
+        for proc in me.children(recursive=True):
+            if proc.pid in tree:
+                continue
+            with contextlib.suppress(psutil.Error):
+                total += sum(proc.cpu_times()[:2])
+    except Exception:  # noqa: BLE001 - contention is best effort
+        return None
+    return float(total)
 
 
 def visible_handles(nvml: Any, visible: str | None) -> list[Any]:

@@ -107,3 +107,27 @@ def test_a_failing_save_raises_as_it_would_and_its_time_still_counts(tmp_path):
     else:
         raise AssertionError("the save's own error must reach the script")
     assert [w.function for w in rec.between.records()] == [SAVE]
+
+
+def test_a_whole_model_saved_mid_run_is_pickled_without_advisors_hooks_which_stay_on_it(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = StepRecorder(Phases(0, 20, 0, 0, full=True))
+    hooks = TorchHooks(rec)
+    hooks.install()
+    hooked = []
+    try:
+        rec.script_started()
+        for step in range(1, 7):
+            model(torch.ones(2, 4)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            if step % 3 == 0:
+                torch.save(model, tmp_path / f"model{step}.pt")  # word_language_model's checkpoint
+                hooked.append(len(model._forward_hooks))
+    finally:
+        hooks.uninstall()
+    assert hooked and all(n > 0 for n in hooked)  # advisor's per-module hooks are back after each save
+    loaded = torch.load(tmp_path / "model6.pt", weights_only=False)
+    assert not loaded._forward_hooks and not loaded._forward_pre_hooks  # the checkpoint needs no advisor
+    assert torch.equal(loaded[0].weight, model[0].weight)
