@@ -57,7 +57,7 @@ def diagnose_script(
 
     started = time.perf_counter()
     # NOTE: the trials' warm-start server imports torch beside the capture's own start (where two
-    # cores are free), paused from the capture's first step to its end (see _pausing).
+    # cores are free), paused from the capture's first step until the diagnosis wants trials.
     server = launch_early_server(spec, fix_options)
     try:
         # NOTE: one latch over the capture and the save of what it measured: a second ^C typed
@@ -68,9 +68,6 @@ def diagnose_script(
             except KeyboardInterrupt as exc:
                 _save_interrupted(spec, exc, engine_config, inline_ignores, started)
                 raise
-            finally:
-                if server is not None:
-                    server.resume()
         run_dir = Path(capture.run_dir or spec.out_dir)
         # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
         fix_loop = fix_options.enabled and (capture.ok or is_out_of_memory(capture))
@@ -82,6 +79,8 @@ def diagnose_script(
         if server is not None and not trials_wanted(diagnosis.findings, fix_options):
             server.close()  # nothing to try: its imports would only compete with the report for the cores
             server = None
+        if server is not None:
+            server.resume()  # NOTE: still paused since the capture: the analysis had both cores
         report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
         if fix_loop:
             report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started, server)

@@ -226,10 +226,15 @@ def test_the_trials_server_starts_before_the_capture_and_goes_to_the_loop(monkey
     assert server.closed == 1  # closing twice is safe; the loop's runner closes it too
 
 
-def test_the_server_is_paused_from_the_captures_first_step_and_resumed_after_it(monkeypatch, tmp_path):
+def test_the_server_is_paused_from_the_captures_first_step_until_trials_are_wanted(monkeypatch, tmp_path):
     server, order, _ = _diagnose_handing(monkeypatch, tmp_path, wanted=True, steps=(0, 1, 5))
     assert order[:5] == ["launch", "capture", "step 0: -", "step 1: pause", "step 5: pause+pause"]
     assert server.calls[-1] == "resume" and order[5:] == ["analysis", "close"]
+
+
+def test_a_paused_server_the_diagnosis_does_not_want_is_ended_without_resuming(monkeypatch, tmp_path):
+    server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=False, steps=(1,))
+    assert server.calls == ["pause"] and order[-2:] == ["analysis", "close"] and handed == [None]
 
 
 def test_a_script_that_never_imported_dynamo_gets_a_server_without_it(monkeypatch, tmp_path):
@@ -279,7 +284,7 @@ def test_a_capture_cut_short_ends_the_early_server(monkeypatch, tmp_path):
     monkeypatch.setattr(script, "capture_function", lambda spec: interrupted)
     with pytest.raises(KeyboardInterrupt):
         script.diagnose_script(spec)
-    assert order == ["launch", "capture", "close"] and server.calls == ["resume"] and server.closed == 1
+    assert order == ["launch", "capture", "close"] and server.closed == 1  # close() wakes a paused one to end it
 
 
 def test_trials_are_wanted_for_a_fix_the_loop_may_run():
