@@ -59,6 +59,6 @@ def busy_elsewhere(window_s: float = WINDOW_S, per_cpu: Callable[[], Sequence[An
 
 
 def free_cores(window_s: float = WINDOW_S) -> float | None:
-    """Cores of this process's that nothing else used over ``window_s`` (None: cannot tell)."""
+    """Return how many of this process's cores nothing else used over ``window_s`` (None: cannot tell)."""
     elsewhere = busy_elsewhere(window_s)
     return None if elsewhere is None else len(cores()) - elsewhere

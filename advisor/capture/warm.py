@@ -22,8 +22,9 @@ refuse to serve (a fork copies only the forking thread), and the runs start cold
 
 Lifetime: the server leads its own process group, gets SIGKILL when advisor dies
 (``PR_SET_PDEATHSIG``), and exits (``os._exit``) when its socket closes; :meth:`WarmServer.pause`
-stops it while measured steps run beside its imports (the diagnose launches it before its capture); each child gets SIGTERM when the
-server dies (the cold child's own stop: it saves what it measured). :class:`WarmServer` is a
+stops it while measured steps run beside its imports (the diagnose launches it before its
+capture). Each child gets SIGTERM when the server dies (the cold child's own stop: it saves
+what it measured). :class:`WarmServer` is a
 context manager: leaving it, normally or by an exception, ends the server.
 
 The warm start is used only where it is safe (:meth:`WarmServer.refusal`): Linux, one process
