@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml setup.py $(wildcard advisor/trace/_scan*.[ch])
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
+# --replace: the demo's folder is its own, so a second `make demo` replaces the first run (only
+# the files advisor wrote there) instead of refusing the folder.
 demo: $(STAMP)
-	$(VENV)/bin/advisor diagnose --out advisor-runs/demo examples/data_loading.py
+	$(VENV)/bin/advisor diagnose --replace --out advisor-runs/demo examples/data_loading.py
 
 test: $(STAMP)
 	$(PY) -m ruff check advisor tests benchmarks examples
