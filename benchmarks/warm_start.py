@@ -34,7 +34,7 @@ from zoo import EXAMPLES, load_manifest  # noqa: E402 - a sibling script, not a 
 from advisor.capture.model import RunCapture, RunSpec  # noqa: E402
 from advisor.capture.run import capture  # noqa: E402
 from advisor.capture.warm import WarmServer  # noqa: E402
-from advisor.fixes.loop.options import INSTALLER, MIN_TRIAL_WINDOW_S  # noqa: E402
+from advisor.fixes.loop.options import MIN_TRIAL_WINDOW_S, installer_modules  # noqa: E402
 
 BEFORE_STEPS = ("process", "imports", "setup", "warmup")
 
@@ -71,7 +71,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="advisor-warm-") as tmp:
         for name in opts.examples:
             spec = trial_spec(name, list(manifest[name].get("args", [])), Path(tmp) / name / "run")
-            with WarmServer(spec, modules=(INSTALLER,)) as server:
+            with WarmServer(spec, modules=installer_modules()) as server:
                 if not server.start():
                     print(f"{name}: no warm start: {server.refused}")
                     continue

@@ -162,10 +162,10 @@ def _lazy_skip(options: FixOptions, capture: RunCapture | None) -> tuple[str, ..
 
 def _warm_start(spec: RunSpec, options: FixOptions) -> tuple[RunSpec, dict[str, Any]]:
     """Return the trial runs' spec and their warm-start server's set-up, for :func:`try_fixes` and :func:`launch_server` alike."""
-    from advisor.fixes.loop import INSTALLER
+    from advisor.fixes.loop import installer_modules
     from advisor.rundir import TRIALS_DIR
 
-    setup = {"enabled": not options.cold_start, "modules": (INSTALLER,),
+    setup = {"enabled": not options.cold_start, "modules": installer_modules(),
              "log": Path(spec.out_dir) / TRIALS_DIR / "warm-start.log"}
     return replace(spec, quiet=True), setup
 

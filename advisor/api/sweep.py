@@ -40,7 +40,7 @@ def sweep_script(
     """
     from advisor.capture.warm import warm_runner
     from advisor.errors import Interrupted
-    from advisor.fixes.loop import INSTALLER
+    from advisor.fixes.loop import installer_modules
     from advisor.rundir import SWEEP_DIFF_FILE, SWEEP_FILE, TRIALS_DIR, create_unique
     from advisor.sweep.model import CellStatus, SweepStatus, SweepTable
     from advisor.sweep.render import render_json
@@ -63,7 +63,7 @@ def sweep_script(
     save(last[0])
     cell_spec = replace(spec, out_dir=out, quiet=True)
     warm = warm_runner(
-        cell_spec, capture_function(spec), enabled=runner is None and not cold_start, modules=(INSTALLER,),
+        cell_spec, capture_function(spec), enabled=runner is None and not cold_start, modules=installer_modules(),
         log=out / TRIALS_DIR / "warm-start.log",
     )
     try:

@@ -11,8 +11,16 @@ a fix id. The design, step by step, is in ``docs/fix-loop.md``.
 from __future__ import annotations
 
 from advisor.fixes.loop.measure import Measurer
-from advisor.fixes.loop.options import INSTALLER, LoopOptions, Runner, default_runner
+from advisor.fixes.loop.options import (
+    INSTALLER,
+    LoopOptions,
+    Runner,
+    default_runner,
+    installer_modules,
+)
 from advisor.fixes.loop.progress import TrialProgress
 from advisor.fixes.loop.run import run_trials
 
-__all__ = ["INSTALLER", "LoopOptions", "Measurer", "Runner", "TrialProgress", "default_runner", "run_trials"]
+__all__ = [
+    "INSTALLER", "LoopOptions", "Measurer", "Runner", "TrialProgress", "default_runner", "installer_modules", "run_trials",
+]
