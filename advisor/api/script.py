@@ -73,7 +73,6 @@ def diagnose_script(
         fix_loop = fix_options.enabled and (capture.ok or is_out_of_memory(capture))
         if not fix_loop and server is not None:
             server.close()
-            server = None
         server = fit_server(server, spec, fix_options, capture) if fix_loop else None
         diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
         if server is not None and not trials_wanted(diagnosis.findings, fix_options):

@@ -338,6 +338,7 @@ class TorchHooks:
             register_module_forward_hook(post_forward, with_kwargs=True, always_call=True),
         ]
         instance_handles: list[Any] = []
+        narrowed: list[Any] = []  # weakrefs of the modules the narrowed hooks are on
 
         def narrow_module_hooks() -> None:
             """Swap the global hooks for hooks on the modules the recorder still needs."""
@@ -370,7 +371,6 @@ class TorchHooks:
             finally:
                 attach()
 
-        narrowed: list[Any] = []  # weakrefs of the modules the narrowed hooks are on
         self._narrow_module_hooks = narrow_module_hooks
 
         def remove_module_hooks() -> None:

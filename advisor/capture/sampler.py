@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from advisor.capture.model import UtilSummary
+from advisor.capture.spare import busy_s
 
 # Between CPU samples the process tree is counted this often (seconds).
 _TREE_POLL_S = 0.1
@@ -215,11 +216,9 @@ def _mean(values: list[float]) -> float | None:
 def _machine_busy_s(psutil: Any) -> float | None:
     """CPU seconds the whole machine has spent busy (all cores, everything but idle and I/O wait)."""
     try:
-        t = psutil.cpu_times()
+        return busy_s(psutil.cpu_times())
     except Exception:  # noqa: BLE001 - contention is best effort
         return None
-    idle = getattr(t, "idle", 0.0) + getattr(t, "iowait", 0.0)
-    return float(sum(t)) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
 
 
 def _advisor_cpu_s(psutil: Any, tree: set[int]) -> float | None:

@@ -25,16 +25,16 @@ def cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def busy_s(t: Any) -> float:
+    """Busy seconds of one ``psutil.cpu_times()`` reading: everything but idle and I/O wait (guest time is in user time already)."""
+    idle = getattr(t, "idle", 0.0) + getattr(t, "iowait", 0.0)
+    return float(sum(t)) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+
 def _busy_s(cpus: Sequence[int], per_cpu: Callable[[], Sequence[Any]]) -> float:
-    """CPU seconds ``cpus`` have spent busy (everything but idle and I/O wait; guest time is in user time already)."""
+    """CPU seconds ``cpus`` have spent busy."""
     times = per_cpu()
-    total = 0.0
-    for i in cpus:
-        if i >= len(times):
-            continue
-        t = times[i]
-        total += float(sum(t)) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-    return total
+    return sum(busy_s(times[i]) for i in cpus if i < len(times))
 
 
 def busy_elsewhere(window_s: float = WINDOW_S, per_cpu: Callable[[], Sequence[Any]] | None = None) -> float | None:
