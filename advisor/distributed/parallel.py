@@ -38,7 +38,6 @@ from advisor.errors import AdvisorError, UsageError
 from advisor.metrics.compute import straggler_focus
 from advisor.metrics.digest import RankDigest, digest
 from advisor.metrics.steps import analyze_trace
-from advisor.metrics.timeline import step_timeline
 from advisor.metrics.userframes import UserPredicate, looks_like_user_file
 from advisor.trace.load import load_trace
 
@@ -65,14 +64,7 @@ def _analyse(task: _Task, meanwhile: Callable[[], object] | None = None) -> Rank
     ``meanwhile`` runs while the trace decodes (:func:`advisor.trace.load.load_trace`).
     """
     trace = load_trace(task.path, index=task.index, meanwhile=meanwhile)
-    result = digest(analyze_trace(trace), task.is_user, lead=task.lead)
-    if task.lead and result.lead is not None:
-        try:
-            timeline = tuple(step_timeline(trace))
-        except Exception:  # NOTE: the timeline is decoration; never fail an analysis over it
-            timeline = ()
-        result = replace(result, lead=replace(result.lead, timeline=timeline))
-    return result
+    return digest(analyze_trace(trace), task.is_user, lead=task.lead, timeline=task.lead)
 
 
 def _worker_init() -> None:

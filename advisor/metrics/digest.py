@@ -27,6 +27,7 @@ from advisor.metrics.gpuview import RankView, lead_tables, rank_view
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.sources import lead_locations
 from advisor.metrics.steps import TraceAnalysis
+from advisor.metrics.timeline import step_timeline
 from advisor.metrics.userframes import UserPredicate, looks_like_user_file
 from advisor.trace.load import REPAIRED_KEY
 
@@ -40,8 +41,8 @@ class LeadExtras:
         has_stacks: Its trace has Python stacks (``python_function`` events or ``Call stack``).
         old_format: Its trace uses the old Kineto format (``Call stack`` args).
         top_kernels: The kernels with the most total time.
-        timeline: Events of one representative step, for the HTML timeline (filled by callers
-            that have the trace at hand; empty otherwise).
+        timeline: Events of one representative step, for the HTML timeline (when the digest
+            was asked for it; empty otherwise).
     """
 
     locations: tuple[SourceLocation, ...] = ()
@@ -109,26 +110,37 @@ def top_kernels(analysis: TraceAnalysis, limit: int = 10) -> list[dict[str, Any]
     ]
 
 
-def lead_extras(analysis: TraceAnalysis, is_user: UserPredicate) -> LeadExtras:
-    """Compute the lead rank's extras (see :class:`LeadExtras`), without the timeline."""
+def lead_extras(analysis: TraceAnalysis, is_user: UserPredicate, timeline: bool = False) -> LeadExtras:
+    """Compute the lead rank's extras (see :class:`LeadExtras`), the timeline only when ``timeline``."""
     locations, has_stacks = lead_locations(analysis, is_user)
     return LeadExtras(
         locations=tuple(locations),
         has_stacks=has_stacks,
         old_format=bool(analysis.trace.events["call_stack"].notna().any()),
         top_kernels=tuple(top_kernels(analysis)),
+        timeline=_timeline(analysis) if timeline else (),
     )
 
 
-def digest(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = False) -> RankDigest:
+def _timeline(analysis: TraceAnalysis) -> tuple[dict[str, Any], ...]:
+    try:
+        return tuple(step_timeline(analysis.trace))
+    except Exception:  # noqa: BLE001 - the timeline is decoration; never fail an analysis over it
+        return ()
+
+
+def digest(
+    analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = False, timeline: bool = False,
+) -> RankDigest:
     """Reduce one rank's analysis to its :class:`RankDigest` (with the lead's extras when ``lead``).
 
+    ``timeline``: the lead's extras hold one step's events for the HTML timeline.
     The lead's tables and extras need no step column: on a large trace a second core computes
     them while this process attributes the idle time and sizes the operators (:mod:`advisor.metrics.aside`).
     """
     if not lead:
         return _digest(analysis, rank_view(analysis, is_user, lead=False), None)
-    work = lambda: (lead_tables(analysis, is_user), lead_extras(analysis, is_user))  # noqa: E731
+    work = lambda: (lead_tables(analysis, is_user), lead_extras(analysis, is_user, timeline))  # noqa: E731
     with aside(work, len(analysis.trace.events)) as branch:
         taken = functools.cache(branch.result)
         view = rank_view(analysis, is_user, rest=lambda: taken()[0])

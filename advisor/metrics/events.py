@@ -75,7 +75,19 @@ def take(series: pd.Series, rows: np.ndarray) -> np.ndarray:
 
 
 def distinct(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values of an integer array and, per element, the position of its value among them."""
+    """Distinct values of an integer array and, per element, the position of its value among them.
+
+    Codes spanning a range no wider than the array (category codes, compacted keys) are
+    counted in one pass over a table of that range; others are sorted (``np.unique``).
+    """
+    if len(codes) and (codes.dtype.kind == "i" or (codes.dtype.kind == "u" and codes.dtype.itemsize < 8)):
+        low, high = int(codes.min()), int(codes.max())
+        if high - low <= len(codes):
+            shifted = codes.astype(np.intp) - low  # in the narrow dtype, int8 127 - (-1) would wrap
+            seen = np.zeros(high - low + 1, dtype=bool)
+            seen[shifted] = True
+            position = np.cumsum(seen, dtype=np.intp) - 1
+            return np.flatnonzero(seen).astype(codes.dtype) + low, position[shifted]
     uniq, inverse = np.unique(codes, return_inverse=True)
     return uniq, inverse.reshape(-1)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.metrics.events import broadcast, joint_codes, map_rows, name_mask, take
+from advisor.metrics.events import broadcast, distinct, joint_codes, map_rows, name_mask, take
 from advisor.metrics.intervals import Windows, clip_to_steps
 
 
@@ -36,6 +36,23 @@ def test_joint_codes_groups_rows_by_their_combination() -> None:
     for i, g in enumerate(group):
         assert combos[first[g]] == combos[i]  # the representative shares the row's combination
     assert len({combos[f] for f in first}) == len(first)  # one representative per combination
+
+
+def test_distinct_matches_np_unique_on_narrow_wide_and_edge_ranges() -> None:
+    rng = np.random.default_rng(0)
+    for dtype in (np.int8, np.int32, np.int64, np.uint8, np.uint32, np.uint64):
+        info = np.iinfo(dtype)
+        for n in (1, 7, 500):
+            # counted (range within the array's length) and sorted (wider), at both ends of the dtype
+            for low, high in ((0, 0), (-1, 3), (-1, n), (info.min, info.min + n), (info.max - 3, info.max), (0, 4 * n),
+                              (info.min, info.max)):
+                codes = rng.integers(max(low, info.min), min(high, info.max), n, endpoint=True, dtype=dtype)
+                uniq, inverse = distinct(codes)
+                want_uniq, want_inverse = np.unique(codes, return_inverse=True)
+                assert uniq.dtype == want_uniq.dtype
+                assert np.array_equal(uniq, want_uniq) and np.array_equal(inverse, want_inverse.reshape(-1))
+    uniq, inverse = distinct(np.zeros(0, dtype=np.int64))
+    assert len(uniq) == len(inverse) == 0
 
 
 def test_broadcast_keeps_tuples_whole() -> None:
