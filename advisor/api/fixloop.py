@@ -94,11 +94,19 @@ def try_fixes(
         # NOTE: the server's own start belongs to no run; it is overhead the loop paid once, as
         # long as the loop waited for it (a server launched before the analysis ran beside it).
         outcome = replace(outcome, phases_s={**outcome.phases_s, "server": round(started.waited_s, 4)})
-    outcome = replace(outcome, notes=(*outcome.notes, *started.notes()))
+    outcome = replace(outcome, notes=(*outcome.notes, *started.notes(), *_rechecked(spec, diagnosis)))
     if outcome.diff and options.write:
         backup = write_diff(Path(spec.script), outcome.diff)
         outcome = replace(outcome, notes=(*outcome.notes, f"applied the diff to {spec.script} (backup: {backup})"))
     return outcome
+
+
+def _rechecked(spec: RunSpec, diagnosis: Diagnosis) -> tuple[str, ...]:
+    """Say in how many baseline runs each finding read from per-run counters held (:mod:`advisor.api.recheck`)."""
+    from advisor.api.recheck import recheck_notes
+    from advisor.api.rules import rule_set
+
+    return recheck_notes(Path(spec.out_dir), diagnosis.findings, rule_set())
 
 
 def launch_server(spec: RunSpec, options: FixOptions, capture: RunCapture | None = None) -> Any:

@@ -1,0 +1,99 @@
+"""Whether a finding read from the capture's own counters holds in the fix loop's baseline runs.
+
+Most findings come from the profiled steps' trace, which only the capture has. A few read only
+what every run records about itself: rule HB005 (page faults every step) reads ``getrusage`` of
+the main process over its timed steps (:mod:`advisor.metrics.kernel_use`), and each trial run
+records the same. That finding describes the state of one process rather than the script:
+glibc's malloc thresholds move with what a process has freed, so one script faulted 115 pages
+per step in one process and 4,600 in another, and HB005 fired in 3 of 22 diagnoses of one
+unchanged example. The fix loop's baseline runs are the unchanged script run again, so each
+such finding is evaluated again on each of them, and the report says in how many it held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from advisor.capture.model import RunCapture
+from advisor.engine.model import Finding
+from advisor.engine.ruleset import RuleSet
+from advisor.errors import InputError
+from advisor.metrics.kernel_use import kernel_use_metrics
+from advisor.metrics.registry import METRICS
+from advisor.rundir import TRIALS_DIR
+
+RECHECKABLE = frozenset(kernel_use_metrics(None))
+"""Metrics each trial run's own capture gives; a rule reading only these can be evaluated on it."""
+
+BASELINE_PREFIXES = ("baseline-", "combined-baseline-")
+"""Trial folders of the unchanged script (the fix loop's baseline runs, the combined stage's too)."""
+
+MIN_RUNS = 2
+"""Baseline runs needed before a count of them says anything."""
+
+
+def recheck_notes(run_dir: Path, findings: Sequence[Finding], rules: RuleSet) -> tuple[str, ...]:
+    """One note per finding whose rule reads only per-run counters: in how many baseline runs it held."""
+    captures = baseline_captures(Path(run_dir) / TRIALS_DIR)
+    if len(captures) < MIN_RUNS:
+        return ()
+    values = [kernel_use_metrics(c) for c in captures]
+    notes = []
+    for finding in findings:
+        rule = rules.get(finding.code)
+        if rule is None or not rule.when.names or not set(rule.when.names) <= RECHECKABLE:
+            continue
+        names = rule.when.names
+        known = [v for v in values if all(v.get(n) is not None for n in names)]
+        if len(known) >= MIN_RUNS:
+            held = sum(1 for v in known if rule.when.holds(v))
+            notes.append(_note(finding, names, held, known))
+    return tuple(notes)
+
+
+def baseline_captures(trials: Path) -> list[RunCapture]:
+    """Return the captures of the unchanged script's trial runs under ``trials`` (finished ones only)."""
+    if not trials.is_dir():
+        return []
+    out = []
+    for folder in sorted(trials.iterdir()):
+        if not folder.is_dir() or not folder.name.startswith(BASELINE_PREFIXES):
+            continue
+        try:
+            capture = RunCapture.load(folder)
+        except InputError:
+            continue  # a run cut short by Ctrl-C, or never written: not a measurement
+        if capture.ok:
+            out.append(capture)
+    return out
+
+
+def _note(finding: Finding, names: Sequence[str], held: int, runs: Sequence[Mapping[str, Any]]) -> str:
+    n = len(runs)
+    seen = ", ".join(
+        f"{name} {_range([r[name] for r in runs], name)} against {_range([finding.evidence.get(name)], name)}"
+        for name in names
+    )
+    head = f"{finding.code} ({finding.name}) held"
+    where = f"baseline runs of the fix trials ({seen} in the capture)"
+    if held == n:
+        return f"{head} in all {n} {where}: not a one-off of the captured process"
+    if held == 0:
+        return f"{head} in none of the {n} {where}: the captured process was in a state the script's other runs were not"
+    return f"{head} in {held} of the {n} {where}: the script's processes are in that state in some runs, not in others"
+
+
+def _range(values: Sequence[Any], name: str) -> str:
+    numbers = [float(v) for v in values if isinstance(v, (int, float))]
+    if not numbers:
+        return "unknown"
+    low, high = min(numbers), max(numbers)
+    spec = METRICS.get(name)
+    unit = spec.unit if spec is not None else ""
+
+    def one(v: float) -> str:
+        return f"{v:.0%}" if unit == "frac" else f"{v:,.0f}" if unit == "count" else f"{v:,.4g}"
+
+    return one(low) if one(low) == one(high) else f"{one(low)}–{one(high)}"

@@ -1,0 +1,75 @@
+"""A finding read from per-run counters (HB005) is evaluated again on each of the fix loop's baseline runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from advisor.api.recheck import baseline_captures, recheck_notes
+from advisor.api.rules import rule_set
+from advisor.capture.kernel_use import KernelUse
+from advisor.capture.model import RunCapture
+from advisor.capture.vocab import RunStatus
+from advisor.engine.model import Category, Finding, Severity
+from advisor.rundir import TRIALS_DIR
+
+FAULTING = KernelUse(steps=20, wall_s=1.0, user_s=0.7, system_s=0.3, minor_faults=40_000)  # 30%, 2,000 a step
+QUIET = KernelUse(steps=20, wall_s=1.0, user_s=0.97, system_s=0.03, minor_faults=2_000)  # 3%, 100 a step
+
+
+def _finding(code: str, **evidence: float) -> Finding:
+    return Finding(code=code, name=code.lower(), category=Category.HOST, severity=Severity.WARNING, message="",
+                   evidence=dict(evidence))
+
+
+HB005 = _finding("HB005", kernel_cpu_frac=0.19, page_faults_per_step_count=2048.0)
+
+
+def _runs(run_dir: Path, **kernels: KernelUse | None) -> Path:
+    for name, kernel in kernels.items():
+        folder = run_dir / TRIALS_DIR / name.replace("_", "-")
+        folder.mkdir(parents=True)
+        RunCapture(status=RunStatus.STOPPED, kernel=kernel).save(folder)
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("kernels", "said"),
+    [
+        ((FAULTING, FAULTING, FAULTING), "held in all 3 baseline runs"),
+        ((QUIET, QUIET, QUIET), "held in none of the 3 baseline runs"),
+        ((FAULTING, QUIET, FAULTING), "held in 2 of the 3 baseline runs"),
+    ],
+)
+def test_the_note_counts_the_runs_where_the_condition_held(tmp_path: Path, kernels, said) -> None:
+    run = _runs(tmp_path, baseline_1=kernels[0], baseline_2=kernels[1], combined_baseline_1=kernels[2])
+    (note,) = recheck_notes(run, [HB005], rule_set())
+    assert note.startswith("HB005 (hb005) " + said)
+    assert "against 19%," in note and "against 2,048 in the capture)" in note
+
+
+def test_the_ranges_are_the_runs_values(tmp_path: Path) -> None:
+    heavier = KernelUse(steps=20, wall_s=1.0, user_s=0.6, system_s=0.4, minor_faults=60_000)
+    run = _runs(tmp_path, baseline_1=FAULTING, baseline_2=heavier)
+    (note,) = recheck_notes(run, [HB005], rule_set())
+    assert "kernel_cpu_frac 30%–40% against 19%" in note
+    assert "page_faults_per_step_count 2,000–3,000 against 2,048" in note
+
+
+def test_fix_runs_failed_runs_and_runs_without_counters_are_not_baselines(tmp_path: Path) -> None:
+    run = _runs(tmp_path, baseline_1=QUIET, malloc_thresholds_1=FAULTING, dataloader_workers_w2_ref_1=FAULTING,
+                baseline_2=None)
+    (run / TRIALS_DIR / "baseline-3").mkdir()  # interrupted before its capture was written
+    crashed = run / TRIALS_DIR / "baseline-4"
+    crashed.mkdir()
+    RunCapture(status=RunStatus.CRASHED, kernel=FAULTING).save(crashed)
+    assert [c.kernel for c in baseline_captures(run / TRIALS_DIR)] == [QUIET, None]
+    assert recheck_notes(run, [HB005], rule_set()) == ()  # one run with counters says nothing
+
+
+def test_findings_from_the_trace_are_not_rechecked(tmp_path: Path) -> None:
+    run = _runs(tmp_path, baseline_1=FAULTING, baseline_2=FAULTING)
+    dl001 = _finding("DL001", data_loading_frac=0.5)
+    assert recheck_notes(run, [dl001], rule_set()) == ()
+    assert recheck_notes(tmp_path / "elsewhere", [HB005], rule_set()) == ()  # no trials at all
