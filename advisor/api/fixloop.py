@@ -102,11 +102,11 @@ def try_fixes(
 
 
 def _rechecked(spec: RunSpec, diagnosis: Diagnosis) -> tuple[str, ...]:
-    """Say in how many baseline runs each finding read from per-run counters held (:mod:`advisor.api.recheck`)."""
-    from advisor.api.recheck import recheck_notes
+    """Say what the baseline runs showed: their spread, and where the findings read from per-run counters held."""
+    from advisor.api.baselines import baseline_notes
     from advisor.api.rules import rule_set
 
-    return recheck_notes(Path(spec.out_dir), diagnosis.findings, rule_set())
+    return baseline_notes(Path(spec.out_dir), diagnosis.findings, rule_set())
 
 
 def launch_server(spec: RunSpec, options: FixOptions, capture: RunCapture | None = None) -> Any:

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from advisor.api.recheck import baseline_captures, recheck_notes
+from advisor.api.baselines import baseline_captures, baseline_notes, spread_note
 from advisor.api.rules import rule_set
 from advisor.capture.kernel_use import KernelUse
 from advisor.capture.model import RunCapture
+from advisor.capture.records import TimedPhase
 from advisor.capture.vocab import RunStatus
 from advisor.engine.model import Category, Finding, Severity
 from advisor.rundir import TRIALS_DIR
@@ -44,7 +45,7 @@ def _runs(run_dir: Path, **kernels: KernelUse | None) -> Path:
 )
 def test_the_note_counts_the_runs_where_the_condition_held(tmp_path: Path, kernels, said) -> None:
     run = _runs(tmp_path, baseline_1=kernels[0], baseline_2=kernels[1], combined_baseline_1=kernels[2])
-    (note,) = recheck_notes(run, [HB005], rule_set())
+    (note,) = baseline_notes(run, [HB005], rule_set())
     assert note.startswith("HB005 (hb005) " + said)
     assert "against 19%," in note and "against 2,048 in the capture)" in note
 
@@ -52,7 +53,7 @@ def test_the_note_counts_the_runs_where_the_condition_held(tmp_path: Path, kerne
 def test_the_ranges_are_the_runs_values(tmp_path: Path) -> None:
     heavier = KernelUse(steps=20, wall_s=1.0, user_s=0.6, system_s=0.4, minor_faults=60_000)
     run = _runs(tmp_path, baseline_1=FAULTING, baseline_2=heavier)
-    (note,) = recheck_notes(run, [HB005], rule_set())
+    (note,) = baseline_notes(run, [HB005], rule_set())
     assert "kernel_cpu_frac 30%–40% against 19%" in note
     assert "page_faults_per_step_count 2,000–3,000 against 2,048" in note
 
@@ -65,11 +66,36 @@ def test_fix_runs_failed_runs_and_runs_without_counters_are_not_baselines(tmp_pa
     crashed.mkdir()
     RunCapture(status=RunStatus.CRASHED, kernel=FAULTING).save(crashed)
     assert [c.kernel for c in baseline_captures(run / TRIALS_DIR)] == [QUIET, None]
-    assert recheck_notes(run, [HB005], rule_set()) == ()  # one run with counters says nothing
+    assert baseline_notes(run, [HB005], rule_set()) == ()  # one run with counters says nothing
 
 
 def test_findings_from_the_trace_are_not_rechecked(tmp_path: Path) -> None:
     run = _runs(tmp_path, baseline_1=FAULTING, baseline_2=FAULTING)
     dl001 = _finding("DL001", data_loading_frac=0.5)
-    assert recheck_notes(run, [dl001], rule_set()) == ()
-    assert recheck_notes(tmp_path / "elsewhere", [HB005], rule_set()) == ()  # no trials at all
+    assert baseline_notes(run, [dl001], rule_set()) == ()
+    assert baseline_notes(tmp_path / "elsewhere", [HB005], rule_set()) == ()  # no trials at all
+
+
+def _rated(*rates: float | None, samples: bool = True) -> list[RunCapture]:
+    timed = [TimedPhase(samples_per_s=r) if samples else TimedPhase(steps_per_s=r) for r in rates]
+    return [RunCapture(status=RunStatus.STOPPED, timed=t) for t in timed]
+
+
+def test_the_spread_of_the_baseline_runs_is_noted_between_noticeable_and_disagreeing() -> None:
+    note = spread_note(_rated(1000.0, 1300.0, 1100.0))
+    assert note is not None and "3 baseline runs ran at 1,000–1,300 samples/s (1.30x apart)" in note
+    assert "steps/s (1.30x apart)" in (spread_note(_rated(10.0, 13.0, 11.0, samples=False)) or "")
+    assert spread_note(_rated(1000.0, 1100.0, 1150.0)) is None  # within the noise of any machine
+    assert spread_note(_rated(1000.0, 2500.0, 1200.0)) is None  # disagreeing runs: each trial says so
+    assert spread_note(_rated(1000.0, 1300.0)) is None  # two runs are not a range
+    assert spread_note(_rated(1000.0, 1300.0, None, 1100.0)) is not None  # a run without a rate is left out
+
+
+def test_baseline_notes_read_the_runs_on_disk(tmp_path: Path) -> None:
+    for i, (rate, kernel) in enumerate(((1000.0, FAULTING), (1400.0, FAULTING), (1200.0, QUIET)), 1):
+        folder = tmp_path / TRIALS_DIR / f"baseline-{i}"
+        folder.mkdir(parents=True)
+        RunCapture(status=RunStatus.STOPPED, kernel=kernel, timed=TimedPhase(samples_per_s=rate)).save(folder)
+    spread, recheck = baseline_notes(tmp_path, [HB005], rule_set())
+    assert "1,000–1,400 samples/s (1.40x apart)" in spread
+    assert recheck.startswith("HB005 (hb005) held in 2 of the 3 baseline runs")

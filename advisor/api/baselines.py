@@ -1,7 +1,14 @@
-"""Whether a finding read from the capture's own counters holds in the fix loop's baseline runs.
+"""What the fix loop's baseline runs (the unchanged script, run again) say about the diagnosis.
 
-Most findings come from the profiled steps' trace, which only the capture has. A few read only
-what every run records about itself: rule HB005 (page faults every step) reads ``getrusage`` of
+How far apart they ran: one script's processes can run at different speeds on one machine. A
+text classifier of ours (torch's two intra-op threads beside the main process's Python data
+loading, on two cores) ran its steps 10-150 in 0.95-1.58 s over six plain runs, and in
+1.11-1.28 s with one thread; each trial's interval carries that spread, and two diagnoses of it
+kept different fixes.
+
+Whether a finding read from the capture's own counters holds in them. Most findings come from
+the profiled steps' trace, which only the capture has. A few read only what every run records
+about itself: rule HB005 (page faults every step) reads ``getrusage`` of
 the main process over its timed steps (:mod:`advisor.metrics.kernel_use`), and each trial run
 records the same. That finding describes the state of one process rather than the script:
 glibc's malloc thresholds move with what a process has freed, so one script faulted 115 pages
@@ -20,6 +27,7 @@ from advisor.capture.model import RunCapture
 from advisor.engine.model import Finding
 from advisor.engine.ruleset import RuleSet
 from advisor.errors import InputError
+from advisor.fixes.agreement import DISAGREEMENT
 from advisor.metrics.kernel_use import kernel_use_metrics
 from advisor.metrics.registry import METRICS
 from advisor.rundir import TRIALS_DIR
@@ -33,10 +41,46 @@ BASELINE_PREFIXES = ("baseline-", "combined-baseline-")
 MIN_RUNS = 2
 """Baseline runs needed before a count of them says anything."""
 
+SPREAD_RUNS = 3
+"""Baseline runs needed before their range is reported."""
 
-def recheck_notes(run_dir: Path, findings: Sequence[Finding], rules: RuleSet) -> tuple[str, ...]:
-    """One note per finding whose rule reads only per-run counters: in how many baseline runs it held."""
+SPREAD_NOTED = 1.25
+"""Fastest over slowest baseline run from which the spread is worth a note. From
+:data:`~advisor.fixes.agreement.DISAGREEMENT` (2x) on, each trial's reason says it instead."""
+
+
+def baseline_notes(run_dir: Path, findings: Sequence[Finding], rules: RuleSet) -> tuple[str, ...]:
+    """Return the notes of the baseline runs under ``run_dir``: how far apart they ran, each recheckable finding."""
     captures = baseline_captures(Path(run_dir) / TRIALS_DIR)
+    spread = spread_note(captures)
+    return (*([spread] if spread else []), *recheck_notes(captures, findings, rules))
+
+
+def spread_note(captures: Sequence[RunCapture]) -> str | None:
+    """Say how far apart the baseline runs' rates were, when that is noticeable (None otherwise)."""
+    rated = [c.timed for c in captures if c.timed.samples_per_s or c.timed.steps_per_s]
+    # one unit for every run: samples/s only when each run counted samples
+    samples = all(t.samples_per_s for t in rated)
+    rates = [float(r) for t in rated if (r := t.samples_per_s if samples else t.steps_per_s) and r > 0]
+    if len(rates) < SPREAD_RUNS:
+        return None
+    low, high = min(rates), max(rates)
+    if not SPREAD_NOTED <= high / low < DISAGREEMENT:
+        return None
+    unit = "samples/s" if samples else "steps/s"
+    return (
+        f"the unchanged script's {len(rates)} baseline runs ran at {_rate(low)}–{_rate(high)} {unit} "
+        f"({high / low:.2f}x apart): its speed differs from one process to the next on this machine, "
+        "and each trial's interval carries that spread"
+    )
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def recheck_notes(captures: Sequence[RunCapture], findings: Sequence[Finding], rules: RuleSet) -> tuple[str, ...]:
+    """One note per finding whose rule reads only per-run counters: in how many baseline runs it held."""
     if len(captures) < MIN_RUNS:
         return ()
     values = [kernel_use_metrics(c) for c in captures]
