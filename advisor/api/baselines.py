@@ -51,9 +51,14 @@ SPREAD_NOTED = 1.25
 
 def baseline_notes(run_dir: Path, findings: Sequence[Finding], rules: RuleSet) -> tuple[str, ...]:
     """Return the notes of the baseline runs under ``run_dir``: how far apart they ran, each recheckable finding."""
-    captures = baseline_captures(Path(run_dir) / TRIALS_DIR)
-    spread = spread_note(captures)
-    return (*([spread] if spread else []), *recheck_notes(captures, findings, rules))
+    try:
+        captures = baseline_captures(Path(run_dir) / TRIALS_DIR)
+        spread = spread_note(captures)
+        return (*([spread] if spread else []), *recheck_notes(captures, findings, rules))
+    except (AttributeError, TypeError, ValueError):
+        # NOTE: these notes are context; a capture holding what no run writes (edited by hand)
+        # must not fail the diagnose after its trials, whose results are what it is for
+        return ()
 
 
 def spread_note(captures: Sequence[RunCapture]) -> str | None:

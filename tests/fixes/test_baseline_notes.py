@@ -99,3 +99,14 @@ def test_baseline_notes_read_the_runs_on_disk(tmp_path: Path) -> None:
     spread, recheck = baseline_notes(tmp_path, [HB005], rule_set())
     assert "1,000–1,400 samples/s (1.40x apart)" in spread
     assert recheck.startswith("HB005 (hb005) held in 2 of the 3 baseline runs")
+
+
+@pytest.mark.parametrize("content", ['{"status": "stopped", "kernel": "x"}',
+                                     '{"status": "stopped", "timed": {"samples_per_s": "fast"}}',
+                                     '{"status": "stopped", "kernel": {"steps": "a", "wall_s": 1}}'])
+def test_a_capture_holding_nonsense_costs_the_notes_not_the_diagnose(tmp_path: Path, content: str) -> None:
+    _runs(tmp_path, baseline_1=FAULTING, baseline_2=FAULTING)
+    odd = tmp_path / TRIALS_DIR / "baseline-3"
+    odd.mkdir()
+    (odd / "capture.json").write_text(content, encoding="utf-8")
+    assert baseline_notes(tmp_path, [HB005], rule_set()) == ()
