@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +73,18 @@ def evaluate(
 ) -> Diagnosis:
     """Run the rule engine over metrics, then drop findings ``# advisor: ignore`` comments cover.
 
-    ``search_dirs`` are where relative source paths from the trace are looked up.
+    ``search_dirs`` are where relative source paths from the trace are looked up. A finding that
+    held by a narrow margin gets a note (:mod:`advisor.engine.borderline`).
     """
+    from advisor.engine.borderline import borderline_notes
     from advisor.engine.evaluate import diagnose
     from advisor.engine.suppress import apply_inline_ignores
 
-    diagnosis = diagnose(metrics, engine_config, rules=rule_set())
-    return apply_inline_ignores(diagnosis, search_dirs) if inline_ignores else diagnosis
+    rules = rule_set()
+    diagnosis = diagnose(metrics, engine_config, rules=rules)
+    if inline_ignores:
+        diagnosis = apply_inline_ignores(diagnosis, search_dirs)
+    return replace(diagnosis, notes=(*diagnosis.notes, *borderline_notes(diagnosis.findings, rules)))
 
 
 def _load_evaluation() -> None:

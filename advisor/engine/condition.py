@@ -32,7 +32,7 @@ import ast
 import difflib
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +87,75 @@ class Expression:
     def holds(self, values: Mapping[str, Any]) -> bool:
         """Return True only when the expression evaluates to exactly true (unknown is false)."""
         return _truth(self.evaluate(values)) is True
+
+    def margins(self, values: Mapping[str, Any]) -> tuple[Margin, ...]:
+        """Each threshold the expression must clear, with the value it compared over ``values``.
+
+        Only comparisons of a quantity with a number that all must hold (the expression itself,
+        or a part of a top-level ``and``): a condition that held there held by the smallest of
+        their margins. Parts of an ``or``, and comparisons of two quantities, have no single
+        threshold and give none.
+        """
+        return tuple(_margins(self._tree, values))
+
+
+
+
+@dataclass(frozen=True)
+class Margin:
+    """One threshold of a condition and the value compared with it.
+
+    Attributes:
+        quantity: What was compared, as written (a metric name, or an expression of them).
+        value: Its value (None when unknown).
+        op: The comparison, as written (``>=``), with the quantity on the left.
+        threshold: The number it was compared with.
+    """
+
+    quantity: str
+    value: float | None
+    op: str
+    threshold: float
+
+    @property
+    def relative(self) -> float | None:
+        """How far past the threshold the value lies, as a share of the threshold (negative: short of it)."""
+        if self.value is None or not self.threshold:
+            return None
+        past = self.value - self.threshold if self.op in (">", ">=") else self.threshold - self.value
+        return past / abs(self.threshold)
+
+
+_FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">="}
+_SYMBOL = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<="}
+
+
+def _margins(node: ast.expr, values: Mapping[str, Any]) -> Iterator[Margin]:
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        for child in node.values:
+            yield from _margins(child, values)
+        return
+    if not isinstance(node, ast.Compare):
+        return
+    left = node.left
+    for op, right in zip(node.ops, node.comparators, strict=True):
+        symbol = _SYMBOL.get(type(op))
+        if symbol is not None:
+            if _is_number(right) and not _is_number(left):
+                yield _margin(left, symbol, right, values)
+            elif _is_number(left) and not _is_number(right):
+                yield _margin(right, _FLIPPED[symbol], left, values)
+        left = right
+
+
+def _is_number(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+
+
+def _margin(quantity: ast.expr, symbol: str, number: ast.expr, values: Mapping[str, Any]) -> Margin:
+    value = _eval(quantity, values)
+    known = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return Margin(ast.unparse(quantity), known, symbol, float(number.value))  # type: ignore[attr-defined]
 
 
 def parse_expression(text: Any, is_declared: Callable[[str], bool], known: Iterable[str] = ()) -> Expression:
