@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from advisor.capture.model import RunCapture
-from advisor.engine.model import Finding
-from advisor.engine.ruleset import RuleSet
+from advisor.engine.model import Diagnosis, Finding
+from advisor.engine.ruleset import Rule, RuleSet
 from advisor.errors import InputError
 from advisor.fixes.agreement import DISAGREEMENT
 from advisor.metrics.kernel_use import kernel_use_metrics
@@ -49,12 +49,12 @@ SPREAD_NOTED = 1.25
 :data:`~advisor.fixes.agreement.DISAGREEMENT` (2x) on, each trial's reason says it instead."""
 
 
-def baseline_notes(run_dir: Path, findings: Sequence[Finding], rules: RuleSet) -> tuple[str, ...]:
-    """Return the notes of the baseline runs under ``run_dir``: how far apart they ran, each recheckable finding."""
+def baseline_notes(run_dir: Path, diagnosis: Diagnosis, rules: RuleSet) -> tuple[str, ...]:
+    """Return the notes of the baseline runs under ``run_dir``: how far apart they ran, each recheckable rule."""
     try:
         captures = baseline_captures(Path(run_dir) / TRIALS_DIR)
         spread = spread_note(captures)
-        return (*([spread] if spread else []), *recheck_notes(captures, findings, rules))
+        return (*([spread] if spread else []), *recheck_notes(captures, diagnosis, rules))
     except (AttributeError, TypeError, ValueError):
         # NOTE: these notes are context; a capture holding what no run writes (edited by hand)
         # must not fail the diagnose after its trials, whose results are what it is for
@@ -84,21 +84,31 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def recheck_notes(captures: Sequence[RunCapture], findings: Sequence[Finding], rules: RuleSet) -> tuple[str, ...]:
-    """One note per finding whose rule reads only per-run counters: in how many baseline runs it held."""
+def recheck_notes(captures: Sequence[RunCapture], diagnosis: Diagnosis, rules: RuleSet) -> tuple[str, ...]:
+    """One note per rule that reads only per-run counters: in how many baseline runs it held.
+
+    For a finding the capture raised, always; for a rule it evaluated and did not raise, when
+    it held in most baseline runs (its fixes were then not tried).
+    """
     if len(captures) < MIN_RUNS:
         return ()
     values = [kernel_use_metrics(c) for c in captures]
+    raised = {f.code: f for f in diagnosis.findings}
     notes = []
-    for finding in findings:
-        rule = rules.get(finding.code)
+    for code in dict.fromkeys((*raised, *diagnosis.evaluated)):
+        rule = rules.get(code)
         if rule is None or not rule.when.names or not set(rule.when.names) <= RECHECKABLE:
             continue
         names = rule.when.names
         known = [v for v in values if all(v.get(n) is not None for n in names)]
-        if len(known) >= MIN_RUNS:
-            held = sum(1 for v in known if rule.when.holds(v))
+        if len(known) < MIN_RUNS:
+            continue
+        held = sum(1 for v in known if rule.when.holds(v))
+        finding = raised.get(code)
+        if finding is not None:
             notes.append(_note(finding, names, held, known))
+        elif 2 * held > len(known) and not rule.locations:  # a rule with locations may be hidden by a comment
+            notes.append(_quiet_note(rule, held, known))
     return tuple(notes)
 
 
@@ -132,6 +142,17 @@ def _note(finding: Finding, names: Sequence[str], held: int, runs: Sequence[Mapp
     if held == 0:
         return f"{head} in none of the {n} {where}: the captured process was in a state the script's other runs were not"
     return f"{head} in {held} of the {n} {where}: the script's processes are in that state in some runs, not in others"
+
+
+def _quiet_note(rule: Rule, held: int, runs: Sequence[Mapping[str, Any]]) -> str:
+    seen = ", ".join(f"{name} {_range([r[name] for r in runs], name)}" for name in rule.when.names)
+    fixes = " ".join(f"--fix {fix.id}" for fix in rule.fixes)
+    measure = f"; `advisor diagnose {fixes}` measures {'its fix' if len(rule.fixes) == 1 else 'its fixes'}" if fixes else ""
+    return (
+        f"{rule.code} ({rule.name}) was not raised by the capture's run, but held in {held} of the "
+        f"{len(runs)} baseline runs of the fix trials ({seen}): the script's processes are in that state "
+        f"in some runs{measure}"
+    )
 
 
 def _range(values: Sequence[Any], name: str) -> str:

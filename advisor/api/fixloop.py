@@ -106,7 +106,7 @@ def _rechecked(spec: RunSpec, diagnosis: Diagnosis) -> tuple[str, ...]:
     from advisor.api.baselines import baseline_notes
     from advisor.api.rules import rule_set
 
-    return baseline_notes(Path(spec.out_dir), diagnosis.findings, rule_set())
+    return baseline_notes(Path(spec.out_dir), diagnosis, rule_set())
 
 
 def launch_server(spec: RunSpec, options: FixOptions, capture: RunCapture | None = None) -> Any:

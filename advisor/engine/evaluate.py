@@ -113,6 +113,7 @@ def diagnose(
         rules_evaluated=len(selection.selected),
         suppressed=suppressed,
         warnings=selection.warnings,
+        evaluated=tuple(rule.code for rule in selection.selected),
     )
 
 

@@ -156,6 +156,8 @@ class Diagnosis:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     """Information for the report, not a problem to fix (e.g. findings hidden by comments)."""
+    evaluated: tuple[str, ...] = ()
+    """Codes of the rules evaluated (the selection), fired or not."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from advisor.capture.kernel_use import KernelUse
 from advisor.capture.model import RunCapture
 from advisor.capture.records import TimedPhase
 from advisor.capture.vocab import RunStatus
-from advisor.engine.model import Category, Finding, Severity
+from advisor.engine.model import Category, Diagnosis, Finding, Severity
 from advisor.rundir import TRIALS_DIR
 
 FAULTING = KernelUse(steps=20, wall_s=1.0, user_s=0.7, system_s=0.3, minor_faults=40_000)  # 30%, 2,000 a step
@@ -25,6 +25,10 @@ def _finding(code: str, **evidence: float) -> Finding:
 
 
 HB005 = _finding("HB005", kernel_cpu_frac=0.19, page_faults_per_step_count=2048.0)
+
+
+def _raised(*findings: Finding, evaluated: tuple[str, ...] = ("DL001", "HB005")) -> Diagnosis:
+    return Diagnosis(findings=findings, primary=None, breakdown={}, evaluated=evaluated)
 
 
 def _runs(run_dir: Path, **kernels: KernelUse | None) -> Path:
@@ -45,7 +49,7 @@ def _runs(run_dir: Path, **kernels: KernelUse | None) -> Path:
 )
 def test_the_note_counts_the_runs_where_the_condition_held(tmp_path: Path, kernels, said) -> None:
     run = _runs(tmp_path, baseline_1=kernels[0], baseline_2=kernels[1], combined_baseline_1=kernels[2])
-    (note,) = baseline_notes(run, [HB005], rule_set())
+    (note,) = baseline_notes(run, _raised(HB005), rule_set())
     assert note.startswith("HB005 (hb005) " + said)
     assert "against 19%," in note and "against 2,048 in the capture)" in note
 
@@ -53,7 +57,7 @@ def test_the_note_counts_the_runs_where_the_condition_held(tmp_path: Path, kerne
 def test_the_ranges_are_the_runs_values(tmp_path: Path) -> None:
     heavier = KernelUse(steps=20, wall_s=1.0, user_s=0.6, system_s=0.4, minor_faults=60_000)
     run = _runs(tmp_path, baseline_1=FAULTING, baseline_2=heavier)
-    (note,) = baseline_notes(run, [HB005], rule_set())
+    (note,) = baseline_notes(run, _raised(HB005), rule_set())
     assert "kernel_cpu_frac 30%–40% against 19%" in note
     assert "page_faults_per_step_count 2,000–3,000 against 2,048" in note
 
@@ -66,7 +70,7 @@ def test_fix_runs_failed_runs_and_runs_without_counters_are_not_baselines(tmp_pa
     crashed.mkdir()
     RunCapture(status=RunStatus.CRASHED, kernel=FAULTING).save(crashed)
     assert [c.kernel for c in baseline_captures(run / TRIALS_DIR)] == [QUIET, None]
-    assert baseline_notes(run, [HB005], rule_set()) == ()  # one run with counters says nothing
+    assert baseline_notes(run, _raised(HB005), rule_set()) == ()  # one run with counters says nothing
 
 
 def test_findings_from_the_trace_are_not_rechecked(tmp_path: Path) -> None:
@@ -96,7 +100,7 @@ def test_baseline_notes_read_the_runs_on_disk(tmp_path: Path) -> None:
         folder = tmp_path / TRIALS_DIR / f"baseline-{i}"
         folder.mkdir(parents=True)
         RunCapture(status=RunStatus.STOPPED, kernel=kernel, timed=TimedPhase(samples_per_s=rate)).save(folder)
-    spread, recheck = baseline_notes(tmp_path, [HB005], rule_set())
+    spread, recheck = baseline_notes(tmp_path, _raised(HB005), rule_set())
     assert "1,000–1,400 samples/s (1.40x apart)" in spread
     assert recheck.startswith("HB005 (hb005) held in 2 of the 3 baseline runs")
 
@@ -109,4 +113,19 @@ def test_a_capture_holding_nonsense_costs_the_notes_not_the_diagnose(tmp_path: P
     odd = tmp_path / TRIALS_DIR / "baseline-3"
     odd.mkdir()
     (odd / "capture.json").write_text(content, encoding="utf-8")
-    assert baseline_notes(tmp_path, [HB005], rule_set()) == ()
+    assert baseline_notes(tmp_path, _raised(HB005), rule_set()) == ()
+
+
+def test_a_rule_the_capture_did_not_raise_is_noted_when_most_baseline_runs_meet_it(tmp_path: Path) -> None:
+    run = _runs(tmp_path, baseline_1=FAULTING, baseline_2=QUIET, baseline_3=FAULTING)
+    (note,) = baseline_notes(run, _raised(), rule_set())
+    assert note.startswith("HB005 (page-faults-every-step) was not raised by the capture's run, but held in 2 of "
+                           "the 3 baseline runs")
+    assert note.endswith("`advisor diagnose --fix malloc_thresholds` measures its fix")
+
+
+def test_a_quiet_rule_is_not_noted_in_a_minority_of_runs_or_when_not_selected(tmp_path: Path) -> None:
+    run = _runs(tmp_path, baseline_1=FAULTING, baseline_2=QUIET, baseline_3=QUIET)
+    assert baseline_notes(run, _raised(), rule_set()) == ()
+    many = _runs(tmp_path / "many", baseline_1=FAULTING, baseline_2=FAULTING)
+    assert baseline_notes(many, _raised(evaluated=("DL001",)), rule_set()) == ()  # --ignore HB005
