@@ -38,6 +38,10 @@ RECHECKABLE = frozenset(kernel_use_metrics(None))
 BASELINE_PREFIXES = ("baseline-", "combined-baseline-")
 """Trial folders of the unchanged script (the fix loop's baseline runs, the combined stage's too)."""
 
+COLD_PREFIXES = ("cold-baseline-", "cold-combined-baseline-")
+"""Trial folders of the unchanged script run in fresh interpreters (``Fix.fresh_process``): for
+the allocator's state these are the faithful ones, and a rule reading it is checked on them."""
+
 MIN_RUNS = 2
 """Baseline runs needed before a count of them says anything."""
 
@@ -52,9 +56,12 @@ SPREAD_NOTED = 1.25
 def baseline_notes(run_dir: Path, diagnosis: Diagnosis, rules: RuleSet) -> tuple[str, ...]:
     """Return the notes of the baseline runs under ``run_dir``: how far apart they ran, each recheckable rule."""
     try:
-        captures = baseline_captures(Path(run_dir) / TRIALS_DIR)
+        trials = Path(run_dir) / TRIALS_DIR
+        captures = baseline_captures(trials)
+        cold = baseline_captures(trials, COLD_PREFIXES)
         spread = spread_note(captures)
-        return (*([spread] if spread else []), *recheck_notes(captures, diagnosis, rules))
+        checked = (cold, "baseline runs in fresh interpreters") if len(cold) >= MIN_RUNS else (captures, "baseline runs")
+        return (*([spread] if spread else []), *recheck_notes(*checked, diagnosis, rules))
     except (AttributeError, TypeError, ValueError):
         # NOTE: these notes are context; a capture holding what no run writes (edited by hand)
         # must not fail the diagnose after its trials, whose results are what it is for
@@ -84,7 +91,9 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def recheck_notes(captures: Sequence[RunCapture], diagnosis: Diagnosis, rules: RuleSet) -> tuple[str, ...]:
+def recheck_notes(
+    captures: Sequence[RunCapture], runs: str, diagnosis: Diagnosis, rules: RuleSet,
+) -> tuple[str, ...]:
     """One note per rule that reads only per-run counters: in how many baseline runs it held.
 
     For a finding the capture raised, always; for a rule it evaluated and did not raise, when
@@ -106,19 +115,19 @@ def recheck_notes(captures: Sequence[RunCapture], diagnosis: Diagnosis, rules: R
         held = sum(1 for v in known if rule.when.holds(v))
         finding = raised.get(code)
         if finding is not None:
-            notes.append(_note(finding, names, held, known))
+            notes.append(_note(finding, names, held, known, runs))
         elif 2 * held > len(known) and not rule.locations:  # a rule with locations may be hidden by a comment
-            notes.append(_quiet_note(rule, held, known))
+            notes.append(_quiet_note(rule, held, known, runs))
     return tuple(notes)
 
 
-def baseline_captures(trials: Path) -> list[RunCapture]:
+def baseline_captures(trials: Path, prefixes: tuple[str, ...] = BASELINE_PREFIXES) -> list[RunCapture]:
     """Return the captures of the unchanged script's trial runs under ``trials`` (finished ones only)."""
     if not trials.is_dir():
         return []
     out = []
     for folder in sorted(trials.iterdir()):
-        if not folder.is_dir() or not folder.name.startswith(BASELINE_PREFIXES):
+        if not folder.is_dir() or not folder.name.startswith(prefixes):
             continue
         try:
             capture = RunCapture.load(folder)
@@ -129,14 +138,14 @@ def baseline_captures(trials: Path) -> list[RunCapture]:
     return out
 
 
-def _note(finding: Finding, names: Sequence[str], held: int, runs: Sequence[Mapping[str, Any]]) -> str:
+def _note(finding: Finding, names: Sequence[str], held: int, runs: Sequence[Mapping[str, Any]], kind: str) -> str:
     n = len(runs)
     seen = ", ".join(
         f"{name} {_range([r[name] for r in runs], name)} against {_range([finding.evidence.get(name)], name)}"
         for name in names
     )
     head = f"{finding.code} ({finding.name}) held"
-    where = f"baseline runs of the fix trials ({seen} in the capture)"
+    where = f"{kind} of the fix trials ({seen} in the capture)"
     if held == n:
         return f"{head} in all {n} {where}: not a one-off of the captured process"
     if held == 0:
@@ -144,13 +153,13 @@ def _note(finding: Finding, names: Sequence[str], held: int, runs: Sequence[Mapp
     return f"{head} in {held} of the {n} {where}: the script's processes are in that state in some runs, not in others"
 
 
-def _quiet_note(rule: Rule, held: int, runs: Sequence[Mapping[str, Any]]) -> str:
+def _quiet_note(rule: Rule, held: int, runs: Sequence[Mapping[str, Any]], kind: str) -> str:
     seen = ", ".join(f"{name} {_range([r[name] for r in runs], name)}" for name in rule.when.names)
     fixes = " ".join(f"--fix {fix.id}" for fix in rule.fixes)
     measure = f"; `advisor diagnose {fixes}` measures {'its fix' if len(rule.fixes) == 1 else 'its fixes'}" if fixes else ""
     return (
         f"{rule.code} ({rule.name}) was not raised by the capture's run, but held in {held} of the "
-        f"{len(runs)} baseline runs of the fix trials ({seen}): the script's processes are in that state "
+        f"{len(runs)} {kind} of the fix trials ({seen}): the script's processes are in that state "
         f"in some runs{measure}"
     )
 

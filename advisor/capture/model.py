@@ -141,6 +141,8 @@ class RunSpec:
         startup_reported: The run's start-up (its time to first step) describes the user's, so
             a profiled run starts cold. False for a run whose trace alone is read (the kept
             fixes' profiled run), which may then be forked from the warm-start server.
+        fresh_process: Start cold, never forked from the warm-start server: the fix measured
+            depends on state a forked process inherits (glibc's malloc state).
     """
 
     script: Path
@@ -166,6 +168,7 @@ class RunSpec:
     module: str | None = None
     trace_budget_bytes: int | None = DEFAULT_TRACE_BUDGET_BYTES
     startup_reported: bool = True
+    fresh_process: bool = False
 
 
 @dataclass(frozen=True)

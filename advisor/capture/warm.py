@@ -328,6 +328,8 @@ def spec_refusal(spec: RunSpec) -> str | None:
         return "torchrun launches its own processes"
     if spec.startup_reported and (spec.profiled_steps > 0 or (spec.cprofile_steps or 0) > 0):
         return "profiled runs start cold"
+    if spec.fresh_process:
+        return "the fix measured depends on the allocator state a forked run inherits"
     return platform_refusal()
 
 

@@ -305,6 +305,9 @@ class Fix:
             measured on top of (:class:`RungRuns`), a trial of it could not measure any change
             (None: it could). Such a trial is skipped unrun with that reason, unless the
             user named the fix (``--fix``) or asked for ``--exhaustive``.
+        fresh_process: Its gain depends on state a process forked from the warm-start server
+            inherits (the allocator's): its runs, and the baseline runs it is measured against,
+            start cold (``RunSpec.fresh_process``), in a measurement of their own.
     """
 
     id: str
@@ -333,6 +336,7 @@ class Fix:
     shrinks: tuple[str, ...] = ()
     kernel_bound: bool = False
     inert: Inert | None = None
+    fresh_process: bool = False
 
     @property
     def needs_no_run(self) -> bool:

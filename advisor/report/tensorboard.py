@@ -175,12 +175,14 @@ def serve(
             _stop(proc)
             err = _log_tail(log_path)
             raise UsageError(f"TensorBoard did not start on {host}:{port} ({err or 'no output'}); try another --port")
+        # NOTE: the notes go first: whoever reads the URL and stops the server at once (a
+        # script, a test under load) has them on stderr already.
+        for line in serve_notes(prepared):
+            say(line)
         echo(f"http://{shown_host}:{port}/#pytorch_profiler")
         # NOTE: the URL is the command's data; flush it now so a pipe gets it while we serve
         # (block-buffered stdout could otherwise lose it if shutdown is interrupted).
         sys.stdout.flush()
-        for line in serve_notes(prepared):
-            say(line)
         say("advisor: press Ctrl-C to stop")
         while proc.poll() is None:
             time.sleep(0.5)

@@ -129,3 +129,10 @@ def test_a_quiet_rule_is_not_noted_in_a_minority_of_runs_or_when_not_selected(tm
     assert baseline_notes(run, _raised(), rule_set()) == ()
     many = _runs(tmp_path / "many", baseline_1=FAULTING, baseline_2=FAULTING)
     assert baseline_notes(many, _raised(evaluated=("DL001",)), rule_set()) == ()  # --ignore HB005
+
+
+def test_runs_in_fresh_interpreters_are_the_ones_checked_when_there_are_some(tmp_path: Path) -> None:
+    # forked runs inherit the warm-start server's heap; fresh ones fault as a plain run does
+    run = _runs(tmp_path, baseline_1=FAULTING, baseline_2=FAULTING, cold_baseline_1=QUIET, cold_baseline_2=QUIET)
+    (note,) = baseline_notes(run, _raised(HB005), rule_set())
+    assert note.startswith("HB005 (hb005) held in none of the 2 baseline runs in fresh interpreters of the fix trials")

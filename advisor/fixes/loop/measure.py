@@ -89,6 +89,7 @@ class Measurer:
         # the demo's plain baseline ran at 279-372 samples/s in the first stage and 245-254 in
         # the combination's, whose two pairs alone read [1.67-1.82] (stats.paired_estimate).
         self.history: dict[str, list[float | None]] = {}
+        self.fresh = False  # the measurement running now starts every run cold (Fix.fresh_process)
 
     @property
     def budget_s(self) -> float | None:
@@ -120,6 +121,8 @@ class Measurer:
         )
         if self.warmup_steps is not None:
             s = replace(s, warmup_steps=self.warmup_steps)
+        if self.fresh:
+            s = replace(s, fresh_process=True)
         if hasattr(s, "cprofile_steps"):
             s = replace(s, cprofile_steps=0)
         return replace(s, **overrides) if overrides else s
@@ -254,18 +257,32 @@ class Measurer:
         ref_label: str,
         first_baseline: RunCapture | None = None,
         stage: str = "trials",
+        fresh: bool = False,
     ) -> None:
         """Interleave reference and variant runs for ``repeats`` rounds, closing with a reference.
 
         A variant still undecided after ``repeats`` rounds (its interval straddles 1.0 while its
         median shows an effect) gets extra rounds, up to ``max_repeats``, with only the
-        undecided variants; the closing reference of one round opens the next.
+        undecided variants; the closing reference of one round opens the next. ``fresh``: every
+        run of it starts cold (:attr:`advisor.fixes.fix.Fix.fresh_process`), its references too.
         """
         if not variants:
             return
+        self.fresh = fresh
+        try:
+            self._measure(variants, reference, ref_label, first_baseline, stage)
+        finally:
+            self.fresh = False
+
+    def _measure(
+        self, variants: list[Variant], reference: tuple[FixRequest, ...], ref_label: str,
+        first_baseline: RunCapture | None, stage: str,
+    ) -> None:
         prefix = "baseline" if not reference else f"{safe_name(ref_label)}-ref"
         if stage == "combined":
             prefix = "combined-baseline"
+        if self.fresh:
+            prefix = f"cold-{prefix}"
         ref_rates: list[float | None] = []
         ref_ttfs: list[float] = []
         ref_peaks: list[int] = []
@@ -273,7 +290,8 @@ class Measurer:
         ref_loaders: tuple[Any, ...] = ()
         ref_source: str | None = None
         ref_facts: list[RunFacts] = []
-        history = self.history.setdefault(ref_label if reference else "", [])
+        # NOTE: cold runs have their own history: their rates are another population's
+        history = self.history.setdefault(("cold:" if self.fresh else "") + (ref_label if reference else ""), [])
         for v in variants:
             v.ref_rates, v.ref_ttfs, v.ref_peaks, v.ref_facts = ref_rates, ref_ttfs, ref_peaks, ref_facts
             v.ref_history = history

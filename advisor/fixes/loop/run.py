@@ -22,6 +22,7 @@ from advisor.fixes.loop.stages import (
     confirm_alone,
     measure_combined,
     measure_on_top,
+    needs_fresh,
     out_of_memory,
     profile_kept,
 )
@@ -83,7 +84,12 @@ def run_trials(
     plan = plan_trials(todo, ctx, spec, loop.base_step_ms)
     if opts.budget_s is not None:
         results.update(fit_budget(plan, bounds, loop, notes))
-    loop.measure(plan.variants, reference=(), ref_label="baseline", first_baseline=base0)
+    # NOTE: a fix whose gain depends on what a forked run inherits is measured apart, every run
+    # of it and of its baseline cold (Fix.fresh_process); the rest share the warm baseline.
+    fresh = [v for v in plan.variants if needs_fresh(v.fixes)]
+    loop.measure([v for v in plan.variants if v not in fresh], reference=(), ref_label="baseline",
+                 first_baseline=base0)
+    loop.measure(fresh, reference=(), ref_label="baseline", fresh=True)
     results.update({**plan.skipped, **plan.advice})
     results.update(collapse([loop.trial(v) for v in plan.variants]))
     if plan.on_top:

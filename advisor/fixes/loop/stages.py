@@ -120,8 +120,14 @@ def measure_together(
         params={t.fix: dict(t.params) for t in chosen}, overrides=overrides,
         fixes=tuple(t.fix for t in chosen), note=note,
     )
-    loop.measure([v], reference=(), ref_label="baseline", stage=stage)
+    loop.measure([v], reference=(), ref_label="baseline", stage=stage, fresh=needs_fresh(v.fixes))
     return loop.trial(v)
+
+
+def needs_fresh(fixes: Sequence[str]) -> bool:
+    """Whether runs with ``fixes`` (and their baseline runs) must start cold (:attr:`Fix.fresh_process`)."""
+    catalog_fixes = catalog.get_fixes()
+    return any(catalog_fixes[f].fresh_process for f in fixes if f in catalog_fixes)
 
 
 def profile_kept(kept: Sequence[Trial], loop: Measurer, ctx: FixContext, spec: RunSpec, notes: list[str]) -> str:
