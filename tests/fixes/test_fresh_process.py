@@ -32,7 +32,10 @@ def _fresh_names(runner: FakeRunner) -> tuple[list[str], list[str]]:
 def test_malloc_thresholds_and_its_own_baselines_start_cold(spec: RunSpec) -> None:
     assert catalog.get("malloc_thresholds").fresh_process
     runner = FakeRunner(effects={"malloc_thresholds": 1.3, "dataloader_workers": 1.5})
-    out = run_trials(spec, refs("dataloader_workers", "malloc_thresholds"), runner=runner, make_diff_text=False)
+    shown: list[str] = []
+    out = run_trials(spec, refs("dataloader_workers", "malloc_thresholds"), runner=runner, make_diff_text=False,
+                     progress=lambda event: shown.append(event.fix))
+    assert "baseline (fresh process)" in shown and "baseline" in shown  # the user sees which baseline runs
     fresh, forked = _fresh_names(runner)
     assert fresh and all(n.startswith(("malloc_thresholds-", "cold-baseline-", "cold-combined-baseline-", "combined-")) for n in fresh)
     assert any(n.startswith("cold-baseline-") for n in fresh)
@@ -40,6 +43,8 @@ def test_malloc_thresholds_and_its_own_baselines_start_cold(spec: RunSpec) -> No
     assert any(n.startswith("baseline-") for n in forked) and any(n.startswith("dataloader_workers") for n in forked)
     t = by_fix(out)
     assert t["malloc_thresholds"].verdict == "improved" and t["dataloader_workers"].verdict == "improved"
+    assert "each in a fresh interpreter" in t["malloc_thresholds"].reason
+    assert "fresh interpreter" not in t["dataloader_workers"].reason
     # the two together hold malloc_thresholds: the combination and its baselines start cold too
     assert any(n.startswith("cold-combined-baseline-") for n in fresh)
     assert any(n.startswith("combined-") for n in fresh)

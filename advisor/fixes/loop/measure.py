@@ -50,6 +50,9 @@ from advisor.fixes.stats import (
 )
 from advisor.rundir import TRIALS_DIR
 
+FRESH_NOTE = "its runs and their baseline runs each in a fresh interpreter: a forked run inherits the server's heap"
+"""A fresh-process measurement's reason says so (:attr:`advisor.fixes.fix.Fix.fresh_process`)."""
+
 
 class Measurer:
     """Runs captures for the trials and keeps the baseline runs of each measurement (the *measure* part)."""
@@ -295,14 +298,17 @@ class Measurer:
         for v in variants:
             v.ref_rates, v.ref_ttfs, v.ref_peaks, v.ref_facts = ref_rates, ref_ttfs, ref_peaks, ref_facts
             v.ref_history = history
+            if self.fresh and not v.ref_note:
+                v.ref_note = FRESH_NOTE
         planned = self.repeats
         running = list(variants)
         self.current = list(variants)
+        shown = ("baseline" if not reference else ref_label) + (" (fresh process)" if self.fresh else "")
         r = 0
         while True:
             cap = first_baseline if (r == 0 and first_baseline is not None) else self.run_baseline(
                 prefix, r + 1, reference, flight=TrialProgress(
-                    fix="baseline" if not reference else ref_label, repeat=min(r + 1, planned),
+                    fix=shown, repeat=min(r + 1, planned),
                     repeats=planned, stage=stage,
                 ),
             )
@@ -320,7 +326,7 @@ class Measurer:
             ref_losses.append(tuple(cap.losses) if cap.ok else ())
             self.left = runs_left(r, planned, sum(v.active for v in running), 0)
             self.emit(TrialProgress(
-                fix="baseline" if not reference else ref_label, repeat=min(r + 1, planned),
+                fix=shown, repeat=min(r + 1, planned),
                 repeats=planned, samples_per_s=ref_rates[-1], stage=stage,
                 message="" if cap.ok else f"reference run failed: {failure_reason(cap)}",
             ))
