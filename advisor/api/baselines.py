@@ -27,7 +27,8 @@ from advisor.capture.model import RunCapture
 from advisor.engine.model import Diagnosis, Finding
 from advisor.engine.ruleset import Rule, RuleSet
 from advisor.errors import InputError
-from advisor.fixes.agreement import DISAGREEMENT
+from advisor.fixes.agreement import DISAGREEMENT, rate_range
+from advisor.fixes.loop.spread import rate_text
 from advisor.metrics.kernel_use import kernel_use_metrics
 from advisor.metrics.registry import METRICS
 from advisor.rundir import TRIALS_DIR
@@ -74,21 +75,18 @@ def spread_note(captures: Sequence[RunCapture]) -> str | None:
     # one unit for every run: samples/s only when each run counted samples
     samples = all(t.samples_per_s for t in rated)
     rates = [float(r) for t in rated if (r := t.samples_per_s if samples else t.steps_per_s) and r > 0]
-    if len(rates) < SPREAD_RUNS:
+    span = rate_range(rates)
+    if len(rates) < SPREAD_RUNS or span is None:
         return None
-    low, high = min(rates), max(rates)
+    low, high = span
     if not SPREAD_NOTED <= high / low < DISAGREEMENT:
         return None
     unit = "samples/s" if samples else "steps/s"
     return (
-        f"the unchanged script's {len(rates)} baseline runs ran at {_rate(low)}–{_rate(high)} {unit} "
+        f"the unchanged script's {len(rates)} baseline runs ran at {rate_text(low)}–{rate_text(high)} {unit} "
         f"({high / low:.2f}x apart): its speed differs from one process to the next on this machine, "
         "and each trial's interval carries that spread"
     )
-
-
-def _rate(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def recheck_notes(

@@ -99,8 +99,6 @@ class Expression:
         return tuple(_margins(self._tree, values))
 
 
-
-
 @dataclass(frozen=True)
 class Margin:
     """One threshold of a condition and the value compared with it.

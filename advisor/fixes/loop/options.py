@@ -26,6 +26,8 @@ def installer_modules() -> tuple[str, ...]:
     from advisor.fixes.catalog import module_names
 
     return (INSTALLER, *(f"advisor.fixes.catalog.{name}" for name in module_names()))
+
+
 DEFAULT_LOSS_STEPS = 5
 DEFAULT_SEED = 0
 # Every trial run times at least this much of the script (RunSpec.min_timed_s): 20 steps of a

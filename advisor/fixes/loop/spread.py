@@ -25,7 +25,7 @@ def spread_reason(v: Variant, unit: str) -> str:
         lo, hi = span
         why = explain(facts)
         parts.append(
-            f"runs of {who} disagreed, {_rate(lo)} to {_rate(hi)} {unit} ({hi / lo:.1f}x apart"
+            f"runs of {who} disagreed, {rate_text(lo)} to {rate_text(hi)} {unit} ({hi / lo:.1f}x apart"
             + (f": {why})" if why else "; nothing they recorded explains it)")
         )
     if not parts:
@@ -33,5 +33,6 @@ def spread_reason(v: Variant, unit: str) -> str:
     return "; ".join(parts) + "; so the verdict compares every run with every other"
 
 
-def _rate(value: float) -> str:
+def rate_text(value: float) -> str:
+    """Return a run's rate as the reasons print it: whole numbers from 100 up, three figures below."""
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
