@@ -219,13 +219,20 @@ def paired_ratio(rates: dict[str, list[float | None]], name: str) -> float | Non
     return round(statistics.median(pairs), 3) if pairs else None
 
 
+def plain_args(spec: dict) -> list[str]:
+    """The arguments of a plain timing: the manifest's ``plain_args`` (a longer timed window where
+    the default one is about a second on a GPU), else the example's own."""
+    return list(spec.get("plain_args") or spec.get("args") or [])
+
+
 def has_source_diff(run_dir: Path) -> bool:
     diff = run_dir / "fix.diff"
     return diff.is_file() and "\n--- a/" in "\n" + diff.read_text(encoding="utf-8")
 
 
-def reproduce(case: Case, spec: dict, work: Path, deadline: float) -> None:
-    """Apply the kept diff to a copy of the examples and time the original and the fixed in turn."""
+def apply_kept(case: Case, work: Path) -> Path | None:
+    """A copy of the examples with ``case``'s kept diff applied by advisor's own ``write_diff``
+    (what ``--write`` does); None, with the reason in ``trial_problems``, where it did not apply."""
     from advisor.fixes.diff import write_diff
 
     copy = work / "repro" / case.name
@@ -236,17 +243,32 @@ def reproduce(case: Case, spec: dict, work: Path, deadline: float) -> None:
         write_diff(fixed, (work / "runs" / case.name / "fix.diff").read_text(encoding="utf-8"))
     except Exception as exc:  # noqa: BLE001 - the summary says what failed, whatever it was
         case.trial_problems.append(f"the kept diff did not apply: {exc}"[:200])
+        return None
+    return fixed
+
+
+def reproduce(case: Case, spec: dict, work: Path, deadline: float) -> None:
+    """Apply the kept diff to a copy of the examples and time the original and the fixed in turn."""
+    fixed = apply_kept(case, work)
+    if fixed is None:
         return
     time_in_turn(case, {"original": EXAMPLES / f"{case.name}.py", "advisor": fixed},
-                 list(spec.get("args") or []), deadline)
+                 plain_args(spec), deadline)
     case.plain_speedup = paired_ratio(case.plain_rates, "advisor")
 
 
-def time_twin(case: Case, spec: dict, deadline: float) -> None:
-    """Time the original and its hand-tuned twin plainly, in turn, and keep the median ratio."""
-    time_in_turn(case, {"original": EXAMPLES / f"{case.name}.py", "twin": EXAMPLES / "fixed" / f"{case.name}.py"},
-                 list(spec.get("args") or []), deadline)
+def time_twin(case: Case, spec: dict, work: Path, deadline: float) -> None:
+    """Time the original and its hand-tuned twin plainly, in turn, and keep the median ratio; where
+    advisor kept a source diff for it, that diff applied runs in the same rounds (issue #28: advisor's
+    kept stack against the twin, side by side in one run)."""
+    variants = {"original": EXAMPLES / f"{case.name}.py", "twin": EXAMPLES / "fixed" / f"{case.name}.py"}
+    fixed = apply_kept(case, work) if has_source_diff(work / "runs" / case.name) else None
+    if fixed is not None:
+        variants["advisor"] = fixed
+    time_in_turn(case, variants, plain_args(spec), deadline)
     case.twin_speedup = paired_ratio(case.plain_rates, "twin")
+    if fixed is not None:
+        case.plain_speedup = paired_ratio(case.plain_rates, "advisor")
 
 
 def pack_runs(work: Path, out: Path, trace_limit: int = TRACES_BYTES) -> list[str]:
@@ -398,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"an example whose fix trials run, repeatable (default: {' '.join(TRIALS)}; none: no fix loop); the rest get --no-fixes")
     ap.add_argument("--warm-gpu", action="store_true",
                     help="fork trial runs from a warm-start server beside the GPU (ADVISOR_WARM_GPU=1, experimental)")
-    ap.add_argument("examples", nargs="*", help="only these examples (default: every one in the manifest)")
+    ap.add_argument("--plain-s", type=float, default=PLAIN_RESERVE_S,
+                    help="seconds kept back for the plain timings (at most a quarter of --budget unless given)")
+    ap.add_argument("examples", nargs="*", help="only these examples, in this order (default: every one in the manifest)")
     opts = ap.parse_args(argv)
     if opts.warm_gpu:
         os.environ["ADVISOR_WARM_GPU"] = "1"  # the diagnoses inherit it (advisor.capture.warm_preload)
@@ -406,13 +430,17 @@ def main(argv: list[str] | None = None) -> int:
     deadline = t0 + opts.budget
     opts.out.mkdir(parents=True, exist_ok=True)
     env = environment()
-    cases = [c for c in gpu_cases() if not opts.examples or c.name in opts.examples]
-    problems = plumbing(cases)
+    by_name = {c.name: c for c in gpu_cases()}
+    cases = [by_name[n] for n in dict.fromkeys(opts.examples) if n in by_name] if opts.examples else list(by_name.values())
+    problems = plumbing(cases) + [f"{n} is not an example of the manifest" for n in opts.examples if n not in by_name]
     dry = opts.dry_run or not env.get("cuda_available")
     manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))["examples"]
     extra: dict = {}
-    plain_reserve = min(PLAIN_RESERVE_S, opts.budget / 4)
     trials = set(TRIALS if opts.trials is None else opts.trials) - {"none"}  # --trials none: no fix loop
+    # NOTE: time is kept back for plain timings only where some will run: a twin, or a fix loop's diff.
+    timed = any(c.name in TWIN_TIMED or c.name in trials for c in cases)
+    given = opts.plain_s != PLAIN_RESERVE_S
+    plain_reserve = (opts.plain_s if given else min(PLAIN_RESERVE_S, opts.budget / 4)) if timed else 0.0
     # NOTE: every example is diagnosed first, the fix loops then share what is left.
     order = [c for c in cases if c.name not in trials] + [c for c in cases if c.name in trials]
     for i, case in enumerate(order):
@@ -438,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
                         and has_source_diff(opts.work / "runs" / c.name)),
                        key=lambda c: -(c.speedup or 0))[:REPRODUCED]
         for case in twins:
-            time_twin(case, manifest[case.name], deadline)
+            time_twin(case, manifest[case.name], opts.work, deadline)
             print(f"{case.name}: twin {case.twin_speedup} {case.plain_rates}", flush=True)
         for case in diffs:
             reproduce(case, manifest[case.name], opts.work, deadline)

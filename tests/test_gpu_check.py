@@ -100,6 +100,58 @@ def test_a_kept_diff_is_applied_to_a_copy_and_timed_in_turn(check, tmp_path: Pat
         assert tar.getnames() == ["runs/pageable_copies/fix.diff", "runs/pageable_copies/report.json"]
 
 
+def test_the_twin_is_timed_beside_advisors_kept_diff_in_the_same_rounds(check, tmp_path: Path, monkeypatch):
+    import difflib
+
+    # chargpt.py is a launcher: advisor's diff changes attention_lm.py, which holds its training code
+    source = (check.EXAMPLES / "attention_lm.py").read_text()
+    fixed = source.replace("import torch\n", "import torch  # advisor\n", 1)
+    assert fixed != source
+    diff = "".join(difflib.unified_diff(source.splitlines(True), fixed.splitlines(True),
+                                        "a/attention_lm.py", "b/attention_lm.py"))
+    (tmp_path / "runs" / "chargpt").mkdir(parents=True)
+    (tmp_path / "runs" / "chargpt" / "fix.diff").write_text(diff)
+    order: list[str] = []
+
+    def fake_rate(path: Path, args, timeout):
+        lm = (path.parent / "attention_lm.py").read_text()
+        name = "twin" if path.parent.name == "fixed" else "advisor" if "# advisor" in lm else "original"
+        order.append(name)
+        return {"original": 100.0, "twin": 200.0, "advisor": 150.0}[name]
+
+    monkeypatch.setattr(check, "plain_rate", fake_rate)
+    case = check.Case("chargpt", "small_kernels")
+    check.time_twin(case, {"args": []}, tmp_path, deadline=__import__("time").monotonic() + 60)
+    assert order == ["original", "twin", "advisor", "advisor", "twin", "original"]
+    assert case.twin_speedup == 2.0 and case.plain_speedup == 1.5
+    assert (check.EXAMPLES / "attention_lm.py").read_text() == source
+
+
+def test_without_a_kept_diff_only_the_twin_is_timed(check, tmp_path: Path, monkeypatch):
+    order: list[str] = []
+    monkeypatch.setattr(check, "plain_rate", lambda path, args, timeout: order.append(path.parent.name) or 100.0)
+    case = check.Case("chargpt", "small_kernels")
+    check.time_twin(case, {"args": []}, tmp_path, deadline=__import__("time").monotonic() + 60)
+    assert order == ["examples", "fixed", "fixed", "examples"] and case.plain_speedup is None
+
+
+def test_no_time_is_kept_back_where_nothing_is_timed_plainly(check, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(check, "environment", lambda: {"cuda_available": True})
+    ran: list[str] = []
+
+    def fake_case(case, spec, work, share_s, timeout_s):
+        ran.append(case.name)
+        case.status, case.found = "ok", case.expected
+
+    monkeypatch.setattr(check, "run_case", fake_case)
+    monkeypatch.setattr(check, "time_twin", lambda *a: None)
+    # 30 s: an example needs 25 to start; a quarter of the budget is kept for a twin's plain timing
+    args = ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--trials", "none", "--budget", "30"]
+    assert check.main([*args, "tiny_model"]) == 0
+    check.main([*args, "chargpt"])
+    assert ran == ["tiny_model"]
+
+
 def test_a_run_diff_with_only_notes_is_not_reproduced(check, tmp_path: Path):
     (tmp_path / "fix.diff").write_text("# advisor: run with CUDA_LAUNCH_BLOCKING unset\n")
     assert not check.has_source_diff(tmp_path)
@@ -120,6 +172,21 @@ def test_the_summary_is_written_after_every_example(check, tmp_path: Path, monke
     assert rc == 0 and seen == [False, True]
     data = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
     assert [c["status"] for c in data["cases"]] == ["ok", "ok"]
+
+
+def test_examples_run_in_the_order_given_and_an_unknown_one_is_a_problem(check, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(check, "environment", lambda: {"cuda_available": True})
+    ran: list[str] = []
+
+    def fake_case(case, *args):
+        ran.append(case.name)
+        case.status, case.found = "ok", case.expected
+
+    monkeypatch.setattr(check, "run_case", fake_case)
+    args = ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--budget", "4000", "--trials", "none"]
+    assert check.main([*args, "tiny_model", "data_loading"]) == 0 and ran == ["tiny_model", "data_loading"]
+    assert check.main([*args, "tiny_modle"]) == 1
+    assert "tiny_modle is not an example" in (tmp_path / "out" / "gpu-check.json").read_text()
 
 
 def test_every_example_is_diagnosed_first_and_the_fix_loops_share_what_is_left(check, tmp_path: Path, monkeypatch):

@@ -67,6 +67,7 @@ def try_fixes(
     """
     from advisor.capture.warm import warm_runner
     from advisor.fixes.diff import write_diff
+    from advisor.fixes.diff_home import training_file
     from advisor.fixes.loop import run_trials
 
     trial_spec, setup = _warm_start(spec, options)
@@ -97,7 +98,8 @@ def try_fixes(
     outcome = replace(outcome, notes=(*outcome.notes, *started.notes(), *_rechecked(spec, diagnosis)))
     if outcome.diff and options.write:
         backup = write_diff(Path(spec.script), outcome.diff)
-        outcome = replace(outcome, notes=(*outcome.notes, f"applied the diff to {spec.script} (backup: {backup})"))
+        written = training_file(Path(spec.script))
+        outcome = replace(outcome, notes=(*outcome.notes, f"applied the diff to {written} (backup: {backup})"))
     return outcome
 
 

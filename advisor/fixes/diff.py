@@ -128,10 +128,28 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
         )
     if plan.fused and "fused" not in tr.done:
         manual.append("fused_optimizer: pass fused=True to the optimizer")
-    code = new.code
     if plan.header_statements and not re.search(r"^import torch\b|^from torch\b", source, re.M):
-        code = "import torch\n" + code
-    return code, manual
+        new = _with_torch_import(new)
+    return new.code, manual
+
+
+def _with_torch_import(module: cst.Module) -> cst.Module:
+    """Return ``module`` with ``import torch`` after its docstring and ``from __future__`` imports (which must come first)."""
+    body = list(module.body)
+    k = 0
+    while k < len(body) and _leads(body[k], first=k == 0):
+        k += 1
+    return module.with_changes(body=[*body[:k], cst.parse_statement("import torch\n"), *body[k:]])
+
+
+def _leads(stmt: cst.CSTNode, *, first: bool) -> bool:
+    """Whether ``stmt`` must stay ahead of an added import: the docstring, or a ``from __future__`` import."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.ImportFrom):
+        return isinstance(small.module, cst.Name) and small.module.value == "__future__"
+    return first and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def _ordered(edits: Sequence[SourceEdit]) -> list[SourceEdit]:
@@ -191,7 +209,9 @@ def make_diff(script: Path, kept: Sequence[Trial], *, root: Path | None = None) 
     Raises:
         InputError: The script cannot be read or parsed.
     """
-    path = Path(script)
+    from advisor.fixes.diff_home import training_file
+
+    path = training_file(Path(script))
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -201,6 +221,8 @@ def make_diff(script: Path, kept: Sequence[Trial], *, root: Path | None = None) 
     except cst.ParserSyntaxError as exc:
         raise InputError(f"cannot parse {path} for the diff: {exc.message} (line {exc.raw_line})") from exc
     header = notes_header(kept, manual)
+    if path != Path(script) and new != source:
+        header += f"# advisor: the training code is in {path.name}, which {Path(script).name} imports: the diff changes that file\n"
     if new == source:
         return header
     base = (root or diff_root(path)).resolve()
@@ -216,7 +238,8 @@ def make_diff(script: Path, kept: Sequence[Trial], *, root: Path | None = None) 
 def write_diff(script: Path, diff_or_kept: str | Sequence[Trial]) -> Path:
     """Apply a diff from :func:`make_diff` (or the kept trials) to ``script``, keeping a backup.
 
-    Only for the explicit ``--write`` flag. The original is first copied to the first free ``<script>.bak``, ``.bak.1``, ...;
+    The file written is the one the diff was made for: the script, or the local module that holds
+    its training code (:func:`advisor.fixes.diff_home.training_file`). Only for the explicit ``--write`` flag. The original is first copied to the first free ``<script>.bak``, ``.bak.1``, ...;
     a read-only script is refused.
 
     Args:
@@ -230,7 +253,9 @@ def write_diff(script: Path, diff_or_kept: str | Sequence[Trial]) -> Path:
     Raises:
         InputError: The script cannot be read, or the diff does not apply to it.
     """
-    path = Path(script)
+    from advisor.fixes.diff_home import training_file
+
+    path = training_file(Path(script))
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
