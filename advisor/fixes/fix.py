@@ -100,6 +100,8 @@ class FixContext:
             (``model.py:21 (forward, block 1 (Deep))``, from its memory finding's locations);
             the memory fixes name them in their diff notes.
         peak_activation_frac: The activations' share of that peak (what checkpointing frees).
+        gpu_busy: On a GPU run, the diagnosed share of the step the GPU is busy (None: unknown);
+            a rung that only makes kernels faster is not worth its runs where it is small.
     """
 
     cuda: bool = False
@@ -117,6 +119,7 @@ class FixContext:
     out_of_memory: bool = False
     peak_at: tuple[str, ...] = ()
     peak_activation_frac: float | None = None
+    gpu_busy: float | None = None
 
     @property
     def memory_used_frac(self) -> float | None:

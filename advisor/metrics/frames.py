@@ -26,6 +26,19 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"runpy", "thread
 
 UserPredicate = Callable[[str], bool]
 
+INSTRUMENTATION_RE = re.compile(r"(^|/)advisor/(capture|fixes)/\w+\.py\(\d+\): ")
+"""Frames of advisor's own code inside a profiled run: the capture's hooks (which wrap ``.item()``,
+``.to()``, ``backward`` and the modules to name call sites) and the run-time fixes."""
+
+
+def is_instrumentation(frame: str) -> bool:
+    """Whether a ``python_function`` frame is advisor's own instrumentation, whose time is its caller's.
+
+    On the H200 (2026-11-27) the hooks' wrappers were the host-bound finding's top sites
+    (``advisor/capture/hooks.py:483 (wrapper)``): the report told the user to fix advisor's code.
+    """
+    return INSTRUMENTATION_RE.search(frame.replace("\\", "/")) is not None
+
 
 def looks_like_user_file(path: str) -> bool:
     """Guess whether a frame's file is the user's code, for traces without a capture.

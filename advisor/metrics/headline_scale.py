@@ -27,15 +27,19 @@ Not the longest GPU gap nor communication time: single device-side spans, not pa
 host's step."""
 
 
+def headline_ms(timed_step_times_ms: Sequence[float | None]) -> float | None:
+    """Return the headline step time: as the report's headline, the steady median when every timed step is valid."""
+    times = [t for t in timed_step_times_ms if t is not None and math.isfinite(t) and t > 0]
+    if not times:
+        return None
+    return assess(times).median_ms if len(times) == len(timed_step_times_ms) else statistics.median(times)
+
+
 def headline_factor(metrics: Metrics, timed_step_times_ms: Sequence[float | None]) -> float:
     """Return ``headline / profiled median`` step time (1.0 when either is unknown)."""
     profiled = metrics.summary.get("step_time_ms")
-    times = [t for t in timed_step_times_ms if t is not None and math.isfinite(t) and t > 0]
-    if not times or not profiled:
-        return 1.0
-    # NOTE: as the report's headline does: the steady median when every timed step is valid.
-    headline = assess(times).median_ms if len(times) == len(timed_step_times_ms) else statistics.median(times)
-    return headline / profiled if headline else 1.0
+    headline = headline_ms(timed_step_times_ms)
+    return headline / profiled if headline and profiled else 1.0
 
 
 def on_headline_scale(metrics: Metrics, timed_step_times_ms: Sequence[float | None]) -> Metrics:

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.metrics.events import name_mask, take
+from advisor.metrics.frames import is_instrumentation
 from advisor.metrics.intervals import clip_to_steps, merge
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.steps import top_level_ops
@@ -219,22 +220,27 @@ def _main_thread(analysis: TraceAnalysis) -> int:
 
 
 def _frames(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_file) -> pd.DataFrame:
-    """Python frames with their non-built-in parent: columns ``row``, ``name``, ``ts``, ``end``, ``parent``."""
+    """Python frames with their nearest parent that is not folded: columns ``row``, ``name``, ``ts``, ``end``, ``parent``.
+
+    Built-ins and advisor's own instrumentation fold into their caller (``folded``): their time
+    is the frame that called them.
+    """
     ev, cls = analysis.trace.events, analysis.cls
     rows = np.flatnonzero(cls.python & (ev["tid"].cat.codes.to_numpy() == _main_thread(analysis)))
     if not len(rows):
-        return pd.DataFrame(columns=["row", "name", "ts", "end", "parent", "builtin", "preprocess"])
+        return pd.DataFrame(columns=["row", "name", "ts", "end", "parent", "folded", "preprocess"])
     names = take(ev["name"], rows).astype(str)
-    builtin = np.char.startswith(names.astype(str), "<built-in")
+    folded = np.char.startswith(names.astype(str), "<built-in") | np.fromiter(
+        (is_instrumentation(n) for n in names), dtype=bool, count=len(names))
     py_id = ev["py_id"].to_numpy()[rows]
     parent = ev["py_parent"].to_numpy()[rows]
     ids = pd.Series(np.arange(len(rows)), index=py_id)
     ids = ids[~ids.index.duplicated()]
     pos = ids.reindex(parent).to_numpy()
     parent_pos = np.where(np.isnan(pos), -1, pos).astype(np.int64)
-    # skip built-in parents (a few hops: built-ins rarely nest)
-    for _ in range(4):
-        hop = (parent_pos >= 0) & builtin[np.clip(parent_pos, 0, None)]
+    # skip folded parents (a few hops: built-ins rarely nest; a hook's wrapper, find and _is_user do)
+    for _ in range(6):
+        hop = (parent_pos >= 0) & folded[np.clip(parent_pos, 0, None)]
         if not hop.any():
             break
         parent_pos = np.where(hop, parent_pos[np.clip(parent_pos, 0, None)], parent_pos)
@@ -254,7 +260,7 @@ def _frames(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_fi
             "ts": ev["ts"].to_numpy()[rows],
             "end": ev["end"].to_numpy()[rows],
             "parent": parent_pos,
-            "builtin": builtin,
+            "folded": folded,
             "preprocess": pre,
             "own_preprocess": own,
         }
@@ -262,9 +268,9 @@ def _frames(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_fi
 
 
 def _self_time(frames: pd.DataFrame, spans: Spans) -> np.ndarray:
-    """Each non-built-in frame's share of ``spans`` not inside a non-built-in child frame."""
+    """Each frame's share of ``spans`` not inside a child frame (folded frames count as their caller)."""
     inclusive = spans.measure(frames["ts"].to_numpy(dtype=np.float64), frames["end"].to_numpy(dtype=np.float64))
-    real = ~frames["builtin"].to_numpy(dtype=bool)
+    real = ~frames["folded"].to_numpy(dtype=bool)
     parent = frames["parent"].to_numpy(dtype=np.int64)
     child = real & (parent >= 0)
     children = np.bincount(parent[child], weights=inclusive[child], minlength=len(frames))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from advisor.capture.model import RunCapture
+from advisor.metrics.headline_scale import headline_ms
 
 NO_KERNELS = (
     "this run used a CUDA device, but its trace holds no GPU kernel, copy or memset: the profiler "
@@ -29,11 +30,36 @@ def gpu_unseen(capture: RunCapture | None, summary: Mapping[str, float | None]) 
     return not summary.get("has_gpu_flag")
 
 
+STRETCH_WARN = 1.5
+"""Profiled over timed step time from which the breakdown's shares are said to lean to the host."""
+
+
+def profiler_stretch(capture: RunCapture | None, summary: Mapping[str, float | None]) -> str | None:
+    """Say how far the profiler stretched a CUDA run's steps, and what the GPU's share was unstretched."""
+    if capture is None or capture.environment.device != "cuda" or not summary.get("has_gpu_flag"):
+        return None
+    step = headline_ms(capture.timed.step_times_ms)
+    profiled, busy = summary.get("step_time_ms"), summary.get("gpu_busy_frac")
+    if not step or not profiled or busy is None:
+        return None
+    ratio = profiled / step
+    if ratio < STRETCH_WARN:
+        return None
+    gpu_ms = busy * profiled
+    return (f"the profiled steps took {profiled:.3g} ms, {ratio:.1f}x the timed steps' {step:.3g} ms: the profiler "
+            "slows the host (every operator and Python call recorded), not the GPU's kernels, so the breakdown "
+            f"overstates the host's shares and understates the GPU's. The GPU was busy {gpu_ms:.3g} ms per profiled "
+            f"step: about {min(1.0, gpu_ms / step):.0%} of a timed step, where the breakdown reads {busy:.0%}")
+
+
 def device_warnings(capture: RunCapture | None, summary: Mapping[str, float | None]) -> tuple[str, ...]:
-    """Return the report's warnings about a GPU the measurement could not see."""
+    """Return the report's warnings about a GPU the measurement could not see, or saw stretched."""
     out: list[str] = []
     if gpu_unseen(capture, summary):
         out.append(NO_KERNELS)
+    stretch = profiler_stretch(capture, summary)
+    if stretch:
+        out.append(stretch)
     note = capture.gpu.note if capture is not None else None
     if capture is not None and capture.environment.device == "cuda" and note:
         out.append(f"{note}: GPU utilisation and memory were not sampled on this CUDA run (nvidia-ml-py "

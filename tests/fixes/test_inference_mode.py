@@ -73,8 +73,14 @@ def test_compile_modes_are_a_ladder_on_cuda_and_one_rung_on_cpu():
     assert [v.label for v in fix.plan_variants(FixContext(cuda=False), spec)] == ["torch_compile"]
     cuda = fix.plan_variants(FixContext(cuda=True), spec)
     assert [v.params for v in cuda] == [{}, {"mode": "reduce-overhead"}, {"mode": "max-autotune"}]
-    # CUDA graphs need their warm-up and record steps before timing; a cold autotune, minutes
-    assert [v.overrides for v in cuda] == [{}, {"warmup_steps": 5}, {"warmup_steps": 5, "timeout_s": 900.0}]
+    # every rung warms up past its compile and recompile; a cold autotune takes minutes
+    assert [v.overrides for v in cuda] == [{"warmup_steps": 5}, {"warmup_steps": 5}, {"warmup_steps": 5, "timeout_s": 900.0}]
+    assert fix.plan_variants(FixContext(cuda=False), spec)[0].overrides == {"warmup_steps": 5}
+    # max-autotune only makes kernels faster than reduce-overhead: not where the GPU idles
+    idle = fix.plan_variants(FixContext(cuda=True, gpu_busy=0.15), spec)
+    assert [v.params for v in idle] == [{}, {"mode": "reduce-overhead"}]
+    busy = fix.plan_variants(FixContext(cuda=True, gpu_busy=0.8), spec)
+    assert [v.params.get("mode") for v in busy] == [None, "reduce-overhead", "max-autotune"]
     assert fix.step_overrides({"mode": "max-autotune"}, RunSpec(script=Path("t.py"), timeout_s=60), FixContext(cuda=True),
                               None) == {"warmup_steps": 5}  # the user's --timeout stands
     assert fix.rung_name(cuda[2].params) == "max-autotune" and fix.rung_name({}) == "default"

@@ -334,6 +334,20 @@ def test_trial_runs_time_a_window_not_the_captures_step_count(tmp_path: Path, as
     assert loop.trial_spec("x", (), {"timed_steps": 5}).timed_steps == 5  # a ladder rung's own count wins
 
 
+def test_a_compiled_rung_keeps_its_warm_up_when_the_baseline_settled_early(tmp_path: Path) -> None:
+    # the H200's chargpt: a settled warm-up of 2 timed the default compile rung from its recompile (0.13x)
+    from advisor.fixes import catalog
+    from advisor.fixes.fix import FixContext
+    from advisor.fixes.loop import Measurer
+
+    spec = RunSpec(script=tmp_path / "train.py", out_dir=tmp_path / "run")
+    loop = Measurer(spec, lambda s: None, None, repeats=1, min_effect=0.03, loss_steps=0)
+    loop.warmup_steps = 2
+    rung = catalog.get("torch_compile").plan_variants(FixContext(cuda=True), spec)[0]
+    assert loop.trial_spec("torch_compile-1", (), rung.overrides).warmup_steps == 5
+    assert loop.trial_spec("baseline-1", (), {}).warmup_steps == 2
+
+
 def test_a_reference_that_changed_level_between_stages_widens_the_interval():
     # The demo's combination (2026-11-26, quiet): its stage's plain baselines 246.5, 245.4, 254.2
     # around 430.8 and 434.5 read [1.67-1.82]; the same plain script had run at 278.9-371.8 in the

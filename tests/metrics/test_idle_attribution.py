@@ -88,6 +88,29 @@ def test_long_gaps_in_logging_are_host_bound_with_the_function_named(tmp_path):
     assert not any(f.code in ("SK001", "SK002") for f in report.findings)
 
 
+def test_advisors_own_hooks_are_never_named_their_time_goes_to_the_users_line(tmp_path):
+    # the H200 (2026-11-27): HB001 named advisor/capture/hooks.py:483 (wrapper) as the user's work
+    b = tracegen.TraceBuilder()
+    with b.python("train.py(10): main"):
+        for s in range(3):
+            with b.step(s + 1):
+                for _ in range(8):
+                    b.linear(2048, 2048, 2048, kernel_us=400.0)
+                b.sync()
+                with b.python("train.py(31): report"):
+                    with b.python("/opt/venv/lib/python3.12/site-packages/advisor/capture/hooks.py(483): wrapper"):
+                        with b.python("/opt/venv/lib/python3.12/site-packages/advisor/capture/hooks.py(101): find"):
+                            with b.python("/opt/venv/lib/python3.12/site-packages/advisor/capture/hooks.py(114): _is_user"):
+                                b.cpu(3000.0)
+    path = tmp_path / "t.pt.trace.json"
+    b.write(path)
+    report = analyze_report(path)
+    hb = next(f for f in report.findings if f.code == "HB001")
+    assert "train.py:31 (report)" in hb.message and "hooks.py" not in hb.message
+    functions = [r["function"] for r in analyze_path(path).extra["idle_functions"]]
+    assert functions[0] == "train.py(31): report" and not any("advisor/" in f for f in functions)
+
+
 def test_committed_gpu_small_trace_splits_idle_between_loader_and_checkpoint():
     path = tracegen.Path(__file__).resolve().parents[1] / "data" / "gpu_small" / "worker0.pt.trace.json.gz"
     m = analyze_path(path)

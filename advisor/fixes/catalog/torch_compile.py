@@ -21,31 +21,39 @@ CUDA_MODES: tuple[str, ...] = ("reduce-overhead", "max-autotune")
 """Modes tried after the default on a CUDA run."""
 
 
-CUDA_GRAPH_WARMUP = 5
-"""Warm-up steps before a CUDA-graph mode is timed: cudagraph trees run a step eagerly, record the
-next and replay from the third, and the capture's hooks leaving after the first step recompile
-once more (a second warm-up and record)."""
+COMPILED_WARMUP = 5
+"""Warm-up steps before any rung is timed. On the H200 (2026-11-27) a compiled model took 17 s on
+its first step and recompiled on its third (1.2 s, the capture's hooks having left): timed from
+step 3, the default rung read 0.13x where its steady steps ran 1.5x. The CUDA-graph modes need as
+many: cudagraph trees run a step eagerly, record the next and replay from the third."""
 AUTOTUNE_TIMEOUT_S = 900.0
 """A max-autotune rung's run limit when the user set none: a cold autotune of every matmul and
 convolution takes minutes, beyond the trials' usual limit (the baseline's wall time x 6, >= 120 s)."""
+AUTOTUNE_MIN_GPU_BUSY = 0.5
+"""max-autotune is tried only where the GPU is busy at least this share of the step: beyond
+reduce-overhead's CUDA graphs it only makes kernels faster, which cannot pay for minutes of
+autotuning per cold trial run where the GPU idles most of the step (chargpt on the H200: busy
+15%, its max-autotune rung spent 148 s autotuning and was cut off)."""
 
 
 def step_overrides(params: dict[str, Any], spec: RunSpec, ctx: FixContext, step_ms: float | None) -> dict[str, Any]:
-    """More warm-up for the CUDA-graph modes, and max-autotune's time to autotune."""
-    mode = params.get("mode")
-    if mode not in CUDA_MODES:
-        return {}
-    out: dict[str, Any] = {"warmup_steps": max(spec.warmup_steps, CUDA_GRAPH_WARMUP)}
-    if mode == "max-autotune" and spec.timeout_s is None:
+    """Warm-up past the compile and its recompile on every rung, and max-autotune's time to autotune."""
+    out: dict[str, Any] = {"warmup_steps": max(spec.warmup_steps, COMPILED_WARMUP)}
+    if params.get("mode") == "max-autotune" and spec.timeout_s is None:
         out["timeout_s"] = AUTOTUNE_TIMEOUT_S
     return out
 
 
 def variants(ctx: FixContext, spec: RunSpec, step_ms: float | None) -> list[VariantPlan]:
-    """Return the default mode's rung, then (CUDA only) one per mode of :data:`CUDA_MODES`."""
-    rungs = [VariantPlan()]
+    """Return the default mode's rung, then (CUDA only) one per mode of :data:`CUDA_MODES`.
+
+    max-autotune only where the GPU is busy enough for faster kernels to matter
+    (:data:`AUTOTUNE_MIN_GPU_BUSY`; an unknown share does not rule it out).
+    """
+    modes = [m for m in CUDA_MODES if m != "max-autotune" or ctx.gpu_busy is None or ctx.gpu_busy >= AUTOTUNE_MIN_GPU_BUSY]
+    rungs = [VariantPlan({}, step_overrides({}, spec, ctx, step_ms))]
     if ctx.cuda:
-        rungs += [VariantPlan(p, step_overrides(p, spec, ctx, step_ms)) for p in ({"mode": m} for m in CUDA_MODES)]
+        rungs += [VariantPlan(p, step_overrides(p, spec, ctx, step_ms)) for p in ({"mode": m} for m in modes)]
     return rungs
 
 

@@ -79,7 +79,7 @@ def run_trials(
     if not base0.ok or loop.rate(base0) is None:
         return _baseline_failed(base0, wanted, hidden, notes, results, loop, started)
     ctx = replace(_settle(base0, spec, loop, opts.settle_warmup, notes),
-                  peak_at=opts.peak_at, peak_activation_frac=opts.peak_activation_frac)
+                  peak_at=opts.peak_at, peak_activation_frac=opts.peak_activation_frac, gpu_busy=opts.gpu_busy)
 
     plan = plan_trials(todo, ctx, spec, loop.base_step_ms)
     if opts.budget_s is not None:
