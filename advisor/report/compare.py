@@ -36,7 +36,7 @@ from advisor.report.compare_stats import (
     interval_notes,
     trial_note,
 )
-from advisor.report.figures import part_shares, throughput
+from advisor.report.figures import profiled_shares, throughput
 from advisor.report.headline import step_time
 from advisor.report.model import REPORT_FILE, Report
 
@@ -244,7 +244,9 @@ def _part_ms(report: Report, part: str) -> float | None:
 
 
 def _parts(a: Report, b: Report) -> tuple[PartDelta, ...]:
-    sa, sb = part_shares(a), part_shares(b)
+    # NOTE: the profiled steps' shares, as their ms are: a GPU report's breakdown shows shares of
+    # its timed step, with the host's parts rescaled (advisor.metrics.headline_scale)
+    sa, sb = profiled_shares(a), profiled_shares(b)
     names = s.ordered_parts({**sa, **sb})
     out = []
     for p in names:

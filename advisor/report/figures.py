@@ -10,13 +10,29 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from advisor.engine.model import Finding, severity_rank
+from advisor.metrics.headline_scale import Clocks, rows_clocks, split_shares
 from advisor.metrics.registry import BREAKDOWN_PARTS
 from advisor.report import style as s
 from advisor.report.model import Report
 
 
 def part_shares(report: Report) -> dict[str, float]:
-    """Share of step time per breakdown part, in display order.
+    """Share of the headline step per breakdown part, in display order.
+
+    The profiled steps' shares (:func:`profiled_shares`); on a GPU run with timed steps whose
+    profiled steps the profiler stretched, the device's parts keep their milliseconds and the
+    host's share the rest (:mod:`advisor.metrics.headline_scale`), as the rules see them.
+    """
+    return split_shares(profiled_shares(report), step_clocks(report))
+
+
+def step_clocks(report: Report) -> Clocks | None:
+    """Return the report's clocks: its profiled steps' mean, their device parts' milliseconds, the timed headline."""
+    return rows_clocks(report.steps, report.run.timed_step_times_ms)
+
+
+def profiled_shares(report: Report) -> dict[str, float]:
+    """Share of the profiled steps' time per breakdown part, in display order.
 
     From the per-step ``<part>_ms`` columns when the report has them (they add up to the step),
     else the summary's ``<part>_frac`` medians, else ``Report.breakdown`` as written.

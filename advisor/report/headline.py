@@ -24,7 +24,13 @@ from advisor._num import finite
 from advisor._steady import assess, steady_times
 from advisor.metrics.model import StepBasis
 from advisor.report import style as s
-from advisor.report.figures import mean_part_ms, median_step_ms, part_shares, throughput
+from advisor.report.figures import (
+    mean_part_ms,
+    median_step_ms,
+    part_shares,
+    step_clocks,
+    throughput,
+)
 from advisor.report.model import Report
 
 
@@ -107,6 +113,11 @@ def part_ms(report: Report) -> dict[str, float | None]:
 def breakdown_caption(report: Report) -> str:
     """Say where the breakdown's shares and milliseconds come from."""
     profiled = _steps_text(*_profiled(report))
+    c = step_clocks(report)
+    if step_time(report).basis == StepBasis.TIMED and c is not None and c.split:
+        return (f"shares of the timed median step, estimated: the GPU's parts at their ms in the {profiled}, "
+                f"the host's sharing the rest as they did there (the profiled steps ran {c.profiled_ms / c.headline_ms:.1f}x "
+                "longer: the profiler slows the host, not the GPU)")
     if step_time(report).basis == StepBasis.TIMED:
         return f"shares of the {profiled}; ms are those shares of the timed median step"
     return f"mean share of a step's wall time over the {profiled}"
@@ -138,6 +149,9 @@ def timed_scale(report: Report) -> float:
     profiled = median_step_ms(report)
     if headline.basis != StepBasis.TIMED or not headline.ms or not profiled:
         return 1.0
+    c = step_clocks(report)
+    if c is not None and c.split:
+        return c.host  # NOTE: line figures are host time: the host's factor, as its breakdown parts
     return headline.ms / profiled
 
 

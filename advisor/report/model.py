@@ -401,7 +401,7 @@ def build_report(
     primary = diagnosis.primary.category if diagnosis.primary else None
     warnings = tuple(dict.fromkeys((
         *diagnosis.warnings, *contention_warnings(metrics.summary, primary), *steadiness_warnings(run.timed_step_times_ms),
-        *compile_warnings(capture), *device_warnings(capture, metrics.summary),
+        *compile_warnings(capture), *device_warnings(capture, metrics.summary, steps),
     )))
     if gpu_unseen(capture, metrics.summary):
         diagnosis = dataclasses.replace(diagnosis, primary=None)

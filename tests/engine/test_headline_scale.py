@@ -40,3 +40,43 @@ def test_a_finding_prints_the_milliseconds_of_the_headline_step():
     dl = next(f for f in d.findings if f.code == "DL001")
     assert f"{227.7 * 389.0 / 317.0:.1f} ms per step" in dl.message
     assert "227.7 ms" not in dl.message
+
+
+def _gpu_metrics() -> tuple:
+    """compute_bound on the H200 (2026-11-27), rounded: 7.0 ms profiled steps of which 0.4 ms GPU
+    compute and 0.07 ms copies; 2.38 ms timed."""
+    import pandas as pd
+
+    parts = {"gpu_compute": 0.40, "h2d_copy": 0.07, "data_loading": 1.30, "optimizer": 1.70, "cpu_ops": 2.40,
+             "gpu_idle": 1.13}
+    step = sum(parts.values())
+    rows = pd.DataFrame([{"step": i, "step_time_ms": step, **{f"{p}_ms": v for p, v in parts.items()}} for i in range(10)])
+    summary = {"step_time_ms": step, "has_gpu_flag": 1.0, "gpu_busy_frac": 0.47 / step, "idle_frac": 1 - 0.47 / step,
+               "idle_launch_frac": 0.5, "dataloader_wait_ms": 1.5,
+               **{f"{p}_ms": v for p, v in parts.items()}, **{f"{p}_frac": v / step for p, v in parts.items()}}
+    m = make_metrics(summary)
+    return type(m)(source=m.source, summary=m.summary, steps=rows, ranks=m.ranks), parts, step
+
+
+def test_on_a_gpu_the_device_keeps_its_milliseconds_and_the_host_fills_the_rest():
+    m, parts, step = _gpu_metrics()
+    timed = [2.38] * 20
+    scaled = on_headline_scale(m, timed).summary
+    host = (2.38 - 0.47) / (step - 0.47)
+    assert scaled["step_time_ms"] == pytest.approx(2.38)
+    assert scaled["gpu_compute_ms"] == pytest.approx(0.40) and scaled["h2d_copy_ms"] == pytest.approx(0.07)
+    assert scaled["cpu_ops_ms"] == pytest.approx(2.40 * host) and scaled["dataloader_wait_ms"] == pytest.approx(1.5 * host)
+    assert scaled["gpu_compute_frac"] == pytest.approx(0.40 / 2.38)  # 17% of the timed step, not 5.7%
+    assert sum(scaled[f"{p}_frac"] for p in parts) == pytest.approx(1.0)
+    assert scaled["gpu_busy_frac"] == pytest.approx(0.47 / 2.38)
+    assert scaled["idle_frac"] == pytest.approx(1 - 0.47 / 2.38)
+    assert scaled["idle_launch_frac"] == pytest.approx(0.5 * step * host / 2.38)
+    assert headline_factor(m, timed) == pytest.approx(host)
+
+
+def test_device_time_that_does_not_fit_the_headline_step_scales_with_one_factor():
+    m, parts, step = _gpu_metrics()
+    for timed in ([0.3] * 20, [step * 1.2] * 20):  # shorter than the GPU's own time; slower than profiled
+        scaled = on_headline_scale(m, timed).summary
+        k = timed[0] / step
+        assert scaled["gpu_compute_ms"] == pytest.approx(0.40 * k) and scaled["gpu_compute_frac"] == pytest.approx(0.40 / step)
