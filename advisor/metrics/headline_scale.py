@@ -11,7 +11,7 @@ stored metrics keep the trace's values, which the report scales the same way whe
 The profiler stretches the host, not the GPU: it records every operator and Python call, while a
 kernel runs as long as it would unprofiled. On the H200 (2026-11-27) the launch-bound examples'
 profiled steps took 2.8-2.9x their timed ones, and one factor for every part read compute_bound's
-GPU busy 5.8% of a step it kept busy about 16% of. So on a GPU trace whose device parts fit in the
+GPU busy 5.8% of a step it kept busy about 17% of. So on a GPU trace whose device parts fit in the
 headline step (:class:`Clocks`), the device parts keep their profiled milliseconds and the host's
 parts share the rest of the headline step in their profiled proportions; the shares of the step
 (the breakdown's ``<part>_frac``, ``gpu_busy_frac``, the GPU-idle classes) follow. That is an
@@ -125,21 +125,32 @@ def _finite(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
+def metrics_clocks(metrics: Metrics, timed_step_times_ms: Sequence[float | None]) -> Clocks | None:
+    """Return the clocks the rules' metrics are put on the headline step with.
+
+    Split as the report splits its breakdown (the profiled steps' mean, :mod:`advisor.report.figures`);
+    else one factor as before, from the profiled median.
+    """
+    cols = [c for c in ("step_time_ms", *(f"{p}_ms" for p in DEVICE_PARTS)) if c in metrics.steps.columns]
+    rows = metrics.steps[cols].to_dict("records") if "step_time_ms" in cols else []
+    split = rows_clocks(rows, timed_step_times_ms)
+    return split if split is not None and split.split else summary_clocks(metrics.summary, timed_step_times_ms)
+
+
 def headline_factor(metrics: Metrics, timed_step_times_ms: Sequence[float | None]) -> float:
     """Return the factor for host-clock milliseconds (``headline / profiled median`` unless the clocks are split)."""
-    c = summary_clocks(metrics.summary, timed_step_times_ms)
+    c = metrics_clocks(metrics, timed_step_times_ms)
     return 1.0 if c is None else c.host
 
 
 def on_headline_scale(metrics: Metrics, timed_step_times_ms: Sequence[float | None]) -> Metrics:
-    """Return ``metrics`` with :data:`HOST_STEP_MS` on the headline step's scale, and the step's shares with them where the clocks are split."""
+    """Return ``metrics`` with :data:`HOST_STEP_MS` on the headline step's scale.
+
+    Where the clocks are split, the step's shares (:data:`BREAKDOWN_PARTS`' fractions,
+    ``gpu_busy_frac``, :data:`IDLE_SHARES`) move with them.
+    """
     summary = metrics.summary
-    # NOTE: split as the report splits its breakdown (the profiled steps' mean, advisor.report.figures);
-    # one factor as before, from the profiled median.
-    cols = [c for c in ("step_time_ms", *(f"{p}_ms" for p in DEVICE_PARTS)) if c in metrics.steps.columns]
-    rows = metrics.steps[cols].to_dict("records") if "step_time_ms" in cols else []
-    split = rows_clocks(rows, timed_step_times_ms)
-    c = split if split is not None and split.split else summary_clocks(summary, timed_step_times_ms)
+    c = metrics_clocks(metrics, timed_step_times_ms)
     if c is None or (c.device == 1.0 and c.host == 1.0):
         return metrics
     device_ms = {f"{p}_ms" for p in DEVICE_PARTS}

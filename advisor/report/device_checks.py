@@ -49,11 +49,10 @@ def profiler_stretch(capture: RunCapture | None, steps: Sequence[Mapping[str, An
     c = rows_clocks(steps, capture.timed.step_times_ms)
     if c is None or not c.split or c.profiled_ms / c.headline_ms < STRETCH_WARN:
         return None
-    device_ms = c.device_ms
     return (f"the profiled steps took {c.profiled_ms:.3g} ms on average, {c.profiled_ms / c.headline_ms:.1f}x the timed "
             f"steps' {c.headline_ms:.3g} ms: the profiler slows the host (every operator and Python call recorded), not "
-            f"the GPU. The breakdown keeps the GPU's parts at the {device_ms:.3g} ms per step they took in the profile "
-            f"({device_ms / c.headline_ms:.0%} of a timed step, {device_ms / c.profiled_ms:.0%} of a profiled one) and "
+            f"the GPU. The breakdown keeps the GPU's parts at the {c.device_ms:.3g} ms per step they took in the profile "
+            f"({c.device_ms / c.headline_ms:.0%} of a timed step, {c.device_ms / c.profiled_ms:.0%} of a profiled one) and "
             "shares the rest among the host's parts as the profile did: an estimate")
 
 
