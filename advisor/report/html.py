@@ -217,7 +217,7 @@ def _breakdown(report: Report, view: ReportView) -> str:
         + (f'<div style="margin-top:14px">{per_step}</div>' if per_step else "")
         + "</div>"
         + (f'<table style="margin-top:10px"><tr><th>Part</th><th class="n">Share</th><th class="n">Per step</th></tr>{rows}</table>'
-           f'<p class="muted">{esc(view.breakdown_caption.capitalize())}.</p>' if rows else "")
+           f'<p class="muted">{esc(s.sentence(view.breakdown_caption))}.</p>' if rows else "")
     )
 
 

@@ -113,7 +113,7 @@ def _breakdown(view: ReportView) -> list[str]:
         return []
     rows = [[md_text(r.label), f"`{bar(r.share) or ' '}`", s.pct(r.share), s.ms(r.ms)] for r in view.breakdown]
     table = md_table(["Part", "Share", "%", "Per step"], rows, "llrr")
-    return ["### Step-time breakdown", "", md_text(view.breakdown_caption).capitalize() + ".", "", table]
+    return ["### Step-time breakdown", "", s.sentence(md_text(view.breakdown_caption)) + ".", "", table]
 
 
 def _findings(report: Report) -> list[str]:

@@ -101,6 +101,11 @@ LANE_COLORS: dict[str, str] = {
 }
 
 
+def sentence(text: str) -> str:
+    """Return ``text`` with its first letter capitalised and the rest as written (``str.capitalize`` lowercases "GPU")."""
+    return text[:1].upper() + text[1:]
+
+
 def part_label(part: str) -> str:
     """Display name of a breakdown part (the raw name when unknown)."""
     return PART_LABELS.get(part, part.replace("_", " "))

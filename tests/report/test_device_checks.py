@@ -80,3 +80,12 @@ def test_a_small_stretch_or_a_cpu_run_is_left_as_it_was():
     assert not any("profiled steps took" in w for w in _stretched("cuda", 5.5).warnings)  # 1.3x: no warning
     assert part_shares(_stretched("cuda", 5.5))["gpu_compute"] == pytest.approx(0.40 / 5.5)  # still split
     assert not any("profiled steps took" in w for w in _stretched("cpu", 2.38).warnings)
+
+
+def test_the_caption_keeps_gpu_in_capitals_in_markdown_and_html():
+    from advisor.report.render import render
+
+    r = _stretched("cuda", 2.38)
+    for fmt in ("markdown", "html"):
+        out = render(r, fmt)
+        assert "Shares of the timed median step" in out and "gpu" not in out.split("Shares of the timed")[1][:200]
