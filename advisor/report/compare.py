@@ -27,6 +27,7 @@ from advisor.engine.model import Finding
 from advisor.fixes.model import Trial
 from advisor.metrics.model import StepBasis
 from advisor.report import style as s
+from advisor.report.compare_parts import PartDelta, part_deltas
 from advisor.report.compare_stats import (
     MIN_EFFECT_BAND,
     Noise,
@@ -36,7 +37,7 @@ from advisor.report.compare_stats import (
     interval_notes,
     trial_note,
 )
-from advisor.report.figures import profiled_shares, throughput
+from advisor.report.figures import throughput
 from advisor.report.headline import step_time
 from advisor.report.model import REPORT_FILE, Report
 
@@ -48,31 +49,6 @@ NOT_MEASURABLE = "not measurable"
 one run whose timed steps were not steady."""
 GPU_ONLY_PARTS = frozenset({"h2d_copy", "d2h_copy", "sync_wait", "gpu_compute", "gpu_idle"})
 """Breakdown parts that are zero by construction on a CPU-only run."""
-
-
-@dataclass(frozen=True)
-class PartDelta:
-    """One breakdown part before and after (fractions of step time, and mean ms per step)."""
-
-    part: str
-    before_frac: float | None
-    after_frac: float | None
-    before_ms: float | None
-    after_ms: float | None
-
-    @property
-    def delta_ms(self) -> float | None:
-        """After minus before, in ms per step (None when either side lacks it)."""
-        if self.before_ms is None or self.after_ms is None:
-            return None
-        return self.after_ms - self.before_ms
-
-    @property
-    def delta_frac(self) -> float | None:
-        """After minus before, as a share of step time."""
-        if self.before_frac is None or self.after_frac is None:
-            return None
-        return self.after_frac - self.before_frac
 
 
 @dataclass(frozen=True)
@@ -117,6 +93,8 @@ class Comparison:
             on a busy machine), ``not comparable``, ``unknown``.
         step_time_before_ms / step_time_after_ms: Median step times.
         parts: Per-part breakdown before and after, in display order.
+        parts_basis: What ``parts`` are of: the profiled steps' mean, or each run's timed median step
+            (a GPU run's device parts at their ms; :mod:`advisor.report.compare_parts`).
         operators: The operators whose host self time per step changed most (both reports
             have an operator table), largest change first.
         disappeared / appeared / persisting: Findings by rule code (after's version when persisting).
@@ -145,6 +123,7 @@ class Comparison:
     step_time_before_ms: float | None = None
     step_time_after_ms: float | None = None
     parts: tuple[PartDelta, ...] = ()
+    parts_basis: StepBasis = StepBasis.PROFILED
     operators: tuple[OpDelta, ...] = ()
     disappeared: tuple[Finding, ...] = ()
     appeared: tuple[Finding, ...] = ()
@@ -236,25 +215,6 @@ def script_mismatch(before: Report, after: Report) -> str | None:
     if name_a == name_b:
         return None
     return f"scripts differ ({s.display_path(a)} vs {s.display_path(b)})"
-
-
-def _part_ms(report: Report, part: str) -> float | None:
-    vals = [v for v in (s.finite(r.get(f"{part}_ms")) for r in report.steps) if v is not None]
-    return sum(vals) / len(vals) if vals else None
-
-
-def _parts(a: Report, b: Report) -> tuple[PartDelta, ...]:
-    # NOTE: the profiled steps' shares, as their ms are: a GPU report's breakdown shows shares of
-    # its timed step, with the host's parts rescaled (advisor.metrics.headline_scale)
-    sa, sb = profiled_shares(a), profiled_shares(b)
-    names = s.ordered_parts({**sa, **sb})
-    out = []
-    for p in names:
-        fa, fb = sa.get(p), sb.get(p)
-        if (fa or 0) <= 0 and (fb or 0) <= 0:
-            continue
-        out.append(PartDelta(p, fa, fb, _part_ms(a, p), _part_ms(b, p)))
-    return tuple(out)
 
 
 def _op_deltas(a: Report, b: Report, limit: int = MAX_OP_DELTAS) -> tuple[OpDelta, ...]:
@@ -407,7 +367,7 @@ def compare_groups(
         not_comparable.append(
             f"rank counts differ ({ranks_a} vs {ranks_b}): step times are per rank, total throughput is not compared"
         )
-    parts = _parts(a, b)
+    parts, parts_basis = part_deltas(a, b)
     one_sided = [
         p.part for p in parts if p.part in GPU_ONLY_PARTS and ((p.before_frac or 0) <= 0 or (p.after_frac or 0) <= 0)
     ]
@@ -470,6 +430,7 @@ def compare_groups(
         step_time_before_ms=step_a,
         step_time_after_ms=step_b,
         parts=parts,
+        parts_basis=parts_basis,
         operators=_op_deltas(a, b),
         disappeared=tuple(f for c, f in codes_a.items() if c not in codes_b),
         appeared=tuple(f for c, f in codes_b.items() if c not in codes_a),

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from advisor.errors import UsageError
 from advisor.fixes.model import Trial
+from advisor.metrics.model import StepBasis
 from advisor.report import style as s
 from advisor.report import svg
 from advisor.report.compare import Comparison
@@ -33,6 +34,14 @@ OPS_NOTE = "— : not among that side's operators with the most self time (less 
 
 def _value(metric: str | None, v: float | None) -> str:
     return s.ms(v) if metric == "step_time_ms" else s.rate(v)
+
+
+def parts_caption(cmp: Comparison) -> str:
+    """Say what the per-part table's shares and milliseconds are of."""
+    if cmp.parts_basis == StepBasis.TIMED:
+        return ("shares and ms of each run's timed median step, the GPU's parts at their profiled ms: "
+                "as each run's own breakdown shows them")
+    return "mean per step"
 
 
 def headline(cmp: Comparison) -> str:
@@ -115,7 +124,7 @@ def render_comparison_text(cmp: Comparison, *, color: bool = False, width: int |
                 safe_text(s.pct(p.after_frac)),
                 safe_text(s.signed_pts(p.delta_frac)),
             )
-        sections.append(Group(Text("Per-part change (mean per step)", style="bold"), table))
+        sections.append(Group(Text(f"Per-part change ({parts_caption(cmp)})", style="bold"), table))
     if cmp.operators:
         otable = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=pad)
         otable.add_column("Operator", overflow="fold")
@@ -192,7 +201,7 @@ def render_comparison_markdown(cmp: Comparison, *, color: bool = False) -> str:
             ]
             for p in cmp.parts
         ]
-        out += ["", "### Per-part change (mean per step)", ""]
+        out += ["", f"### Per-part change ({md_text(parts_caption(cmp))})", ""]
         out.append(md_table(["Part", "Before", "After", "Δ per step", "Share before", "Share after", "Δ share"], prow, "lrrrrrr"))
     if cmp.operators:
         orow = [
@@ -286,7 +295,7 @@ def render_comparison_html(cmp: Comparison, *, color: bool = False) -> str:
             for p in cmp.parts
         )
         body.append(
-            f'<h2>Per-part change (mean ms per step)</h2><div class="panel">{plot}</div>'
+            f'<h2>Per-part change ({esc(parts_caption(cmp))})</h2><div class="panel">{plot}</div>'
             '<table style="margin-top:10px"><tr><th>Part</th><th class="n">Before</th><th class="n">After</th>'
             '<th class="n">Δ per step</th><th class="n">Share before</th><th class="n">Share after</th><th class="n">Δ share</th></tr>'
             f"{rows}</table>"

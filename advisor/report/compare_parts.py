@@ -1,0 +1,68 @@
+"""``advisor compare``'s per-part table: each breakdown part before and after, on one basis for both sides.
+
+A CPU run's parts are the profiled steps' shares and mean milliseconds (the table's basis
+``StepBasis.PROFILED``). On a GPU run the report's breakdown shows shares of the timed median step, with
+the device's parts at their profiled milliseconds and the host's sharing the rest
+(:mod:`advisor.metrics.headline_scale`); where either side is such a run, both sides are put on
+that basis (``StepBasis.TIMED``), so the table shows what each run's own report shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.metrics.model import StepBasis
+from advisor.report import style as s
+from advisor.report.figures import part_shares, profiled_shares, step_clocks
+from advisor.report.headline import part_ms
+from advisor.report.model import Report
+
+
+@dataclass(frozen=True)
+class PartDelta:
+    """One breakdown part before and after (fractions of step time, and mean ms per step)."""
+
+    part: str
+    before_frac: float | None
+    after_frac: float | None
+    before_ms: float | None
+    after_ms: float | None
+
+    @property
+    def delta_ms(self) -> float | None:
+        """After minus before, in ms per step (None when either side lacks it)."""
+        if self.before_ms is None or self.after_ms is None:
+            return None
+        return self.after_ms - self.before_ms
+
+    @property
+    def delta_frac(self) -> float | None:
+        """After minus before, as a share of step time."""
+        if self.before_frac is None or self.after_frac is None:
+            return None
+        return self.after_frac - self.before_frac
+
+
+
+def _mean_part_ms(report: Report, part: str) -> float | None:
+    vals = [v for v in (s.finite(r.get(f"{part}_ms")) for r in report.steps) if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def part_deltas(a: Report, b: Report) -> tuple[tuple[PartDelta, ...], StepBasis]:
+    """Return the per-part rows of ``a`` against ``b`` and the steps they are of."""
+    split = any(c is not None and c.split for c in (step_clocks(a), step_clocks(b)))
+    if split:
+        sa, sb = part_shares(a), part_shares(b)
+        ma, mb = part_ms(a), part_ms(b)
+    else:
+        sa, sb = profiled_shares(a), profiled_shares(b)
+        ma = {p: _mean_part_ms(a, p) for p in sa}
+        mb = {p: _mean_part_ms(b, p) for p in sb}
+    out = []
+    for p in s.ordered_parts({**sa, **sb}):
+        fa, fb = sa.get(p), sb.get(p)
+        if (fa or 0) <= 0 and (fb or 0) <= 0:
+            continue
+        out.append(PartDelta(p, fa, fb, ma.get(p), mb.get(p)))
+    return tuple(out), StepBasis.TIMED if split else StepBasis.PROFILED
