@@ -27,7 +27,7 @@ from advisor.engine.model import Finding
 from advisor.fixes.model import Trial
 from advisor.metrics.model import StepBasis
 from advisor.report import style as s
-from advisor.report.compare_parts import PartDelta, part_deltas
+from advisor.report.compare_parts import MsDelta, PartDelta, part_deltas
 from advisor.report.compare_stats import (
     MIN_EFFECT_BAND,
     Noise,
@@ -52,7 +52,7 @@ GPU_ONLY_PARTS = frozenset({"h2d_copy", "d2h_copy", "sync_wait", "gpu_compute", 
 
 
 @dataclass(frozen=True)
-class OpDelta:
+class OpDelta(MsDelta):
     """One operator's host self time and calls per step, before and after.
 
     None on a side whose report's operator table does not list it: the table keeps the
@@ -65,13 +65,6 @@ class OpDelta:
     after_ms: float | None
     before_calls: float | None
     after_calls: float | None
-
-    @property
-    def delta_ms(self) -> float | None:
-        """After minus before, in ms per step (None when either side lacks it)."""
-        if self.before_ms is None or self.after_ms is None:
-            return None
-        return self.after_ms - self.before_ms
 
 
 MAX_OP_DELTAS = 10

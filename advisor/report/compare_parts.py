@@ -18,13 +18,9 @@ from advisor.report.headline import part_ms
 from advisor.report.model import Report
 
 
-@dataclass(frozen=True)
-class PartDelta:
-    """One breakdown part before and after (fractions of step time, and mean ms per step)."""
+class MsDelta:
+    """A row with ``before_ms`` and ``after_ms``: its change per step."""
 
-    part: str
-    before_frac: float | None
-    after_frac: float | None
     before_ms: float | None
     after_ms: float | None
 
@@ -34,6 +30,17 @@ class PartDelta:
         if self.before_ms is None or self.after_ms is None:
             return None
         return self.after_ms - self.before_ms
+
+
+@dataclass(frozen=True)
+class PartDelta(MsDelta):
+    """One breakdown part before and after (fractions of the step, and ms per step: :func:`part_deltas` says of which steps)."""
+
+    part: str
+    before_frac: float | None
+    after_frac: float | None
+    before_ms: float | None
+    after_ms: float | None
 
     @property
     def delta_frac(self) -> float | None:
