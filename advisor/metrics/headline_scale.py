@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from advisor._num import finite
 from advisor._steady import assess
 from advisor.metrics.model import Metrics
 from advisor.metrics.registry import BREAKDOWN_PARTS
@@ -107,22 +108,18 @@ def headline_ms(timed_step_times_ms: Sequence[float | None]) -> float | None:
 
 def summary_clocks(summary: Mapping[str, float | None], timed_step_times_ms: Sequence[float | None]) -> Clocks | None:
     """Return the clocks of a metrics summary: its profiled median step and its device parts' milliseconds."""
-    device = sum(v for p in DEVICE_PARTS if (v := summary.get(f"{p}_ms")) is not None and math.isfinite(v))
+    device = sum(v for p in DEVICE_PARTS if (v := finite(summary.get(f"{p}_ms"))) is not None)
     return clocks(summary.get("step_time_ms"), device, headline_ms(timed_step_times_ms))
 
 
 def rows_clocks(rows: Iterable[Mapping[str, Any]], timed_step_times_ms: Sequence[float | None]) -> Clocks | None:
     """Return the clocks of per-step rows (``step_time_ms`` and ``<part>_ms``): their mean step and device time."""
-    steps = [r for r in rows if _finite(r.get("step_time_ms")) is not None]
+    steps = [r for r in rows if finite(r.get("step_time_ms")) is not None]
     if not steps or not timed_step_times_ms:
         return None
     profiled = sum(float(r["step_time_ms"]) for r in steps) / len(steps)
-    device = sum(v for r in steps for p in DEVICE_PARTS if (v := _finite(r.get(f"{p}_ms"))) is not None) / len(steps)
+    device = sum(v for r in steps for p in DEVICE_PARTS if (v := finite(r.get(f"{p}_ms"))) is not None) / len(steps)
     return clocks(profiled, device, headline_ms(timed_step_times_ms))
-
-
-def _finite(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
 def metrics_clocks(metrics: Metrics, timed_step_times_ms: Sequence[float | None]) -> Clocks | None:

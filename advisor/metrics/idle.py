@@ -230,8 +230,7 @@ def _frames(analysis: TraceAnalysis, is_user: UserPredicate = looks_like_user_fi
     if not len(rows):
         return pd.DataFrame(columns=["row", "name", "ts", "end", "parent", "folded", "preprocess"])
     names = take(ev["name"], rows).astype(str)
-    folded = np.char.startswith(names.astype(str), "<built-in") | np.fromiter(
-        (is_instrumentation(n) for n in names), dtype=bool, count=len(names))
+    folded = np.char.startswith(names.astype(str), "<built-in") | name_mask(ev["name"], is_instrumentation)[rows]
     py_id = ev["py_id"].to_numpy()[rows]
     parent = ev["py_parent"].to_numpy()[rows]
     ids = pd.Series(np.arange(len(rows)), index=py_id)

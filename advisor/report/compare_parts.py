@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from advisor.metrics.model import StepBasis
 from advisor.report import style as s
-from advisor.report.figures import part_shares, profiled_shares, step_clocks
+from advisor.report.figures import mean_part_ms, part_shares, profiled_shares, step_clocks
 from advisor.report.headline import part_ms
 from advisor.report.model import Report
 
@@ -51,11 +51,6 @@ class PartDelta(MsDelta):
 
 
 
-def _mean_part_ms(report: Report, part: str) -> float | None:
-    vals = [v for v in (s.finite(r.get(f"{part}_ms")) for r in report.steps) if v is not None]
-    return sum(vals) / len(vals) if vals else None
-
-
 def part_deltas(a: Report, b: Report) -> tuple[tuple[PartDelta, ...], StepBasis]:
     """Return the per-part rows of ``a`` against ``b`` and the steps they are of."""
     split = any(c is not None and c.split for c in (step_clocks(a), step_clocks(b)))
@@ -64,8 +59,7 @@ def part_deltas(a: Report, b: Report) -> tuple[tuple[PartDelta, ...], StepBasis]
         ma, mb = part_ms(a), part_ms(b)
     else:
         sa, sb = profiled_shares(a), profiled_shares(b)
-        ma = {p: _mean_part_ms(a, p) for p in sa}
-        mb = {p: _mean_part_ms(b, p) for p in sb}
+        ma, mb = mean_part_ms(a), mean_part_ms(b)
     out = []
     for p in s.ordered_parts({**sa, **sb}):
         fa, fb = sa.get(p), sb.get(p)
