@@ -36,8 +36,7 @@ from pathlib import Path
 from advisor._proc import die_with_parent
 from advisor.errors import AdvisorError, UsageError
 from advisor.metrics.compute import straggler_focus
-from advisor.metrics.digest import RankDigest, digest
-from advisor.metrics.steps import analyze_trace
+from advisor.metrics.digest import RankDigest, digest_trace
 from advisor.metrics.userframes import UserPredicate, looks_like_user_file
 from advisor.trace.load import load_trace
 
@@ -64,7 +63,7 @@ def _analyse(task: _Task, meanwhile: Callable[[], object] | None = None) -> Rank
     ``meanwhile`` runs while the trace decodes (:func:`advisor.trace.load.load_trace`).
     """
     trace = load_trace(task.path, index=task.index, meanwhile=meanwhile)
-    return digest(analyze_trace(trace), task.is_user, lead=task.lead, timeline=task.lead)
+    return digest_trace(trace, task.is_user, lead=task.lead, timeline=task.lead)
 
 
 def _worker_init() -> None:

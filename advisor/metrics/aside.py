@@ -35,8 +35,11 @@ MIN_ROWS = 200_000
 about 10 ms, the branches of a small trace about as much."""
 
 
-def can_fork() -> bool:
-    """Whether a forked child can do work beside this process now (a second core, no threads)."""
+def can_fork(busy: int = 0) -> bool:
+    """Whether a forked child can do work beside this process now (a free core, no threads).
+
+    ``busy``: how many cores this process's other branches already took.
+    """
     if not hasattr(os, "fork") or threading.active_count() != 1:
         return False  # a lock held by another thread would stay locked in the child
     mp = sys.modules.get("multiprocessing")
@@ -46,7 +49,7 @@ def can_fork() -> bool:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    return cores > 1
+    return cores > 1 + busy
 
 
 class Aside(Generic[T]):
@@ -57,9 +60,9 @@ class Aside(Generic[T]):
         self.pid = 0
         self.fd = -1
 
-    def start(self) -> None:
+    def start(self, busy: int = 0) -> None:
         """Fork the child that runs ``work`` (nothing when :func:`can_fork` says no)."""
-        if not can_fork():
+        if not can_fork(busy):
             return
         read, write = os.pipe()
         try:
@@ -111,11 +114,14 @@ class Aside(Generic[T]):
 
 
 @contextlib.contextmanager
-def aside(work: Callable[[], T], rows: int) -> Iterator[Aside[T]]:
-    """Start ``work`` on another core (over a table of ``rows`` events); take its result with ``.result()`` inside the block."""
+def aside(work: Callable[[], T], rows: int, busy: int = 0) -> Iterator[Aside[T]]:
+    """Start ``work`` on another core (over a table of ``rows`` events); take its result with ``.result()`` inside the block.
+
+    ``busy``: the cores other branches of this analysis took already (none is forked when no core is left).
+    """
     branch = Aside(work)
     if rows >= MIN_ROWS:
-        branch.start()
+        branch.start(busy)
     try:
         yield branch
     finally:

@@ -37,7 +37,7 @@ from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError, TraceError
 from advisor.metrics.balance import rank_balance
 from advisor.metrics.contention import contention_metrics
-from advisor.metrics.digest import LeadExtras, RankDigest, digest
+from advisor.metrics.digest import LeadExtras, RankDigest, digest_trace
 from advisor.metrics.gpuview import merge_views
 from advisor.metrics.kernel_use import kernel_use_metrics
 from advisor.metrics.memory_lines import peak_locations
@@ -47,7 +47,6 @@ from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.periodic import periodic_locations, periodic_metrics, periodic_notes
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
 from advisor.metrics.sources import finish_locations
-from advisor.metrics.steps import analyze_trace
 from advisor.metrics.userframes import user_predicate
 from advisor.rundir import CAPTURE_FILE, PSTATS_FILE, TRACES_DIR
 from advisor.trace.load import Trace, find_trace_files, load_trace, load_traces
@@ -256,9 +255,9 @@ def compute_metrics(
         return _capture_only(capture, source)
     is_user = user_predicate(capture)
     ranked = _unique_ranks(traces)
-    digests = [digest(analyze_trace(t), is_user, lead=i == 0) for i, t in enumerate(ranked)]
+    digests = [digest_trace(t, is_user, lead=i == 0) for i, t in enumerate(ranked)]
     i = straggler_focus(digests)
-    focus = digest(analyze_trace(ranked[i]), is_user, lead=True) if i is not None else None
+    focus = digest_trace(ranked[i], is_user, lead=True) if i is not None else None
     return merge_digests(digests, capture=capture, pstats_path=pstats_path, source=source, focus=focus)
 
 

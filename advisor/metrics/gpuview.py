@@ -11,7 +11,7 @@ and notes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -112,6 +112,22 @@ def rank_view(
 
     ``rest`` gives the lead's :func:`lead_tables` when another process computes them meanwhile.
     """
+    view = gpu_view(a, is_user, lead)
+    return with_lead(view, rest() if rest is not None else lead_tables(a, is_user)) if lead else view
+
+
+def with_lead(view: RankView, lead: LeadTables) -> RankView:
+    """Add the lead's tables (after the view's own) and the activations' share of the peak to ``view``."""
+    more, activation_frac = lead
+    return replace(view, tables={**view.tables, **more}, run={"peak_activation_frac": activation_frac})
+
+
+def gpu_view(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = True) -> RankView:
+    """Run the GPU-time analyses over one rank, without the lead's tables (:func:`with_lead` adds them).
+
+    It reads the trace, its classification, step windows and ``run["device_name"]`` only, so
+    the trace's outline is enough (:func:`advisor.metrics.steps.analyze_trace`'s ``early``).
+    """
     idle = attribute_idle(a, with_functions=lead, is_user=is_user)
     roof = compute_roofline(a, str(a.run.get("device_name") or ""), with_table=lead)
     tc_steps, tc_table, tc_locations = misaligned(roof.ops, a, is_user)
@@ -126,12 +142,7 @@ def rank_view(
         tables["idle_functions"] = _records(idle.functions, TOP_FUNCTIONS)
     if len(roof.table):
         tables["roofline"] = _records(roof.table, TOP_OPS)
-    more, activation_frac = rest() if rest is not None else lead_tables(a, is_user)
-    tables.update(more)
-    return RankView(
-        steps=steps, locations=(*idle.locations, *tc_locations), tables=tables, notes=tuple(roof.notes),
-        run={"peak_activation_frac": activation_frac},
-    )
+    return RankView(steps=steps, locations=(*idle.locations, *tc_locations), tables=tables, notes=tuple(roof.notes))
 
 
 def merge_views(

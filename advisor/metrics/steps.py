@@ -9,6 +9,7 @@ of :mod:`advisor.metrics.registry` as columns, plus a few run-level values.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,11 +191,17 @@ class _Scan:
         return union_per_step(_clip(self.ev, mask, self.windows), self.n) / np.where(self.step_us > 0, self.step_us, 1.0)
 
 
-def analyze_trace(trace: Trace) -> TraceAnalysis:
+def analyze_trace(trace: Trace, early: Callable[[TraceAnalysis], int] | None = None) -> TraceAnalysis:
     """Compute per-step metrics and run-level values for one trace.
 
     Each metric family (:data:`advisor.metrics.registry.FAMILIES`) is one function below; the
     GPU-only families are NaN on a trace without GPU work.
+
+    ``early`` is called with the trace's outline before any step column is computed: a
+    ``TraceAnalysis`` whose ``steps`` hold the step windows only and whose ``run`` holds only
+    ``device_name``, without FLOPs (what the GPU-time views and the lead's tables read:
+    :func:`advisor.metrics.digest.digest_trace` starts them there on other cores). It returns
+    how many cores it took, so that the breakdown is forked only onto a core still free.
     """
     ev = trace.events
     cls = classify(ev)
@@ -210,17 +217,22 @@ def analyze_trace(trace: Trace) -> TraceAnalysis:
     top = top_level_ops(ev, cls)
     calls = assembly_calls(ev, cls, top)
     assembly = outermost_calls(ev, calls)
-    # the breakdown needs no other column: on a large trace a second core computes it meanwhile
-    with aside(lambda: breakdown(ev, cls, windows, assembly), len(ev)) as parts:
-        cols, run, fl, tiny = _columns(trace, scan, top, assembly, notes)
-        steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
+    tiny = tiny_runs(ev, cls, top, assembly)
+    dev = _main_device(trace, ev, cls) if cls.has_gpu else None
+    steps = pd.DataFrame({"rank": trace.rank, "step": windows.step, "start_us": windows.start, "end_us": windows.end})
+    outline = {"device_name": str(dev.get("name", "")) if dev else ""}
+    busy = early(TraceAnalysis(trace, windows, real_steps, cls, steps, outline, assembly_calls=calls, tiny=tiny)) if early else 0
+    # the breakdown needs no other column: on a large trace a free core computes it meanwhile
+    with aside(lambda: breakdown(ev, cls, windows, assembly), len(ev), busy=busy) as parts:
+        cols, run, fl = _columns(trace, scan, top, assembly, tiny, dev, notes)
         steps = pd.concat([steps, parts.result(), pd.DataFrame(cols)], axis=1)
     return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl, calls, tiny)
 
 
 def _columns(
-    trace: Trace, scan: _Scan, top: np.ndarray, assembly: np.ndarray, notes: list[str]
-) -> tuple[dict[str, np.ndarray], dict[str, Any], FlopsResult, TinyRuns]:
+    trace: Trace, scan: _Scan, top: np.ndarray, assembly: np.ndarray, tiny: TinyRuns, dev: dict[str, Any] | None,
+    notes: list[str],
+) -> tuple[dict[str, np.ndarray], dict[str, Any], FlopsResult]:
     """Every step column but the breakdown, and the run-level values (appends to ``notes``)."""
     ev, cls, windows = scan.ev, scan.cls, scan.windows
     gpu = cls.has_gpu
@@ -232,7 +244,6 @@ def _columns(
     cols["dataloader_wait_ms"] = union_per_step(_clip(ev, cls.dataloader, windows), scan.n) / 1e3
     cols["input_assembly_ms"] = union_per_step(_clip(ev, assembly, windows), scan.n) / 1e3
     cols["hand_attention_count"] = hand_attention_count(ev, cls.cpu_op, windows, scan.n)
-    tiny = tiny_runs(ev, cls, top, assembly)
     cols["tiny_op_run_frac"] = tiny_run_frac(tiny, windows, scan.n, ev)
     cols.update(_comm_columns(scan))
     fl = compute_flops(ev, cls.cpu_op)
@@ -240,10 +251,10 @@ def _columns(
     cols.update(flops_cols)
     if flops_note:
         notes.append(f"{trace.path.name}: {flops_note}")
-    run, mem_note = _run_values(trace, scan, fl, cols["achieved_tflops"])
+    run, mem_note = _run_values(dev, scan, fl, cols["achieved_tflops"])
     if mem_note:
         notes.append(f"{trace.path.name}: {mem_note}")
-    return cols, run, fl, tiny
+    return cols, run, fl
 
 
 def _nan_family(scan: _Scan, family: str) -> dict[str, np.ndarray]:
@@ -392,12 +403,11 @@ def _flops_columns(scan: _Scan, fl: FlopsResult) -> tuple[dict[str, np.ndarray],
 
 
 def _run_values(
-    trace: Trace, scan: _Scan, fl: FlopsResult, achieved_tflops: np.ndarray
+    dev: dict[str, Any] | None, scan: _Scan, fl: FlopsResult, achieved_tflops: np.ndarray
 ) -> tuple[dict[str, Any], str | None]:
-    """Run-level values: precision, device, memory peak, MFU, DataParallel; and a memory caveat."""
+    """Run-level values: precision, device (``dev``), memory peak, MFU, DataParallel; and a memory caveat."""
     ev, cls, gpu = scan.ev, scan.cls, scan.cls.has_gpu
     run: dict[str, Any] = _dtype_metrics(fl, ev)
-    dev = _main_device(trace, ev, cls) if gpu else None
     run["has_gpu_flag"] = 1.0 if gpu else 0.0
     run["device_name"] = str(dev.get("name", "")) if dev else ""
     run["device_memory_bytes"] = float(dev["totalGlobalMem"]) if dev and "totalGlobalMem" in dev else None

@@ -5,15 +5,18 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import advisor.metrics.aside as aside_mod
 from advisor.metrics.aside import Aside, aside, can_fork
-from advisor.metrics.digest import digest
+from advisor.metrics.digest import RankDigest, digest, digest_trace
 from advisor.metrics.steps import analyze_trace
 from advisor.trace.load import load_traces
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 needs_fork = pytest.mark.skipif(not can_fork(), reason="needs os.fork and a second core")
 
@@ -127,3 +130,28 @@ def test_the_analysis_is_the_same_with_its_branches_computed_aside(shared_traces
     assert repr(there.lead) == repr(here.lead) and repr(there.view.run) == repr(here.view.run)
     assert list(there.view.tables) == list(here.view.tables)  # the same order of tables
     assert there.view.steps.equals(here.view.steps) and repr(there.view.locations) == repr(here.view.locations)
+    early = digest_trace(trace, lead=True)
+    assert len(forks) == 4  # the GPU-time views and the lead's branch, from the outline; the breakdown here
+    _assert_same(early, here)
+
+
+def _assert_same(got: RankDigest, want: RankDigest) -> None:
+    pd.testing.assert_frame_equal(got.steps, want.steps)
+    pd.testing.assert_frame_equal(got.view.steps, want.view.steps)
+    assert list(got.view.tables) == list(want.view.tables)  # the same order of tables
+    assert repr(got.view.tables) == repr(want.view.tables)
+    assert repr(got.view.locations) == repr(want.view.locations) and got.view.notes == want.view.notes
+    assert repr(got.view.run) == repr(want.view.run) and repr(got.lead) == repr(want.lead)
+    assert repr(got.run) == repr(want.run) and got.notes == want.notes
+
+
+@pytest.mark.parametrize("name", ["cpu_small", "gpu_small"])
+@pytest.mark.parametrize("lead", [True, False])
+def test_the_outline_gives_the_views_and_the_lead_tables_what_the_whole_analysis_does(name, lead):
+    """digest_trace starts the GPU-time views and the lead's tables from the outline: they must not read a step column."""
+    (trace,) = load_traces(DATA / name / "worker0.pt.trace.json.gz")
+    want = digest(analyze_trace(trace), lead=lead, timeline=lead)
+    got = digest_trace(trace, lead=lead, timeline=lead)
+    _assert_same(got, want)
+    if lead:
+        assert got.view.tables and got.lead is not None and got.lead.timeline
