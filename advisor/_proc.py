@@ -25,6 +25,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from advisor import _proctree
+
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -193,10 +195,18 @@ class ProcessTree:
             self._root = None
 
     def refresh(self) -> None:
-        """Remember the current descendants."""
+        """Remember the current descendants (read from the tree's own ``/proc`` entries where the kernel lists them)."""
         if self._root is None:
             return
         with contextlib.suppress(Exception):
+            if _proctree.supported():
+                import psutil
+
+                for pid in _proctree.descendants(self._root.pid):
+                    if pid not in self.seen:
+                        with contextlib.suppress(psutil.Error):
+                            self.seen[pid] = psutil.Process(pid)
+                return
             for child in self._root.children(recursive=True):
                 self.seen.setdefault(child.pid, child)
 

@@ -14,8 +14,10 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from advisor import _proctree
 from advisor.capture.model import UtilSummary
 from advisor.capture.spare import busy_s
 
@@ -43,6 +45,7 @@ class UtilSampler:
         self._gpu_note: str | None = None
         self._handles: list[Any] = []
         self._nvml: Any = None
+        self._handles_by_pid: dict[int, Any] = {}
 
     def start(self) -> None:
         """Start sampling in the background."""
@@ -136,20 +139,41 @@ class UtilSampler:
     def _count_tree(self, root: Any) -> list[Any] | None:
         """List the child's process tree and record its largest process and thread counts.
 
-        None once the child is gone.
+        None once the child is gone. The tree is read from its own ``/proc`` entries where the
+        kernel lists children there (:mod:`advisor._proctree`): psutil reads every process's.
         """
         import psutil
 
-        try:
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return None
-        threads = 0
-        for proc in tree:
-            with contextlib.suppress(psutil.Error):
-                threads += proc.num_threads()
+        if _proctree.supported():
+            try:
+                kids = _proctree.descendants(root.pid)
+            except ProcessLookupError:
+                return None
+            tree = [root, *(proc for pid in kids if (proc := self._process(pid)) is not None)]
+            threads = _proctree.threads(root.pid) + sum(kids.values())
+        else:
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return None
+            threads = 0
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):
+                    threads += proc.num_threads()
         self._procs, self._threads = max(self._procs, len(tree)), max(self._threads, threads)
         return tree
+
+    def _process(self, pid: int) -> Any:
+        """Return psutil's handle of ``pid``, made once per process (None once it is gone)."""
+        import psutil
+
+        proc = self._handles_by_pid.get(pid)
+        if proc is None:
+            try:
+                proc = self._handles_by_pid[pid] = psutil.Process(pid)
+            except psutil.Error:
+                return None
+        return proc
 
     def _watch_tree(self, root: Any, until: float) -> bool:
         """Count the tree's processes often between samples; True once asked to stop.
@@ -230,14 +254,23 @@ def _advisor_cpu_s(psutil: Any, tree: set[int]) -> float | None:
     try:
         me = psutil.Process()
         total = sum(me.cpu_times()[:2])
-        for proc in me.children(recursive=True):
-            if proc.pid in tree:
-                continue
+        for proc in _descendants(psutil, me, tree):
             with contextlib.suppress(psutil.Error):
                 total += sum(proc.cpu_times()[:2])
     except Exception:  # noqa: BLE001 - contention is best effort
         return None
     return float(total)
+
+
+def _descendants(psutil: Any, me: Any, leave: set[int]) -> Iterator[Any]:
+    """Yield psutil handles of ``me``'s descendants but those in ``leave`` (from /proc's lists where the kernel has them)."""
+    if not _proctree.supported():
+        yield from (proc for proc in me.children(recursive=True) if proc.pid not in leave)
+        return
+    for pid in _proctree.descendants(me.pid):
+        if pid not in leave:
+            with contextlib.suppress(psutil.Error):
+                yield psutil.Process(pid)
 
 
 def visible_handles(nvml: Any, visible: str | None) -> list[Any]:

@@ -45,10 +45,13 @@ class _Proc:
         return out
 
 
-def test_advisors_own_processes_are_not_other_processes_but_the_runs_tree_is_left_to_it() -> None:
+def test_advisors_own_processes_are_not_other_processes_but_the_runs_tree_is_left_to_it(monkeypatch) -> None:
     from types import SimpleNamespace
 
+    from advisor import _proctree
     from advisor.capture.sampler import _advisor_cpu_s
+
+    monkeypatch.setattr(_proctree, "supported", lambda: False)  # psutil's walk (tests/capture/test_proctree.py: /proc's)
 
     run = _Proc(20, 5.0, (_Proc(21, 1.0),))  # the run and its DataLoader worker: the tree's own figure
     server = _Proc(10, 2.5, (_Proc(11, 0.25),))  # the warm-start server importing, and a run it forked
