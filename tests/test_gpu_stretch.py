@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_stretch.py"
+from bench_helpers import benchmark
 
 
 @pytest.fixture(scope="module")
 def stretch():
-    spec = importlib.util.spec_from_file_location("gpu_stretch", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_stretch"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("gpu_stretch", None)
+    with benchmark("gpu_stretch") as module:
+        yield module
 
 
 def _report(step_ms: float, gpu_ms: float, timed_ms: float, stacks: bool = True) -> dict:

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "parent_cpu.py"
+from bench_helpers import benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("parent_cpu", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["parent_cpu"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("parent_cpu", None)
+    with benchmark("parent_cpu") as module:
+        yield module
 
 
 @pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/stat").exists(), reason="needs Linux /proc")
