@@ -157,6 +157,9 @@ class Phases:
     def for_spec(cls, spec: RunSpec) -> Phases:
         """Build the phases a spec asks for (cProfile: as many steps as torch.profiler by default)."""
         cprofile = spec.profiled_steps if spec.cprofile_steps is None else spec.cprofile_steps
+        # NOTE: the ranks of a job must stop at the same step (advisor.distributed.launch): no
+        # window of theirs may grow by its own clock, to a least time or while settling.
+        one_process = int(getattr(spec, "nproc_per_node", 1) or 1) == 1 and int(getattr(spec, "nnodes", 1) or 1) == 1
         return cls(
             warmup=max(0, spec.warmup_steps),
             timed=max(0, spec.timed_steps),
@@ -164,8 +167,8 @@ class Phases:
             # NOTE: profiled_steps=0 (fix trials) means no profiler of either kind.
             cprofile=max(0, cprofile) if spec.profiled_steps > 0 else 0,
             full=spec.full,
-            min_timed_s=max(0.0, float(getattr(spec, "min_timed_s", 0.0) or 0.0)),
-            settle=int(getattr(spec, "nproc_per_node", 1) or 1) == 1 and int(getattr(spec, "nnodes", 1) or 1) == 1,
+            min_timed_s=max(0.0, float(getattr(spec, "min_timed_s", 0.0) or 0.0)) if one_process else 0.0,
+            settle=one_process,
         )
 
 

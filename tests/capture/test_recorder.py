@@ -306,12 +306,15 @@ def test_the_ranks_of_a_job_never_extend_their_window():
     assert len(rec.timed_phase().step_times_ms) == 20
 
 
-def test_phases_settle_only_for_one_process():
+def test_phases_settle_and_keep_a_least_window_only_for_one_process():
+    """The ranks of a job stop at the same step: none may grow its window by its own clock."""
     from advisor.capture.model import RunSpec
 
-    assert Phases.for_spec(RunSpec(script="t.py")).settle
-    assert not Phases.for_spec(RunSpec(script="t.py", nproc_per_node=2)).settle
-    assert not Phases.for_spec(RunSpec(script="t.py", nnodes=2)).settle
+    one = Phases.for_spec(RunSpec(script="t.py", min_timed_s=1.0))
+    assert one.settle and one.min_timed_s == 1.0
+    for ranks in (RunSpec(script="t.py", nproc_per_node=2, min_timed_s=1.0), RunSpec(script="t.py", nnodes=2, min_timed_s=1.0)):
+        phases = Phases.for_spec(ranks)
+        assert not phases.settle and phases.min_timed_s == 0.0
 
 
 def test_graphs_compiled_inside_the_timed_window_are_counted():

@@ -334,6 +334,21 @@ def test_trial_runs_time_a_window_not_the_captures_step_count(tmp_path: Path, as
     assert loop.trial_spec("x", (), {"timed_steps": 5}).timed_steps == 5  # a ladder rung's own count wins
 
 
+def test_the_ranks_of_a_job_time_a_step_count_as_long_as_the_window(tmp_path: Path) -> None:
+    # each rank extending its window by its own clock: rank 0 stopped after step 22, rank 1 began
+    # step 23's all-reduce and crashed ("Connection reset by peer"), and the baseline failed
+    from advisor.fixes.loop import Measurer
+
+    spec = RunSpec(script=tmp_path / "train.py", out_dir=tmp_path / "run", nproc_per_node=2)
+    loop = Measurer(spec, lambda s: None, None, repeats=1, min_effect=0.03, loss_steps=0)
+    first = loop.trial_spec("baseline-1", (), {})
+    assert (first.timed_steps, first.min_timed_s) == (8, 0.0)  # the baseline's step time is not known yet
+    loop.base_step_ms = 53.0
+    assert (loop.trial_spec("baseline-2", (), {}).timed_steps, loop.trial_spec("b", (), {}).min_timed_s) == (19, 0.0)
+    loop.base_step_ms = 400.0
+    assert loop.trial_spec("baseline-3", (), {}).timed_steps == 8  # slow steps: the 8 fill a second already
+
+
 def test_a_compiled_rung_keeps_its_warm_up_when_the_baseline_settled_early(tmp_path: Path) -> None:
     # the H200's chargpt: a settled warm-up of 2 timed the default compile rung from its recompile (0.13x)
     from advisor.fixes import catalog

@@ -21,13 +21,7 @@ from advisor.fixes import catalog
 from advisor.fixes.agreement import RunFacts, facts_of
 from advisor.fixes.fix import Objective, RungRuns
 from advisor.fixes.loop.memory import judge_memory
-from advisor.fixes.loop.options import (
-    DEFAULT_SEED,
-    INSTALLER,
-    MIN_TRIAL_WINDOW_S,
-    TRIAL_TIMED_STEPS,
-    Runner,
-)
+from advisor.fixes.loop.options import DEFAULT_SEED, INSTALLER, Runner, trial_window
 from advisor.fixes.loop.progress import (
     STEP_EVENT_INTERVAL_S,
     Progress,
@@ -118,8 +112,8 @@ class Measurer:
             record_loss_steps=self.loss_steps,
             quiet=True,
             timeout_s=self.base_timeout,
-            timed_steps=min(self.spec.timed_steps, TRIAL_TIMED_STEPS),
-            min_timed_s=MIN_TRIAL_WINDOW_S,
+            timed_steps=(window := trial_window(self.spec, self.base_step_ms))[0],
+            min_timed_s=window[1],
             fix_installers=(INSTALLER,) if fixes else (),
         )
         if self.warmup_steps is not None:

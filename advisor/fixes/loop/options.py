@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,23 @@ MIN_TRIAL_WARMUP = 2
 # A warm-up step further than this factor from the baseline's steady median (either way, and
 # outside the steady steps' own range) is still warming up (settled_warmup).
 WARMUP_SETTLED = 1.25
+
+
+def trial_window(spec: RunSpec, base_step_ms: float | None) -> tuple[int, float]:
+    """Return a trial run's timed steps and the least time they must add up to (``RunSpec.min_timed_s``).
+
+    One process extends its own window to :data:`MIN_TRIAL_WINDOW_S`. The ranks of a job must
+    stop at the same step (:mod:`advisor.distributed.launch`): each extending by its own clock,
+    rank 0 stopped after step 22 while rank 1 began step 23's all-reduce and died with
+    "Connection reset by peer". Their window is a step count instead, as long as the first
+    baseline's median step (``base_step_ms``) needs to fill the same time.
+    """
+    steps = min(spec.timed_steps, TRIAL_TIMED_STEPS)
+    if spec.nproc_per_node == 1 and spec.nnodes == 1:
+        return steps, MIN_TRIAL_WINDOW_S
+    if base_step_ms:
+        steps = max(steps, math.ceil(MIN_TRIAL_WINDOW_S * 1000.0 / base_step_ms))
+    return steps, 0.0
 
 
 Runner = Callable[[RunSpec], RunCapture]
