@@ -311,6 +311,19 @@ def test_a_baseline_out_of_memory_is_named_and_the_memory_fixes_are_tried_alone(
     assert runner.runs_with("dataloader_workers") == 0
 
 
+def test_a_memory_fix_whose_peak_went_over_the_budget_between_the_watchdogs_polls_does_not_fit(spec):
+    # make test-all: fit_accumulation's k=2 run ended normally at a peak of 836 MiB against an
+    # 800 MiB budget, and was kept as "fits: peak 836 MiB of the 800 MiB budget"
+    spec = replace(spec, memory_budget_bytes=80 * MiB)
+    runner = FakeRunner(memory={"fit_accumulation": lambda p: {2: 0.85, 4: 0.6, 8: 0.5}[p["k"]]},
+                        peak_between_polls={"fit_accumulation"})
+    out = run_trials(spec, refs("fit_accumulation"), unsafe=True, runner=runner, make_diff_text=False, repeats=1)
+    t = by_fix(out)["fit_accumulation"]
+    assert t.verdict == "improved" and t.params["k"] == 4
+    assert "fits: peak 60 MiB of the 80 MiB budget" in t.reason
+    assert "ladder k=2 (micro-batch 4): failed, k=4" in t.reason  # 85 MiB: over the 80 MiB budget
+
+
 def test_without_unsafe_fixes_an_out_of_memory_baseline_tries_only_the_safe_memory_fix(spec):
     spec = replace(spec, memory_budget_bytes=80 * MiB)
     runner = FakeRunner(memory={"activation_checkpointing": 0.5})

@@ -203,6 +203,11 @@ def out_of_memory(
                 v.skip = note.detail
             elif any(x is None or not math.isfinite(x) for x in cap.losses):
                 v.failure = "a loss was not finite"
+            elif budget and (cap.peak_memory_bytes or 0) > budget:
+                # NOTE: the watchdog reads the tree's memory ten times a second; a peak between
+                # two reads ends the run normally, and the run's own maximum shows it
+                v.failure = (f"its peak {mib(cap.peak_memory_bytes)} went over the {mib(budget)} budget between "
+                             "two of the memory watchdog's checks")
             else:
                 v.rates.append(loop.rate(cap))
                 v.peaks.append(int(cap.peak_memory_bytes or 0))
