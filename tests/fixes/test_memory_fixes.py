@@ -324,6 +324,16 @@ def test_a_memory_fix_whose_peak_went_over_the_budget_between_the_watchdogs_poll
     assert "ladder k=2 (micro-batch 4): failed, k=4" in t.reason  # 85 MiB: over the 80 MiB budget
 
 
+def test_a_speed_fix_whose_peak_went_over_the_budget_between_the_watchdogs_polls_is_not_kept(spec):
+    spec = replace(spec, memory_budget_bytes=110 * MiB)  # the baseline's 100 MiB fits
+    runner = FakeRunner(effects={"dataloader_workers": 1.5}, memory={"dataloader_workers": 1.2},
+                        peak_between_polls={"dataloader_workers"}, workers=0)
+    out = run_trials(spec, refs("dataloader_workers"), runner=runner, make_diff_text=False)
+    t = by_fix(out)["dataloader_workers"]
+    assert t.verdict == "failed" and "its peak 120 MiB went over the 110 MiB memory budget" in t.reason
+    assert out.kept == ()
+
+
 def test_without_unsafe_fixes_an_out_of_memory_baseline_tries_only_the_safe_memory_fix(spec):
     spec = replace(spec, memory_budget_bytes=80 * MiB)
     runner = FakeRunner(memory={"activation_checkpointing": 0.5})

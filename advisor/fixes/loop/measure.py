@@ -31,7 +31,7 @@ from advisor.fixes.loop.progress import (
 )
 from advisor.fixes.loop.select import collapse
 from advisor.fixes.loop.spread import disagree, spread_reason
-from advisor.fixes.loop.text import failure_reason, safe_name, since
+from advisor.fixes.loop.text import failure_reason, mib, safe_name, since
 from advisor.fixes.loop.variant import FAILED, NO_EFFECT, SKIPPED, UNDECIDED, Variant, describe
 from advisor.fixes.model import FixOutcome, Interval, Trial
 from advisor.fixes.stats import (
@@ -393,6 +393,10 @@ class Measurer:
                 "it keeps recompiling, so its steps time the compiler, not compiled code; a shape or guard "
                 "that changes between steps is the finding (TORCH_LOGS=recompiles names it)"
             )
+            message = f"failed: {v.failure}"
+        elif (budget := self.spec.memory_budget_bytes) and (cap.peak_memory_bytes or 0) > budget:
+            # NOTE: the memory watchdog reads ten times a second: a peak between two reads ends the run normally
+            v.failure = f"its peak {mib(cap.peak_memory_bytes)} went over the {mib(budget)} memory budget"
             message = f"failed: {v.failure}"
         elif ref_source and cap.step_source and cap.step_source != ref_source:
             v.failure = (
