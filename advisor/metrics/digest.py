@@ -15,7 +15,6 @@ holds more than the digests.
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from advisor.metrics.gpuview import (
     RankView,
     gpu_view,
     lead_tables,
-    rank_view,
     with_lead,
 )
 from advisor.metrics.model import SourceLocation
@@ -147,11 +145,11 @@ def digest(
     them while this process attributes the idle time and sizes the operators (:mod:`advisor.metrics.aside`).
     """
     if not lead:
-        return _digest(analysis, rank_view(analysis, is_user, lead=False), None)
+        return _digest(analysis, gpu_view(analysis, is_user, lead=False), None)
     with aside(lambda: _lead_work(analysis, is_user, timeline), len(analysis.trace.events)) as branch:
-        taken = functools.cache(branch.result)
-        view = rank_view(analysis, is_user, rest=lambda: taken()[0])
-        return _digest(analysis, view, taken()[1])
+        view = gpu_view(analysis, is_user)
+        tables, extras = branch.result()
+        return _digest(analysis, with_lead(view, tables), extras)
 
 
 def digest_trace(

@@ -1,6 +1,6 @@
 """Where GPU time goes, per trace: idle attribution, roofline per operator, modules, operators, collectives.
 
-Per rank, :func:`rank_view` runs the analyses of :mod:`advisor.metrics.idle`,
+Per rank, :func:`gpu_view` runs the analyses of :mod:`advisor.metrics.idle`,
 :mod:`advisor.metrics.roofline`, :mod:`advisor.metrics.modules`, :mod:`advisor.metrics.operators` and
 :mod:`advisor.metrics.collectives` and :func:`merge_views` merges the ranks' views into what
 :func:`advisor.metrics.compute.compute_metrics` adds to :class:`~advisor.metrics.model.Metrics`:
@@ -10,7 +10,7 @@ and notes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +89,7 @@ LeadTables = tuple[dict[str, list[dict[str, Any]]], float | None]
 
 
 def lead_tables(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file) -> LeadTables:
-    """Compute the lead rank's modules, memory-line and operator tables (:func:`rank_view` adds them)."""
+    """Compute the lead rank's modules, memory-line and operator tables (:func:`with_lead` adds them to its view)."""
     tables: dict[str, list[dict[str, Any]]] = {}
     modules = module_times(a)
     if len(modules):
@@ -102,18 +102,6 @@ def lead_tables(a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file)
     if len(operators):
         tables["operators"] = _records(operators, len(operators))
     return tables, memory.activation_frac
-
-
-def rank_view(
-    a: TraceAnalysis, is_user: UserPredicate = looks_like_user_file, lead: bool = True,
-    rest: Callable[[], LeadTables] | None = None,
-) -> RankView:
-    """Run the GPU-time analyses over one rank; the tables and locations only when ``lead``.
-
-    ``rest`` gives the lead's :func:`lead_tables` when another process computes them meanwhile.
-    """
-    view = gpu_view(a, is_user, lead)
-    return with_lead(view, rest() if rest is not None else lead_tables(a, is_user)) if lead else view
 
 
 def with_lead(view: RankView, lead: LeadTables) -> RankView:
