@@ -199,16 +199,10 @@ class ProcessTree:
         if self._root is None:
             return
         with contextlib.suppress(Exception):
-            if _proctree.supported():
-                import psutil
+            import psutil
 
-                for pid in _proctree.descendants(self._root.pid):
-                    if pid not in self.seen:
-                        with contextlib.suppress(psutil.Error):
-                            self.seen[pid] = psutil.Process(pid)
-                return
-            for child in self._root.children(recursive=True):
-                self.seen.setdefault(child.pid, child)
+            for child in _proctree.handles(psutil, self._root, skip=self.seen):
+                self.seen[child.pid] = child
 
     def rss_bytes(self) -> int:
         """Resident memory of the root and every remembered descendant still running, summed.

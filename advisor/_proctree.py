@@ -12,8 +12,11 @@ walk can be missed, and the next poll finds it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Collection, Iterator
+from typing import Any
 
 PROC = "/proc"
 """Where the process entries are read (a test points it at a tree of its own)."""
@@ -62,3 +65,17 @@ def threads(pid: int) -> int:
         return len(os.listdir(f"{PROC}/{pid}/task"))
     except OSError:
         return 0
+
+
+def handles(psutil: Any, root: Any, skip: Collection[int] = ()) -> Iterator[Any]:
+    """Yield psutil handles of ``root``'s descendants but those in ``skip`` (from ``/proc``'s lists where the kernel has them).
+
+    Raises what ``root.children`` raises, or :class:`ProcessLookupError`, when ``root`` is gone.
+    """
+    if not supported():
+        yield from (proc for proc in root.children(recursive=True) if proc.pid not in skip)
+        return
+    for pid in descendants(root.pid):
+        if pid not in skip:
+            with contextlib.suppress(psutil.Error):
+                yield psutil.Process(pid)

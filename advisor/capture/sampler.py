@@ -14,7 +14,6 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from advisor import _proctree
@@ -254,23 +253,12 @@ def _advisor_cpu_s(psutil: Any, tree: set[int]) -> float | None:
     try:
         me = psutil.Process()
         total = sum(me.cpu_times()[:2])
-        for proc in _descendants(psutil, me, tree):
+        for proc in _proctree.handles(psutil, me, skip=tree):
             with contextlib.suppress(psutil.Error):
                 total += sum(proc.cpu_times()[:2])
     except Exception:  # noqa: BLE001 - contention is best effort
         return None
     return float(total)
-
-
-def _descendants(psutil: Any, me: Any, leave: set[int]) -> Iterator[Any]:
-    """Yield psutil handles of ``me``'s descendants but those in ``leave`` (from /proc's lists where the kernel has them)."""
-    if not _proctree.supported():
-        yield from (proc for proc in me.children(recursive=True) if proc.pid not in leave)
-        return
-    for pid in _proctree.descendants(me.pid):
-        if pid not in leave:
-            with contextlib.suppress(psutil.Error):
-                yield psutil.Process(pid)
 
 
 def visible_handles(nvml: Any, visible: str | None) -> list[Any]:
