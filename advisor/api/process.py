@@ -10,7 +10,7 @@ from advisor.capture.model import RunCapture, RunSpec
 
 def capture_function(spec: RunSpec) -> Callable[..., RunCapture]:
     """Pick the capture function for ``spec``: torchrun for multi-process jobs, a plain child otherwise."""
-    if spec.nproc_per_node > 1 or spec.nnodes > 1:
+    if spec.multi_process:
         from advisor.distributed.launch import capture_distributed
 
         return capture_distributed

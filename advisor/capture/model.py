@@ -170,6 +170,11 @@ class RunSpec:
     startup_reported: bool = True
     fresh_process: bool = False
 
+    @property
+    def multi_process(self) -> bool:
+        """Whether the job runs as several processes under torchrun (more than one rank or node)."""
+        return self.nproc_per_node > 1 or self.nnodes > 1
+
 
 @dataclass(frozen=True)
 class RunCapture:

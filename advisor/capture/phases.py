@@ -159,7 +159,7 @@ class Phases:
         cprofile = spec.profiled_steps if spec.cprofile_steps is None else spec.cprofile_steps
         # NOTE: the ranks of a job must stop at the same step (advisor.distributed.launch): no
         # window of theirs may grow by its own clock, to a least time or while settling.
-        one_process = int(getattr(spec, "nproc_per_node", 1) or 1) == 1 and int(getattr(spec, "nnodes", 1) or 1) == 1
+        one_process = not spec.multi_process
         return cls(
             warmup=max(0, spec.warmup_steps),
             timed=max(0, spec.timed_steps),

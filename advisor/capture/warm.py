@@ -324,7 +324,7 @@ class WarmServer:
 
 def spec_refusal(spec: RunSpec) -> str | None:
     """Say why ``spec`` itself must start cold, whatever the server (None when it may start warm)."""
-    if spec.nproc_per_node > 1 or spec.nnodes > 1:
+    if spec.multi_process:
         return "torchrun launches its own processes"
     if spec.startup_reported and (spec.profiled_steps > 0 or (spec.cprofile_steps or 0) > 0):
         return "profiled runs start cold"

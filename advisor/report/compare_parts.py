@@ -27,9 +27,7 @@ class MsDelta:
     @property
     def delta_ms(self) -> float | None:
         """After minus before, in ms per step (None when either side lacks it)."""
-        if self.before_ms is None or self.after_ms is None:
-            return None
-        return self.after_ms - self.before_ms
+        return _minus(self.after_ms, self.before_ms)
 
 
 @dataclass(frozen=True)
@@ -45,10 +43,11 @@ class PartDelta(MsDelta):
     @property
     def delta_frac(self) -> float | None:
         """After minus before, as a share of step time."""
-        if self.before_frac is None or self.after_frac is None:
-            return None
-        return self.after_frac - self.before_frac
+        return _minus(self.after_frac, self.before_frac)
 
+
+def _minus(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
 
 
 def part_deltas(a: Report, b: Report) -> tuple[tuple[PartDelta, ...], StepBasis]:

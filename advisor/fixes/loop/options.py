@@ -60,7 +60,7 @@ def trial_window(spec: RunSpec, base_step_ms: float | None) -> tuple[int, float]
     baseline's median step (``base_step_ms``) needs to fill the same time.
     """
     steps = min(spec.timed_steps, TRIAL_TIMED_STEPS)
-    if spec.nproc_per_node == 1 and spec.nnodes == 1:
+    if not spec.multi_process:
         return steps, MIN_TRIAL_WINDOW_S
     if base_step_ms:
         steps = max(steps, math.ceil(MIN_TRIAL_WINDOW_S * 1000.0 / base_step_ms))
