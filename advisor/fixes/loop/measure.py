@@ -20,7 +20,7 @@ from advisor.errors import AdvisorError
 from advisor.fixes import catalog
 from advisor.fixes.agreement import RunFacts, facts_of
 from advisor.fixes.fix import Objective, RungRuns
-from advisor.fixes.loop.memory import judge_memory
+from advisor.fixes.loop.memory import judge_memory, over_budget
 from advisor.fixes.loop.options import DEFAULT_SEED, INSTALLER, Runner, trial_window
 from advisor.fixes.loop.progress import (
     STEP_EVENT_INTERVAL_S,
@@ -31,7 +31,7 @@ from advisor.fixes.loop.progress import (
 )
 from advisor.fixes.loop.select import collapse
 from advisor.fixes.loop.spread import disagree, spread_reason
-from advisor.fixes.loop.text import failure_reason, mib, safe_name, since
+from advisor.fixes.loop.text import failure_reason, safe_name, since
 from advisor.fixes.loop.variant import FAILED, NO_EFFECT, SKIPPED, UNDECIDED, Variant, describe
 from advisor.fixes.model import FixOutcome, Interval, Trial
 from advisor.fixes.stats import (
@@ -394,9 +394,8 @@ class Measurer:
                 "that changes between steps is the finding (TORCH_LOGS=recompiles names it)"
             )
             message = f"failed: {v.failure}"
-        elif (budget := self.spec.memory_budget_bytes) and (cap.peak_memory_bytes or 0) > budget:
-            # NOTE: the memory watchdog reads ten times a second: a peak between two reads ends the run normally
-            v.failure = f"its peak {mib(cap.peak_memory_bytes)} went over the {mib(budget)} memory budget"
+        elif (over := over_budget(cap.peak_memory_bytes, self.spec.memory_budget_bytes)) is not None:
+            v.failure = over
             message = f"failed: {v.failure}"
         elif ref_source and cap.step_source and cap.step_source != ref_source:
             v.failure = (

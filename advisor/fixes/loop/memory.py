@@ -15,6 +15,17 @@ from advisor.fixes.model import Trial, Verdict
 from advisor.fixes.stats import Estimate
 
 
+def over_budget(peak: int | None, budget: int | None) -> str | None:
+    """Say why a run whose own peak went over the memory budget failed (None when it kept within it).
+
+    The watchdog reads the run's memory ten times a second: a peak between two reads ends the
+    run normally, and the run's own maximum shows it.
+    """
+    if not budget or (peak or 0) <= budget:
+        return None
+    return f"its peak {mib(peak)} went over the {mib(budget)} memory budget between two of the watchdog's reads"
+
+
 def for_memory(t: Trial) -> bool:
     """Tell whether a trial measures one fix whose objective is memory (its verdict is on memory)."""
     fix = catalog.get_fixes().get(t.fix)

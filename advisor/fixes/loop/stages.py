@@ -20,7 +20,7 @@ from advisor.fixes import catalog
 from advisor.fixes.bounds import GainBound
 from advisor.fixes.fix import SAFE, UNSAFE, FixContext, Objective, context_from_capture
 from advisor.fixes.loop.measure import Measurer
-from advisor.fixes.loop.memory import for_memory
+from advisor.fixes.loop.memory import for_memory, over_budget
 from advisor.fixes.loop.plan import TrialPlan, fit_budget, plan_trials, variants_of
 from advisor.fixes.loop.progress import TrialProgress
 from advisor.fixes.loop.select import Selection, collapse
@@ -203,11 +203,8 @@ def out_of_memory(
                 v.skip = note.detail
             elif any(x is None or not math.isfinite(x) for x in cap.losses):
                 v.failure = "a loss was not finite"
-            elif budget and (cap.peak_memory_bytes or 0) > budget:
-                # NOTE: the watchdog reads the tree's memory ten times a second; a peak between
-                # two reads ends the run normally, and the run's own maximum shows it
-                v.failure = (f"its peak {mib(cap.peak_memory_bytes)} went over the {mib(budget)} budget between "
-                             "two of the memory watchdog's checks")
+            elif (over := over_budget(cap.peak_memory_bytes, budget)) is not None:
+                v.failure = over
             else:
                 v.rates.append(loop.rate(cap))
                 v.peaks.append(int(cap.peak_memory_bytes or 0))
