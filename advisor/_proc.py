@@ -12,11 +12,13 @@ send a signal to a process when its parent dies (``prctl(PR_SET_PDEATHSIG)``); t
 for it, and makes the capture child the subreaper of what the script orphans
 (:func:`become_subreaper`). It also holds the sweeps that end a whole process tree (:class:`ProcessTree`,
 :func:`kill_group`, :func:`end_own_children`) and turns SIGTERM/SIGHUP into the same clean stop as
-Ctrl-C (:func:`interrupt_once`).
+Ctrl-C (:func:`interrupt_once`), and ends a process without the interpreter's teardown
+(:func:`quick_exit`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -328,3 +330,28 @@ def interrupt_once(asked: list[Any] | None = None, final: bool = False) -> Itera
         for sig, handler in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)
+
+
+def quick_exit(code: int) -> None:
+    """Wait for non-daemon threads, run the exit hooks, flush stdout and stderr, and end the process with ``code``.
+
+    These are the parts of a normal exit that run anyone's code, in the interpreter's order
+    (``weakref.finalize`` and ``tempfile`` clean-ups are exit hooks). What is skipped is the
+    freeing of every object, and with it the flush of a file left open, so it ends processes
+    whose files are closed or not ours to flush: a measured run that its script ended (a process
+    that imported torch and ``torch._dynamo`` spent 0.65-1.05 s in CPython's shutdown here,
+    against 0.04 s so; finding open files would take a scan of every object, 0.15-0.3 s), and
+    the command line after its command returned (``advisor analyze`` of a 385 MB trace: 55-68 ms
+    of teardown, 12-16 ms so).
+    """
+    main, me = threading.main_thread(), threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not main and thread is not me and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a closed or broken stream: nothing left to lose
+            pass
+    os._exit(code)

@@ -38,7 +38,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from advisor._proc import become_subreaper, die_with_parent, end_own_children  # noqa: E402
+from advisor._proc import become_subreaper, die_with_parent, end_own_children, quick_exit  # noqa: E402
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
 from advisor.capture import cuda_budget  # noqa: E402
 from advisor.capture.budget import TraceProbe  # noqa: E402
@@ -53,7 +53,6 @@ from advisor.capture.model import (  # noqa: E402
 )
 from advisor.capture.phases import Phases, StopScript  # noqa: E402
 from advisor.capture.profilers import CProfileControl, TorchProfilerControl  # noqa: E402
-from advisor.capture.quick_exit import quick_exit  # noqa: E402
 from advisor.capture.recorder import StepRecorder  # noqa: E402
 from advisor.capture.scriptconfig import ConfigRecorder  # noqa: E402
 from advisor.capture.syspath import put_first  # noqa: E402

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,32 @@ def test_exit_hook_is_registered_once_by_the_console_script() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split()[-2:] == ["1", "_skip_final_collections"]
+
+
+def test_exit_status_follows_sys_exit(capsys) -> None:  # type: ignore[no-untyped-def]
+    from advisor.cli.main import _exit_status
+
+    assert (_exit_status(None), _exit_status(0), _exit_status(3), _exit_status(130)) == (0, 0, 3, 130)
+    assert _exit_status("advisor: stopped") == 1
+    assert capsys.readouterr().err == "advisor: stopped\n"
+
+
+def test_quick_end_keeps_output_exit_hooks_and_status(tmp_path: Path) -> None:
+    # The console entry ends with os._exit after the command: the whole output still arrives
+    # (a pipe and a file), the exit hooks still run, and the command's status is the process's.
+    from test_inline_ignores import starved_trace
+
+    trace = tmp_path / "worker0.pt.trace.json"
+    trace.write_text(json.dumps(starved_trace()), encoding="utf-8")
+    piped = subprocess.run([sys.executable, "-m", "advisor", "analyze", str(trace), "--format", "json"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["primary"]["category"] == "data_loading"
+    listed = subprocess.run([str(BIN), "rules"], capture_output=True, text=True, check=True).stdout
+    assert listed == CliRunner().invoke(cli, ["rules"]).output
+    hook = ("import atexit, sys; atexit.register(lambda: print('hook ran', flush=True)); "
+            "from advisor.cli.main import entry; sys.argv = ['advisor', 'analyze', sys.argv[1]]; entry()")
+    missing = subprocess.run([sys.executable, "-c", hook, str(tmp_path / "nope.json")], capture_output=True, text=True)
+    assert missing.returncode == 2
+    assert missing.stdout == "hook ran\n"
+    assert missing.stderr.startswith("advisor: error: ") and missing.stderr.count("\n") == 1
