@@ -71,8 +71,12 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "analyze_s": t3 - t2,
 
 COMMAND_CODE = """
 import sys
-from advisor.cli.main import main
-main(["analyze", sys.argv[1], "--fail-on", "never"])
+try:
+    from advisor.cli.main import entry as advisor  # the console script's own entry point
+except ImportError:  # a checkout from before it (--against)
+    from advisor.cli.main import main as advisor
+sys.argv = ["advisor", "analyze", sys.argv[1], "--fail-on", "never"]
+advisor()
 """
 
 JSON_CODE = """

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from advisor._paths import display_path
 from advisor.engine.condition import clean_value
 from advisor.engine.model import (
     CATEGORIES,
@@ -227,4 +228,6 @@ def _as_share(value: Any) -> float:
 
 
 def _loc_text(loc: Location) -> str:
-    return f"{loc.where} ({loc.function})" if loc.function else loc.where
+    """``file:line (function)`` for a message, the file shown as the report's location lines show it."""
+    where = display_path(loc.file) + (f":{loc.line}" if loc.line else "")
+    return f"{where} ({loc.function})" if loc.function else where

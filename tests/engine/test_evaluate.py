@@ -228,3 +228,18 @@ def test_eight_threads_on_two_cores_read_compute_not_small_kernels():
     d = diagnose(make_metrics({**metrics, "intra_op_threads_count": 2, "runnable_threads_count": 2,
                                "cpu_demand_ratio": 1.0}))
     assert {x.code for x in d.findings} >= {"SK005"} and d.primary.category == "small_kernels"
+
+
+def test_message_shows_locations_as_the_report_lines_do(tmp_path, monkeypatch):
+    # GPU run (2026-11-27): SY002 said "Found at: /work/main/examples/attention_lm.py:139 (main)"
+    # while its location lines said "examples/attention_lm.py:139 (main)".
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "examples" / "train.py"
+    metrics = make_metrics(
+        {"has_gpu_flag": 1, "sync_count": 3, "item_count": 0, "sync_wait_frac": 0.01},
+        [{"kind": "sync", "file": str(script), "line": 18, "count": 1, "function": "main"},
+         {"kind": "item", "file": "/elsewhere/lib.py", "line": 7, "count": 1}],
+    )
+    sy002 = next(x for x in diagnose(metrics).findings if x.code == "SY002")
+    assert "Found at: examples/train.py:18 (main), /elsewhere/lib.py:7." in sy002.message
+    assert sy002.locations[0].file == str(script)  # the finding keeps the full path; only the text is shortened
