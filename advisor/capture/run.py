@@ -1,11 +1,11 @@
 """Run a script under capture: :func:`capture` takes a :class:`RunSpec`, returns a :class:`RunCapture`.
 
-The parent side, shared with the torchrun launcher (:mod:`advisor.distributed.launch`), which
-uses its public pieces (:func:`validate_spec`, :func:`started`, :class:`EventRelay`,
-:func:`kill_group`, :func:`steps_total`, :func:`report_done`). It validates the script, prepares the run directory, starts
-``python -m advisor.capture.child config.json`` in its own process group (stdout and stderr go
-to ``stdout.log`` / ``stderr.log``, readable while it runs), samples CPU and GPU utilisation,
-relays the child's progress events, enforces the timeout, then merges the child's
+The parent side, shared with the torchrun launcher (:mod:`advisor.distributed.launch`), which uses
+its public pieces (:func:`validate_spec`, :func:`started`, :class:`EventRelay`, :func:`kill_group`,
+:func:`steps_total`, :func:`report_done`). It validates the script, prepares the run directory,
+starts ``python -m advisor.capture.child config.json`` in its own process group (stdout and stderr
+to ``stdout.log`` / ``stderr.log``, readable while it runs), samples CPU and GPU utilisation (the
+GPU's in the timed steps the relayed progress events mark), enforces the timeout, then merges
 ``child.json`` into ``capture.json``. The script's failures are statuses, never exceptions:
 
 * ``stopped``: advisor stopped it after the profiled steps (the normal case);
@@ -16,10 +16,9 @@ relays the child's progress events, enforces the timeout, then merges the child'
 * ``interrupted``: advisor itself was interrupted (Ctrl-C, SIGTERM, SIGHUP): the child was asked
   to save, ``capture.json`` is still written with what was measured, then the interrupt goes on.
 
-Whatever ends the capture, no process of the script's tree is left: the child leads its own
-process group (swept at the end), descendants that leave it are remembered while it runs
-(:class:`advisor._proc.ProcessTree`), and every process advisor starts gets the parent-death
-signal.
+Whatever ends the capture, no process of the script's tree is left: the child leads its own process
+group (swept at the end), descendants that leave it are remembered while it runs
+(:class:`advisor._proc.ProcessTree`), and every process advisor starts gets the parent-death signal.
 """
 
 from __future__ import annotations
@@ -145,6 +144,7 @@ class EventRelay:
         self.path = path
         self.progress = progress
         self.last: ProgressEvent | None = None
+        self.on_phase: Callable[[Phase], None] | None = None  # each event's phase, first (the GPU sampler's window)
         self._stop = threading.Event()
         self._offset = 0
         self._thread = threading.Thread(target=self._loop, name="advisor-events", daemon=True)
@@ -182,6 +182,8 @@ class EventRelay:
             if event.phase == Phase.DONE:
                 continue  # the parent sends the final event itself, with the final status
             self.last = event
+            if self.on_phase is not None:
+                self.on_phase(event.phase)
             if self.progress is not None:
                 try:
                     self.progress(event)
@@ -190,8 +192,7 @@ class EventRelay:
 
 
 Spawn = Callable[[list[str], RunSpec, Any, Any], Any]
-"""Starts the child instead of Popen: ``(cmd, spec, stdout, stderr) -> a Popen-like process``
-(the warm start, :meth:`advisor.capture.warm.WarmServer.popen`)."""
+"""Starts the child instead of Popen: ``(cmd, spec, stdout, stderr) -> a Popen-like process`` (the warm start)."""
 
 
 @contextlib.contextmanager
@@ -269,6 +270,7 @@ def capture(spec: RunSpec, progress: ProgressCallback | None = None, warm: Any =
     start = time.perf_counter()
     with started(cmd, spec, run_dir, warm.popen if warm is not None else None) as (proc, tree):
         sampler = UtilSampler(proc.pid, SAMPLE_INTERVAL_S)
+        relay.on_phase = lambda phase: sampler.timing(phase == Phase.TIMED)
         sampler.start()
         relay.start()
         try:
@@ -456,9 +458,7 @@ def _merge(
         else:
             message = f"the capture process exited with code {returncode} before saving results"
             error_type = "ProcessDied"
-        error = to_jsonable(
-            ScriptError(type=error_type, message=message, step=steps_seen + 1)
-        )
+        error = to_jsonable(ScriptError(type=error_type, message=message, step=steps_seen + 1))
     if status == RunStatus.CRASHED and steps_seen == 0 and isinstance(error, dict):
         error = {**error, "last_line": last_stderr_line(run_dir / STDERR_LOG)}
     env = child.get("environment") or to_jsonable(environment())

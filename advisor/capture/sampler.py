@@ -2,7 +2,9 @@
 
 A daemon thread samples every ``interval_s`` while the child runs. CPU utilisation is the CPU
 time of the child's whole process tree (DataLoader workers included) divided by wall time and
-the machine's logical cores, so other jobs on a shared machine do not count. Those other jobs
+the machine's logical cores, so other jobs on a shared machine do not count. The GPU's mean is
+the timed steps' (:meth:`UtilSampler.timing`): over a whole GPU run it was mostly the start-up's
+idle device (2% on an H200 whose kernels ran 27% of each timed step). Those other jobs
 are measured too, as contention: the machine's busy CPU time less the tree's (``other_util_frac``)
 and the 1-minute load average, with the tree's process and thread counts. Without an NVIDIA
 driver or GPU, the GPU summary carries a note instead of numbers.
@@ -39,6 +41,8 @@ class UtilSampler:
         self._threads = 0
         self._rss_peak = 0
         self._gpu: list[float] = []
+        self._gpu_timed: list[float] = []
+        self._timing = False
         self._gpu_mem_peak = 0
         self._gpu_total: int | None = None
         self._gpu_note: str | None = None
@@ -50,6 +54,10 @@ class UtilSampler:
         """Start sampling in the background."""
         self._init_nvml()
         self._thread.start()
+
+    def timing(self, on: bool) -> None:
+        """Say whether the child is in its timed steps now (the run's progress events tell the parent)."""
+        self._timing = on
 
     def stop(self) -> tuple[UtilSummary, UtilSummary]:
         """Stop and return (cpu, gpu) summaries."""
@@ -198,7 +206,10 @@ class UtilSampler:
             used = sum(int(nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self._handles)
         except Exception:  # noqa: BLE001 - one failed sample is skipped
             return
-        self._gpu.append(sum(utils) / (100.0 * len(utils)))
+        util = sum(utils) / (100.0 * len(utils))
+        self._gpu.append(util)
+        if self._timing:
+            self._gpu_timed.append(util)
         self._gpu_mem_peak = max(self._gpu_mem_peak, used)
 
     def _cpu_summary(self) -> UtilSummary:
@@ -222,13 +233,20 @@ class UtilSampler:
     def _gpu_summary(self) -> UtilSummary:
         if not self._handles:
             return UtilSummary(note=self._gpu_note)
+        # NOTE: the timed steps' samples where there are any; a run too short for one keeps the whole run's, and says so.
+        shown = self._gpu_timed or self._gpu
+        note = None
+        if not self._gpu:
+            note = "GPU not sampled: the script ended before a full interval"
+        elif not self._gpu_timed:
+            note = "GPU utilisation over the whole run: no NVML sample fell in the timed steps"
         return UtilSummary(
-            mean_util_frac=sum(self._gpu) / len(self._gpu) if self._gpu else None,
-            max_util_frac=max(self._gpu) if self._gpu else None,
-            samples=len(self._gpu),
+            mean_util_frac=_mean(shown),
+            max_util_frac=max(shown) if shown else None,
+            samples=len(shown),
             peak_memory_bytes=self._gpu_mem_peak or None,
             total_memory_bytes=self._gpu_total,
-            note=None if self._gpu else "GPU not sampled: the script ended before a full interval",
+            note=note,
         )
 
 

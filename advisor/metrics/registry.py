@@ -144,7 +144,7 @@ _SPECS: tuple[MetricSpec, ...] = (
         "micro_batch_size", "count", "run",
         "Median micro-batch size: samples per DataLoader batch, else per backward() call",
     ),
-    MetricSpec("gpu_util_frac", "frac", "run", "Mean GPU utilisation sampled by NVML"),
+    MetricSpec("gpu_util_frac", "frac", "run", "Mean GPU utilisation sampled by NVML in the timed steps (the whole run when no sample fell in them)"),
     MetricSpec("cpu_util_frac", "frac", "run", "Mean CPU utilisation of the machine sampled by psutil (all cores)"),
     MetricSpec("cpu_count", "count", "run", "Logical CPU cores on the machine"),
     MetricSpec("dataloader_num_workers", "count", "run", "num_workers of the main DataLoader"),
