@@ -331,26 +331,18 @@ def merge_locations(locations: Sequence[SourceLocation], script: str | None = No
     records full paths, so the same line would otherwise appear twice. A base name is resolved
     to the full path another location (or the captured script) gives it when that is unique.
     """
-    full_paths: dict[str, set[str]] = defaultdict(set)
-    for loc in locations:
-        if "/" in loc.file or "\\" in loc.file:
-            full_paths[Path(loc.file).name].add(loc.file)
-    if script:
-        full_paths[Path(script).name].add(str(script))
     merged: dict[tuple[str, str, int], SourceLocation] = {}
-    for loc in locations:
-        candidates = full_paths.get(loc.file, set()) if "/" not in loc.file else set()
-        file = next(iter(candidates)) if len(candidates) == 1 else loc.file
-        key = (loc.kind, file, loc.line)
+    for loc in resolve_names(locations, script):
+        key = (loc.kind, loc.file, loc.line)
         prev = merged.get(key)
         if prev is None:
-            merged[key] = replace(loc, file=file)
+            merged[key] = loc
         else:
             # Two windows measured the same line: keep the profiler's count and time (its steps
             # are the analysed ones, the breakdown's), and say both sources agreed. The larger
             # time was kept before: cProfile's, whose per-call overhead inflates per-sample Python
             # code, showed a __getitem__ at 32.6 ms per step under a 19.1 ms data-loading part.
-            best = prev if prev.source == "trace" else replace(loc, file=file)
+            best = prev if prev.source == "trace" else loc
             merged[key] = replace(
                 best,
                 time_ms=best.time_ms or prev.time_ms or loc.time_ms,
@@ -358,3 +350,23 @@ def merge_locations(locations: Sequence[SourceLocation], script: str | None = No
                 source="trace+pstats" if {prev.source, loc.source} == {"trace", "pstats"} else best.source,
             )
     return list(merged.values())
+
+
+def resolve_names(locations: Sequence[SourceLocation], script: str | None = None) -> list[SourceLocation]:
+    """Give each bare file name the full path another location (or the captured script) has for it, where that is unique.
+
+    Profiler stacks name a file by its path under its ``sys.path`` entry (``attention_lm.py(84):
+    forward``), advisor's own hooks and cProfile by its full path: on an H200 one finding listed
+    ``attention_lm.py:84`` beside ``examples/attention_lm.py:134``, the same file.
+    """
+    full_paths: dict[str, set[str]] = defaultdict(set)
+    for loc in locations:
+        if "/" in loc.file or "\\" in loc.file:
+            full_paths[Path(loc.file).name].add(loc.file)
+    if script:
+        full_paths[Path(script).name].add(str(script))
+    out = []
+    for loc in locations:
+        candidates = full_paths.get(loc.file, set()) if "/" not in loc.file else set()
+        out.append(replace(loc, file=next(iter(candidates))) if len(candidates) == 1 else loc)
+    return out

@@ -3,7 +3,7 @@
 import pytest
 
 from advisor.metrics.model import SourceLocation
-from advisor.metrics.sources import merge_locations
+from advisor.metrics.sources import merge_locations, resolve_names
 
 
 def test_base_name_resolved_and_merged_with_pstats() -> None:
@@ -67,3 +67,15 @@ def test_ambiguous_base_name_left_alone() -> None:
 def test_script_path_resolves_trace_names() -> None:
     (loc,) = merge_locations([SourceLocation("item", "train.py", 5)], script="/x/y/train.py")
     assert loc.file == "/x/y/train.py"
+
+
+def test_every_kind_of_location_gets_the_full_path_another_one_has() -> None:
+    # The H200's chargpt: the peak-memory lines came from profiler stacks (``attention_lm.py``),
+    # the syncs from advisor's hooks (``/repo/examples/attention_lm.py``); one message held both.
+    full = "/repo/examples/attention_lm.py"
+    locs = [SourceLocation("sync", full, 134, "main"), SourceLocation("memory", "attention_lm.py", 84, "forward"),
+            SourceLocation("memory", "train.py", 5), SourceLocation("memory", "utils.py", 9),
+            SourceLocation("hot", "/a/utils.py", 1), SourceLocation("hot", "/b/utils.py", 2)]
+    out = resolve_names(locs, script="/repo/train.py")
+    assert [loc.file for loc in out] == [full, full, "/repo/train.py", "utils.py", "/a/utils.py", "/b/utils.py"]
+    assert [(loc.kind, loc.line, loc.function) for loc in out] == [(loc.kind, loc.line, loc.function) for loc in locs]
