@@ -76,6 +76,9 @@ SETUP_S = 15.0
 """Seconds of an example's share that go to its capture, kept run and report, not its fix loop."""
 GRACE_S = 20.0
 """Seconds a diagnose past its time gets after a Ctrl-C to save what it measured (report.json)."""
+SCANNER_RESERVE_S = 15.0
+"""Seconds of the budget kept for that comparison (a tenth of the budget at most): in both calls of
+the third H200 check the plain timings spent the budget first, and no trace was compared."""
 SCANNER_S = 45.0
 """Most seconds spent loading the check's own traces twice, natively scanned and through msgspec."""
 DONE = re.compile(r"^done: (\d+) steps, ([0-9.]+) samples/s", re.M)
@@ -441,13 +444,14 @@ def main(argv: list[str] | None = None) -> int:
     timed = any(c.name in TWIN_TIMED or c.name in trials for c in cases)
     given = opts.plain_s != PLAIN_RESERVE_S
     plain_reserve = (opts.plain_s if given else min(PLAIN_RESERVE_S, opts.budget / 4)) if timed else 0.0
+    scanner_reserve = min(SCANNER_RESERVE_S, opts.budget / 10)
     # NOTE: every example is diagnosed first, the fix loops then share what is left.
     order = [c for c in cases if c.name not in trials] + [c for c in cases if c.name in trials]
     for i, case in enumerate(order):
         if dry:
             case.status, case.reason = "skipped", "dry run" if opts.dry_run else "no CUDA device"
             continue
-        left = deadline - plain_reserve - time.monotonic()
+        left = deadline - plain_reserve - scanner_reserve - time.monotonic()
         looping = case.name in trials
         share = left / sum(1 for c in order[i:] if c.name in trials) if looping else None
         if left < MIN_EXAMPLE_S:
@@ -466,10 +470,10 @@ def main(argv: list[str] | None = None) -> int:
                         and has_source_diff(opts.work / "runs" / c.name)),
                        key=lambda c: -(c.speedup or 0))[:REPRODUCED]
         for case in twins:
-            time_twin(case, manifest[case.name], opts.work, deadline)
+            time_twin(case, manifest[case.name], opts.work, deadline - scanner_reserve)
             print(f"{case.name}: twin {case.twin_speedup} {case.plain_rates}", flush=True)
         for case in diffs:
-            reproduce(case, manifest[case.name], opts.work, deadline)
+            reproduce(case, manifest[case.name], opts.work, deadline - scanner_reserve)
             print(f"{case.name}: kept diff {case.plain_speedup} {case.plain_rates}", flush=True)
         extra["scanner"] = scanner_check(opts.work / "runs", max(0.0, min(SCANNER_S, deadline - time.monotonic())))
         if extra["scanner"]["differ"]:
