@@ -46,7 +46,7 @@ from advisor.metrics.modules import with_model_names
 from advisor.metrics.peak_share import peak_share, peak_share_metrics
 from advisor.metrics.periodic import periodic_locations, periodic_metrics, periodic_notes
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
-from advisor.metrics.sources import finish_locations, resolve_names
+from advisor.metrics.sources import finish_locations, tidy_locations
 from advisor.metrics.userframes import user_predicate
 from advisor.rundir import CAPTURE_FILE, PSTATS_FILE, TRACES_DIR
 from advisor.trace.load import Trace, find_trace_files, load_trace, load_traces
@@ -391,7 +391,7 @@ def merge_digests(
         summary=summary,
         steps=steps,
         ranks=ranks,
-        locations=tuple(resolve_names(locations, capture.script if capture else None)),
+        locations=tuple(tidy_locations(locations, capture.script if capture else None)),
         notes=tuple(dict.fromkeys(notes)),
         device=devices,
         extra=extra,

@@ -370,3 +370,15 @@ def resolve_names(locations: Sequence[SourceLocation], script: str | None = None
         candidates = full_paths.get(loc.file, set()) if "/" not in loc.file else set()
         out.append(replace(loc, file=next(iter(candidates))) if len(candidates) == 1 else loc)
     return out
+
+
+def tidy_locations(locations: Sequence[SourceLocation], script: str | None = None) -> list[SourceLocation]:
+    """Resolve bare names (:func:`resolve_names`), then drop a line-less location that a located one names.
+
+    A frame running since before the profiled window has a function but no line (``main`` of
+    ``attention_lm.py``); beside ``attention_lm.py:134 (main)`` of the same kind it only repeats
+    the function, without saying where.
+    """
+    resolved = resolve_names(locations, script)
+    located = {(loc.kind, loc.file, loc.function) for loc in resolved if loc.line}
+    return [loc for loc in resolved if loc.line or (loc.kind, loc.file, loc.function) not in located]

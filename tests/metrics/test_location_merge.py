@@ -3,7 +3,7 @@
 import pytest
 
 from advisor.metrics.model import SourceLocation
-from advisor.metrics.sources import merge_locations, resolve_names
+from advisor.metrics.sources import merge_locations, resolve_names, tidy_locations
 
 
 def test_base_name_resolved_and_merged_with_pstats() -> None:
@@ -79,3 +79,12 @@ def test_every_kind_of_location_gets_the_full_path_another_one_has() -> None:
     out = resolve_names(locs, script="/repo/train.py")
     assert [loc.file for loc in out] == [full, full, "/repo/train.py", "utils.py", "/a/utils.py", "/b/utils.py"]
     assert [(loc.kind, loc.line, loc.function) for loc in out] == [(loc.kind, loc.line, loc.function) for loc in locs]
+
+
+def test_a_line_less_frame_beside_a_located_one_of_its_function_is_dropped() -> None:
+    # The H200's ME002: "examples/attention_lm.py:134 (main), examples/attention_lm.py (main)".
+    full = "/repo/examples/attention_lm.py"
+    locs = [SourceLocation("memory", full, 134, "main"), SourceLocation("memory", "attention_lm.py", 0, "main"),
+            SourceLocation("memory", "attention_lm.py", 0, "forward"), SourceLocation("sync", full, 0, "main")]
+    out = [(loc.kind, loc.file, loc.line, loc.function) for loc in tidy_locations(locs)]
+    assert out == [("memory", full, 134, "main"), ("memory", full, 0, "forward"), ("sync", full, 0, "main")]
