@@ -8,6 +8,7 @@ script written, two runs sharing one folder.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import errno
 import os
@@ -55,9 +56,12 @@ def test_output_to_a_fifo_writes_into_it_and_keeps_it_a_fifo(capsys, run_dir: Pa
     try:
         code, _, err = invoke(capsys, "report", str(run_dir), "--format", "json", "-o", str(fifo))
     finally:
-        if thread.is_alive():  # unblock the reader if nothing was written into the pipe
-            with open(fifo, "wb", buffering=0) as fh:
-                fh.write(b"")
+        # NOTE: unblock a reader still waiting for a writer. Non-blocking: a reader that has just
+        # read everything may still be alive, and a blocking open would then wait forever for the
+        # next reader (the CI run of 2026-11-27 hung here).
+        if thread.is_alive():
+            with contextlib.suppress(OSError):  # ENXIO: no reader has it open
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         thread.join(10)
     assert stat.S_ISFIFO(fifo.lstat().st_mode), "the FIFO was replaced by a regular file"
     assert code == 0, err
