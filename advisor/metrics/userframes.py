@@ -67,7 +67,7 @@ class _CallSites:
 
     def resolve(self, tid: int, ts: float) -> tuple[str, int, str] | None:
         """Return the call site whose range holds (tid, ts), or None."""
-        found = _started_before(self.by_tid, self.ts, tid, ts) if self.ok else None
+        found = _started_before(self.by_tid, tid, ts) if self.ok else None
         if found is None:
             return None
         idx, pos = found
@@ -112,7 +112,7 @@ class _PythonStacks:
 
     def resolve(self, tid: int, ts: float) -> tuple[str, int, str] | None:
         """Return the user's innermost frame around (tid, ts)."""
-        found = _started_before(self.by_tid, self.ts, tid, ts) if self.ok else None
+        found = _started_before(self.by_tid, tid, ts) if self.ok else None
         if found is None:
             return None
         idx, pos = found
@@ -163,7 +163,7 @@ class _CallStacks:
 
     def resolve(self, tid: int, ts: float) -> tuple[str, int, str] | None:
         """Return the first user frame of the top-level op around (tid, ts)."""
-        found = _started_before(self.by_tid, self.ts, tid, ts) if self.ok else None
+        found = _started_before(self.by_tid, tid, ts) if self.ok else None
         if found is None:
             return None
         idx, pos = found
@@ -181,24 +181,27 @@ def _tids(ev: Any) -> np.ndarray:
     return ev["tid"].cat.codes.to_numpy()
 
 
-def _by_tid(tid: np.ndarray, ts: np.ndarray) -> dict[int, np.ndarray]:
-    """Row positions per thread, sorted by start time."""
-    out: dict[int, np.ndarray] = {}
+def _by_tid(tid: np.ndarray, ts: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Row positions per thread, sorted by start time, with those start times.
+
+    The starts are kept sorted once here: taking them per query (``ts[idx]``) copied a whole
+    thread's column for every resolved op, 3-4% of ``advisor analyze`` on a 385 MB trace.
+    """
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for t in np.unique(tid):
         idx = np.flatnonzero(tid == t)
-        out[int(t)] = idx[np.argsort(ts[idx], kind="stable")]
+        idx = idx[np.argsort(ts[idx], kind="stable")]
+        out[int(t)] = idx, ts[idx]
     return out
 
 
-def _started_before(
-    by_tid: dict[int, np.ndarray], starts: np.ndarray, tid: int, ts: float
-) -> tuple[np.ndarray, int] | None:
+def _started_before(by_tid: dict[int, tuple[np.ndarray, np.ndarray]], tid: int, ts: float) -> tuple[np.ndarray, int] | None:
     """Return the thread's sorted rows and the position of the last one starting by ``ts``."""
-    idx = by_tid.get(int(tid))
-    if idx is None or len(idx) == 0:
+    found = by_tid.get(int(tid))
+    if found is None or len(found[0]) == 0:
         return None
-    pos = int(np.searchsorted(starts[idx], ts, side="right")) - 1
-    return (idx, pos) if pos >= 0 else None
+    pos = int(np.searchsorted(found[1], ts, side="right")) - 1
+    return (found[0], pos) if pos >= 0 else None
 
 
 def _resolver(analysis: TraceAnalysis, is_user: UserPredicate) -> Any:
