@@ -19,3 +19,13 @@ def display_path(file: str) -> str:
     except ValueError:  # pragma: no cover - another drive on Windows
         return file
     return file if rel.startswith("..") else rel
+
+
+def location_text(file: str, line: int | None, function: str = "") -> str:
+    """``file:line (function)`` (the line and function where known), the file shown by :func:`display_path`.
+
+    The one form of a source location: a finding's message and the report's location lines.
+    """
+    file = display_path(file)
+    where = f"{file}:{line}" if line else file
+    return f"{where} ({function})" if function else where

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from advisor import _proctree
 
@@ -332,7 +332,7 @@ def interrupt_once(asked: list[Any] | None = None, final: bool = False) -> Itera
                 signal.signal(sig, handler)
 
 
-def quick_exit(code: int) -> None:
+def quick_exit(code: int) -> NoReturn:
     """Wait for non-daemon threads, run the exit hooks, flush stdout and stderr, and end the process with ``code``.
 
     These are the parts of a normal exit that run anyone's code, in the interpreter's order

@@ -162,7 +162,6 @@ def entry() -> NoReturn:
         code = _exit_status(exc.code)
     atexit.unregister(_skip_final_collections)  # no final collections follow to skip
     quick_exit(code)
-    raise AssertionError("unreachable")  # pragma: no cover - quick_exit ends the process
 
 
 def _exit_status(code: object) -> int:

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from advisor._paths import display_path
+from advisor._paths import location_text
 from advisor.engine.condition import clean_value
 from advisor.engine.model import (
     CATEGORIES,
@@ -132,7 +132,7 @@ def evaluate_rule(
         name=rule.name,
         category=rule.category,
         severity=rule.severity,
-        message=rule.message.render(values, locations=", ".join(_loc_text(loc) for loc in locs)),
+        message=rule.message.render(values, locations=", ".join(location_text(loc.file, loc.line, loc.function) for loc in locs)),
         evidence=evidence,
         locations=locs,
         fixes=rule.fixes,
@@ -225,9 +225,3 @@ def _as_share(value: Any) -> float:
     if value is None or isinstance(value, str):
         return 0.0
     return float(min(max(value, 0.0), 1.0))
-
-
-def _loc_text(loc: Location) -> str:
-    """``file:line (function)`` for a message, the file shown as the report's location lines show it."""
-    where = display_path(loc.file) + (f":{loc.line}" if loc.line else "")
-    return f"{where} ({loc.function})" if loc.function else where

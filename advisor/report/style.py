@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from advisor._num import finite, ms_text
-from advisor._paths import display_path
+from advisor._paths import display_path, location_text  # noqa: F401 - the renderers call them as style.display_path and style.location_text
 from advisor.capture.vocab import RunStatus
 from advisor.metrics.registry import BREAKDOWN_PARTS
 from advisor.report.model import ReportStatus
@@ -258,13 +258,6 @@ def ordered_parts(breakdown: dict[str, Any]) -> list[str]:
     """Breakdown parts in display order: the declared parts first, then any unknown extras."""
     extra = sorted(k for k in breakdown if k not in BREAKDOWN_PARTS)
     return [p for p in BREAKDOWN_PARTS if p in breakdown] + extra
-
-
-def location_text(file: str, line: int | None, function: str = "") -> str:
-    """``file:line`` (with ``in function`` when known), the file shown by :func:`display_path`."""
-    file = display_path(file)
-    where = f"{file}:{line}" if line else file
-    return f"{where} ({function})" if function else where
 
 
 def diff_line_kind(line: str) -> str:

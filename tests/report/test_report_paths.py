@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.report.style import display_path, location_text
+from advisor._paths import display_path, location_text
 
 
 def test_paths_under_the_working_directory_are_shown_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
