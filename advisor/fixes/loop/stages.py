@@ -143,7 +143,7 @@ def profile_kept(kept: Sequence[Trial], loop: Measurer, ctx: FixContext, spec: R
     for t in kept:
         overrides = fixes[t.fix].overrides_for(dict(t.params), spec, ctx, loop.base_step_ms) or overrides
     requests = tuple(FixRequest(t.fix, dict(t.params)) for t in kept)
-    # NOTE: the diagnosed run's phases, not a trial's: a trial times at least 1 s of steps,
+    # NOTE: the diagnosed run's phases, not a trial's: a trial times at least 1.5 s of steps,
     # and a script of fast steps that ends on its own (regression/main.py: 0.3 ms steps, ~830
     # in all) ended inside that window, before its profiled steps, leaving no trace
     run_spec = replace(
