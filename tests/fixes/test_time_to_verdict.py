@@ -148,6 +148,11 @@ def test_settled_warmup_is_measured_from_the_baseline_steps():
     assert settled_warmup([0.4, 0.7, 410, 620, 470], [450.0, 600, 520, 480, 700, 510], 5) == 4
     assert settled_warmup([0.4, 0.7, 500, 520, 300], [450.0, 600, 520, 480, 700, 510], 5) == 5
     assert settled_warmup([0.4, 0.7, 500, 520, 470], [450.0, 600, 520, 480, 700, 510], 5) == 3
+    # a machine whose speed drifted within the run (data_loading.py's first baseline on this VM):
+    # warm-up steps a few % slower than the slowest steady step are as settled as it is
+    drifted = [116.0, 114, 77, 80, 81, 82, 82, 79, 80, 78, 82, 80, 79, 106, 111, 117, 119]
+    assert settled_warmup([1, 15, 120, 119, 122], drifted, 5) == 3
+    assert settled_warmup([1, 15, 140, 119, 122], drifted, 5) == 4  # 18% over it: still warming up
     # the band follows the steady steps' own spread (noisy steps: a wider band)
     assert settled_warmup([900, 13, 7, 10, 10], [6.0, 14, 10, 9, 11, 7, 13, 10, 10, 10], 5) == 2
     assert settled_warmup([900, 13, 6, 10, 10], [6.0, 14, 10, 9, 11, 7, 13, 10, 10, 10], 5) == 4
@@ -175,6 +180,27 @@ def test_trial_runs_warm_up_only_as_long_as_the_baseline_needed(spec):
     assert runner.calls[0].warmup_steps == 5
     assert {s.warmup_steps for s in runner.calls[1:]} == {2}
     assert any("warm up for 2 steps, not 5" in n for n in out.notes)
+
+
+def test_a_later_baseline_that_settled_cuts_the_warm_up_the_first_could_not(spec):
+    # the VM's two speed levels: the first baseline started slow and sped up mid-window, which read
+    # as a warm-up that never ended; the second settled, so the runs after it warm up 2 steps
+    @dataclass
+    class Drifting(WarmupRunner):
+        def __call__(self, spec: RunSpec) -> RunCapture:
+            cap = super().__call__(spec)
+            if len(self.calls) == 1:
+                cap = replace(cap, timed=replace(cap.timed, warmup_step_times_ms=(900.0, 10.0, 15.0, 15.0, 15.0),
+                                                 step_times_ms=(15.0,) * 3 + (10.0,) * 17))
+            return cap
+
+    runner = Drifting(FakeRunner(effects={"bf16_autocast": 1.5}), (900.0, 10.0, 10.0, 10.0, 10.0))
+    out = run_trials(spec, refs("bf16_autocast"), unsafe=True, runner=runner, make_diff_text=False)
+    names = [s.out_dir.name for s in runner.calls]
+    second = names.index("baseline-2")
+    assert {s.warmup_steps for s in runner.calls[: second + 1]} == {5}
+    assert {s.warmup_steps for s in runner.calls[second + 1:]} == {2}
+    assert any("warm up for 2 steps, not 5, from baseline run 2 on" in n for n in out.notes)
 
 
 # -- the budget ----------------------------------------------------------------------------------

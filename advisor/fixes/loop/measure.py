@@ -70,6 +70,7 @@ class Measurer:
         # step source): what fixes measured on top of that rung read before they run (Fix.inert)
         self.rung_runs: dict[str, list[tuple[float | None, int, str | None]]] = {}
         self.on_run: Callable[[], None] | None = None
+        self.on_baseline: Callable[[RunCapture], None] | None = None  # each plain baseline run, once run
         self.runs = 0
         self.phases_s: dict[str, float] = {}
         self.starts: dict[str, int] = {}  # runs per start kind (cold, warm)
@@ -198,6 +199,8 @@ class Measurer:
         cap = self.run(f"{name}-{k}", fixes, flight=flight)
         if not fixes and cap.ok and not self.baseline_losses:
             self.baseline_losses = tuple(cap.losses)
+        if not fixes and self.on_baseline is not None:
+            self.on_baseline(cap)
         if self.spec.timeout_s is None and cap.ok and cap.wall_s:
             # NOTE: a hung variant must not hang the loop: allow generous slack over the
             # baseline (compile can take 15 s cold) but not forever.

@@ -51,6 +51,11 @@ MIN_TRIAL_WARMUP = 2
 # A warm-up step further than this factor from the baseline's steady median (either way, and
 # outside the steady steps' own range) is still warming up (settled_warmup).
 WARMUP_SETTLED = 1.25
+# A warm-up step this close to the steady steps' fastest or slowest (either way) is as settled as
+# that step: the extremes of a dozen steps move with the machine. On a VM whose speed drifted
+# within one baseline run (steady steps 77-119 ms), warm-up steps of 120-122 ms sent every trial
+# run of a diagnose through the full 5 warm-up steps: 0.3 s a run, 6 s of its overhead.
+WARMUP_EDGE = 1.1
 
 
 def trial_window(spec: RunSpec, base_step_ms: float | None) -> tuple[int, float]:

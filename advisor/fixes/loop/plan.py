@@ -16,7 +16,7 @@ from advisor.fixes import catalog
 from advisor.fixes.bounds import GainBound, by_gain
 from advisor.fixes.fix import UNSAFE, FixContext
 from advisor.fixes.loop.measure import Measurer
-from advisor.fixes.loop.options import MIN_TRIAL_WARMUP, WARMUP_SETTLED
+from advisor.fixes.loop.options import MIN_TRIAL_WARMUP, WARMUP_EDGE, WARMUP_SETTLED
 from advisor.fixes.loop.variant import ADVICE, SKIPPED, Variant
 from advisor.fixes.model import Trial
 
@@ -138,8 +138,8 @@ def settled_warmup(warmup_ms: Sequence[float], timed_ms: Sequence[float], asked:
     """Warm-up steps a trial run needs, read from the baseline's own step times (never more than asked).
 
     A warm-up step has settled when it lies within the band of the steady steps (the timed
-    steps after the first three: from the fastest to the slowest), widened to at least
-    :data:`WARMUP_SETTLED` times their median either way. Steps outside it, slower (allocator growth, lazy set-up) *or* faster
+    steps after the first three: from the fastest to the slowest, and :data:`WARMUP_EDGE` beyond
+    either), widened to at least :data:`WARMUP_SETTLED` times their median either way. Steps outside it, slower (allocator growth, lazy set-up) *or* faster
     (a first step that did no real work), are still warming up. The warm-up kept ends one step
     after the last unsettled one, never below :data:`MIN_TRIAL_WARMUP`. When the first three
     timed steps are, on average, more than that factor away from the steady median, warm-up was
@@ -150,7 +150,8 @@ def settled_warmup(warmup_ms: Sequence[float], timed_ms: Sequence[float], asked:
         return asked
     mid = median(steady) or 0.0
     rest = [t for t in list(timed_ms)[3:] if t > 0] or steady
-    lo, hi = min(min(rest), mid / WARMUP_SETTLED), max(max(rest), mid * WARMUP_SETTLED)
+    lo = min(min(rest) / WARMUP_EDGE, mid / WARMUP_SETTLED)
+    hi = max(max(rest) * WARMUP_EDGE, mid * WARMUP_SETTLED)
 
     def settled(t: float) -> bool:
         return lo <= t <= hi
