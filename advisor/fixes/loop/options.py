@@ -34,10 +34,9 @@ DEFAULT_SEED = 0
 # Every trial run times at least this much of the script (RunSpec.min_timed_s): 20 steps of a
 # tiny model are a 10-15 ms window, where one slow step halved a baseline's rate and inflated a
 # larger_batch speedup to 19.8x against 11.4x timed plainly over the whole script (tiny_model,
-# benchmarks/fix_speedups.py). Slow steps already fill it; only fast ones run longer. 1.5 s,
-# not 1 s: a run's fixed cost outside its window (fork, first step, warm-up, exit) is 0.25-0.45 s,
-# which made 31% of the demo's diagnose overhead against 24-25% now (issue #33), and a DataLoader
-# whose workers deliver in bursts (steps' CV 0.5-0.8) gives a steadier rate over 20 steps than 13.
+# benchmarks/fix_speedups.py). Slow steps already fill it; only fast ones run longer. 1.5 s, not
+# 1 s: a run costs 0.3-0.45 s outside its window (fork, first step, warm-up, exit), which against
+# 1 s made about 30% of the demo's diagnose overhead, over issue #33's 25% (docs/benchmarks.md).
 MIN_TRIAL_WINDOW_S = 1.5
 # A trial run times this many steps (fewer when the user asked for fewer), extended to
 # MIN_TRIAL_WINDOW_S: each run yields one rate for the paired test, and the window, not a fixed
