@@ -118,8 +118,8 @@ class LoopOptions:
             :data:`~advisor.fixes.stats.MIN_PAIRS` pairs, see
             :func:`~advisor.fixes.stats.decided_early`); False runs every planned round.
         settle_warmup: Let trial runs warm up for only as many steps as the first baseline
-            needed to reach a stable step time
-            (:func:`~advisor.fixes.loop.plan.settled_warmup`); False keeps the spec's.
+            (or, when it did not settle, a later plain baseline) needed to reach a stable step
+            time (:func:`~advisor.fixes.loop.plan.settled_warmup`); False keeps the spec's.
         skip_inert: Skip a fix measured on top of another's rung when that rung's runs show it
             could not change the measurement (:attr:`~advisor.fixes.fix.Fix.inert`); never for
             fixes named in ``only``.

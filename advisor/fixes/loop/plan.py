@@ -139,8 +139,9 @@ def settled_warmup(warmup_ms: Sequence[float], timed_ms: Sequence[float], asked:
 
     A warm-up step has settled when it lies within the band of the steady steps (the timed
     steps after the first three: from the fastest to the slowest, and :data:`WARMUP_EDGE` beyond
-    either), widened to at least :data:`WARMUP_SETTLED` times their median either way. Steps outside it, slower (allocator growth, lazy set-up) *or* faster
-    (a first step that did no real work), are still warming up. The warm-up kept ends one step
+    either), widened to at least :data:`WARMUP_SETTLED` times their median either way. Steps
+    outside it, slower (allocator growth, lazy set-up) *or* faster (a first step that did no
+    real work), are still warming up. The warm-up kept ends one step
     after the last unsettled one, never below :data:`MIN_TRIAL_WARMUP`. When the first three
     timed steps are, on average, more than that factor away from the steady median, warm-up was
     not long enough as it was, and nothing is cut.

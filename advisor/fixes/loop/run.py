@@ -192,27 +192,24 @@ def _settle(base0: RunCapture, spec: RunSpec, loop: Measurer, settle_warmup: boo
     """Read the first baseline: the fixes' context, its step time, and the warm-up the trial runs need."""
     ctx = context_from_capture(base0, spec.memory_budget_bytes)
     loop.base_step_ms = median(base0.timed.step_times_ms)
-    warmup = settled_warmup(base0.timed.warmup_step_times_ms, base0.timed.step_times_ms, spec.warmup_steps)
-    if settle_warmup and warmup < spec.warmup_steps:
-        loop.warmup_steps = warmup
-        notes.append(
-            f"trial runs warm up for {warmup} steps, not {spec.warmup_steps}: the baseline's step time "
-            f"was within {WARMUP_SETTLED:.2f}x of its timed median from warm-up step {warmup} on"
-        )
-    elif settle_warmup:
-        loop.on_baseline = _settle_later(spec, loop, notes)
+    if settle_warmup:
+        read = _warmup_reader(spec, loop, notes)
+        read(base0)
+        if loop.warmup_steps is None:
+            loop.on_baseline = read
     return ctx
 
 
-def _settle_later(spec: RunSpec, loop: Measurer, notes: list[str]) -> Callable[[RunCapture], None]:
-    """Read each later plain baseline run's warm-up too, until one settled early (then trial runs warm up that long).
+def _warmup_reader(spec: RunSpec, loop: Measurer, notes: list[str]) -> Callable[[RunCapture], None]:
+    """Read plain baseline runs' warm-up, the first and then each later one, until one settled early.
 
-    A warm-up that one run needs, every run needs: it comes from the script. A machine whose
-    speed moves between two levels within seconds (this project's VM: steps of 75 ms, then
-    105-120 ms) can start the first baseline on the slow level and leave it mid-window, which
-    reads as a warm-up that never ended; every trial run then paid the full warm-up (0.3 s).
+    Trial runs then warm up as long as that run needed. A warm-up that one run needs, every run
+    needs: it comes from the script. A machine whose speed moves between two levels within
+    seconds (this project's VM: steps of 75 ms, then 105-120 ms) can start the first baseline on
+    the slow level and leave it mid-window, which reads as a warm-up that never ended; every
+    trial run then paid the full warm-up (0.3 s).
     """
-    runs = 1
+    runs = 0
 
     def read(cap: RunCapture) -> None:
         nonlocal runs
@@ -220,13 +217,16 @@ def _settle_later(spec: RunSpec, loop: Measurer, notes: list[str]) -> Callable[[
         if not cap.ok:
             return
         warmup = settled_warmup(cap.timed.warmup_step_times_ms, cap.timed.step_times_ms, spec.warmup_steps)
-        if warmup < spec.warmup_steps:
-            loop.warmup_steps, loop.on_baseline = warmup, None
-            notes.append(
-                f"trial runs warm up for {warmup} steps, not {spec.warmup_steps}, from baseline run {runs} on: "
-                f"its step time was within {WARMUP_SETTLED:.2f}x of its timed median from warm-up step {warmup} "
-                "on, where the first baseline run's had not settled"
-            )
+        if warmup >= spec.warmup_steps:
+            return
+        loop.warmup_steps, loop.on_baseline = warmup, None
+        within = f"within {WARMUP_SETTLED:.2f}x of its timed median from warm-up step {warmup} on"
+        notes.append(
+            f"trial runs warm up for {warmup} steps, not {spec.warmup_steps}: the baseline's step time was {within}"
+            if runs == 1 else
+            f"trial runs warm up for {warmup} steps, not {spec.warmup_steps}, from baseline run {runs} on: "
+            f"its step time was {within}, where the first baseline run's had not settled"
+        )
 
     return read
 
