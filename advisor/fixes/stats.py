@@ -154,6 +154,17 @@ def paired_ratios(
     return out
 
 
+def round_ratios(partner: Sequence[float | None], variant: Sequence[float | None]) -> list[float]:
+    """Ratios of each variant run to its partner's run of the same round (both between the same two references).
+
+    In a measurement ``A P V A V P A`` against the plain baseline ``A``, a fix ``V`` built on
+    top of ``P`` is judged against ``P``: each round's ``V[i] / P[i]``, neighbours in time, the
+    same baseline runs around both. Rounds where either run failed (None) or was not run give
+    no ratio.
+    """
+    return [b / a for a, b in zip(partner, variant, strict=False) if a and b and a > 0 and b > 0]
+
+
 def reference_residuals(baseline: Sequence[float | None]) -> list[float]:
     """Measure the reference against itself: each inner reference run over its neighbours (logs).
 
@@ -287,7 +298,16 @@ def decided_early(
     below ``1 + min_effect`` (no win is possible any more: more pairs would not change what is
     kept). Never before :data:`MIN_PAIRS` pairs.
     """
-    est = paired_estimate(baseline, variant, min_effect, alpha=0.05 / max(1, looks), history=history)
+    return decides(paired_estimate(baseline, variant, min_effect, alpha=0.05 / max(1, looks), history=history),
+                   min_effect)
+
+
+def decides(est: Estimate, min_effect: float = MIN_EFFECT) -> bool:
+    """Whether an early look's estimate (its interval already corrected for the looks) stops the trial.
+
+    See :func:`decided_early`: ``improved`` or ``slower``, or an interval wholly below
+    ``1 + min_effect``; never before :data:`MIN_PAIRS` pairs.
+    """
     if est.pairs < MIN_PAIRS:
         return False
     if est.verdict in ("improved", "slower"):

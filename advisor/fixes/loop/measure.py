@@ -22,6 +22,7 @@ from advisor.fixes.agreement import RunFacts, facts_of
 from advisor.fixes.fix import Objective, RungRuns
 from advisor.fixes.loop.memory import judge_memory, over_budget
 from advisor.fixes.loop.options import DEFAULT_SEED, INSTALLER, Runner, trial_window
+from advisor.fixes.loop.pairing import against_partner, estimate_of, still_running
 from advisor.fixes.loop.progress import (
     STEP_EVENT_INTERVAL_S,
     Progress,
@@ -31,14 +32,13 @@ from advisor.fixes.loop.progress import (
 )
 from advisor.fixes.loop.select import collapse
 from advisor.fixes.loop.spread import disagree, spread_reason
-from advisor.fixes.loop.text import failure_reason, safe_name, since
+from advisor.fixes.loop.text import failure_reason, recompile_failure, safe_name, since
 from advisor.fixes.loop.variant import FAILED, NO_EFFECT, SKIPPED, UNDECIDED, Variant, describe
 from advisor.fixes.model import FixOutcome, Interval, Trial
 from advisor.fixes.stats import (
     MIN_PAIRS,
-    decided_early,
+    decides,
     loss_parity,
-    paired_estimate,
     paired_ratios,
     range_estimate,
 )
@@ -279,8 +279,8 @@ class Measurer:
         first_baseline: RunCapture | None, stage: str,
     ) -> None:
         prefix = "baseline" if not reference else f"{safe_name(ref_label)}-ref"
-        if stage == "combined":
-            prefix = "combined-baseline"
+        if stage != "trials" and not reference:  # the first stage's folders are baseline-N
+            prefix = f"{stage}-baseline"
         if self.fresh:
             prefix = f"cold-{prefix}"
         ref_rates: list[float | None] = []
@@ -328,7 +328,7 @@ class Measurer:
                 message="" if cap.ok else f"reference run failed: {failure_reason(cap)}",
             ))
             if r == planned:
-                running = [v for v in running if v.active and self._undecided(v)]
+                running = still_running([v for v in running if v.active and (v.anchor or self._undecided(v))])
                 # NOTE: an extra round is paid for by the budget, or not run.
                 if not running or planned >= self.max_repeats or not self.affords(len(running) + 1):
                     self.current = []
@@ -338,11 +338,11 @@ class Measurer:
                 for v in running:
                     # NOTE: runs that disagree are judged by their range, never stopped on an interval.
                     if (
-                        self.early_stop and v.active and not disagree(v)
-                        and decided_early(v.ref_rates, v.rates, self.looks, self.min_effect, v.ref_history)
+                        self.early_stop and v.active and not v.anchor and not disagree(against_partner(v))
+                        and decides(estimate_of(v, self.min_effect, 0.05 / self.looks), self.min_effect)
                     ):
                         v.early = r
-                running = [v for v in running if v.active and not v.early]
+                running = still_running([v for v in running if v.active and not v.early])
                 if not running or not self.affords(len(running) + 1):
                     for v in running:  # the budget ends the measurement: say so in its reason
                         v.early, v.cut = r, True
@@ -365,9 +365,9 @@ class Measurer:
         return max(1, self.repeats - MIN_PAIRS + 1)
 
     def _undecided(self, v: Variant) -> bool:
-        if disagree(v):
+        if disagree(against_partner(v)):
             return False  # more runs of a machine that changes under them would not decide it
-        est = paired_estimate(v.ref_rates, v.rates, self.min_effect, history=v.ref_history)
+        est = estimate_of(v, self.min_effect)
         # NOTE: only a possible win is worth more runs; slower and no_effect are both dropped.
         if est.speedup is None or est.verdict not in (NO_EFFECT, UNDECIDED):
             return False
@@ -378,7 +378,7 @@ class Measurer:
         ref_losses: tuple[float | None, ...], stage: str, ref_loaders: tuple[Any, ...] = (),
         ref_source: str | None = None,
     ) -> None:
-        cap = self.run(f"{safe_name(v.label)}-{r + 1}", v.requests, v.overrides,
+        cap = self.run(f"{safe_name(v.label)}{'-ref' if v.anchor else ''}-{r + 1}", v.requests, v.overrides,
                        flight=TrialProgress(fix=v.label, repeat=r + 1, repeats=n, stage=stage))
         note = cap.fix_notes.get(v.fix) if len(v.fixes) <= 1 else None
         if note is not None:
@@ -390,12 +390,8 @@ class Measurer:
         elif note is not None and note.state is NoteState.SKIPPED:
             v.skip = note.detail
             message = f"skipped: {v.skip}"
-        elif recompiles(cap):
-            v.failure = (
-                f"compiled {cap.timed.compiles} graphs during its {len(cap.timed.step_times_ms)} timed steps: "
-                "it keeps recompiling, so its steps time the compiler, not compiled code; a shape or guard "
-                "that changes between steps is the finding (TORCH_LOGS=recompiles names it)"
-            )
+        elif (recompiled := recompile_failure(cap)) is not None:
+            v.failure = recompiled
             message = f"failed: {v.failure}"
         elif (over := over_budget(cap.peak_memory_bytes, self.spec.memory_budget_bytes)) is not None:
             v.failure = over
@@ -408,12 +404,14 @@ class Measurer:
             message = f"failed: {v.failure}"
         elif (
             len(v.fixes) == 1 and catalog.get(v.fix).changes_loader
-            and ref_loaders and tuple(cap.dataloaders) == ref_loaders
+            and (ref_loaders := v.partner.loaders if v.partner else ref_loaders)
+            and tuple(cap.dataloaders) == ref_loaders
         ):
             v.skip = "the DataLoader settings did not change: the fix found nothing to apply"
             message = f"skipped: {v.skip}"
         else:
             rate = self.rate(cap)
+            v.loaders = v.loaders or tuple(cap.dataloaders)
             if rate is None:
                 v.failure = "the run recorded no timed steps"
             self.rung_runs.setdefault(v.label, []).append(
@@ -434,14 +432,16 @@ class Measurer:
             if check.failure is not None:
                 v.failure = check.failure
                 message = f"failed: {check.failure}"
-        est = paired_estimate(ref_rates + [None], v.rates, self.min_effect)
+        est = estimate_of(v if v.partner else replace(v, ref_rates=ref_rates + [None], ref_history=None),
+                          self.min_effect)
         self.emit(TrialProgress(
             fix=v.label, repeat=r + 1, repeats=n, estimate=est.speedup,
             samples_per_s=self.rate(cap), stage=stage, message=message,
         ))
 
     def trial(self, v: Variant) -> Trial:
-        """Turn a measured variant into a :class:`Trial` with its verdict."""
+        """Turn a measured variant into a :class:`Trial` with its verdict (a partnered one: against its partner)."""
+        v = against_partner(v)
         ref_rates = v.ref_rates
         ratios = paired_ratios(ref_rates, v.rates)
         base_ttfs = median(v.ref_ttfs)
@@ -464,7 +464,7 @@ class Measurer:
         if spread:
             est = range_estimate(ref_rates, v.rates, self.min_effect)
         else:
-            est = paired_estimate(ref_rates, v.rates, self.min_effect, history=v.ref_history)
+            est = estimate_of(v, self.min_effect)
         used = [a for a in ref_rates if a]
         verdict, why = est.verdict, est.reason
         if spread:
@@ -481,15 +481,3 @@ class Measurer:
             verdict=verdict, reason=reason, repeats=est.pairs,
         )
 
-
-
-MAX_TIMED_COMPILES = 1
-"""Graphs a run may compile inside its timed window before its speed is not the compiled speed.
-
-One may be legitimate (a second graph the script reaches late, such as an evaluation pass); more
-is a loop that keeps recompiling (a shape or guard that changes between steps)."""
-
-
-def recompiles(cap: RunCapture) -> bool:
-    """Whether a run compiled more than :data:`MAX_TIMED_COMPILES` graphs inside its timed window."""
-    return bool(cap.ok and cap.timed.compiles > MAX_TIMED_COMPILES)

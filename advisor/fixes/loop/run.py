@@ -19,6 +19,8 @@ from advisor.fixes.loop.plan import choose, fit_budget, plan_trials, settled_war
 from advisor.fixes.loop.progress import TrialProgress
 from advisor.fixes.loop.select import best_alone, collapse, pick_kept, select_combination
 from advisor.fixes.loop.stages import (
+    Together,
+    combined_from,
     confirm_alone,
     measure_combined,
     measure_on_top,
@@ -92,12 +94,14 @@ def run_trials(
     loop.measure(fresh, reference=(), ref_label="baseline", fresh=True)
     results.update({**plan.skipped, **plan.advice})
     results.update(collapse([loop.trial(v) for v in plan.variants]))
+    together: dict[Together, tuple[Trial, dict[str, Any]]] = {}
     if plan.on_top:
         results.update(measure_on_top(plan.on_top, results, ctx, spec, loop, bounds, notes,
-                                      shares=opts.breakdown, skip_inert=opts.skip_inert and not opts.only))
+                                      shares=opts.breakdown, skip_inert=opts.skip_inert and not opts.only,
+                                      together=together))
 
     trials = tuple(_scored(results[f], bounds) for f in wanted if f in results)
-    combined, kept, trials = _keep(trials, frozenset(plan.on_top), loop, ctx, spec, notes)
+    combined, kept, trials = _keep(trials, frozenset(plan.on_top), loop, ctx, spec, notes, together)
     if combined is not None:
         combined = _scored(combined, bounds)  # a set measured together has no prediction: unchanged
     advice = [results[f] for f in wanted if f in plan.advice]
@@ -233,9 +237,12 @@ def _warmup_reader(spec: RunSpec, loop: Measurer, notes: list[str]) -> Callable[
 
 def _keep(
     trials: tuple[Trial, ...], on_top: frozenset[str], loop: Measurer, ctx: FixContext, spec: RunSpec,
-    notes: list[str],
+    notes: list[str], together: Mapping[Together, tuple[Trial, dict[str, Any]]],
 ) -> tuple[Trial | None, list[Trial], tuple[Trial, ...]]:
     """Decide what is kept: the wins combined (and measured together), plus the memory saver.
+
+    A set the on-top stage already ran together against the plain baseline is not run again
+    (:func:`~advisor.fixes.loop.stages.combined_from`).
 
     Returns:
         The combined trial to report (None when nothing is kept), the kept trials, and the
@@ -245,8 +252,9 @@ def _keep(
     notes.extend(selection.notes)
     combined, kept = selection.single, selection.chosen
     if len(selection.chosen) > 1:
-        if loop.affords(loop.repeats * 2 + 1):
-            measured = measure_combined(selection, loop, ctx, spec)
+        measured = combined_from(selection, together, loop, ctx, spec)
+        if measured is not None or loop.affords(loop.repeats * 2 + 1):
+            measured = measured or measure_combined(selection, loop, ctx, spec)
             combined, kept, more = pick_kept(measured, selection.chosen, on_top, loop.min_effect)
             if len(kept) == 1 and measured.verdict != IMPROVED and loop.affords(loop.repeats * 2 + 1):
                 combined, kept, again = _reconfirm(measured, kept[0], loop, ctx, spec)

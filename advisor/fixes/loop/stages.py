@@ -21,6 +21,7 @@ from advisor.fixes.bounds import GainBound
 from advisor.fixes.fix import SAFE, UNSAFE, FixContext, Objective, context_from_capture
 from advisor.fixes.loop.measure import Measurer
 from advisor.fixes.loop.memory import for_memory, over_budget
+from advisor.fixes.loop.pairing import PAIRED_NOTE
 from advisor.fixes.loop.plan import TrialPlan, fit_budget, plan_trials, variants_of
 from advisor.fixes.loop.progress import TrialProgress
 from advisor.fixes.loop.select import Selection, collapse
@@ -42,12 +43,17 @@ def measure_on_top(
     on_top: Sequence[str], results: dict[str, Trial], ctx: FixContext, spec: RunSpec, loop: Measurer,
     bounds: Mapping[str, GainBound] | None = None, notes: list[str] | None = None,
     shares: Mapping[str, float] | None = None, skip_inert: bool = True,
+    together: dict[Together, tuple[Trial, dict[str, Any]]] | None = None,
 ) -> dict[str, Trial]:
-    """Stage 2: fixes that build on another fix, measured on top of its best measured rung.
+    """Stage 2: fixes that build on another fix, measured beside its best measured rung.
 
     They are measured whenever the required fix *ran* -- a no_effect workers trial may still be
     half of a winning pair -- unless that rung's runs show the fix could not change what its
-    trial measures (:attr:`Fix.inert`, with ``skip_inert``).
+    trial measures (:attr:`Fix.inert`, with ``skip_inert``). One measurement against the plain
+    baseline runs the rung and the fixes on top of it; each fix is judged against the rung's run
+    of the same round (:mod:`advisor.fixes.loop.pairing`). What the same runs say of each fix
+    and its rung together, against the baseline, goes into ``together`` (by :func:`together_key`):
+    the combination, when it is the one chosen, needs no runs of its own.
     """
     out: dict[str, Trial] = {}
     by_need: dict[str, list[str]] = {}
@@ -81,16 +87,74 @@ def measure_on_top(
         stage2 = [v for fix_id in fixes for v in variants_of(fix_id, ctx, spec, on_top_of=ref)]
         if loop.deadline is not None:
             stage = TrialPlan(variants=stage2)
-            # NOTE: this stage starts with its own reference run, which nothing has paid for yet.
-            out.update(fit_budget(stage, bounds or {}, loop, notes if notes is not None else [], extra_runs=1))
+            # NOTE: this stage starts with its own baseline run and runs the rung beside the
+            # fixes, which nothing has paid for yet.
+            out.update(fit_budget(stage, bounds or {}, loop, notes if notes is not None else [],
+                                  extra_runs=1 + loop.repeats))
             stage2 = stage.variants
             if not stage2:
                 continue
+        rung = Variant(
+            label=ref_label, fix=need_id, safety=need.safety, requests=ref, loss_rtol=catalog.get(need_id).loss_rtol,
+            params=dict(need.params), fixes=(need_id,), anchor=True,
+        )
         for v in stage2:
-            v.reference, v.ref_note = ref_label, alone
-        loop.measure(stage2, reference=ref, ref_label=ref_label, stage="on-top")
-        out.update(collapse([loop.trial(v) for v in stage2]))
+            v.reference, v.partner = ref_label, rung
+            v.ref_note = f"{alone}; {PAIRED_NOTE.format(label=ref_label)}"
+        loop.measure([rung, *stage2], reference=(), ref_label="baseline", stage="on-top")
+        out.update(collapse([_on_top_trial(v, rung, loop) for v in stage2]))
+        if together is not None:
+            for v in stage2:
+                if v.active and rung.active:
+                    together[together_key((need, v))] = (_pair_trial(v, need, loop), dict(v.overrides))
     return out
+
+
+Together = frozenset[tuple[str, str]]
+"""A set of fixes with their parameters, as :func:`together_key` writes it."""
+
+
+def together_key(items: Sequence[Trial | Variant]) -> Together:
+    """Key a set of fixes (trials, or the variants measuring them) by each fix and its parameters."""
+    return frozenset((x.fix, repr(sorted(dict(x.params).items()))) for x in items)
+
+
+def combined_from(
+    selection: Selection, together: Mapping[Together, tuple[Trial, dict[str, Any]]], loop: Measurer,
+    ctx: FixContext, spec: RunSpec,
+) -> Trial | None:
+    """Return the chosen set's trial from runs already made, or None when none measured exactly that set.
+
+    The on-top stage ran each fix on top of its rung against the plain baseline: when the set
+    chosen is one such pair, with the run-time settings a measurement of the set would use, those
+    runs are its measurement.
+    """
+    found = together.get(together_key(selection.chosen))
+    fixes = [t.fix for t in selection.chosen]
+    if found is None or needs_fresh(fixes) or found[1] != _overrides(selection.chosen, loop, ctx, spec):
+        return None
+    trial, carried = found[0], "; ".join(selection.carried)
+    return replace(trial, reason="; ".join(x for x in (carried, trial.reason) if x))
+
+
+def _on_top_trial(v: Variant, rung: Variant, loop: Measurer) -> Trial:
+    """Judge a fix on top of ``rung`` against the rung's runs; a rung that failed fails it too."""
+    if v.active and rung.failure is not None:
+        return Trial(fix=v.fix, safety=v.safety, params=dict(v.params), verdict=FAILED,
+                     reason=f"on top of {rung.label}, whose own runs failed in this measurement: {rung.failure}")
+    return loop.trial(v)
+
+
+def _pair_trial(v: Variant, need: Trial, loop: Measurer) -> Trial:
+    """Read the fix on top and its rung as one set against the plain baseline (the same runs)."""
+    fixes = (need.fix, v.fix)
+    pair = replace(
+        v, label="combined", fix=set_name(fixes), safety=SAFE if v.safety == need.safety == SAFE else UNSAFE,
+        params={need.fix: dict(need.params), v.fix: dict(v.params)}, fixes=fixes, partner=None, reference="",
+        ref_note="measured together in the on-top stage: the same runs against the plain baseline around them",
+        note="", early=0,
+    )
+    return loop.trial(pair)
 
 
 def measure_combined(selection: Selection, loop: Measurer, ctx: FixContext, spec: RunSpec) -> Trial:
@@ -108,10 +172,7 @@ def measure_together(
 ) -> Trial:
     """Run ``chosen`` together against the plain baseline in a measurement of its own; return its trial."""
     fixes = catalog.get_fixes()
-    overrides: dict[str, Any] = {}
-    for t in chosen:
-        # NOTE: runs whose batches hold k times the samples take fewer steps (see ladder_steps).
-        overrides = fixes[t.fix].overrides_for(dict(t.params), spec, ctx, loop.base_step_ms) or overrides
+    overrides = _overrides(chosen, loop, ctx, spec)
     v = Variant(
         label=stage, fix=set_name(t.fix for t in chosen),
         safety=SAFE if all(t.safety == SAFE for t in chosen) else UNSAFE,
@@ -122,6 +183,16 @@ def measure_together(
     )
     loop.measure([v], reference=(), ref_label="baseline", stage=stage, fresh=needs_fresh(v.fixes))
     return loop.trial(v)
+
+
+def _overrides(chosen: Sequence[Trial], loop: Measurer, ctx: FixContext, spec: RunSpec) -> dict[str, Any]:
+    """Return the run settings a measurement of ``chosen`` together runs with."""
+    fixes = catalog.get_fixes()
+    overrides: dict[str, Any] = {}
+    for t in chosen:
+        # NOTE: runs whose batches hold k times the samples take fewer steps (see ladder_steps).
+        overrides = fixes[t.fix].overrides_for(dict(t.params), spec, ctx, loop.base_step_ms) or overrides
+    return overrides
 
 
 def needs_fresh(fixes: Sequence[str]) -> bool:

@@ -25,6 +25,24 @@ def failure_reason(cap: RunCapture) -> str:
     return f"{cap.status} (exit code {cap.exit_code}){where}"
 
 
+MAX_TIMED_COMPILES = 1
+"""Graphs a run may compile inside its timed window before its speed is not the compiled speed.
+
+One may be legitimate (a second graph the script reaches late, such as an evaluation pass); more
+is a loop that keeps recompiling (a shape or guard that changes between steps)."""
+
+
+def recompile_failure(cap: RunCapture) -> str | None:
+    """Say why a run that compiled more than :data:`MAX_TIMED_COMPILES` graphs in its timed window failed (else None)."""
+    if not (cap.ok and cap.timed.compiles > MAX_TIMED_COMPILES):
+        return None
+    return (
+        f"compiled {cap.timed.compiles} graphs during its {len(cap.timed.step_times_ms)} timed steps: "
+        "it keeps recompiling, so its steps time the compiler, not compiled code; a shape or guard "
+        "that changes between steps is the finding (TORCH_LOGS=recompiles names it)"
+    )
+
+
 def times(x: float | None) -> str:
     """Write a speedup or ratio as ``1.23x`` (``n/a`` when unknown)."""
     return "n/a" if x is None else f"{x:.2f}x"

@@ -50,6 +50,12 @@ class Variant:
     memory_kind: str | None = None
     early: int = 0  # pairs after which the measurement stopped before its planned rounds
     cut: bool = False  # stopped by the budget rather than by a decided interval
+    # NOTE: measured against the plain baseline beside the run it builds on (advisor.fixes.loop.pairing):
+    # judged against that partner's run of each round. An anchor is such a partner: its runs
+    # serve the others, and it runs as long as one of them does.
+    partner: Variant | None = field(default=None, compare=False, repr=False)
+    anchor: bool = False
+    loaders: tuple[Any, ...] = ()  # the DataLoaders its first measured run recorded
 
     @property
     def active(self) -> bool:
