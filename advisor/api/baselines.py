@@ -29,6 +29,7 @@ from advisor.engine.ruleset import Rule, RuleSet
 from advisor.errors import InputError
 from advisor.fixes.agreement import DISAGREEMENT, rate_range
 from advisor.fixes.loop.spread import rate_text
+from advisor.fixes.loop.text import BASELINE_PREFIXES
 from advisor.metrics.kernel_use import kernel_use_metrics
 from advisor.metrics.registry import METRICS
 from advisor.rundir import TRIALS_DIR
@@ -36,10 +37,7 @@ from advisor.rundir import TRIALS_DIR
 RECHECKABLE = frozenset(kernel_use_metrics(None))
 """Metrics each trial run's own capture gives; a rule reading only these can be evaluated on it."""
 
-BASELINE_PREFIXES = ("baseline-", "combined-baseline-")
-"""Trial folders of the unchanged script (the fix loop's baseline runs, the combined stage's too)."""
-
-COLD_PREFIXES = ("cold-baseline-", "cold-combined-baseline-")
+COLD_PREFIXES = tuple(f"cold-{prefix}" for prefix in BASELINE_PREFIXES)
 """Trial folders of the unchanged script run in fresh interpreters (``Fix.fresh_process``): for
 the allocator's state these are the faithful ones, and a rule reading it is checked on them."""
 

@@ -96,8 +96,10 @@ def test_the_spread_of_the_baseline_runs_is_noted_between_noticeable_and_disagre
 
 
 def test_baseline_notes_read_the_runs_on_disk(tmp_path: Path) -> None:
-    for i, (rate, kernel) in enumerate(((1000.0, FAULTING), (1400.0, FAULTING), (1200.0, QUIET)), 1):
-        folder = tmp_path / TRIALS_DIR / f"baseline-{i}"
+    # the plain baseline's runs of every stage: the first, the on-top stage's, the combination's
+    names = ("baseline-1", "on-top-baseline-1", "combined-baseline-1")
+    for name, (rate, kernel) in zip(names, ((1000.0, FAULTING), (1400.0, FAULTING), (1200.0, QUIET)), strict=True):
+        folder = tmp_path / TRIALS_DIR / name
         folder.mkdir(parents=True)
         RunCapture(status=RunStatus.STOPPED, kernel=kernel, timed=TimedPhase(samples_per_s=rate)).save(folder)
     spread, recheck = baseline_notes(tmp_path, _raised(HB005), rule_set())

@@ -359,6 +359,9 @@ def test_a_win_contradicted_by_its_combination_is_measured_again_before_it_is_ke
     note = next(n for n in out.notes if "measured again alone against a fresh baseline" in n)
     assert note.endswith("; kept" if kept else "; not kept")
     assert any("confirm" in str(c.out_dir) for c in runner.calls)
+    # every stage's baseline runs in folders of its own: the confirm stage's never replace the first's
+    assert len({c.out_dir for c in runner.calls}) == len(runner.calls)
+    assert any(c.out_dir.name == "confirm-baseline-1" for c in runner.calls)
     if kept:
         assert out.combined.fixes == kept and out.combined.speedup == pytest.approx(1.5, rel=0.05)
 

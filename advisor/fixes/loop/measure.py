@@ -32,7 +32,13 @@ from advisor.fixes.loop.progress import (
 )
 from advisor.fixes.loop.select import collapse
 from advisor.fixes.loop.spread import disagree, spread_reason
-from advisor.fixes.loop.text import failure_reason, recompile_failure, safe_name, since
+from advisor.fixes.loop.text import (
+    baseline_prefix,
+    failure_reason,
+    recompile_failure,
+    safe_name,
+    since,
+)
 from advisor.fixes.loop.variant import FAILED, NO_EFFECT, SKIPPED, UNDECIDED, Variant, describe
 from advisor.fixes.model import FixOutcome, Interval, Trial
 from advisor.fixes.stats import (
@@ -278,9 +284,7 @@ class Measurer:
         self, variants: list[Variant], reference: tuple[FixRequest, ...], ref_label: str,
         first_baseline: RunCapture | None, stage: str,
     ) -> None:
-        prefix = "baseline" if not reference else f"{safe_name(ref_label)}-ref"
-        if stage != "trials" and not reference:  # the first stage's folders are baseline-N
-            prefix = f"{stage}-baseline"
+        prefix = baseline_prefix(stage) if not reference else f"{safe_name(ref_label)}-ref"
         if self.fresh:
             prefix = f"cold-{prefix}"
         ref_rates: list[float | None] = []

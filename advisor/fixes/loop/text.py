@@ -25,6 +25,22 @@ def failure_reason(cap: RunCapture) -> str:
     return f"{cap.status} (exit code {cap.exit_code}){where}"
 
 
+BASELINE_STAGES = ("on-top", "combined", "confirm")
+"""The stages after the first that measure against the plain baseline, each in folders of its own."""
+
+BASELINE_PREFIXES = ("baseline-", *(f"{stage}-baseline-" for stage in BASELINE_STAGES))
+"""Trial folders of the unchanged script's runs (:func:`baseline_prefix`, numbered from 1)."""
+
+
+def baseline_prefix(stage: str) -> str:
+    """Name the plain baseline's run folders of a stage: ``baseline`` in the first, ``<stage>-baseline`` after it.
+
+    A stage's folders never take another's: a later stage writing ``baseline-1`` again would
+    replace the first stage's run.
+    """
+    return f"{stage}-baseline" if stage in BASELINE_STAGES else "baseline"
+
+
 MAX_TIMED_COMPILES = 1
 """Graphs a run may compile inside its timed window before its speed is not the compiled speed.
 
