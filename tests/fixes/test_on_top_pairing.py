@@ -38,8 +38,8 @@ def test_an_anchor_runs_while_a_variant_paired_with_it_does():
     other = _variant("x", [])
     assert still_running([rung, top, other]) == [rung, top, other]
     assert still_running([rung, other]) == [other]
-    rung.failure = "crashed"
-    assert still_running([rung, top]) == [top]
+    rung.failure = "crashed"  # nothing left to judge the fix on top against
+    assert still_running([rung, top, other]) == [other]
 
 
 def test_the_fix_on_top_stops_once_decided_against_its_rung_and_the_rung_stops_with_it(spec):
@@ -74,6 +74,9 @@ def test_a_rung_that_fails_beside_the_fix_fails_the_fix_on_top(spec):
     assert t["cpu_threads"].verdict == "failed"
     assert "whose own runs failed in this measurement" in t["cpu_threads"].reason and "worker died" in t["cpu_threads"].reason
     assert out.kept == ("dataloader_workers",)
+    # the fix on top stopped with its rung, unrun: the round's closing baseline, then nothing
+    assert [s.out_dir.name for s in runner.calls][-3:] == ["on-top-baseline-1", "dataloader_workers-w2-ref-1",
+                                                          "on-top-baseline-2"]
 
 
 def test_a_set_the_on_top_stage_did_not_run_together_is_measured_in_a_stage_of_its_own(spec):

@@ -63,6 +63,12 @@ def test_noise_slower_crash_nan_and_skips(spec):
     assert out.kept == () and out.combined is None
 
 
+def test_a_measurement_whose_every_variant_failed_ends_with_the_rounds_closing_baseline(spec):
+    runner = FakeRunner(crash={"channels_last"})
+    run_trials(spec, refs("channels_last"), unsafe=True, runner=runner, make_diff_text=False)
+    assert [s.out_dir.name for s in runner.calls] == ["baseline-1", "channels_last-1", "baseline-2"]
+
+
 def test_runtime_not_applicable_note_is_a_skip(spec):
     runner = FakeRunner(not_applicable={"channels_last": "not applied: Net has no 2-D/3-D convolutions"})
     out = run_trials(spec, refs("channels_last"), unsafe=True, runner=runner, make_diff_text=False)

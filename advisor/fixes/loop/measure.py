@@ -305,7 +305,7 @@ class Measurer:
         running = list(variants)
         self.current = list(variants)
         shown = ("baseline" if not reference else ref_label) + (" (fresh process)" if self.fresh else "")
-        r = 0
+        r, last = 0, False
         while True:
             cap = first_baseline if (r == 0 and first_baseline is not None) else self.run_baseline(
                 prefix, r + 1, reference, flight=TrialProgress(
@@ -331,6 +331,9 @@ class Measurer:
                 repeats=planned, samples_per_s=ref_rates[-1], stage=stage,
                 message="" if cap.ok else f"reference run failed: {failure_reason(cap)}",
             ))
+            if last:
+                self.current = []
+                break
             if r == planned:
                 running = still_running([v for v in running if v.active and (v.anchor or self._undecided(v))])
                 # NOTE: an extra round is paid for by the budget, or not run.
@@ -353,15 +356,22 @@ class Measurer:
                     self.current = []
                     break
             order = running if r % 2 == 0 else list(reversed(running))
-            queue = [v for v in order if v.active]
+            queue = still_running([v for v in order if v.active])
             for i, v in enumerate(queue):
-                if v.active:
+                if v.active and (v.partner is None or v.partner.active):
                     self.left = runs_left(r, planned, len(queue), i + 1)
                     self._run_variant(
                         v, r, planned, ref_rates, ref_losses[-1] or self.baseline_losses, stage,
                         ref_loaders, ref_source,
                     )
             r += 1
+            # NOTE: every variant failed or lost its partner: one reference run closes the round
+            # just run, and no round follows (none could be paired)
+            if not still_running([v for v in running if v.active]):
+                last = bool(queue)
+                if not last:
+                    self.current = []
+                    break
 
     @property
     def looks(self) -> int:

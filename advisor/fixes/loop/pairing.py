@@ -53,6 +53,10 @@ def against_partner(v: Variant) -> Variant:
 
 
 def still_running(running: Sequence[Variant]) -> list[Variant]:
-    """Drop the anchors that no variant still running is paired with; keep the rest in order."""
-    wanted = {id(v.partner) for v in running if v.partner is not None and not v.anchor}
-    return [v for v in running if not v.anchor or (v.active and id(v) in wanted)]
+    """Drop the anchors no variant still running is paired with, and the variants whose partner stopped.
+
+    A partner that failed or was skipped leaves nothing to judge the fixes on top of it against.
+    """
+    left = [v for v in running if v.partner is None or v.partner.active]
+    wanted = {id(v.partner) for v in left if v.partner is not None and not v.anchor}
+    return [v for v in left if not v.anchor or (v.active and id(v) in wanted)]

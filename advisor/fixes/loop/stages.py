@@ -139,9 +139,10 @@ def combined_from(
 
 def _on_top_trial(v: Variant, rung: Variant, loop: Measurer) -> Trial:
     """Judge a fix on top of ``rung`` against the rung's runs; a rung that failed fails it too."""
-    if v.active and rung.failure is not None:
+    if v.active and not rung.active:
         return Trial(fix=v.fix, safety=v.safety, params=dict(v.params), verdict=FAILED,
-                     reason=f"on top of {rung.label}, whose own runs failed in this measurement: {rung.failure}")
+                     reason=f"on top of {rung.label}, whose own runs failed in this measurement: "
+                     f"{rung.failure or rung.skip}")
     return loop.trial(v)
 
 
