@@ -43,9 +43,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from zoo import load, load_manifest, run_advisor  # noqa: E402 - a sibling script, not a package
-
-REPO = Path(__file__).resolve().parents[1]
+from zoo import REPO, compile_advisor, load, load_manifest, run_advisor  # noqa: E402 - a sibling script, not a package
 
 OVERHEAD_PHASES = ("process", "imports", "setup", "warmup", "finishing", "server")
 
@@ -109,13 +107,7 @@ def main() -> None:
     unknown = [n for n in names if n not in manifest]
     if unknown:
         p.error(f"unknown example(s) {', '.join(unknown)}; known: {', '.join(manifest)}")
-    # NOTE: bytecode as an installation has it: where PYTHONDONTWRITEBYTECODE is set (this
-    # project's machine), each fresh process of a tree without it compiles the advisor modules
-    # it imports (all 236: 0.80 s against 0.55 s compiled), a handicap for one side only
-    trees = [REPO, *([Path(opts.against)] if opts.against and Path(opts.against).is_dir() else [])]
-    for tree in trees:
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "advisor")], check=True,
-                       stdout=subprocess.DEVNULL)
+    compile_advisor(REPO, *([Path(opts.against)] if opts.against and Path(opts.against).is_dir() else []))
     print(f"before: {load()}", flush=True)
     others = [("exhaustive", ["--exhaustive"])] if opts.compare else []
     others += [("cold", ["--cold-start"])] if opts.starts else []

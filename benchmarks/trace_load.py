@@ -43,6 +43,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from zoo import compile_advisor  # noqa: E402 - a sibling script, not a package
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ADVISOR_SHARED_TRACES", REPO.parent / "shared" / "traces"))
 RESNET = SHARED / "kineto" / "resnet50_num_workers_0" / "worker0.1623143089861.pt.trace.json.gz"
@@ -261,10 +264,7 @@ def main() -> None:
         sys.exit(f"shared traces not found at {SHARED}")
     has_hta = not args.skip_hta and shutil.which(sys.executable) and _has_module("hta")
     inputs = [("ResNet-50 (shared, .json.gz)", RESNET), (f"ResNet-50 x{args.copies} (.json)", build_large(args.copies))]
-    # NOTE: bytecode as an installation has it (pip compiles a wheel's modules): where
-    # PYTHONDONTWRITEBYTECODE is set, every run would otherwise compile advisor's sources (~0.1 s)
-    for tree in (REPO, *([args.against] if args.against else [])):
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "advisor")], check=True, stdout=subprocess.DEVNULL)
+    compile_advisor(REPO, *([args.against] if args.against else []))
     rows = []
     load_start = os.getloadavg()[0]
     for label, path in inputs:

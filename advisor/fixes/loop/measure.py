@@ -45,6 +45,7 @@ from advisor.fixes.stats import (
     MIN_PAIRS,
     decides,
     loss_parity,
+    paired_estimate,
     paired_ratios,
     range_estimate,
 )
@@ -362,7 +363,7 @@ class Measurer:
                     self.left = runs_left(r, planned, len(queue), i + 1)
                     self._run_variant(
                         v, r, planned, ref_rates, ref_losses[-1] or self.baseline_losses, stage,
-                        ref_loaders, ref_source,
+                        v.partner.loaders if v.partner else ref_loaders, ref_source,
                     )
             r += 1
             # NOTE: every variant failed or lost its partner: one reference run closes the round
@@ -418,8 +419,7 @@ class Measurer:
             message = f"failed: {v.failure}"
         elif (
             len(v.fixes) == 1 and catalog.get(v.fix).changes_loader
-            and (ref_loaders := v.partner.loaders if v.partner else ref_loaders)
-            and tuple(cap.dataloaders) == ref_loaders
+            and ref_loaders and tuple(cap.dataloaders) == ref_loaders
         ):
             v.skip = "the DataLoader settings did not change: the fix found nothing to apply"
             message = f"skipped: {v.skip}"
@@ -446,8 +446,8 @@ class Measurer:
             if check.failure is not None:
                 v.failure = check.failure
                 message = f"failed: {check.failure}"
-        est = estimate_of(v if v.partner else replace(v, ref_rates=ref_rates + [None], ref_history=None),
-                          self.min_effect)
+        est = estimate_of(v, self.min_effect) if v.partner else paired_estimate(ref_rates + [None], v.rates,
+                                                                                 self.min_effect)
         self.emit(TrialProgress(
             fix=v.label, repeat=r + 1, repeats=n, estimate=est.speedup,
             samples_per_s=self.rate(cap), stage=stage, message=message,
