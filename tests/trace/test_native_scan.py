@@ -149,6 +149,37 @@ def test_same_table_on_an_odd_event_among_plain_ones(case, tmp_path, monkeypatch
 
 
 @needs_native
+def test_strings_with_an_escape_or_a_wide_character_at_every_offset_of_a_block(tmp_path, monkeypatch):
+    """Strings are scanned 16 bytes, then 8 at a time: a special byte anywhere in or past a block is found."""
+    specials = ['\\"', "\\\\", "\\u00e9", "é", "😀", "\\n"]
+    lines, expected = [], set()
+    for length in range(0, 50):
+        for k, special in enumerate(specials):
+            at = (length * 7 + k) % (length + 1)
+            text = "a" * at + special + "b" * (length - at)
+            lines.append(json.dumps(_op(len(lines), name="n" * length)))
+            expected.add("n" * length)
+            event = json.dumps(_op(len(lines), name="NAME"))
+            lines.append(event.replace('"NAME"', '"' + text + '"'))
+            expected.add(json.loads('"' + text + '"'))
+    a, b, counts = _load_both(_trace(tmp_path / "t.json", lines), monkeypatch)
+    _assert_same(a, b)
+    assert counts["scanned"] and not counts["refused"]
+    assert set(a["name"].astype(str)) == expected
+
+
+@needs_native
+@pytest.mark.parametrize("at", range(0, 40))
+def test_a_control_character_at_any_offset_of_a_string_is_refused(at, tmp_path, monkeypatch):
+    note = "a" * at + "\t" + "b" * (39 - at)  # raw tab inside a JSON string: not valid JSON
+    lines = [json.dumps(_op(i)) for i in range(3)]
+    lines.append(json.dumps(_op(3, note="NOTE")).replace("NOTE", note))
+    a, b, counts = _load_both(_trace(tmp_path / "t.json", lines), monkeypatch)
+    _assert_same(a, b)
+    assert counts["refused"]
+
+
+@needs_native
 def test_invalid_utf8_in_a_skipped_string_goes_to_msgspec(tmp_path, monkeypatch):
     text = json.dumps(_op(1, note="a?b")).encode().replace(b"a?b", b"a\xffb")
     path = tmp_path / "t.json"
