@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from advisor.metrics.devices import conv_peak_dtype, find_gpu
-from advisor.metrics.events import broadcast, joint_codes, map_rows, take
+from advisor.metrics.events import broadcast, joint_codes, map_categorical, plain_strings, take
 from advisor.metrics.flops import op_dtype, op_flops
 from advisor.metrics.flops import parse_json as _json
 from advisor.metrics.intervals import point_step
@@ -282,7 +282,6 @@ def compute_roofline(analysis: TraceAnalysis, device_name: str, with_table: bool
     # only ops that launched kernels get a row (shapes repeat every step: costs are cached)
     launched = kernels > 0
     op_rows, device_us, kernels = op_rows[launched], device_us[launched], kernels[launched]
-    sub_names = map_rows(names, op_rows, str)
     name_codes = names.cat.codes.to_numpy()[op_rows]
     # shapes repeat every step: each distinct (name, dims, types, concrete) is sized once
     columns = [ev[c] for c in ("input_dims", "input_type", "concrete_inputs")]
@@ -298,10 +297,11 @@ def compute_roofline(analysis: TraceAnalysis, device_name: str, with_table: bool
     ops = pd.DataFrame(
         {
             "row": op_rows,
-            "name": sub_names,
-            "kind": map_rows(names, op_rows, lambda nm: op_kind(str(nm))),
-            "dims": map_rows(ev["input_dims"], op_rows, _compact),
-            "dtype": map_rows(ev["input_type"], op_rows, lambda t: op_dtype(t if isinstance(t, str) else None) or ""),
+            # categoricals: 10^5 rows of a few hundred distinct strings, grouped by below
+            "name": map_categorical(names, op_rows, lambda nm: None if nm is None else str(nm)),
+            "kind": map_categorical(names, op_rows, lambda nm: op_kind(str(nm))),
+            "dims": map_categorical(ev["input_dims"], op_rows, _compact),
+            "dtype": map_categorical(ev["input_type"], op_rows, lambda t: op_dtype(t if isinstance(t, str) else None) or ""),
             "flops": broadcast([c[0] if c else np.nan for c in costs], group),
             "bytes": broadcast([c[1] if c else np.nan for c in costs], group),
             "device_us": device_us,
@@ -333,9 +333,10 @@ def _table(ops: pd.DataFrame, gpu: Any) -> pd.DataFrame:
     if not len(sized):
         return pd.DataFrame(columns=["name", "kind", "dims", "dtype", "calls", "device_ms", "tflops", "tbps",
                                      "intensity", "bound", "peak_frac"])
-    g = sized.groupby(["name", "kind", "dims", "dtype"], sort=False).agg(
+    g = sized.groupby(["name", "kind", "dims", "dtype"], sort=False, observed=True).agg(
         calls=("row", "size"), device_us=("device_us", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum")
     ).reset_index()
+    g = plain_strings(g, ("name", "kind", "dims", "dtype"))
     t_us = g["device_us"].to_numpy(dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         g["tflops"] = np.where(t_us > 0, g["flops"] / t_us / 1e6, np.nan)  # flop/us * 1e-6 = TFLOP/s
@@ -383,8 +384,8 @@ def _per_step(ops: pd.DataFrame, analysis: TraceAnalysis, gpu: Any, n: int) -> t
         return mfu, sized_frac
     # peak time each op's FLOPs need at its dtype's peak; MFU = that time / step time
     # per distinct (kind, dtype), not per op: a large trace has ~10^5 ops and a handful of pairs
-    kind_codes, kinds = pd.factorize(ops["kind"].astype(str))
-    dtype_codes, dtypes = pd.factorize(ops["dtype"].astype(str))
+    kind_codes, kinds = _factorized(ops["kind"])
+    dtype_codes, dtypes = _factorized(ops["dtype"])
     width = max(len(dtypes), 1)
     pairs, pair_of_op = np.unique(kind_codes.astype(np.int64) * width + dtype_codes, return_inverse=True)
     pair_peaks = np.array(
@@ -404,6 +405,15 @@ def _per_step(ops: pd.DataFrame, analysis: TraceAnalysis, gpu: Any, n: int) -> t
     return mfu, sized_frac
 
 
+def _factorized(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Codes and values of a categorical column as ``pd.factorize(column.astype(str))`` would give them (missing: "nan")."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype("category")
+    values = [*map(str, column.cat.categories), "nan"]
+    codes = column.cat.codes.to_numpy().astype(np.int64)
+    return np.where(codes >= 0, codes, len(values) - 1), values
+
+
 def _notes(ops: pd.DataFrame, analysis: TraceAnalysis, has_shapes: bool, gpu: Any, device_name: str) -> tuple[str, ...]:
     name = analysis.trace.path.name
     if not has_shapes:
@@ -414,7 +424,9 @@ def _notes(ops: pd.DataFrame, analysis: TraceAnalysis, has_shapes: bool, gpu: An
     notes = []
     unsized = ops[~np.isfinite(ops["flops"].to_numpy(dtype=np.float64))]
     if len(unsized):
-        top = unsized.groupby("name")["device_us"].sum().sort_values(ascending=False)
+        by_name = unsized.groupby("name", observed=True)["device_us"].sum()
+        by_name.index = by_name.index.astype("str")
+        top = by_name.sort_index().sort_values(ascending=False)
         listed = ", ".join(f"{k} ({v / 1e3:.1f} ms)" for k, v in top.head(3).items())
         why = " (convolutions need stride/padding, which only traces with 'Concrete Inputs' record)" if any(
             "conv" in str(k) for k in top.index) else ""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from advisor.metrics.events import plain_strings
 from advisor.metrics.model import SourceLocation
 from advisor.metrics.userframes import (  # the one (thread, time) -> user frame resolver
     UserPredicate,
@@ -105,9 +106,10 @@ def misaligned(
     frames = [resolver.resolve(int(tid[r]), float(ts[r])) for r in off["row"].to_numpy()]
     off = off.assign(where=[f"{f[0]}:{f[1]} ({f[2]})" if f else "" for f in frames], frame=frames)
     per_step = max(n, 1)
-    g = off.groupby(["name", "dims", "dtype", "multiple", "bad", "where"], sort=False).agg(
+    g = off.groupby(["name", "dims", "dtype", "multiple", "bad", "where"], sort=False, observed=True).agg(
         device_us=("device_us", "sum"), calls=("row", "size"), frame=("frame", "first")
     ).reset_index()
+    g = plain_strings(g, ("name", "dims", "dtype"))
     g["device_ms"] = g["device_us"] / 1e3 / per_step
     g = g.sort_values(["device_ms", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
     locations = tuple(

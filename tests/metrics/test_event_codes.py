@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from advisor.metrics.events import broadcast, distinct, joint_codes, map_rows, name_mask, take
+from advisor.metrics.events import (
+    broadcast,
+    distinct,
+    joint_codes,
+    map_categorical,
+    map_rows,
+    name_mask,
+    plain_strings,
+    take,
+)
 from advisor.metrics.intervals import Windows, clip_to_steps
 
 
@@ -25,6 +34,30 @@ def test_map_rows_matches_a_per_row_call_and_calls_once_per_value() -> None:
     got = map_rows(col, rows, fn)
     assert sorted(map(str, seen)) == ["None", "a", "bb"]  # once per distinct value, missing included
     assert got == [fn(v) for v in take(col, rows)]
+
+
+def test_map_categorical_holds_the_per_row_values_with_distinct_categories() -> None:
+    col = _column(["a", None, "bb", "A", "ccc", None, "bb", "dd"])
+    rows = np.array([6, 0, 1, 3, 5, 2, 7, 4])
+
+    def fn(v: str | None) -> str | None:  # two names map to one value, one value to missing
+        return None if v is None or v == "ccc" else v.lower()
+
+    got = map_categorical(col, rows, fn)
+    assert [None if pd.isna(v) else v for v in got] == [fn(v) for v in take(col, rows)]
+    assert sorted(got.categories) == ["a", "bb", "dd"]
+    assert len(map_categorical(col, rows[:0], fn)) == 0
+
+
+def test_grouping_by_map_categorical_gives_the_string_column_s_groups_in_the_same_order() -> None:
+    col = _column(["x", "y", None, "z", "y", "x"])
+    rows = np.array([5, 4, 3, 2, 1, 0, 4])
+    values = [v.upper() if isinstance(v, str) else None for v in take(col, rows)]
+    as_strings = pd.DataFrame({"k": values, "n": np.arange(len(rows))})
+    as_codes = pd.DataFrame({"k": map_categorical(col, rows, lambda v: v.upper() if v else None), "n": np.arange(len(rows))})
+    want = as_strings.groupby("k", sort=False).agg(n=("n", "sum")).reset_index()
+    got = plain_strings(as_codes.groupby("k", sort=False, observed=True).agg(n=("n", "sum")).reset_index(), ("k",))
+    pd.testing.assert_frame_equal(got, want)
 
 
 def test_joint_codes_groups_rows_by_their_combination() -> None:
