@@ -335,8 +335,9 @@ def attribute_idle(
     with np.errstate(divide="ignore", invalid="ignore"):
         cols["idle_long_gap_frac"] = np.where(idle > 0, per_step(long_gaps) / np.where(idle > 0, idle, 1.0), np.nan)
     steps = pd.DataFrame(cols)
-    ops = pd.DataFrame({"name": take(ev["name"], top).astype(str), "ts": ts[top], "end": end[top]})
-    functions = _functions(frames, parts, gaps, max(n, 1), ops) if with_functions else _no_functions()
+    # names are read only for the few operators holding host time outside every frame
+    ops = pd.DataFrame({"row": top, "ts": ts[top], "end": end[top]})
+    functions = _functions(frames, parts, gaps, max(n, 1), ops, ev["name"]) if with_functions else _no_functions()
     return IdleResult(steps, functions, _locations(functions))
 
 
@@ -348,7 +349,9 @@ LOADER_FUNCTION = "DataLoader.__next__ (outside Python stacks)"
 """Function name given to data-loading idle time that no preprocessing frame covers."""
 
 
-def _functions(frames: pd.DataFrame, parts: dict[str, Spans], gaps: Spans, n_steps: int, ops: pd.DataFrame) -> pd.DataFrame:
+def _functions(
+    frames: pd.DataFrame, parts: dict[str, Spans], gaps: Spans, n_steps: int, ops: pd.DataFrame, names: pd.Series,
+) -> pd.DataFrame:
     """Per (function, class): self idle time per step, and the longest gap it sits in.
 
     Host-bound time outside every Python frame (traces without stacks) goes to the top-level
@@ -364,7 +367,8 @@ def _functions(frames: pd.DataFrame, parts: dict[str, Spans], gaps: Spans, n_ste
         if hit.any():
             fs, fe = ops["ts"].to_numpy()[hit], ops["end"].to_numpy()[hit]
             gap = _range_max(longest, np.searchsorted(gaps.end, fs, side="right"), np.searchsorted(gaps.start, fe, side="left") - 1)
-            out.append(pd.DataFrame({"function": [f"{n} (operator)" for n in ops["name"].to_numpy()[hit]],
+            hit_names = take(names, ops["row"].to_numpy()[hit]).astype(str)
+            out.append(pd.DataFrame({"function": [f"{n} (operator)" for n in hit_names],
                                      "idle_class": "host", "self": own[hit], "gap": gap}))
     pre = frames[frames["preprocess"].to_numpy(dtype=bool)]
     in_pre = Spans.of(pre["ts"].to_numpy(), pre["end"].to_numpy()) if len(pre) else _EMPTY
