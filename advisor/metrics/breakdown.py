@@ -109,7 +109,9 @@ def breakdown(
     covered = np.zeros(n)
     acc = merge(concat())
     for part, pieces in priority_layers(events, cls, windows, input_work):
-        acc = merge(concat(acc, pieces))
+        # the layer's own union first: sorting the two sorted sets together is then one merge
+        # pass, where the running union was re-sorted among each layer's unsorted pieces
+        acc = merge(concat(acc, merge(pieces)))
         now = np.bincount(acc.window, weights=acc.length, minlength=n) if len(acc.start) else np.zeros(n)
         part_us[part] += now - covered
         covered = now
