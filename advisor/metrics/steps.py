@@ -35,6 +35,7 @@ from advisor.metrics.intervals import (
     clip_to_steps,
     concat,
     max_gap_per_step,
+    merge,
     point_step,
     union_per_step,
 )
@@ -270,6 +271,8 @@ def _kernel_columns(scan: _Scan) -> dict[str, np.ndarray]:
     k_dur = scan.dur[k_rows]
     small = k_dur < SMALL_KERNEL_US
     count = _count(k_step, n)
+    # merged once: the busy share and the longest gap read the same union (merging it again is one pass)
+    gpu = merge(_clip(ev, cls.gpu, windows))
     small_count = _count(k_step[small], n)
     return {
         "kernel_count": count,
@@ -277,8 +280,8 @@ def _kernel_columns(scan: _Scan) -> dict[str, np.ndarray]:
         "small_kernel_frac": _ratio(small_count, count),
         "small_kernel_time_frac": _ratio(_count(k_step, n, np.where(small, k_dur, 0.0)), _count(k_step, n, k_dur)),
         "kernel_median_us": _median(k_step, k_dur, n),
-        "gpu_busy_frac": scan.busy_frac(cls.gpu),
-        "gpu_max_gap_ms": max_gap_per_step(_clip(ev, cls.gpu, windows), windows) / 1e3,
+        "gpu_busy_frac": union_per_step(gpu, n) / np.where(scan.step_us > 0, scan.step_us, 1.0),
+        "gpu_max_gap_ms": max_gap_per_step(gpu, windows) / 1e3,
         "launch_count": _count(point_step(scan.ts[np.flatnonzero(cls.launch)], windows), n),
         "launch_overhead_frac": scan.busy_frac(cls.launch),
     }

@@ -28,6 +28,22 @@ def test_spans_algebra_matches_brute_force():
     assert a.measure(np.array([-5.0, 11.0]), np.array([100.0, 22.0])).tolist() == [22.0, 3.0]
 
 
+def test_spans_overlapping_matches_brute_force_and_the_intersection_it_keeps():
+    rng = np.random.default_rng(3)
+    s = rng.uniform(0, 100, 12)
+    gaps = Spans.of(s, s + rng.uniform(0, 6, 12))
+    start = np.r_[rng.uniform(-5, 105, 400), gaps.start, gaps.end, gaps.start - 1]  # touching ones too
+    end = np.r_[start[:400] + rng.uniform(0, 4, 400), gaps.start + 0.5, gaps.end + 1, gaps.start]
+    want = [any(a < e and b > st for a, b in zip(gaps.start, gaps.end, strict=True)) for st, e in zip(start, end, strict=True)]
+    near = gaps.overlapping(start, end)
+    assert near.tolist() == want
+    every = Spans.of(start, end)
+    few = Spans.of(start[near], end[near])
+    for got, full in (((gaps & few), (gaps & every)), ((gaps - few), (gaps - every))):
+        assert got.start.tolist() == full.start.tolist() and got.end.tolist() == full.end.tolist()
+    assert not Spans.of(np.zeros(0), np.zeros(0)).overlapping(start, end).any()
+
+
 def test_preprocessing_frames_are_recognised_and_mappings_are_not():
     assert is_preprocessing("transformers/models/llava/processing_video.py(88): __call__")
     assert is_preprocessing("PIL/Image.py(2200): resize")
