@@ -213,8 +213,6 @@ def analyze_trace(trace: Trace, early: Callable[[TraceAnalysis], int] | None = N
             f"{trace.path.name}: no ProfilerStep#N found; the whole trace was analysed as one window "
             "(call prof.step() once per iteration to get per-step figures)"
         )
-    ts = ev["ts"].to_numpy()
-    scan = _Scan(ev, cls, windows, ts, ev["dur"].to_numpy(), launch_ts(ev, cls) if cls.has_gpu else ts)
     top = top_level_ops(ev, cls)
     calls = assembly_calls(ev, cls, top)
     assembly = outermost_calls(ev, calls)
@@ -225,6 +223,9 @@ def analyze_trace(trace: Trace, early: Callable[[TraceAnalysis], int] | None = N
     busy = early(TraceAnalysis(trace, windows, real_steps, cls, steps, outline, assembly_calls=calls, tiny=tiny)) if early else 0
     # the breakdown needs no other column: on a large trace a free core computes it meanwhile
     with aside(lambda: breakdown(ev, cls, windows, assembly), len(ev), busy=busy) as parts:
+        # the launch times are the step columns' alone: computed once the branches have started
+        ts = ev["ts"].to_numpy()
+        scan = _Scan(ev, cls, windows, ts, ev["dur"].to_numpy(), launch_ts(ev, cls) if cls.has_gpu else ts)
         cols, run, fl = _columns(trace, scan, top, assembly, tiny, dev, notes)
         steps = pd.concat([steps, parts.result(), pd.DataFrame(cols)], axis=1)
     return TraceAnalysis(trace, windows, real_steps, cls, steps, run, tuple(notes), fl, calls, tiny)
