@@ -102,8 +102,13 @@ def _self_time(tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     ends = np.sort(_keys(t, e, base, span))
     # events of a thread before position i that have ended by its start (all of them started
     # earlier: an event ending at or before s_i with a positive duration starts before s_i)
-    ended = np.searchsorted(ends, _keys(t, s, base, span), side="right") - np.searchsorted(ends, _keys(t, np.full(n, base), base, span), side="left")
-    first = np.searchsorted(t, t, side="left")
+    # rows are grouped by thread: each thread's first row, and the ends of the threads before it,
+    # are looked up once per thread, not once per row
+    starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+    counts = np.diff(np.r_[starts, n])
+    before = np.searchsorted(ends, _keys(t[starts], np.full(len(starts), base), base, span), side="left")
+    ended = np.searchsorted(ends, _keys(t, s, base, span), side="right") - np.repeat(before, counts)
+    first = np.repeat(starts, counts)
     depth = (np.arange(n) - first) - ended
     children = np.zeros(n)
     for d in range(1, int(depth.max(initial=0)) + 1):
