@@ -58,6 +58,7 @@ static inline uint64_t word_special(uint64_t w) {
 #if WORDWISE && defined(__SSE2__)
 #include <emmintrin.h>
 #define VECTORWISE 1
+#define FIRST_LANE(m) __builtin_ctz((unsigned)(m))
 static inline int vector_special(const uchar *p) {
     __m128i v = _mm_loadu_si128((const __m128i *)p);
     __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
@@ -66,6 +67,7 @@ static inline int vector_special(const uchar *p) {
 }
 #else
 #define VECTORWISE 0
+#define FIRST_LANE(m) 0
 static inline int vector_special(const uchar *p) { (void)p; return 1; }
 #endif
 
@@ -75,7 +77,7 @@ static const uchar *scan_string(const uchar *p, const uchar *e, int *escaped) {
         while (VECTORWISE && e - p >= 16) {
             int m = vector_special(p);
             if (m) {
-                p += __builtin_ctz((unsigned)m);
+                p += FIRST_LANE(m);
                 goto special;
             }
             p += 16;
