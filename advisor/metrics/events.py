@@ -106,12 +106,16 @@ def joint_codes(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, group.reshape(-1)
 
 
+def _per_distinct(series: pd.Series, rows: np.ndarray, fn: Callable[[str | None], object]) -> tuple[list[object], np.ndarray]:
+    """``fn`` of each distinct value of ``series`` at ``rows``, and each row's position among them."""
+    uniq, inverse = distinct(series.cat.codes.to_numpy()[rows])
+    cats = np.asarray(series.cat.categories, dtype=object)
+    return [fn(cats[c] if c >= 0 else None) for c in uniq.tolist()], inverse
+
+
 def map_rows(series: pd.Series, rows: np.ndarray, fn: Callable[[str | None], object]) -> list[object]:
     """``[fn(value) for value in take(series, rows)]``, calling ``fn`` once per distinct value."""
-    codes = series.cat.codes.to_numpy()[rows]
-    uniq, inverse = distinct(codes)
-    cats = np.asarray(series.cat.categories, dtype=object)
-    return broadcast([fn(cats[c] if c >= 0 else None) for c in uniq.tolist()], inverse)
+    return broadcast(*_per_distinct(series, rows, fn))
 
 
 def map_categorical(series: pd.Series, rows: np.ndarray, fn: Callable[[str | None], str | None]) -> pd.Categorical:
@@ -120,16 +124,10 @@ def map_categorical(series: pd.Series, rows: np.ndarray, fn: Callable[[str | Non
     No Python object per row: a column of 10^5 strings costs pandas a conversion per element
     when a frame is built from it and a hash per element when it is grouped by.
     """
-    codes = series.cat.codes.to_numpy()[rows]
-    uniq, inverse = distinct(codes)
-    cats = np.asarray(series.cat.categories, dtype=object)
+    values, inverse = _per_distinct(series, rows, fn)
     # distinct categories can map to one value: the result's categories are its distinct values
-    position: dict[str, int] = {}
-    remap = np.array(
-        [-1 if (v := fn(cats[c] if c >= 0 else None)) is None else position.setdefault(v, len(position))
-         for c in uniq.tolist()],
-        dtype=np.int64,
-    )
+    position: dict[object, int] = {}
+    remap = np.array([-1 if v is None else position.setdefault(v, len(position)) for v in values], dtype=np.int64)
     return pd.Categorical.from_codes(remap[inverse] if len(remap) else inverse, categories=list(position))
 
 

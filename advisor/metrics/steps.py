@@ -189,7 +189,11 @@ class _Scan:
 
     def busy_frac(self, mask: np.ndarray) -> np.ndarray:
         """Share of each step covered by the union of the ``mask`` events."""
-        return union_per_step(_clip(self.ev, mask, self.windows), self.n) / np.where(self.step_us > 0, self.step_us, 1.0)
+        return self.covered_frac(_clip(self.ev, mask, self.windows))
+
+    def covered_frac(self, pieces: Pieces) -> np.ndarray:
+        """Share of each step covered by the union of ``pieces`` (clipped to the steps)."""
+        return union_per_step(pieces, self.n) / np.where(self.step_us > 0, self.step_us, 1.0)
 
 
 def analyze_trace(trace: Trace, early: Callable[[TraceAnalysis], int] | None = None) -> TraceAnalysis:
@@ -281,7 +285,7 @@ def _kernel_columns(scan: _Scan) -> dict[str, np.ndarray]:
         "small_kernel_frac": _ratio(small_count, count),
         "small_kernel_time_frac": _ratio(_count(k_step, n, np.where(small, k_dur, 0.0)), _count(k_step, n, k_dur)),
         "kernel_median_us": _median(k_step, k_dur, n),
-        "gpu_busy_frac": union_per_step(gpu, n) / np.where(scan.step_us > 0, scan.step_us, 1.0),
+        "gpu_busy_frac": scan.covered_frac(gpu),
         "gpu_max_gap_ms": max_gap_per_step(gpu, windows) / 1e3,
         "launch_count": _count(point_step(scan.ts[np.flatnonzero(cls.launch)], windows), n),
         "launch_overhead_frac": scan.busy_frac(cls.launch),
