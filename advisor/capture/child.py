@@ -55,6 +55,7 @@ from advisor.capture.phases import Phases, StopScript  # noqa: E402
 from advisor.capture.profilers import CProfileControl, TorchProfilerControl  # noqa: E402
 from advisor.capture.recorder import StepRecorder  # noqa: E402
 from advisor.capture.scriptconfig import ConfigRecorder  # noqa: E402
+from advisor.capture.stopping import StopSignalKept, caused_by_stop, leave  # noqa: E402
 from advisor.capture.syspath import put_first  # noqa: E402
 from advisor.capture.warm_preload import lazy_imported  # noqa: E402
 from advisor.rundir import CHILD_FILE, EVENTS_FILE, PSTATS_FILE, TRACES_DIR, rank_dir_name  # noqa: E402
@@ -128,6 +129,7 @@ class ChildSession:
         if spec.trace_budget_bytes is not None and spec.profiled_steps > 0:
             self.probe = TraceProbe(self.recorder.profiler, spec.trace_budget_bytes, self.out / "trace-probe.json", self.notes)
         self.hooks: Any = None
+        self._keep: StopSignalKept | None = None  # set while run() runs the script
         self.script_config = ConfigRecorder(self.script, list(spec.args))
         self._last_event: tuple[str, int, int] | None = None
         self._last_event_t = 0.0
@@ -169,6 +171,24 @@ class ChildSession:
         if self.probe is not None:
             self.probe.on_event(rec)
         self._event(rec.phase, force=False)
+        if rec.stop_requested:
+            self._stop_at_once(rec)
+
+    def _stop_at_once(self, rec: StepRecorder) -> None:
+        """End a run whose measurement is complete and leaves nothing to export, before the script unwinds.
+
+        What the script does as a stop unwinds it measures nothing: a DataLoader iterator joining
+        its workers took 0.1 s of every trial run with workers, 1 s of the demo's diagnose. A run
+        with a profiler window to close, a full run and a rank of a job unwind as before, and so
+        does a session driven step by step outside :meth:`run`.
+        """
+        ranked = self.out != self.run_dir  # a rank of a job
+        if self._keep is None or ranked or rec.phases.full or rec.phases.profiled or rec.open_window is not None:
+            return
+        self._keep.restore()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # torch's watch on its workers would raise as they are ended
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        leave(self._finish("stopped", None))
 
     def _on_phase(self, rec: StepRecorder) -> None:
         self.kernel.on_phase(rec.phase, rec.step_times_ms)  # first: the window ends before our own work
@@ -280,7 +300,7 @@ class ChildSession:
             if reconfigure is not None:
                 reconfigure(line_buffering=True)
         signal.signal(signal.SIGTERM, _on_sigterm)
-        keep = _StopSignalKept()
+        keep = self._keep = StopSignalKept()
         self.write(finished=False)
         outcome, exc = "ended", None
         try:
@@ -302,7 +322,7 @@ class ChildSession:
             outcome = "terminated"
         except BaseException as e:  # noqa: BLE001 - anything the script raises is recorded
             outcome, exc = "crashed", e
-            if self.recorder.stop_requested and _caused_by_stop(e):
+            if self.recorder.stop_requested and caused_by_stop(e):
                 outcome = "stopped"  # the script's own cleanup raised while we stopped it
         keep.restore()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finishing: let the export complete
@@ -378,47 +398,6 @@ def _on_sigterm(_signum: int, _frame: Any) -> None:
     raise _Terminated()
 
 
-class _StopSignalKept:
-    """While the script runs, SIGTERM stays advisor's stop request whatever the script sets.
-
-    advisor asks this child to save with SIGTERM (a timeout, Ctrl-C in advisor, a memory
-    budget). A script that ignores SIGTERM, or handles it its own way, took that request away:
-    the child was killed after its grace and the timed steps measured were lost (issue #30).
-    The script's ``signal.signal(SIGTERM, ...)`` is recorded and answered as if it took effect
-    (``getsignal`` returns it), but the handler installed stays ours.
-    """
-
-    def __init__(self) -> None:
-        self._signal, self._getsignal = signal.signal, signal.getsignal
-        self._script_handler: Any = signal.SIG_DFL
-
-        def set_handler(signalnum: Any, handler: Any) -> Any:
-            if signalnum == signal.SIGTERM:
-                previous, self._script_handler = self._script_handler, handler
-                return previous
-            return self._signal(signalnum, handler)
-
-        def get_handler(signalnum: Any) -> Any:
-            return self._script_handler if signalnum == signal.SIGTERM else self._getsignal(signalnum)
-
-        signal.signal, signal.getsignal = set_handler, get_handler  # type: ignore[assignment]
-
-    def restore(self) -> None:
-        """Give ``signal.signal`` and ``signal.getsignal`` back (the script has ended)."""
-        signal.signal, signal.getsignal = self._signal, self._getsignal  # type: ignore[assignment]
-
-
-def _caused_by_stop(exc: BaseException) -> bool:
-    seen = 0
-    cur: BaseException | None = exc
-    while cur is not None and seen < 20:
-        if isinstance(cur, StopScript):
-            return True
-        cur = cur.__context__
-        seen += 1
-    return False
-
-
 def _exit_code(exc: SystemExit) -> int:
     """Return the process exit code Python would use for this SystemExit."""
     code = exc.code
@@ -470,10 +449,7 @@ def main(argv: list[str] | None = None, t0: float = _T0) -> None:
         # NOTE: advisor cut the script short: skip interpreter shutdown (the script's atexit
         # handlers, DataLoader iterator teardown, non-daemon threads) that could hang or run
         # code the script expected to run only after a full run.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        end_own_children()
-        os._exit(code)
+        leave(code)
     if not spec.full:
         quick_exit(code)  # the script ended by itself: its exit, less the second of teardown
     raise SystemExit(code)
