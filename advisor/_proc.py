@@ -332,7 +332,18 @@ def interrupt_once(asked: list[Any] | None = None, final: bool = False) -> Itera
                 signal.signal(sig, handler)
 
 
-def quick_exit(code: int) -> NoReturn:
+def exit_code_of(exc: SystemExit) -> int:
+    """Return the process exit code Python would use for this SystemExit."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # Python prints a non-int exit argument to stderr
+    return 1
+
+
+def quick_exit(code: int, join_threads: bool = True) -> NoReturn:
     """Wait for non-daemon threads, run the exit hooks, flush stdout and stderr, and end the process with ``code``.
 
     These are the parts of a normal exit that run anyone's code, in the interpreter's order
@@ -342,16 +353,23 @@ def quick_exit(code: int) -> NoReturn:
     that imported torch and ``torch._dynamo`` spent 0.65-1.05 s in CPython's shutdown here,
     against 0.04 s so; finding open files would take a scan of every object, 0.15-0.3 s), and
     the command line after its command returned (``advisor analyze`` of a 385 MB trace: 55-68 ms
-    of teardown, 12-16 ms so).
+    of teardown, 12-16 ms so). ``join_threads=False`` leaves threads running: a program that
+    left one behind by mistake would otherwise never end (torchrun's, :mod:`advisor.distributed.torchrun_main`).
     """
-    main, me = threading.main_thread(), threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not main and thread is not me and not thread.daemon:
-            thread.join()
+    if join_threads:
+        main, me = threading.main_thread(), threading.current_thread()
+        for thread in threading.enumerate():
+            if thread is not main and thread is not me and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
+    flush_std_streams()
+    os._exit(code)
+
+
+def flush_std_streams() -> None:
+    """Flush stdout and stderr, as an exit would, before ``os._exit``."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001, S110 - a closed or broken stream: nothing left to lose
             pass
-    os._exit(code)

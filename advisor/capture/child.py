@@ -38,7 +38,13 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from advisor._proc import become_subreaper, die_with_parent, end_own_children, quick_exit  # noqa: E402
+from advisor._proc import (  # noqa: E402
+    become_subreaper,
+    die_with_parent,
+    end_own_children,
+    exit_code_of,
+    quick_exit,
+)
 from advisor._serde import dump_json, from_dict, to_jsonable  # noqa: E402
 from advisor.capture import cuda_budget  # noqa: E402
 from advisor.capture.budget import TraceProbe  # noqa: E402
@@ -332,7 +338,7 @@ class ChildSession:
         rec = self.recorder
         code = 0
         if outcome == "exit" and exc is not None:
-            code = _exit_code(exc)  # type: ignore[arg-type]
+            code = exit_code_of(exc)  # type: ignore[arg-type]
             if code != 0 and rec.steps_seen == 0:
                 # NOTE: sys.exit(n) before any step (argparse rejecting its arguments, a
                 # missing file the script checks for) is the script failing, not a short run.
@@ -396,17 +402,6 @@ class ChildSession:
 
 def _on_sigterm(_signum: int, _frame: Any) -> None:
     raise _Terminated()
-
-
-def _exit_code(exc: SystemExit) -> int:
-    """Return the process exit code Python would use for this SystemExit."""
-    code = exc.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)  # Python prints a non-int exit argument to stderr
-    return 1
 
 
 def _one_line(text: str, limit: int = 300) -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from typing import Any, NoReturn
 
-from advisor._proc import end_own_children
+from advisor._proc import end_own_children, flush_std_streams
 from advisor.capture.phases import StopScript
 
 
@@ -61,11 +60,7 @@ def leave(code: int) -> NoReturn:
     threads) is skipped: it could hang, or run code the script expected to run only after a
     full run.
     """
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001, S110 - a closed or broken stream: nothing left to lose
-            pass
+    flush_std_streams()
     end_own_children()
     _reap()
     os._exit(code)

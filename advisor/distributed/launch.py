@@ -1,7 +1,7 @@
 """Capture a multi-process job: the script runs under torchrun with the capture child in every rank.
 
 :func:`capture_distributed` is :func:`advisor.capture.run.capture` for ``nproc_per_node > 1`` or
-``nnodes > 1``. It starts ``python -m torch.distributed.run ... -m advisor.capture.child CONFIG``
+``nnodes > 1``. It starts ``python -m advisor.distributed.torchrun_main ... -m advisor.capture.child CONFIG``
 (torchrun, not a home-made launcher: the script sees the RANK / LOCAL_RANK / WORLD_SIZE /
 MASTER_ADDR environment it would see under torchrun), so every rank runs the user's script
 inside the capture child, which writes into ``<run>/rank<N>/``. Afterwards each rank folder gets
@@ -90,7 +90,7 @@ def torchrun_command(spec: RunSpec, config: Path, logs_dir: Path) -> list[str]:
     ``PET_RDZV_ID``, ``PET_NODE_RANK``...), which the user sets on every node.
     """
     cmd = [
-        sys.executable, *PYTHON_FLAGS, "-m", "torch.distributed.run",
+        sys.executable, *PYTHON_FLAGS, "-m", "advisor.distributed.torchrun_main",
         "--nproc-per-node", str(spec.nproc_per_node),
         "--nnodes", str(spec.nnodes),
         "--max-restarts", "0",
