@@ -135,7 +135,6 @@ class ChildSession:
         if spec.trace_budget_bytes is not None and spec.profiled_steps > 0:
             self.probe = TraceProbe(self.recorder.profiler, spec.trace_budget_bytes, self.out / "trace-probe.json", self.notes)
         self.hooks: Any = None
-        self._keep: StopSignalKept | None = None  # set while run() runs the script
         self.script_config = ConfigRecorder(self.script, list(spec.args))
         self._last_event: tuple[str, int, int] | None = None
         self._last_event_t = 0.0
@@ -177,24 +176,6 @@ class ChildSession:
         if self.probe is not None:
             self.probe.on_event(rec)
         self._event(rec.phase, force=False)
-        if rec.stop_requested:
-            self._stop_at_once(rec)
-
-    def _stop_at_once(self, rec: StepRecorder) -> None:
-        """End a run whose measurement is complete and leaves nothing to export, before the script unwinds.
-
-        What the script does as a stop unwinds it measures nothing: a DataLoader iterator joining
-        its workers took 0.1 s of every trial run with workers, 1 s of the demo's diagnose. A run
-        with a profiler window to close, a full run and a rank of a job unwind as before, and so
-        does a session driven step by step outside :meth:`run`.
-        """
-        ranked = self.out != self.run_dir  # a rank of a job
-        if self._keep is None or ranked or rec.phases.full or rec.phases.profiled or rec.open_window is not None:
-            return
-        self._keep.restore()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # torch's watch on its workers would raise as they are ended
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        leave(self._finish("stopped", None))
 
     def _on_phase(self, rec: StepRecorder) -> None:
         self.kernel.on_phase(rec.phase, rec.step_times_ms)  # first: the window ends before our own work
@@ -306,7 +287,7 @@ class ChildSession:
             if reconfigure is not None:
                 reconfigure(line_buffering=True)
         signal.signal(signal.SIGTERM, _on_sigterm)
-        keep = self._keep = StopSignalKept()
+        keep = StopSignalKept()
         self.write(finished=False)
         outcome, exc = "ended", None
         try:

@@ -328,54 +328,6 @@ def test_a_warm_process_answers_like_popen(server: WarmServer, tmp_path: Path) -
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-UNWINDS = """
-import os, sys
-from pathlib import Path
-import torch
-from torch.utils.data import DataLoader, TensorDataset
-out = Path(sys.argv[1])
-model = torch.nn.Linear(4, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-data = DataLoader(TensorDataset(torch.randn(4096, 4)), batch_size=8, num_workers=2,
-                  worker_init_fn=lambda _: (out / f"worker-{os.getpid()}").touch())
-try:
-    for (x,) in data:
-        opt.zero_grad()
-        model(x).sum().backward()
-        opt.step()
-finally:
-    (out / "unwound").touch()
-"""
-
-
-@pytest.mark.e2e
-def test_a_trial_run_ends_at_its_last_timed_step_and_a_profiled_run_unwinds(server: WarmServer, tmp_path: Path) -> None:
-    script = tmp_path / "unwinds.py"
-    script.write_text(UNWINDS)
-    for name, profiled in (("trial", 0), ("profiled", 2)):
-        out = tmp_path / f"{name}-marks"
-        out.mkdir()
-        cap = capture(_spec(tmp_path / name, script, str(out), profiled_steps=profiled), warm=server)
-        assert (cap.status, cap.exit_code) == (RunStatus.STOPPED, 0), cap.error
-        assert len(cap.timed.step_times_ms) >= 3
-        workers = [int(p.name.split("-")[1]) for p in out.glob("worker-*")]
-        assert len(workers) == 2
-        # NOTE: a trial has nothing to export: its script is not unwound (no `finally`, no
-        # DataLoader teardown), and the workers it started are ended with it
-        assert (out / "unwound").exists() == bool(profiled), name
-        deadline = time.monotonic() + 10
-        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(_running(pid) for pid in workers), name
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 HOLD = """
 import os, sys, time
 import torch
