@@ -422,10 +422,7 @@ def main(argv: list[str] | None = None, t0: float = _T0) -> None:
     session = ChildSession(spec, Path(config["run_dir"]), t0)
     code = session.run()
     if session.status in (RunStatus.STOPPED, RunStatus.TIMEOUT):
-        # NOTE: advisor cut the script short: skip interpreter shutdown (the script's atexit
-        # handlers, DataLoader iterator teardown, non-daemon threads) that could hang or run
-        # code the script expected to run only after a full run.
-        leave(code)
+        leave(code)  # advisor cut the script short: no interpreter shutdown (capture.stopping.leave)
     if not spec.full:
         quick_exit(code)  # the script ended by itself: its exit, less the second of teardown
     raise SystemExit(code)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from advisor._proc import die_with_parent
+from advisor._proc import die_with_parent, flush_std_streams
 from advisor.capture.warm_preload import preload
 
 MAX_MESSAGE = 1 << 20
@@ -129,9 +129,7 @@ def _become_child(msg: dict[str, Any], fds: list[int], server: int) -> None:
 
 def _exit_now() -> None:
     """End the server at once: it holds nothing to save, and tearing down torch's modules took 0.6-1.1 s the parent waited for."""
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
-        sys.stderr.flush()
+    flush_std_streams()
     os._exit(0)
 
 
