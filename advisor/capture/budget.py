@@ -245,7 +245,7 @@ class TraceProbe:
             return
         if rec.counts.get(Phase.PROFILED, 0) < 1:
             return
-        rec.counts[Phase.PROFILED] -= 1  # neither is one of the window's steps
+        rec.uncount_step(Phase.PROFILED)  # neither is one of the window's steps
         if self._stage == ProbeStage.BETWEEN:
             self._stage = ProbeStage.DONE
             try:

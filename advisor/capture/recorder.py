@@ -74,6 +74,7 @@ class StepRecorder:
     steps: int = 0  # steps completed since measurement (re)started
     steps_seen: int = 0  # steps completed in all (never reset)
     counts: dict[str, int] = field(default_factory=dict)  # completed steps per phase
+    measured_s: dict[str, float] = field(default_factory=dict)  # the counted steps' time per phase
     step_times_ms: list[float] = field(default_factory=list)
     warmup_times_ms: list[float] = field(default_factory=list)
     step_samples: list[int | None] = field(default_factory=list)
@@ -102,6 +103,7 @@ class StepRecorder:
     _optimizer_created: bool = False
     _backwards_awaiting: int = 0  # backward calls seen while awaiting the first optimizer step
     _timed_ms: float = 0.0  # sum of step_times_ms (kept as we go: no O(n) sum per step)
+    _last_step_s: float = 0.0
     _asked_timed: int | None = None  # phases.timed before a min_timed_s extension
     _settle_target: int = 0  # timed steps the window held when it first was complete
     _compiles: CompileWindow = field(default_factory=CompileWindow)
@@ -129,10 +131,7 @@ class StepRecorder:
             return
         ends, learned = self._optimizers.ends_step(key)
         if learned:
-            self._restart(
-                f"{self._optimizers.members} optimizers step in each iteration: one step per "
-                "iteration from here on"
-            )
+            self._restart(f"{self._optimizers.members} optimizers step in each iteration: one step per iteration from here on")
         if ends:
             self._boundary(SOURCE_OPTIMIZER, now)
 
@@ -205,10 +204,7 @@ class StepRecorder:
             return
         ends, learned = self._modules.ends_step(key)
         if learned:
-            self._restart(
-                f"{self._modules.members} modules are called in each iteration: one step per "
-                "iteration from here on"
-            )
+            self._restart(f"{self._modules.members} modules are called in each iteration: one step per iteration from here on")
         if self.source != SOURCE_MODULE:
             self._establish(SOURCE_MODULE, now)
         elif ends:
@@ -316,7 +312,12 @@ class StepRecorder:
     def phase_seconds(self, now: float | None = None) -> dict[str, float]:
         """Return where the child's time went so far, in seconds (see :func:`~advisor.capture.timeline.phase_seconds`)."""
         return phase_seconds(self.phase_started, self.start_time, self.first_step_end, self.phase,
-                             self.clock() if now is None else now)
+                             self.clock() if now is None else now, self.measured_s)
+
+    def uncount_step(self, phase: str) -> None:
+        """Take the step that just ended out of ``phase``'s count and time: it was not one of its steps."""
+        self.counts[phase] = self.counts.get(phase, 0) - 1
+        self.measured_s[phase] = self.measured_s.get(phase, 0.0) - self._last_step_s
 
     def phase_progress(self) -> tuple[int, int]:
         """Return (steps done, steps asked) in the current phase."""
@@ -359,6 +360,8 @@ class StepRecorder:
             self.step_backwards.append(self._cur_backwards)
         if self.phase in (Phase.WARMUP, Phase.TIMED, Phase.PROFILED, Phase.CPROFILE):
             self.counts[self.phase] = self.counts.get(self.phase, 0) + 1
+            self._last_step_s = now - start
+            self.measured_s[self.phase] = self.measured_s.get(self.phase, 0.0) + self._last_step_s
         self._cur_samples = None
         self._cur_batches = 0
         self._cur_backwards = 0
@@ -457,10 +460,8 @@ class StepRecorder:
         return sum(earlier) if earlier else None
 
     def _switch(self, source: str) -> None:
-        self._restart(
-            f"steps were counted from {self.source} boundaries until step {self.steps_seen}, "
-            f"then a {source} boundary appeared"
-        )
+        self._restart(f"steps were counted from {self.source} boundaries until step {self.steps_seen}, "
+                      f"then a {source} boundary appeared")
 
     def _restart(self, why: str) -> None:
         """Measure again from warm-up: the boundaries so far were the wrong ones."""
@@ -481,8 +482,7 @@ class StepRecorder:
             discard = getattr(self.profiler, "discard", None)
             if discard is not None:
                 discard()
-        self.steps = 0
-        self.counts = {}
+        self.steps, self.counts, self.measured_s = 0, {}, {}
         for kept in (self.step_times_ms, self.warmup_times_ms, self.step_samples, self.step_batches, self.step_backwards):
             kept.clear()
         self._timed_ms = 0.0

@@ -11,7 +11,7 @@ the steps asked for, by at most as many again; consumers then time the steady pa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from advisor._steady import SteadyState, assess
@@ -23,6 +23,9 @@ from advisor.capture.phases import (
     SOURCE_OPTIMIZER,
 )
 from advisor.capture.vocab import Phase
+
+MEASURED = (Phase.TIMED, Phase.PROFILED, Phase.CPROFILE)
+"""The phases whose counted steps are measurements (the rest of their time is advisor's own)."""
 
 
 def source_reason(source: str | None, optimizers: int, modules: int) -> str | None:
@@ -67,15 +70,22 @@ def phase_seconds(
     first_step_end: float | None,
     phase: str,
     now: float,
+    measured: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Return where the child's time went until ``now``, in seconds, in the order it was spent.
 
     ``imports`` runs from the child's start (``start_time``) to the script's first line
     (advisor, torch, the fixes); ``setup`` from there to the end of the first step (the
-    script's data and model set-up, any compile); then each measurement phase from its
-    start (``phase_started``) to the next one's (``warmup`` less the set-up, ``timed``,
-    ``profiled``, ``cprofile``), and ``finishing`` after the last measured step (exports, the
-    script's own end). ``phase`` is the phase in progress.
+    script's data and model set-up, any compile); then each phase from its start
+    (``phase_started``) to the next one's (``warmup`` less the set-up, ``timed``, ``profiled``,
+    ``cprofile``), and ``finishing`` after the last measured step (the last window's export,
+    the script's own end). ``phase`` is the phase in progress.
+
+    A finished measurement phase holds only its counted steps (``measured``: their summed
+    time per phase); the rest of its span goes to ``export``: advisor's own work between
+    those steps, which measures nothing (the trace-budget probe's two steps, stopping and
+    exporting the profiled window, the progress line). Left in the profiled window, the
+    export made its steps look 1.5x slower than cProfile's (metrics.sources' window factor).
     """
     marks = list(phase_started.items())
     if not marks:
@@ -96,6 +106,11 @@ def phase_seconds(
         elif first is not None and t1 < first:
             length = 0.0  # phases passed at once (0 steps asked) before the first step ended
         out[name] = length
+        if measured is not None and name in MEASURED and name != phase and name in measured:
+            spare = length - measured[name]
+            if spare > 0:
+                out[name] = measured[name]
+                out["export"] = out.get("export", 0.0) + spare
     return {k: round(max(v, 0.0), 4) for k, v in out.items()}
 
 

@@ -260,3 +260,33 @@ def test_a_bad_trace_budget_is_a_one_line_usage_error(capsys, tmp_path: Path, va
     script.write_text("print('train')\n")
     code, _, err = invoke(capsys, "diagnose", "--trace-budget", value, str(script))
     assert code == 2 and "--trace-budget" in err
+
+
+class SlowProbe(FakeControl):
+    """Probing (the step's export and its measurement) takes 0.5 s of the clock."""
+
+    def __init__(self, step: StepSize, clock: Clock) -> None:
+        super().__init__(step)
+        self.clock = clock
+
+    def probe_stop(self, scratch: Path) -> StepSize:
+        self.clock.advance(0.5)
+        return super().probe_stop(scratch)
+
+
+def test_the_probe_s_steps_and_export_are_no_measured_time(tmp_path: Path) -> None:
+    clock = Clock(10.0)
+    control = SlowProbe(STEP, clock)
+    probe = TraceProbe(control, 2000 * MB, tmp_path / "scratch.json", [])
+    rec = StepRecorder(Phases(1, 2, 3, 0), profiler=control, clock=clock,  # type: ignore[arg-type]
+                       on_step=probe.on_event, on_phase=probe.on_event)
+    rec.script_started()
+    with pytest.raises(StopScript):
+        for _ in range(20):
+            clock.advance(0.1)
+            rec.optimizer_step()
+    rec.finish()
+    got = rec.phase_seconds()
+    assert rec.counts["profiled"] == 3
+    assert got["timed"] == pytest.approx(0.2) and got["profiled"] == pytest.approx(0.3)
+    assert got["export"] == pytest.approx(0.1 + 0.5 + 0.1)  # the probed step, its export, the step after it

@@ -335,3 +335,49 @@ def test_without_a_graph_counter_nothing_is_counted():
     rec.script_started()
     _run_steps(rec, clock, [0.1] * 20)
     assert rec.timed_phase().compiles == 0
+
+
+class SlowExport(FakeProfiler):
+    """A profiler whose stop with export takes ``seconds`` of the clock (writing the trace)."""
+
+    def __init__(self, clock, seconds: float) -> None:
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    def stop(self, export: bool) -> None:
+        super().stop(export)
+        if export:
+            self.clock.advance(self.seconds)
+
+
+def test_a_window_s_export_is_not_counted_as_its_steps():
+    # the profiled window's export (0.7 s on the demo) fell in its span: 10 steps of 0.13 s read
+    # as 0.19 s each against cProfile's 0.125 s, and the overhead share left it out
+    clock = Clock(100.0)
+    prof, cprof = SlowExport(clock, 0.7), SlowExport(clock, 0.2)
+    rec = StepRecorder(Phases(1, 2, 10, 10), profiler=prof, cprofiler=cprof, clock=clock, start_time=90.0)
+    rec.script_started()
+    opt_step(rec, clock, seconds=1.0)  # set-up and warm-up
+    for _ in range(2):
+        opt_step(rec, clock, seconds=0.1)
+    for _ in range(10):
+        opt_step(rec, clock, seconds=0.13)
+    with pytest.raises(StopScript):
+        for _ in range(10):
+            opt_step(rec, clock, seconds=0.125)
+    rec.finish()
+    got = rec.phase_seconds()
+    assert got["timed"] == pytest.approx(0.2)
+    assert got["profiled"] == pytest.approx(1.3) and got["cprofile"] == pytest.approx(1.25)
+    assert got["export"] == pytest.approx(0.7)  # the profiled window's, between its last step and cProfile's first
+    assert got["finishing"] == pytest.approx(0.2)  # the last window closes after the stop
+    assert sum(got.values()) == pytest.approx(clock() - 90.0)
+
+
+def test_the_phase_in_progress_keeps_its_whole_span():
+    rec, clock, *_ = make(warmup=1, timed=5, profiled=0, cprofile=0)
+    opt_step(rec, clock, seconds=0.5)
+    opt_step(rec, clock, seconds=0.1)
+    clock.advance(0.05)  # a step under way is no export
+    got = rec.phase_seconds()
+    assert got["timed"] == pytest.approx(0.15) and "export" not in got
