@@ -51,7 +51,7 @@ def analyze_report(
         _load_evaluation()
 
     digests, focus = analyze_job(job.files, default_jobs() if jobs is None else jobs, user_predicate(capture),
-                                 meanwhile=meanwhile)
+                                 meanwhile=meanwhile, steps=capture.profiled_steps if capture is not None else 0)
     source = " ".join(map(str, paths))
     metrics = with_nodes(merge_digests(digests, capture=capture, pstats_path=job.pstats, source=source, focus=focus), job)
     # NOTE: profiler stacks name bare files (``train.py``): look beside the trace and the script too.

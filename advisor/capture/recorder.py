@@ -264,8 +264,9 @@ class StepRecorder:
         """Close an open profiler window, exporting it: the script ended or is being stopped."""
         if self.open_window is not None:
             if not self.stop_requested:
-                self.notes.append(f"the script ended during the {self.open_window} window: its last step "
-                                  "in the trace is incomplete (it runs to the script's end)")
+                tail = "is left out of the trace's analysis" if self.open_window == Phase.PROFILED else "is in cProfile's figures"
+                self.notes.append(f"the script ended during the {self.open_window} window: its last step, which is "
+                                  f"incomplete (it ran to the script's end), {tail}")
             self._close_window(export=True)
 
     # ----- results ---------------------------------------------------------------------------

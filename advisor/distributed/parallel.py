@@ -38,6 +38,7 @@ from advisor.errors import AdvisorError, UsageError
 from advisor.metrics.compute import straggler_focus
 from advisor.metrics.digest import RankDigest, digest_trace
 from advisor.metrics.userframes import UserPredicate, looks_like_user_file
+from advisor.metrics.whole_steps import whole_steps
 from advisor.trace.load import load_trace
 
 
@@ -55,6 +56,7 @@ class _Task:
     path: Path
     lead: bool
     is_user: UserPredicate
+    steps: int = 0  # the capture's profiled steps: the trace is cut to them (metrics.whole_steps); 0 keeps all
 
 
 def _analyse(task: _Task, meanwhile: Callable[[], object] | None = None) -> RankDigest:
@@ -62,7 +64,7 @@ def _analyse(task: _Task, meanwhile: Callable[[], object] | None = None) -> Rank
 
     ``meanwhile`` runs while the trace decodes (:func:`advisor.trace.load.load_trace`).
     """
-    trace = load_trace(task.path, index=task.index, meanwhile=meanwhile)
+    trace = whole_steps(load_trace(task.path, index=task.index, meanwhile=meanwhile), task.steps)
     return digest_trace(trace, task.is_user, lead=task.lead, timeline=task.lead)
 
 
@@ -138,6 +140,7 @@ def analyze_files(
     jobs: int = 1,
     is_user: UserPredicate = looks_like_user_file,
     meanwhile: Callable[[], object] = lambda: None,
+    steps: int = 0,
 ) -> list[RankDigest]:
     """Analyse rank trace files, ``jobs`` at a time, into digests ordered by rank.
 
@@ -151,6 +154,8 @@ def analyze_files(
         meanwhile: Work of the caller's that needs no digest, done in this process while the
             workers run (with ``jobs=1``, while a large first file decodes in worker processes,
             else before it), so that it does not add to the time after them.
+        steps: The capture's profiled steps, when the files are a run's: each trace is cut to
+            them (:func:`advisor.metrics.whole_steps.whole_steps`); 0 keeps every step.
 
     Returns:
         One digest per file, by rank; the first carries the lead extras.
@@ -162,7 +167,7 @@ def analyze_files(
     """
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: pass 1 or more worker processes")
-    tasks = [_Task(i, Path(f), i == 0, is_user) for i, f in enumerate(files)]
+    tasks = [_Task(i, Path(f), i == 0, is_user, steps) for i, f in enumerate(files)]
     jobs = min(jobs, len(tasks))
     if jobs > 1:
         digests = _run_pool(tasks, jobs, meanwhile)
@@ -188,6 +193,7 @@ def analyze_job(
     jobs: int = 1,
     is_user: UserPredicate = looks_like_user_file,
     meanwhile: Callable[[], object] = lambda: None,
+    steps: int = 0,
 ) -> tuple[list[RankDigest], RankDigest | None]:
     """Analyse a job's rank files (:func:`analyze_files`), and its straggler's once more as a lead.
 
@@ -197,9 +203,9 @@ def analyze_job(
         the workers computed those for the first rank only, and which rank holds the others
         up is known only once every digest is in. Pass it to ``merge_digests(focus=...)``.
     """
-    digests = analyze_files(files, jobs, is_user, meanwhile)
+    digests = analyze_files(files, jobs, is_user, meanwhile, steps)
     i = straggler_focus(digests)
     if i is None:
         return digests, None
     rank = digests[i].rank
-    return digests, _analyse(_Task(rank, Path(digests[i].path), True, is_user)).relabel(rank)
+    return digests, _analyse(_Task(rank, Path(digests[i].path), True, is_user, steps)).relabel(rank)

@@ -48,6 +48,7 @@ from advisor.metrics.periodic import periodic_locations, periodic_metrics, perio
 from advisor.metrics.registry import BREAKDOWN_PARTS, METRICS
 from advisor.metrics.sources import finish_locations, tidy_locations
 from advisor.metrics.userframes import user_predicate
+from advisor.metrics.whole_steps import whole_steps
 from advisor.rundir import CAPTURE_FILE, PSTATS_FILE, TRACES_DIR
 from advisor.trace.load import Trace, find_trace_files, load_trace, load_traces
 
@@ -421,7 +422,7 @@ def load_input(path: str | Path) -> tuple[tuple[Trace, ...], RunCapture | None, 
     files, capture, pstats = locate_input(path)
     if capture is None:
         return load_traces(path), None, None
-    traces = tuple(sorted((load_trace(f, index=i) for i, f in enumerate(files)), key=lambda t: t.rank))
+    traces = tuple(sorted((whole_steps(load_trace(f, index=i), capture.profiled_steps) for i, f in enumerate(files)), key=lambda t: t.rank))
     return traces, capture, pstats
 
 
@@ -489,9 +490,9 @@ def _resolved(path: Path) -> Path:
 
 
 def load_run_traces(run_dir: Path, capture: RunCapture) -> tuple[Trace, ...]:
-    """Load the listed traces that exist (a crashed run may have none), ordered by rank."""
+    """Load the listed traces that exist (a crashed run may have none), ordered by rank, cut to the counted steps (:mod:`~advisor.metrics.whole_steps`)."""
     files = [f for f in run_trace_files(run_dir, capture) if f.is_file()]
-    return tuple(sorted((_load_one(f, i) for i, f in enumerate(files)), key=lambda t: t.rank))
+    return tuple(sorted((whole_steps(_load_one(f, i), capture.profiled_steps) for i, f in enumerate(files)), key=lambda t: t.rank))
 
 
 def _load_one(path: Path, index: int) -> Trace:
