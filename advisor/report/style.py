@@ -358,9 +358,41 @@ def timing_line(timing: Any) -> str | None:
     line = f"Diagnose took {total:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
     overhead = timing.get("overhead_s")
     if isinstance(overhead, (int, float)) and total > 0:
-        line += (f"; overhead {overhead:.1f} s ({overhead / total:.0%}): everything but the measured steps "
-                 "(process start, imports, set-up, warm-up, exports, analysis)")
+        line += f"; overhead {overhead:.1f} s ({overhead / total:.0%}), everything but the measured steps: "
+        line += overhead_parts(timing.get("phases_s"), float(overhead))
     return line + "."
+
+
+OVERHEAD_PHASES: dict[str, str] = {
+    "setup": "the script's set-up and first step",
+    "warmup": "warm-up",
+    "imports": "imports",
+    "process": "process start and end",
+    "finishing": "the runs' ends",
+    "export": "trace export",
+    "server": "waiting for the warm-start server",
+}
+"""The phases of ``timing["phases_s"]`` that are overhead, and how the timing line names them."""
+
+
+def overhead_parts(phases: Any, overhead_s: float) -> str:
+    """Name where the overhead went, largest first: each overhead phase summed over the runs, then the rest.
+
+    The rest is what no run's clock holds: advisor's analysis of the capture, the fix plan, the
+    reports. Parts under 0.05 s are left out.
+    """
+    phases = phases if isinstance(phases, dict) else {}
+    parts = {label: float(phases.get(name) or 0.0) for name, label in OVERHEAD_PHASES.items()}
+    parts["analysis and reports"] = max(overhead_s - sum(parts.values()), 0.0)
+    shown = sorted(((s, label) for label, s in parts.items() if s >= 0.05), reverse=True)
+    if not shown:
+        return "none worth naming"
+    texts = [f"{label} {s:.1f} s" for s, label in shown]
+    if shown[0][1] == OVERHEAD_PHASES["export"] and shown[0][0] >= 1.0:
+        # NOTE: torch.profiler's stop and export grow with the profiled steps' events: 5.6 s of a
+        # 13.7 s capture for 10 steps of a small transformer with stacks (docs/benchmarks.md)
+        texts[0] += " (fewer --profile-steps shorten it)"
+    return ", ".join(texts)
 
 
 def rank_suffix(focus_rank: Any) -> str:
