@@ -12,10 +12,13 @@ in the DataLoader workers it forks they hold too, which the environment variable
 (``MALLOC_TRIM_THRESHOLD_``, read once at process start) could not do. The diff adds the same
 calls after the script's imports. Not glibc (musl, macOS): nothing to set, the fix does not apply.
 
-Its runs and their baseline runs start cold (``fresh_process``). Forked from the warm-start
-server, a run inherits the server's heap: on word_language_model the forked runs measured 1.37x
-[1.18-1.58], runs in fresh interpreters 1.16x [1.07-1.24], and the diff timed plainly (steps
-20-68, 8 pairs) a median of 1.20x.
+Its runs are forked from the warm-start server like every other fix's, though a forked run
+inherits the server's heap. Measured both ways on two scripts against the diff timed plainly
+(2026-11-28, docs/benchmarks.md): on word_language_model, forked runs read 0.92-1.18x in 4
+diagnoses and cold ones 1.03-1.30x, against 1.17x plainly (6 pairs), every interval holding it,
+the forked diagnoses a third as long (15-22 s against 27-54 s: 13 of 15 runs imported torch
+afresh); on examples/memory_bound.py forked 1.41-1.65x, cold 1.39-1.65x, plainly 1.51x (4
+pairs). An earlier forked measurement read 1.37x [1.18-1.58] against 1.20x plainly.
 """
 
 from __future__ import annotations
@@ -96,5 +99,4 @@ FIX = Fix(
     check=check,
     install=install,
     plan_diff=plan_diff,
-    fresh_process=True,
 )
