@@ -74,7 +74,7 @@ class StepRecorder:
     steps: int = 0  # steps completed since measurement (re)started
     steps_seen: int = 0  # steps completed in all (never reset)
     counts: dict[str, int] = field(default_factory=dict)  # completed steps per phase
-    measured_s: dict[str, float] = field(default_factory=dict)  # the counted steps' time per phase
+    measured_s: dict[str, float] = field(default_factory=dict)  # the counted steps' time per phase (kept as we go)
     step_times_ms: list[float] = field(default_factory=list)
     warmup_times_ms: list[float] = field(default_factory=list)
     step_samples: list[int | None] = field(default_factory=list)
@@ -102,7 +102,6 @@ class StepRecorder:
     _timed_epoch_ends: int = 0  # DataLoader epochs that ended while the timed steps ran
     _optimizer_created: bool = False
     _backwards_awaiting: int = 0  # backward calls seen while awaiting the first optimizer step
-    _timed_ms: float = 0.0  # sum of step_times_ms (kept as we go: no O(n) sum per step)
     _last_step_s: float = 0.0
     _asked_timed: int | None = None  # phases.timed before a min_timed_s extension
     _settle_target: int = 0  # timed steps the window held when it first was complete
@@ -351,7 +350,6 @@ class StepRecorder:
             self.warmup_times_ms.append((now - start) * 1000.0)
         if self.phase == Phase.TIMED:
             self.step_times_ms.append((now - start) * 1000.0)
-            self._timed_ms += self.step_times_ms[-1]
             # NOTE: the DataLoader's batches count samples where it yielded any in this step;
             # else the batch tensors the model consumed (its first dimension) do.
             self.step_samples.append(
@@ -376,7 +374,7 @@ class StepRecorder:
         if self.stop_requested and not self.phases.full:
             # NOTE: work between steps seen once is timed again, unprofiled (BetweenSteps.runs_on),
             # by a profiled one-process capture only: fix trials and a job's ranks stop on time.
-            step_s = self._timed_ms / 1000 / max(1, len(self.step_times_ms))
+            step_s = self.measured_s.get(Phase.TIMED, 0.0) / max(1, len(self.step_times_ms))
             if not (self.phases.profiled and self.phases.settle and self.between.runs_on(self.steps_seen, self.clock(), step_s)):
                 raise StopScript()
             if self.open_window is not None:
@@ -391,7 +389,7 @@ class StepRecorder:
             if control is not None:
                 control.step()
             return
-        too_short = p.min_timed_s > 0 and self._timed_ms < p.min_timed_s * 1000.0
+        too_short = p.min_timed_s > 0 and self.measured_s.get(Phase.TIMED, 0.0) < p.min_timed_s
         if self.phase == Phase.TIMED and self.steps >= ends[Phase.TIMED] and (too_short or self._settling()):
             # NOTE: one more timed step: the window is too short to time (sub-millisecond steps), or
             # its first steps were still warming up and the steady part must hold as many as were
@@ -486,7 +484,6 @@ class StepRecorder:
         self.steps, self.counts, self.measured_s = 0, {}, {}
         for kept in (self.step_times_ms, self.warmup_times_ms, self.step_samples, self.step_batches, self.step_backwards):
             kept.clear()
-        self._timed_ms = 0.0
         if self._asked_timed is not None:  # undo a min_timed_s extension: timing starts over
             self.phases.timed = self._asked_timed
         self._settle_target = 0
