@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from advisor import _proctree
+from advisor import _listeners, _proctree
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _PR_SET_CHILD_SUBREAPER = 36
@@ -159,22 +159,24 @@ def end_own_children() -> None:
 
     For a child that leads its own process group (the capture child): whatever the script started,
     including a subprocess whose parent already exited (it stays in our group), must not outlive
-    the capture when advisor is no longer there to sweep the group.
+    the capture when advisor is no longer there to sweep the group. The folders their
+    multiprocessing listeners would have removed at their exit go with them (:mod:`advisor._listeners`).
     """
     me = os.getpid()
-    try:
+    procs: list[Any] = []
+    with contextlib.suppress(Exception):  # psutil unusable: the group sweep below still runs
         import psutil
 
-        for child in psutil.Process(me).children(recursive=True):
-            with contextlib.suppress(Exception):
-                child.kill()
-    except Exception:  # noqa: BLE001, S110 - psutil unusable: the group sweep below still runs
-        pass
-    if os.getpgrp() == me:
-        for pid in group_members(me):
-            if pid != me:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+        procs = psutil.Process(me).children(recursive=True)
+    group = [pid for pid in group_members(me) if pid != me] if os.getpgrp() == me else []
+    left = _listeners.listener_dirs({*(p.pid for p in procs), *group})
+    for child in procs:
+        with contextlib.suppress(Exception):
+            child.kill()
+    for pid in group:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    _listeners.remove(left)
 
 
 class ProcessTree:
@@ -241,12 +243,23 @@ class ProcessTree:
                 total += _unshared_bytes(proc)
         return total
 
+    def listener_dirs(self) -> list[Any]:
+        """Return the listener folders (:mod:`advisor._listeners`) of the root and the remembered processes still running."""
+        alive = []
+        for proc in (self._root, *self.seen.values()):
+            with contextlib.suppress(Exception):
+                if proc is not None and proc.is_running():
+                    alive.append(proc.pid)
+        return _listeners.listener_dirs(alive)
+
     def kill_all(self) -> None:
-        """Kill every remembered process still running."""
+        """Kill every remembered process still running, and remove the listener folders they held."""
+        left = self.listener_dirs()
         for child in self.seen.values():
             with contextlib.suppress(Exception):
                 if child.is_running():
                     child.kill()
+        _listeners.remove(left)
 
 
 def _unshared_bytes(proc: Any) -> int:

@@ -19,8 +19,9 @@ ADVISOR = Path(__file__).resolve().parents[1] / "advisor"
 
 ROOT = "(root)"
 """``advisor/__init__.py`` (``__version__``, ``advisor.step``): imports nothing of ours."""
-SHARED = frozenset({ROOT, "errors", "_serde", "_vocab", "_num", "_paths", "_proc", "_proctree", "_files", "_terminal", "_steady", "rundir"})
-"""Small leaf modules every layer may use (errors, JSON helpers, vocabularies, path display, processes and their trees,
+SHARED = frozenset({ROOT, "errors", "_serde", "_vocab", "_num", "_paths", "_proc", "_proctree", "_listeners", "_files", "_terminal", "_steady", "rundir"})
+"""Small leaf modules every layer may use (errors, JSON helpers, vocabularies, path display, processes and their trees
+and the listener folders they leave,
 safe file writers, terminal-safe text, the run directory's names)."""
 
 ALLOWED: dict[str, frozenset[str]] = {
@@ -51,8 +52,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "_num": frozenset(),
     "_steady": frozenset({"_vocab"}),
     "_paths": frozenset({"errors"}),
-    "_proc": frozenset({"errors", "_proctree"}),
+    "_proc": frozenset({"errors", "_proctree", "_listeners"}),
     "_proctree": frozenset(),
+    "_listeners": frozenset(),
     "_files": frozenset({"errors"}),
     "_terminal": frozenset(),
     "rundir": frozenset({"errors"}),

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor import rundir
+from advisor._listeners import remove as remove_listener_dirs
 from advisor._proc import Interrupted, ProcessTree, kill_group, own_group, stop_child
 from advisor._serde import dump_json, from_dict, to_jsonable
 from advisor.capture import cuda_budget
@@ -226,12 +227,15 @@ def started(
         yield proc, tree
     finally:
         tree.refresh()
+        # NOTE: DataLoader workers (or anything the script started) may outlive the child; what
+        # their exit would have removed goes with them (advisor._listeners).
+        left = tree.listener_dirs()
         if proc.poll() is None:
             kill_group(proc.pid)
             proc.wait()
-        # NOTE: DataLoader workers (or anything the script started) may outlive the child.
         kill_group(proc.pid)
         tree.kill_all()
+        remove_listener_dirs(left)
 
 
 def capture(spec: RunSpec, progress: ProgressCallback | None = None, warm: Any = None) -> RunCapture:

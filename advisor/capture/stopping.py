@@ -7,6 +7,7 @@ import signal
 import time
 from typing import Any, NoReturn
 
+from advisor import _listeners
 from advisor._proc import end_own_children, flush_std_streams
 from advisor.capture.phases import StopScript
 
@@ -53,6 +54,16 @@ def caused_by_stop(exc: BaseException) -> bool:
     return False
 
 
+def end_children_now() -> None:
+    """End what the script started, before the stop unwinds it; its clean-up then joins them at once.
+
+    torch's SIGCHLD handler would raise at a DataLoader worker's death (the iterator is still
+    alive): the default action replaces it. A mask would not do: any thread may take the signal.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    end_own_children()
+
+
 def leave(code: int) -> NoReturn:
     """End a run advisor cut short: flush the logs, end what the script started, and exit with ``code``.
 
@@ -61,8 +72,9 @@ def leave(code: int) -> NoReturn:
     full run.
     """
     flush_std_streams()
-    end_own_children()
+    end_children_now()  # NOTE: a persistent DataLoader iterator outlives the unwinding
     _reap()
+    _listeners.remove(_listeners.listener_dirs([os.getpid()]))
     os._exit(code)
 
 
