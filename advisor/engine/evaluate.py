@@ -141,6 +141,12 @@ def evaluate_rule(
     )
 
 
+NEGLIGIBLE_MS = 0.0005
+"""Time per step under which a location rarer than once a step is not shown as a finding's place (:func:`pick_locations`)."""
+TIMED_KINDS = frozenset({"data_loading", "hot", "preprocess", "host"})
+"""Location kinds whose cost is their time (a memory location's count is its share of the peak, its time 0)."""
+
+
 def pick_locations(
     locations: tuple[SourceLocation, ...], kinds: tuple[str, ...], limit: int = MAX_LOCATIONS
 ) -> tuple[Location, ...]:
@@ -151,11 +157,15 @@ def pick_locations(
     # function) cannot point anyone at code; they are dropped here rather than shown. A named
     # function at line 0 stays: its line was not known (a frame already running when profiling
     # began, advisor.metrics.userframes), the function still is.
+    # A place that takes no measurable time and runs less than once a step cannot be where a
+    # per-step cost goes: a DataLoader whose work is all in its workers (which the profiler does
+    # not see) showed only the sampler's call of the dataset's __len__ (0.000 ms, 0.1 a step).
     chosen = [
         loc
         for loc in locations
         if loc.kind in kinds and (int(loc.line) > 0 or (int(loc.line) == 0 and loc.function))
         and loc.file and loc.file != "~" and not loc.file.startswith("<")
+        and not (loc.kind in TIMED_KINDS and (loc.time_ms or 0.0) < NEGLIGIBLE_MS and (loc.count or 0.0) < 1.0)
     ]
     # NOTE: the metrics stage lists locations most costly first; sort again (stable) by time,
     # then count, so the order does not depend on how kinds were interleaved.

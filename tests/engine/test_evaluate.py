@@ -85,6 +85,15 @@ def test_locations_filtered_by_kind_and_ranked_by_cost():
     assert pick_locations(locs, ()) == ()
 
 
+def test_a_place_of_no_time_run_less_than_once_a_step_is_not_a_findings_place():
+    locs = (
+        SourceLocation(kind="data_loading", file="t.py", line=13, function="__len__", count=0.1, time_ms=0.0),
+        SourceLocation(kind="item", file="t.py", line=41, count=6.0, time_ms=0.0001),  # every step: kept
+        SourceLocation(kind="memory", file="t.py", line=30, count=0.4, time_ms=0.0),  # a share of the peak: kept
+    )
+    assert [p.line for p in pick_locations(locs, ("data_loading", "item", "memory"))] == [41, 30]
+
+
 def test_diagnose_end_to_end_on_a_loader_bound_run():
     metrics = make_metrics(
         {"data_loading_frac": 0.4, "gpu_compute_frac": 0.5, "gpu_idle_frac": 0.02, "cpu_ops_frac": 0.08,
