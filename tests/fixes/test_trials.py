@@ -32,6 +32,9 @@ def test_workers_win_is_kept_and_the_best_rung_is_picked(spec):
     assert len({s.out_dir for s in runner.calls}) == len(runner.calls)
     assert [e.fix for e in events][:3] == ["baseline", "dataloader_workers@1", "dataloader_workers@2"]
     assert events[-1].estimate is None and events[-1].fix == "baseline"
+    # the stage's four baseline runs are counted as four: the closing one is not a second "3/3"
+    done = [(e.repeat, e.repeats) for e in events if e.fix == "baseline" and e.samples_per_s is not None]
+    assert done == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert any(e.estimate and e.estimate > 1.8 for e in events if e.fix == "dataloader_workers@2")
 
 

@@ -310,8 +310,7 @@ class Measurer:
         while True:
             cap = first_baseline if (r == 0 and first_baseline is not None) else self.run_baseline(
                 prefix, r + 1, reference, flight=TrialProgress(
-                    fix=shown, repeat=min(r + 1, planned),
-                    repeats=planned, stage=stage,
+                    fix=shown, repeat=r + 1, repeats=planned + 1, stage=stage,
                 ),
             )
             ref_rates.append(self.rate(cap))
@@ -327,9 +326,10 @@ class Measurer:
                 ref_peaks.append(int(cap.peak_memory_bytes))
             ref_losses.append(tuple(cap.losses) if cap.ok else ())
             self.left = runs_left(r, planned, sum(v.active for v in running), 0)
+            # NOTE: a stage runs its reference once more than its rounds (the closing run); counted
+            # as the rounds, the closing run read "baseline 3/3" a second time.
             self.emit(TrialProgress(
-                fix=shown, repeat=min(r + 1, planned),
-                repeats=planned, samples_per_s=ref_rates[-1], stage=stage,
+                fix=shown, repeat=r + 1, repeats=planned + 1, samples_per_s=ref_rates[-1], stage=stage,
                 message="" if cap.ok else f"reference run failed: {failure_reason(cap)}",
             ))
             if last:
