@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 from advisor import _listeners, _proctree
@@ -243,7 +244,7 @@ class ProcessTree:
                 total += _unshared_bytes(proc)
         return total
 
-    def listener_dirs(self) -> list[Any]:
+    def listener_dirs(self) -> list[Path]:
         """Return the listener folders (:mod:`advisor._listeners`) of the root and the remembered processes still running."""
         alive = []
         for proc in (self._root, *self.seen.values()):

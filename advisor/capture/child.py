@@ -188,7 +188,7 @@ class ChildSession:
         and its clean-up are left as they were, and a job's ranks end alike (their collectives).
         """
         p = rec.phases
-        return not (p.full or p.profiled or p.cprofile or rec.open_window is not None or self.out != self.run_dir)
+        return not (p.full or p.profiled or p.cprofile or self.out != self.run_dir)
 
     def _on_phase(self, rec: StepRecorder) -> None:
         self.kernel.on_phase(rec.phase, rec.step_times_ms)  # first: the window ends before our own work
