@@ -138,7 +138,11 @@ def test_slowed_rank_is_named_the_straggler(slow_run) -> None:
     print(m.ranks.to_string())  # shown when an assertion fails
     ranks = m.ranks.set_index("rank")
     # rank 1 loads 150 ms per batch; rank 0 waits for it inside the all-reduce
-    assert ranks.loc[1, "data_loading_ms"] > 0.8 * SLOW_MS > ranks.loc[0, "data_loading_ms"]
+    # NOTE: the injected delay is bounded on the loader's wait itself; the exclusive breakdown
+    # gives a share of that wait to the communication beside it, which grows with the load (rank 1:
+    # a 151 ms wait, 117 ms of it data loading, beside a parallel test run)
+    assert ranks.loc[1, "dataloader_wait_ms"] > 0.8 * SLOW_MS > ranks.loc[0, "dataloader_wait_ms"]
+    assert ranks.loc[1, "data_loading_ms"] > 0.5 * SLOW_MS > ranks.loc[0, "data_loading_ms"]
     assert ranks.loc[0, "communication_ms"] > ranks.loc[1, "communication_ms"]
     assert m.summary["comm_max_rank"] == 0 and m.summary["comm_min_rank"] == 1
     # NOTE: the ratio of the two ranks' waits, not a fixed bar: rank 0's wait grows with the
