@@ -32,6 +32,7 @@ from advisor.fixes.loop.progress import (
 )
 from advisor.fixes.loop.select import collapse
 from advisor.fixes.loop.spread import disagree, spread_reason
+from advisor.fixes.loop.stops import stop_if_outrun, worth_more_rounds
 from advisor.fixes.loop.text import (
     baseline_prefix,
     failure_reason,
@@ -39,7 +40,7 @@ from advisor.fixes.loop.text import (
     safe_name,
     since,
 )
-from advisor.fixes.loop.variant import FAILED, NO_EFFECT, SKIPPED, UNDECIDED, Variant, describe
+from advisor.fixes.loop.variant import FAILED, SKIPPED, Variant, describe
 from advisor.fixes.model import FixOutcome, Interval, Trial
 from advisor.fixes.stats import (
     MIN_PAIRS,
@@ -336,7 +337,7 @@ class Measurer:
                 self.current = []
                 break
             if r == planned:
-                running = still_running([v for v in running if v.active and (v.anchor or self._undecided(v))])
+                running = still_running([v for v in running if v.active and (v.anchor or self._more(v))])
                 # NOTE: an extra round is paid for by the budget, or not run.
                 if not running or planned >= self.max_repeats or not self.affords(len(running) + 1):
                     self.current = []
@@ -350,6 +351,8 @@ class Measurer:
                         and decides(estimate_of(v, self.min_effect, 0.05 / self.looks), self.min_effect)
                     ):
                         v.early = r
+                    elif self.early_stop:
+                        stop_if_outrun(v, self.current, self.min_effect, 0.05 / self.looks, r)
                 running = still_running([v for v in running if v.active and not v.early])
                 if not running or not self.affords(len(running) + 1):
                     for v in running:  # the budget ends the measurement: say so in its reason
@@ -374,19 +377,16 @@ class Measurer:
                     self.current = []
                     break
 
+    def _more(self, v: Variant) -> bool:
+        """Whether ``v`` gets a round past the planned ones: still a possible win, and not outrun."""
+        if not worth_more_rounds(v, self.min_effect):
+            return False
+        return not (self.early_stop and stop_if_outrun(v, self.current, self.min_effect, 0.05, len(v.rates)))
+
     @property
     def looks(self) -> int:
         """Early looks a measurement may take (after :data:`MIN_PAIRS` pairs up to ``repeats``)."""
         return max(1, self.repeats - MIN_PAIRS + 1)
-
-    def _undecided(self, v: Variant) -> bool:
-        if disagree(against_partner(v)):
-            return False  # more runs of a machine that changes under them would not decide it
-        est = estimate_of(v, self.min_effect)
-        # NOTE: only a possible win is worth more runs; slower and no_effect are both dropped.
-        if est.speedup is None or est.verdict not in (NO_EFFECT, UNDECIDED):
-            return False
-        return est.speedup >= 1.0 + self.min_effect
 
     def _run_variant(
         self, v: Variant, r: int, n: int, ref_rates: list[float | None],

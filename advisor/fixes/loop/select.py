@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from advisor.fixes import catalog
 from advisor.fixes.loop.memory import for_memory
 from advisor.fixes.loop.text import label_of, times
-from advisor.fixes.loop.variant import FAILED, IMPROVED, RAN, SKIPPED
+from advisor.fixes.loop.variant import FAILED, IMPROVED, OUTRUN, RAN, SKIPPED
 from advisor.fixes.model import Trial, set_name
 from advisor.fixes.stats import MIN_EFFECT
 
@@ -36,12 +36,17 @@ def collapse(trials: Sequence[Trial]) -> dict[str, Trial]:
         else:
             best = rungs[0]
         rung = catalog.get(fix).rung_name
-        ladder = ", ".join(
-            f"{rung(t.params)}: " + (f"{t.speedup:.2f}x ({t.verdict})" if t.speedup is not None else t.verdict)
-            for t in rungs
-        )
+        ladder = ", ".join(f"{rung(t.params)}: {_rung_result(t)}" for t in rungs)
         out[fix] = replace(best, reason=f"{best.reason}; ladder {ladder}".lstrip("; "))
     return out
+
+
+def _rung_result(t: Trial) -> str:
+    """One rung's result in a ladder line: its speedup and verdict, and why it stopped when another rung outran it."""
+    if t.speedup is None:
+        return str(t.verdict)
+    stopped = f", stopped after {t.repeats} pairs: a faster rung was decided" if OUTRUN in t.reason else ""
+    return f"{t.speedup:.2f}x ({t.verdict}{stopped})"
 
 
 @dataclass(frozen=True)

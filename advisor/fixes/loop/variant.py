@@ -15,6 +15,8 @@ IMPROVED, NO_EFFECT, SLOWER, FAILED, SKIPPED, ADVICE = (
 )
 UNDECIDED = Verdict.UNDECIDED  # measured, but the interval is too wide to tell (advisor.fixes.stats)
 UNMEASURABLE = Verdict.UNMEASURABLE  # runs of one setting disagreed and the range could not tell
+OUTRUN = "was decided faster"
+"""What the reason of a rung stopped because another rung outran it says (the ladder line shows it)."""
 
 # Verdicts of a workers trial that measured something (its best rung can carry on-top fixes).
 RAN = (IMPROVED, NO_EFFECT, UNDECIDED, UNMEASURABLE, SLOWER)
@@ -50,6 +52,7 @@ class Variant:
     memory_kind: str | None = None
     early: int = 0  # pairs after which the measurement stopped before its planned rounds
     cut: bool = False  # stopped by the budget rather than by a decided interval
+    outrun: str = ""  # stopped because this rung of the ladder, decided improved, measured faster
     # NOTE: measured against the plain baseline beside the run it builds on (advisor.fixes.loop.pairing):
     # judged against that partner's run of each round. An anchor is such a partner: its runs
     # serve the others, and it runs as long as one of them does.
@@ -74,6 +77,9 @@ def describe(v: Variant) -> str:
         parts.append(v.note)
     if v.early and v.cut:
         parts.append(f"stopped after {v.early} pairs: the --budget ran out")
+    elif v.early and v.outrun:
+        parts.append(f"stopped after {v.early} pairs: the rung {v.outrun} {OUTRUN}, and more pairs "
+                     "of this one could only change the rung kept by noise")
     elif v.early:
         parts.append(f"decided after {v.early} pairs (sequential test, Bonferroni-corrected looks)")
     return "; ".join(parts)
