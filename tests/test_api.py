@@ -110,8 +110,11 @@ def test_diagnose_passes_the_command_line_options(tmp_path: Path, monkeypatch) -
     spec, fix = seen["spec"], seen["fix"]
     assert spec.args == ("--lr", "0.1") and spec.out_dir == (tmp_path / "run").resolve()
     assert (spec.timed_steps, spec.warmup_steps, spec.profiled_steps) == (7, 1, 10)  # left out: the default
+    assert spec.trace_export_s == api.DEFAULT_TRACE_EXPORT_S  # so the default's steps may be cut
     assert (fix.unsafe, fix.only, fix.repeats) == (True, ("pin_memory",), 3)
     assert seen["engine"].ignore == ("SK",) and seen["inline_ignores"] is False
+    advisor.diagnose(script, out=tmp_path / "run", profile_steps=10)
+    assert seen["spec"].trace_export_s is None  # asked for: kept
 
 
 def test_diagnose_refuses_bad_input_before_running(tmp_path: Path) -> None:

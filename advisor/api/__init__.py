@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         write_sweep,
     )
     from advisor.api.tensorboard import prepare_tensorboard, serve_tensorboard, tensorboard_check
+    from advisor.capture.budget import DEFAULT_TRACE_EXPORT_S
     from advisor.capture.model import RunCapture, RunSpec, RunStatus
     from advisor.config import ANY_OPTION, ResolvedConfig, Setting, describe_source
     from advisor.engine.model import EngineConfig
@@ -81,6 +82,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "advisor.api.script": ("DiagnoseResult", "check_fix_ids", "check_out_dir", "diagnose_script", "find_module_file", "new_run_dir", "node_dir_name", "rendezvous_env", "validate_script"),
     "advisor.api.sweep": ("load_sweep", "nothing_ran", "render_sweep", "sweep_format", "sweep_script", "write_sweep"),
     "advisor.api.tensorboard": ("prepare_tensorboard", "serve_tensorboard", "tensorboard_check"),
+    "advisor.capture.budget": ("DEFAULT_TRACE_EXPORT_S",),
     "advisor.capture.model": ("RunCapture", "RunSpec", "RunStatus"),
     "advisor.config": ("ANY_OPTION", "ResolvedConfig", "Setting", "describe_source"),
     "advisor.engine.model": ("EngineConfig",),
@@ -112,6 +114,7 @@ def _load(*names: str) -> None:
 
 
 __all__ = [
+    "DEFAULT_TRACE_EXPORT_S",
     "DiagnoseResult",
     "EngineConfig",
     "FixOptions",
@@ -266,8 +269,11 @@ def diagnose(
         run_dir = new_run_dir(Path("advisor-runs") / f"{path.stem}-{stamp}")
     else:
         run_dir = Path(out)
+    from advisor.capture.budget import DEFAULT_TRACE_EXPORT_S as export_s  # noqa: PLC0415 - loads on first use
+
     given = {"warmup_steps": warmup, "timed_steps": steps, "profiled_steps": profile_steps,
-             "trace_budget_bytes": trace_budget}
+             "trace_budget_bytes": trace_budget,
+             "trace_export_s": export_s if profile_steps is None else None}
     spec = RunSpec(
         script=path, args=tuple(args), out_dir=run_dir.resolve(), full=full, timeout_s=timeout, seed=seed,
         quiet=not progress, cwd=Path.cwd(), nproc_per_node=nproc_per_node, module=module_name,

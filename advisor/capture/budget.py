@@ -21,7 +21,10 @@ So before the profiled window starts, one step is measured:
 2. :func:`plan_trace` chooses, from that one step, how many steps the window profiles and
    whether stacks and memory events are recorded, so that the estimate stays under the budget:
    fewer steps first (down to :data:`MIN_PROFILED_STEPS`), then no memory events, then no
-   stacks, then no both; only then fewer steps than the minimum, down to one.
+   stacks, then no both; only then fewer steps than the minimum, down to one. The probe's own
+   stop and export are timed too: a window whose steps would take more than an export budget
+   (:data:`DEFAULT_TRACE_EXPORT_S`) to stop and export profiles fewer steps, down to the
+   minimum and never fewer, with every option kept.
 3. The plan (:class:`TraceBound`) goes into the capture (``RunCapture.trace_bound``), with the
    size the trace really exported, and the report states what was bounded.
 
@@ -46,6 +49,12 @@ The browser viewers read a trace as one JavaScript string, and V8 caps strings a
 files outright, and slow to a crawl well before. Half that limit leaves room for the viewer's own
 copy, and advisor's loader holds about the file's size while it decodes, so a default-bounded run
 is analysed on a laptop too."""
+DEFAULT_TRACE_EXPORT_S = 2.0
+"""Seconds the profiled window's stop and export may take (estimated from the probed step's own)
+before it profiles fewer steps, down to :data:`MIN_PROFILED_STEPS`. torch.profiler's stop and
+export grow with the events: a small GRU's 8,000 operators a step took 0.5-0.7 s a step, and
+its ten default steps 7.5 s of an 18 s diagnose (a 138 MB trace; 2026-11-29); the demo's steps
+take 0.08 s each and are not cut. An explicit ``--profile-steps`` is not cut by it."""
 MIN_PROFILED_STEPS = 3
 """Profiled steps the analysis needs: the per-step metrics are medians (three resist one odd
 step, a collection or an evaluation inside it) and their spread needs at least two."""
@@ -72,11 +81,13 @@ class StepSize:
         total_bytes: The exported JSON of the one step, every option on.
         stack_bytes: The part that is Python-stack events (``with_stack``; the module frames too).
         memory_bytes: The part that is memory events (``profile_memory``).
+        export_s: Seconds the probe took to stop the profiler and export the step (None: not timed).
     """
 
     total_bytes: int
     stack_bytes: int = 0
     memory_bytes: int = 0
+    export_s: float | None = None  # the profiler's stop and the step's export, as timed by the probe
 
     def per_step(self, stacks: bool, memory: bool) -> int:
         """Return the bytes of one step recorded with these options."""
@@ -95,6 +106,9 @@ class TraceBound:
         stacks: Whether the window records Python stacks (and module frames).
         memory: Whether it records memory events.
         exported_bytes: The trace's size as exported (uncompressed), once written (None before).
+        step_export_s: Seconds the probed step took to stop and export (None: not timed).
+        export_budget_s: The export budget the steps were planned against (None: none).
+        by_time: Whether the export budget, not the size budget, set the steps.
     """
 
     budget_bytes: int
@@ -106,6 +120,9 @@ class TraceBound:
     stacks: bool = True
     memory: bool = True
     exported_bytes: int | None = None
+    step_export_s: float | None = None
+    export_budget_s: float | None = None
+    by_time: bool = False
 
     @property
     def bounded(self) -> bool:
@@ -132,6 +149,10 @@ class TraceBound:
         if over_after and not over:
             exported += ", over the budget: its steps were larger than the probed step"
         head = f"trace bounded to {steps}{without}{over}" if self.bounded else f"trace of {steps}"
+        if self.by_time and self.step_export_s is not None and self.export_budget_s is not None:
+            return (f"{head}: one step took {self.step_export_s:.2f} s to stop and export "
+                    f"({size_text(self.step_bytes)}), and the profiled window's export is kept near "
+                    f"{self.export_budget_s:.0f} s (an explicit --profile-steps is kept){exported}")
         return (f"{head}: one step exported {size_text(self.step_bytes)}, "
                 f"budget {size_text(self.budget_bytes)} (--trace-budget){exported}")
 
@@ -146,7 +167,23 @@ def size_text(n: int) -> str:
 
 
 def plan_trace(step: StepSize, budget_bytes: int, asked_steps: int, min_steps: int = MIN_PROFILED_STEPS,
-               fixed_steps: bool = False) -> TraceBound:
+               fixed_steps: bool = False, export_budget_s: float | None = None) -> TraceBound:
+    """Plan the window by size (:func:`plan_by_size`), then cut its steps to the export budget.
+
+    ``export_budget_s``: seconds the window's stop and export may take, from the probed step's
+    own (``step.export_s``); its steps are cut, down to ``min_steps`` and never fewer, options
+    kept. None, an untimed step or ``fixed_steps`` (a job's ranks) leave the size plan as it is.
+    """
+    plan = plan_by_size(step, budget_bytes, asked_steps, min_steps, fixed_steps)
+    if export_budget_s is None or step.export_s is None or fixed_steps:
+        return plan
+    plan = replace(plan, step_export_s=round(step.export_s, 3), export_budget_s=export_budget_s)
+    fit = max(min(max(1, min_steps), asked_steps), int(export_budget_s / max(step.export_s, 1e-6)))
+    return replace(plan, steps=fit, by_time=True) if fit < plan.steps else plan
+
+
+def plan_by_size(step: StepSize, budget_bytes: int, asked_steps: int, min_steps: int = MIN_PROFILED_STEPS,
+                 fixed_steps: bool = False) -> TraceBound:
     """Choose the profiled steps and options whose trace fits ``budget_bytes``.
 
     Args:
@@ -224,9 +261,12 @@ class TraceProbe:
     (``free(): invalid next size``, SIGSEGV: 7 end-to-end tests of one ``make test`` run, none alone).
     """
 
-    def __init__(self, control: Any, budget_bytes: int, scratch: Path, notes: list[str]) -> None:
+    def __init__(
+        self, control: Any, budget_bytes: int, scratch: Path, notes: list[str], export_budget_s: float | None = None,
+    ) -> None:
         self.control = control  # profilers.TorchProfilerControl: start, probe_stop, stacks, memory
         self.budget_bytes = budget_bytes
+        self.export_budget_s = export_budget_s
         self.scratch = scratch
         self.notes = notes
         self.bound: TraceBound | None = None
@@ -262,7 +302,8 @@ class TraceProbe:
             self.scratch.unlink(missing_ok=True)
             self.notes.append(f"the trace was not bounded to --trace-budget: the probed step could not be measured ({exc})")
         if step is not None:
-            self.bound = plan_trace(step, self.budget_bytes, self._asked, fixed_steps=not p.settle)
+            self.bound = plan_trace(step, self.budget_bytes, self._asked, fixed_steps=not p.settle,
+                                    export_budget_s=self.export_budget_s)
             self.control.stacks, self.control.memory = self.bound.stacks, self.bound.memory
         p.profiled = (self.bound.steps if self.bound is not None else self._asked) + PROBE_STEPS
 

@@ -133,7 +133,8 @@ class ChildSession:
         self.probe: TraceProbe | None = None
         self.lazy: tuple[str, ...] | None = None  # LAZY_MODULES imported by the first step's end
         if spec.trace_budget_bytes is not None and spec.profiled_steps > 0:
-            self.probe = TraceProbe(self.recorder.profiler, spec.trace_budget_bytes, self.out / "trace-probe.json", self.notes)
+            self.probe = TraceProbe(self.recorder.profiler, spec.trace_budget_bytes, self.out / "trace-probe.json",
+                                    self.notes, export_budget_s=spec.trace_export_s)
         self.hooks: Any = None
         self.script_config = ConfigRecorder(self.script, list(spec.args))
         self._last_event: tuple[str, int, int] | None = None

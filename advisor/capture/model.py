@@ -138,6 +138,10 @@ class RunSpec:
         trace_budget_bytes: Keep the exported torch.profiler trace (uncompressed) under this
             size: fewer profiled steps, then no memory events or Python stacks
             (:mod:`advisor.capture.budget`; None: no bound).
+        trace_export_s: Profile fewer steps (down to 3) when the probed step says the window's
+            stop and export would take longer than this (None: as many as asked). The command
+            line and :func:`advisor.api.diagnose` set :data:`~advisor.capture.budget.DEFAULT_TRACE_EXPORT_S`
+            when the profiled steps were not given.
         startup_reported: The run's start-up (its time to first step) describes the user's, so
             a profiled run starts cold. False for a run whose trace alone is read (the kept
             fixes' profiled run), which may then be forked from the warm-start server.
@@ -167,6 +171,7 @@ class RunSpec:
     memory_budget_bytes: int | None = None
     module: str | None = None
     trace_budget_bytes: int | None = DEFAULT_TRACE_BUDGET_BYTES
+    trace_export_s: float | None = None
     startup_reported: bool = True
     fresh_process: bool = False
 

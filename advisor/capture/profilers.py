@@ -11,6 +11,7 @@ import cProfile
 import os
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +111,12 @@ class TorchProfilerControl:
         options its plan keeps. ``scratch`` stays until the probe knows whether the new window
         holds a step (:meth:`keep_probe`, or deleted).
         """
+        t0 = time.perf_counter()
         prof = self._halt()
         if prof is None:
             raise RuntimeError("no profiled step to measure")
         prof.export_chrome_trace(str(scratch))
-        return measure_step(scratch)
+        return replace(measure_step(scratch), export_s=time.perf_counter() - t0)
 
     def keep_probe(self, scratch: Path) -> None:
         """Make the probed step's export the run's trace: the script ended before the window's next step."""

@@ -315,11 +315,13 @@ def report_done(
     if progress is None:
         return
     last = relay.last
+    bound = result.trace_bound
+    cut = bound.asked_steps - bound.steps if bound is not None else 0  # steps the trace's budget dropped
     progress(
         ProgressEvent(
             phase=Phase.DONE,
             step=result.steps_seen,
-            steps_total=steps_total(spec),
+            steps_total=steps_total(spec) - max(0, cut),
             phase_step=last.phase_step if last else 0,
             phase_steps=last.phase_steps if last else 0,
             elapsed_s=round(wall_s, 3),

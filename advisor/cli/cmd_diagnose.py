@@ -6,6 +6,7 @@ torchrun convention), so ``advisor diagnose train.py --lr 0.1 -q`` passes ``-q``
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from pathlib import Path
 
@@ -77,7 +78,8 @@ HELP_GROUPS = (
               help="Timed steps without the profiler (step times, samples/s).")
 @click.option("--profile-steps", default=10, show_default=True, type=click.IntRange(min=0),
               help="Steps under torch.profiler; as many again run under cProfile right after "
-              "(the two cannot share Python's profile hook). 0 disables both.")
+              "(the two cannot share Python's profile hook). 0 disables both. Unless given, fewer (down to 3) "
+              "when the first one says the trace would take over 2 s to export.")
 @click.option("--trace-budget", type=ByteSize(), default=TRACE_BUDGET_DEFAULT, show_default=True, metavar="SIZE",
               help="Keep the exported trace under SIZE (500MB, 2GB): the first profiled step is measured, then fewer "
               "profiled steps (down to 3), then no memory events, then no Python stacks; the report says what was dropped.")
@@ -221,6 +223,8 @@ def diagnose(
         memory_budget_bytes=memory_budget,
         trace_budget_bytes=trace_budget,
     )
+    if not _given(click.get_current_context(), "profile_steps"):  # the steps the user asked for are kept
+        spec = dataclasses.replace(spec, trace_export_s=api.DEFAULT_TRACE_EXPORT_S)
     fix_options = FixOptions(
         enabled=not no_fixes, unsafe=unsafe_fixes, only=tuple(only_fixes), repeats=repeats, write=write,
         budget_s=budget_s, exhaustive=exhaustive, cold_start=cold_start,
@@ -301,6 +305,11 @@ def engine_config(
         split_codes(select), split_codes(extend_select), split_codes(ignore), preview, start,
         option_keys=diagnose_option_keys(),
     )
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether option ``name`` was set by the user (typed, in the environment or in the config file), not defaulted."""
+    return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
 
 
 def diagnose_option_keys() -> frozenset[str]:

@@ -6,6 +6,7 @@ what they measured (glibc malloc's state, :mod:`advisor.capture.budget`)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -290,3 +291,14 @@ def test_the_probe_s_steps_and_export_are_no_measured_time(tmp_path: Path) -> No
     assert rec.counts["profiled"] == 3
     assert got["timed"] == pytest.approx(0.2) and got["profiled"] == pytest.approx(0.3)
     assert got["export"] == pytest.approx(0.1 + 0.5 + 0.1)  # the probed step, its export, the step after it
+
+
+def test_the_probe_cuts_a_slow_to_export_window_to_its_export_budget(tmp_path: Path) -> None:
+    control, notes = FakeControl(replace(STEP, export_s=0.9)), []
+    probe = TraceProbe(control, 2000 * MB, tmp_path / "scratch.json", notes, export_budget_s=2.0)
+    rec = StepRecorder(Phases(1, 2, 10, 0), profiler=control, clock=Clock(10.0),  # type: ignore[arg-type]
+                       on_step=probe.on_event, on_phase=probe.on_event)
+    rec.script_started()
+    _steps(rec, 1 + 2 + 2)
+    assert control.calls[-1] == "start stacks=True memory=True"  # every option kept: only steps go
+    assert rec.phases.profiled == MIN_PROFILED_STEPS + 2 and probe.bound is not None and probe.bound.by_time

@@ -130,3 +130,15 @@ def test_a_conflict_with_a_config_value_names_the_key_not_a_flag_never_typed(tmp
     (tmp_path / "proj" / "advisor.toml").write_text('fix = ["pin_memory"]\n')
     line = one_line_error(*_diagnose(capsys, "--no-fixes", "proj/train.py")[::2])
     assert "'fix' in the config file chooses the fixes to try; it cannot be combined with --no-fixes" in line
+
+
+def test_an_explicit_profile_steps_is_kept_whatever_its_export_time(tmp_path: Path, capsys, seen) -> None:  # type: ignore[no-untyped-def]
+    from advisor.capture.budget import DEFAULT_TRACE_EXPORT_S
+
+    _diagnose(capsys, "proj/train.py")
+    assert seen["spec"].trace_export_s == DEFAULT_TRACE_EXPORT_S  # the default's steps may be cut
+    _diagnose(capsys, "--profile-steps", "10", "proj/train.py")
+    assert seen["spec"].trace_export_s is None and seen["spec"].profiled_steps == 10
+    (tmp_path / "proj" / "pyproject.toml").write_text("[tool.advisor]\nprofile-steps = 6\n")
+    _diagnose(capsys, "proj/train.py")
+    assert seen["spec"].trace_export_s is None  # asked for in the config file: asked all the same
