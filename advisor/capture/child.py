@@ -63,6 +63,7 @@ from advisor.capture.recorder import StepRecorder  # noqa: E402
 from advisor.capture.scriptconfig import ConfigRecorder  # noqa: E402
 from advisor.capture.stopping import StopSignalKept, caused_by_stop, end_children_now, leave  # noqa: E402
 from advisor.capture.syspath import put_first  # noqa: E402
+from advisor.capture.timeline import with_last_export  # noqa: E402
 from advisor.capture.warm_preload import lazy_imported  # noqa: E402
 from advisor.rundir import CHILD_FILE, EVENTS_FILE, PSTATS_FILE, TRACES_DIR, rank_dir_name  # noqa: E402
 
@@ -132,6 +133,7 @@ class ChildSession:
         self.kernel = KernelMeter()
         self.probe: TraceProbe | None = None
         self.lazy: tuple[str, ...] | None = None  # LAZY_MODULES imported by the first step's end
+        self.last_export_s = 0.0  # the last window's close after the stop (timeline.with_last_export)
         if spec.trace_budget_bytes is not None and spec.profiled_steps > 0:
             self.probe = TraceProbe(self.recorder.profiler, spec.trace_budget_bytes, self.out / "trace-probe.json",
                                     self.notes, export_budget_s=spec.trace_export_s)
@@ -233,6 +235,7 @@ class ChildSession:
             "lazy_imports": None if self.lazy is None else list(self.lazy),
             "kernel": self.kernel.record(),
         }
+        data["phases_s"] = with_last_export(data.get("phases_s") or {}, self.last_export_s)
         if finished:
             peak, kind = peak_memory()
             data.update(peak_memory_bytes=peak, memory_kind=kind, environment=environment())
@@ -362,7 +365,9 @@ class ChildSession:
         try:
             if self.probe is not None:
                 self.probe.close(rec)
+            closing = time.perf_counter()
             rec.finish()
+            self.last_export_s = time.perf_counter() - closing
         except Exception as e:  # noqa: BLE001 - keep what was measured even if export fails
             self.notes.append(f"closing the profiler failed: {e}")
         if self.hooks is not None:

@@ -224,7 +224,7 @@ class RunCapture:
             and exit, outside the child's clock), ``imports``, ``setup`` (to the end of the first
             step), ``warmup``, ``timed``, ``profiled``, ``cprofile`` (their counted steps
             alone), ``export`` (advisor's own work between those steps: the trace-budget
-            probe, the profiled window's export), ``finishing`` (see
+            probe, the profiled windows' export, the last one's too), ``finishing`` (see
             :meth:`advisor.capture.recorder.StepRecorder.phase_seconds`). A warm run's
             ``process`` is the fork and the request to the server, its ``imports`` what was
             not imported before the fork.

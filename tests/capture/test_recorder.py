@@ -381,3 +381,13 @@ def test_the_phase_in_progress_keeps_its_whole_span():
     clock.advance(0.05)  # a step under way is no export
     got = rec.phase_seconds()
     assert got["timed"] == pytest.approx(0.15) and "export" not in got
+
+
+def test_the_last_windows_close_counts_as_export_not_as_the_runs_end() -> None:
+    from advisor.capture.timeline import with_last_export
+
+    phases = {"timed": 1.5, "export": 0.04, "finishing": 2.2}
+    assert with_last_export(phases, 2.1) == {"timed": 1.5, "export": 2.14, "finishing": 0.1}
+    assert with_last_export(phases, 5.0)["finishing"] == 0.0  # never more than finishing holds
+    assert with_last_export(phases, 0.0) == phases
+    assert with_last_export({"timed": 1.0}, 0.3) == {"timed": 1.0}  # a run that never finished
