@@ -43,6 +43,7 @@ import advisor
 from advisor.capture.checkpoints import timed_save
 from advisor.capture.model import DataLoaderInfo
 from advisor.capture.recorder import StepRecorder
+from advisor.capture.sharding import worker_split
 from advisor.capture.usercode import CALL_PREFIX, UserCode, library_roots
 
 # Tensor methods that read a value back to the host, copy between devices or wait for the
@@ -200,6 +201,10 @@ def describe_dataloader(loader: Any, file: str | None, line: int | None) -> Data
         file=file,
         line=line,
         batches=None if isinstance(dataset, IterableDataset) else _batches(loader),
+        worker_split=(
+            worker_split(dataset, getattr(loader, "worker_init_fn", None))
+            if isinstance(dataset, IterableDataset) else None
+        ),
     )
 
 

@@ -29,6 +29,8 @@ class DataLoaderInfo:
     file: str | None = None
     line: int | None = None
     batches: int | None = None  # len(loader): batches per epoch (None: an iterable data set, no length)
+    # an IterableDataset's stream split by worker (advisor.capture.sharding): None when not iterable or unknown
+    worker_split: bool | None = None
 
 
 @dataclass(frozen=True)

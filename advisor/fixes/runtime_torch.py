@@ -8,7 +8,6 @@ runs in the child.
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -71,18 +70,11 @@ def dataset_len(dataset: Any) -> int | None:
         return None
 
 
-def shards_itself(dataset: Any) -> bool:
-    """Tell whether an IterableDataset's class calls ``get_worker_info`` (it splits by worker)."""
-    for cls in type(dataset).__mro__:
-        if cls.__module__.startswith("torch."):
-            break
-        try:
-            source = inspect.getsource(cls)
-        except (OSError, TypeError):
-            continue
-        if "get_worker_info" in source:
-            return True
-    return False
+def shards_itself(dataset: Any, worker_init_fn: Any = None) -> bool:
+    """Tell whether an IterableDataset splits its stream by worker, as far as its source shows (:mod:`advisor.capture.sharding`)."""
+    from advisor.capture.sharding import worker_split
+
+    return worker_split(dataset, worker_init_fn) is True
 
 
 def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:

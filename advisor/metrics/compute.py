@@ -40,6 +40,7 @@ from advisor.metrics.contention import contention_metrics
 from advisor.metrics.digest import LeadExtras, RankDigest, digest_trace
 from advisor.metrics.gpuview import merge_views
 from advisor.metrics.kernel_use import kernel_use_metrics
+from advisor.metrics.loader import loader_metrics
 from advisor.metrics.memory_lines import peak_locations
 from advisor.metrics.model import Metrics
 from advisor.metrics.modules import with_model_names
@@ -162,10 +163,7 @@ def _capture_metrics(capture: RunCapture, summary: dict[str, float | None]) -> d
     if out.get("micro_batch_size") is None and loader is not None:
         out["micro_batch_size"] = finite(loader.batch_size)
     if loader is not None:
-        out["dataloader_num_workers"] = float(loader.num_workers)
-        out["dataloader_pin_memory_flag"] = 1.0 if loader.pin_memory else 0.0
-        out["dataloader_persistent_workers_flag"] = 1.0 if loader.persistent_workers else 0.0
-        out["iterable_dataset_flag"] = 1.0 if loader.iterable_dataset else 0.0
+        out.update(loader_metrics(loader))
     out["cpu_count"] = finite(capture.environment.cpu_count) or None
     out["gpu_util_frac"] = finite(capture.gpu.mean_util_frac)
     out["cpu_util_frac"] = finite(capture.cpu.mean_util_frac)

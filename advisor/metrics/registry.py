@@ -151,6 +151,7 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("dataloader_pin_memory_flag", "flag", "run", "pin_memory of the main DataLoader"),
     MetricSpec("dataloader_persistent_workers_flag", "flag", "run", "persistent_workers of the main DataLoader"),
     MetricSpec("iterable_dataset_flag", "flag", "run", "1 when the main DataLoader wraps an IterableDataset"),
+    MetricSpec("iterable_copies", "count", "run", "Copies of each sample an epoch of the main DataLoader yields: its workers, when an IterableDataset's stream is not split by worker; else 1"),
     MetricSpec("time_to_first_step_s", "s", "run", "Script start to the end of its first step"),
     # the whole run: start-up, work between steps, projection (advisor.metrics.periodic)
     MetricSpec("startup_s", "s", "run", "Start-up before the first step: interpreter, imports, data and model set-up (not the evaluation before it)"),

@@ -78,7 +78,7 @@ def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None
 
     want = int(params.get("num_workers", 2))
     have = int(a.get("num_workers") or 0)
-    if isinstance(a.get("dataset"), IterableDataset) and not shards_itself(a["dataset"]):
+    if isinstance(a.get("dataset"), IterableDataset) and not shards_itself(a["dataset"], a.get("worker_init_fn")):
         state.loader_skip(
             "dataloader_workers",
             "the IterableDataset does not shard by worker (no get_worker_info): "
