@@ -5,7 +5,10 @@ one thread: a batched matmul (``q @ k.T``: ``aten::matmul`` / ``aten::bmm`` / ``
 a ``softmax`` (``aten::softmax`` / ``aten::_softmax``; scaling, masking and dropout ops between
 them are ignored), and a second batched matmul (``weights @ v``), once per attention layer and
 step. ``scaled_dot_product_attention`` shows as one ``aten::scaled_dot_product_attention``
-instead, so a model that already uses it counts zero.
+instead, so a model that already uses it counts zero -- also where the operator runs its math
+fallback (a CPU with an explicit mask, as ``nn.TransformerEncoderLayer`` passes one), whose own
+matmul, softmax and matmul lie inside it: the SDPA operators are tokens too, and what they
+hold is never read.
 
 How the sequence is found (vectorised, no per-event Python loop over the whole trace):
 
@@ -35,8 +38,10 @@ from advisor.metrics.intervals import Windows, point_step
 BATCHED_MATMUL = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm"})
 SOFTMAX = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax"})
 LINEAR = frozenset({"aten::linear", "aten::addmm", "aten::mm"})
+SDPA_PREFIXES = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_")
+"""The fused attention operator and its backends (flash, efficient, cuDNN, the math fallback)."""
 
-_M, _S, _L = 1, 2, 3
+_M, _S, _L, _A = 1, 2, 3, 4
 
 
 def hand_attention_count(events: pd.DataFrame, cpu_op: np.ndarray, windows: Windows, n: int) -> np.ndarray:
@@ -56,6 +61,7 @@ def hand_attention_count(events: pd.DataFrame, cpu_op: np.ndarray, windows: Wind
     kind[name_mask(names, lambda s: s in BATCHED_MATMUL)] = _M
     kind[name_mask(names, lambda s: s in SOFTMAX)] = _S
     kind[name_mask(names, lambda s: s in LINEAR)] = _L
+    kind[name_mask(names, lambda s: s.startswith(SDPA_PREFIXES))] = _A
     rows = np.flatnonzero(cpu_op & (kind > 0))
     out = np.zeros(n, dtype=np.float64)
     if len(rows) < 3:

@@ -15,14 +15,19 @@ from advisor.trace.load import load_traces  # noqa: E402
 
 
 class HandAttention(nn.Module):
-    def __init__(self, d: int = 16, heads: int = 2, sdpa: bool = False) -> None:
+    def __init__(self, d: int = 16, heads: int = 2, sdpa: bool = False, sdpa_mask: bool = False) -> None:
         super().__init__()
-        self.qkv, self.heads, self.sdpa = nn.Linear(d, 3 * d), heads, sdpa
+        self.qkv, self.heads, self.sdpa, self.sdpa_mask = nn.Linear(d, 3 * d), heads, sdpa, sdpa_mask
 
     def forward(self, x):
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
-        if self.sdpa:
+        if self.sdpa_mask:
+            # NOTE: an explicit mask with dropout sends the CPU to SDPA's math fallback, whose own
+            # matmul -> softmax -> matmul sits inside aten::_scaled_dot_product_attention_math
+            mask = torch.ones(t, t, dtype=torch.bool).tril()
+            y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1)
+        elif self.sdpa:
             y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
@@ -69,6 +74,8 @@ def test_two_hand_written_layers_count_once_per_layer_and_pass(tmp_path: Path) -
 
 def test_sdpa_and_a_classifier_softmax_count_zero(tmp_path: Path) -> None:
     assert set(_counts(_trace(tmp_path, nn.Sequential(HandAttention(sdpa=True), HandAttention(sdpa=True))))) == {0.0}
+    (tmp_path / "math").mkdir()  # nn.TransformerEncoderLayer's attention on a CPU, with its mask
+    assert set(_counts(_trace(tmp_path / "math", nn.Sequential(HandAttention(sdpa_mask=True))))) == {0.0}
     (tmp_path / "b").mkdir()
     assert set(_counts(_trace(tmp_path / "b", nn.Sequential(nn.Linear(16, 16), Classifier())))) == {0.0}
 
