@@ -184,6 +184,7 @@ def describe_dataloader(loader: Any, file: str | None, line: int | None) -> Data
     from torch.utils.data import IterableDataset
 
     dataset = getattr(loader, "dataset", None)
+    iterable = isinstance(dataset, IterableDataset)
     batch_size = getattr(loader, "batch_size", None)
     if batch_size is None:
         batch_size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
@@ -197,14 +198,11 @@ def describe_dataloader(loader: Any, file: str | None, line: int | None) -> Data
         dataset_type=(
             f"{type(dataset).__module__}.{type(dataset).__qualname__}" if dataset is not None else ""
         ),
-        iterable_dataset=isinstance(dataset, IterableDataset),
+        iterable_dataset=iterable,
         file=file,
         line=line,
-        batches=None if isinstance(dataset, IterableDataset) else _batches(loader),
-        worker_split=(
-            worker_split(dataset, getattr(loader, "worker_init_fn", None))
-            if isinstance(dataset, IterableDataset) else None
-        ),
+        batches=None if iterable else _batches(loader),
+        worker_split=worker_split(dataset, getattr(loader, "worker_init_fn", None)) if iterable else None,
     )
 
 

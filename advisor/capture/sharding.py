@@ -34,13 +34,15 @@ def worker_split(dataset: Any, worker_init_fn: Any = None) -> bool | None:
     installed library (which may split in ways this does not read: a sharding filter, its own
     helper) or one whose source cannot be read.
     """
-    own = [c for c in type(dataset).__mro__ if not c.__module__.startswith(("torch.", "builtins", "typing"))]
-    if any(MARK in _source(c) for c in own) or (worker_init_fn is not None and MARK in _source(worker_init_fn)):
+    cls = type(dataset)
+    own = [c for c in cls.__mro__ if not c.__module__.startswith(("torch.", "builtins", "typing"))]
+    texts = {c: _source(c) for c in own}
+    if any(MARK in t for t in texts.values()) or (worker_init_fn is not None and MARK in _source(worker_init_fn)):
         return True
     try:
-        file = os.path.realpath(inspect.getfile(type(dataset)))
+        file = os.path.realpath(inspect.getfile(cls))
     except (OSError, TypeError):
         return None
-    if not own or not _source(type(dataset)) or file.startswith(library_roots()):
+    if not own or not texts.get(cls, _source(cls)) or file.startswith(library_roots()):
         return None
     return False

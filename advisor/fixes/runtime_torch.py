@@ -70,13 +70,6 @@ def dataset_len(dataset: Any) -> int | None:
         return None
 
 
-def shards_itself(dataset: Any, worker_init_fn: Any = None) -> bool:
-    """Tell whether an IterableDataset splits its stream by worker, as far as its source shows (:mod:`advisor.capture.sharding`)."""
-    from advisor.capture.sharding import worker_split
-
-    return worker_split(dataset, worker_init_fn) is True
-
-
 def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
     """Apply ``fn`` to floating tensors inside tuples, lists and dicts (other objects pass through)."""
     import torch

@@ -74,11 +74,11 @@ def adjust_loader(state: Any, a: dict[str, Any], params: dict[str, Any]) -> None
     """Raise ``num_workers``, unless the IterableDataset would yield every sample per worker."""
     from torch.utils.data import IterableDataset
 
-    from advisor.fixes.runtime_torch import shards_itself
+    from advisor.capture.sharding import worker_split
 
     want = int(params.get("num_workers", 2))
     have = int(a.get("num_workers") or 0)
-    if isinstance(a.get("dataset"), IterableDataset) and not shards_itself(a["dataset"], a.get("worker_init_fn")):
+    if isinstance(a.get("dataset"), IterableDataset) and worker_split(a["dataset"], a.get("worker_init_fn")) is not True:
         state.loader_skip(
             "dataloader_workers",
             "the IterableDataset does not shard by worker (no get_worker_info): "

@@ -56,7 +56,6 @@ def outrun_by(v: Variant, measured: Sequence[Variant], min_effect: float, alpha:
     return None if best is None else best[1]
 
 
-
 def stop_if_outrun(v: Variant, measured: Sequence[Variant], min_effect: float, alpha: float, pairs: int) -> bool:
     """Stop ``v`` after ``pairs`` pairs when another rung outran it (:func:`outrun_by`); say whether it stopped."""
     by = outrun_by(v, measured, min_effect, alpha)
