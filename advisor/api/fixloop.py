@@ -212,10 +212,13 @@ def _peak(findings: Sequence[Any]) -> dict[str, Any]:
 def _fix_loop_saved(
     report: Report, spec: RunSpec, diagnosis: Diagnosis, fix_options: FixOptions,
     trial_progress: Callable[[Any], None] | None, run_dir: Path, started: float, server: Any = None,
+    base: RunCapture | None = None,
 ) -> Report:
     """Run the fix loop with ``report.json`` saved before it and after every trial run.
 
     ``server``: the warm-start server :func:`launch_server` started, passed on to :func:`try_fixes`.
+    ``base``: the diagnosed capture, whose projection the kept fixes are set against
+    (:func:`with_kept_whole`).
 
     Ctrl-C or SIGTERM during the loop stops the trial's children (the capture stage ends its
     process group on any exception), saves the report with status ``interrupted`` and what was
@@ -262,7 +265,32 @@ def _fix_loop_saved(
             f"{run_dir} (advisor report {run_dir})",
             signum=signum,
         ) from None
-    return saved(outcome, ReportStatus.COMPLETE)
+    done = saved(outcome, ReportStatus.COMPLETE)
+    return with_kept_whole(done, base, run_dir / outcome.kept_run if outcome.kept_run else None)
+
+
+def with_kept_whole(report: Report, base: RunCapture | None, kept_dir: Path | None) -> Report:
+    """Return ``report`` with the kept fixes projected over the whole run (:mod:`advisor.metrics.whole`).
+
+    ``kept_dir``: where the kept fixes ran under the profiler (their periodic work), or None.
+    """
+    from advisor.errors import AdvisorError
+    from advisor.metrics.whole import kept_whole_run
+
+    trial = report.kept_trial
+    if base is None or trial is None:
+        return report
+    kept = None
+    if kept_dir is not None:
+        try:
+            kept = RunCapture.load(kept_dir)
+        except (AdvisorError, OSError, ValueError):
+            kept = None  # NOTE: its periodic work is then the baseline's, and the report says so
+    change = None
+    if trial.time_to_first_step_s is not None and trial.baseline_time_to_first_step_s is not None:
+        change = trial.time_to_first_step_s - trial.baseline_time_to_first_step_s
+    whole = kept_whole_run(base, kept, trial.speedup, trial.ci_low, trial.ci_high, change)
+    return replace(report, kept_whole=whole)
 
 
 def _suggested_fixes(findings: Sequence[Any]) -> list[Any]:

@@ -82,7 +82,8 @@ def diagnose_script(
             server.resume()  # NOTE: still paused since the capture: the analysis had both cores
         report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
         if fix_loop:
-            report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started, server)
+            report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started, server,
+                                     base=capture)
     finally:
         if server is not None:
             server.close()  # the loop ends it; this is for a diagnose that failed before the loop

@@ -158,13 +158,19 @@ def _length(capture: RunCapture, hints: dict[str, int]) -> tuple[int | None, str
     return None, ""
 
 
-def _cost(works: Sequence[BetweenWork]) -> float:
-    """Median seconds over the best-measured occurrences (unprofiled, after the first step)."""
+def best_measured(works: Sequence[BetweenWork]) -> list[float]:
+    """Seconds of the best-measured occurrences: unprofiled after the first step, else unprofiled, else all."""
     for pick in (lambda w: not w.profiled and w.step > 0, lambda w: not w.profiled, lambda w: True):
         chosen = [w.seconds for w in works if pick(w)]
         if chosen:
-            return float(statistics.median(chosen))
-    return 0.0
+            return chosen
+    return []
+
+
+def cost_of(works: Sequence[BetweenWork]) -> float:
+    """Median seconds over the best-measured occurrences (:func:`best_measured`)."""
+    chosen = best_measured(works)
+    return float(statistics.median(chosen)) if chosen else 0.0
 
 
 def _occurrences(first: int, period: int, steps: int) -> int:
@@ -191,7 +197,7 @@ def project(capture: RunCapture) -> Projection:
             period, period_from = seen[0], EPOCH  # the first epoch's steps, from the first step
         if period is not None and period <= 1:
             continue  # every step: part of the step time already
-        cost = _cost(group)
+        cost = cost_of(group)
         if not gaps:
             notes.append(
                 f"{function} ran once in the captured window (after {seen[0]} steps, {cost:.2f} s); "

@@ -13,6 +13,9 @@
   otherwise it is steps/s (a loop that samples its own batches has no sample count).
 * **Whole run**: the projection of the full run (:mod:`advisor.metrics.periodic`), when the
   capture knew the run's length: its steps, start-up and the share of work between steps.
+* **Kept, whole run**: the kept fixes' measured step speedup set in that projection (or, without
+  a length, beside the periodic work), with start-up and periodic work as measured with them
+  (:mod:`advisor.metrics.whole`): what a user timing the whole script will see.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from advisor._num import finite
 from advisor._steady import assess, steady_times
 from advisor.metrics.model import StepBasis
+from advisor.metrics.whole import WholeScope
 from advisor.report import style as s
 from advisor.report.figures import (
     mean_part_ms,
@@ -169,3 +173,35 @@ def whole_run(report: Report) -> tuple[str, str] | None:
     if between:
         parts.append(f"{s.pct(between)} between steps")
     return f"{total:.1f} s", ", ".join(parts)
+
+
+def _seconds(value: float) -> str:
+    """``3.3 s``, ``0.044 s``: two significant figures below a second."""
+    return f"{value:.1f} s" if value >= 1.0 else f"{value:.2g} s"
+
+
+def kept_whole(report: Report) -> tuple[str, str] | None:
+    """Return the kept fixes over the whole run (:mod:`advisor.metrics.whole`), or None without one.
+
+    ``("12.7 s → 8.7 s projected, 1.46× [1.31–1.58]", "start-up 3.3 s → 3.6 s; evaluate every 25 steps, ...")``
+    """
+    w = report.kept_whole
+    if w is None or s.finite(w.ratio) is None:
+        return None
+    ratio = f"{s.times(w.ratio)} {s.ci(w.low, w.high)}".strip()
+    parts = []
+    if w.scope == WholeScope.RUN:
+        head = f"{w.before_s:.1f} s → {w.after_s:.1f} s projected, {ratio}"
+        before, after = w.startup_before_s, w.startup_after_s
+        if before is not None and after is not None:
+            same = abs(after - before) < 0.05
+            parts.append(f"start-up {_seconds(before)}" + (", the same in the trials" if same else f" → {_seconds(after)}"))
+    else:
+        head = f"{ratio} over the steps with their periodic work (the run's length is unknown)"
+    for c in w.periodic:
+        text = f"{c.function} every {c.period} steps, {_seconds(c.cost_s)} each, as measured without them"
+        if c.seen_s is not None and not 0.8 <= c.seen_s / max(c.cost_s, 1e-9) <= 1.25:
+            n = f"{c.seen} occurrence{'s' if c.seen != 1 else ''}"
+            text += f" (the kept fixes' profiled run timed {_seconds(c.seen_s)} in {n}: too few to project)"
+        parts.append(text)
+    return head, "; ".join(parts)

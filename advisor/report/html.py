@@ -180,6 +180,8 @@ def _cards(report: Report, view: ReportView) -> str:
     outcome = _outcome_card(h)
     if outcome:
         out.append(outcome)  # NOTE: the answer first (issue #32)
+    if h.kept_whole:
+        out.append(card("Kept, whole run", *h.kept_whole))
     b = h.bottleneck
     if b is not None:
         out.append(card("Primary bottleneck", b.label, b.measured_text, "primary"))

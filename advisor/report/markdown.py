@@ -89,6 +89,8 @@ def _summary(report: Report, view: ReportView) -> list[str]:
     outcome = _outcome(h)
     if outcome:
         rows.append(["**Kept**", outcome])  # NOTE: the answer first (issue #32)
+    if h.kept_whole_text:
+        rows.append(["**Kept, whole run**", md_text(h.kept_whole_text)])
     b = h.bottleneck
     if b is not None:
         rows.append(["**Primary bottleneck**", f"**{md_text(b.label)}**: {md_text(b.measured_text)}"])

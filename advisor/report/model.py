@@ -29,6 +29,7 @@ from advisor.metrics.contention import contention_warnings
 from advisor.metrics.gpuview import TABLE_KEYS
 from advisor.metrics.model import Metrics, SourceLocation
 from advisor.metrics.registry import BREAKDOWN_PARTS
+from advisor.metrics.whole import KeptWholeRun
 from advisor.report.device_checks import device_warnings, gpu_unseen
 
 REPORT_SCHEMA_VERSION = 3
@@ -155,6 +156,10 @@ class Report:
             kernels and the timeline when it is not the lowest: the job's straggler
             (:func:`advisor.metrics.compute.straggler_focus`). None otherwise. A new field:
             older reports load with none.
+        kept_whole: The kept fixes over the whole run, start-up and periodic work beside the
+            kept trial's step speedup (:mod:`advisor.metrics.whole`); None when nothing was
+            kept or there is nothing to add to the step's ratio. A new field: older reports
+            load with none.
     """
 
     schema_version: int = REPORT_SCHEMA_VERSION
@@ -183,6 +188,7 @@ class Report:
     pid: int | None = None
     timing: dict[str, Any] = field(default_factory=dict)
     focus_rank: int | None = None
+    kept_whole: KeptWholeRun | None = None
 
     @property
     def all_notes(self) -> list[str]:

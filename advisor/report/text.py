@@ -37,6 +37,8 @@ def _summary_panel(report: Report, view: ReportView) -> Panel:
     outcome = _outcome(h)
     if outcome is not None:
         grid.add_row("Kept", outcome)
+    if h.kept_whole_text:
+        grid.add_row("Kept, whole run", safe_text(h.kept_whole_text))
     b = h.bottleneck
     if b is not None:
         grid.add_row(

@@ -187,6 +187,8 @@ class Headline:
     kept: tuple[str, ...] = ()
     whole_run: tuple[str, str] | None = None
     """The projected full run and what it holds (:func:`advisor.report.headline.whole_run`)."""
+    kept_whole: tuple[str, str] | None = None
+    """The kept fixes over the whole run (:func:`advisor.report.headline.kept_whole`)."""
 
     @property
     def rate_text(self) -> str:
@@ -202,6 +204,14 @@ class Headline:
     def whole_run_text(self) -> str | None:
         """``9.4 s projected (480 steps, 2.7 s start-up, 6.8% between steps)``."""
         return f"{self.whole_run[0]} projected ({self.whole_run[1]})" if self.whole_run else None
+
+    @property
+    def kept_whole_text(self) -> str | None:
+        """``12.7 s → 8.7 s projected, 1.46× [1.31–1.58]: start-up 3.3 s → 3.6 s``."""
+        if not self.kept_whole:
+            return None
+        head, detail = self.kept_whole
+        return f"{head}: {detail}" if detail else head
 
 
 @dataclass(frozen=True)
@@ -367,6 +377,7 @@ def build_headline(report: Report) -> Headline:
         nothing_kept=nothing_kept_reason(report),
         kept=tuple(report.kept_fixes),
         whole_run=_headline.whole_run(report),
+        kept_whole=_headline.kept_whole(report),
     )
 
 

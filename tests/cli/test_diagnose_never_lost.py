@@ -209,7 +209,7 @@ def _diagnose_handing(monkeypatch, tmp_path, wanted, lazy=None, steps=(), early=
     """Diagnose with a fix loop that records the server it is handed."""
     handed: list[object] = []
 
-    def loop(report, spec, diagnosis, options, progress, run_dir, started, server):  # type: ignore[no-untyped-def]
+    def loop(report, spec, diagnosis, options, progress, run_dir, started, server, base=None):  # type: ignore[no-untyped-def]
         handed.append(server)
         return report
 

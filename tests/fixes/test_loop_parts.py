@@ -62,6 +62,22 @@ def test_pick_kept_falls_back_to_the_best_standalone_fix():
     assert pick_kept(better, [a, b])[1] == [a, b]
 
 
+def test_a_fix_decided_faster_on_top_of_the_one_standalone_win_stays_in_the_kept_set():
+    workers = _t("dataloader_workers", 1.68, params={"num_workers": 2})
+    threads = _t("cpu_threads", 1.16, reference="dataloader_workers@2")
+    pair = Trial(fix="dataloader_workers+cpu_threads", fixes=("dataloader_workers", "cpu_threads"), safety="safe",
+                 speedup=1.53, verdict="improved")
+    on_top = frozenset({"cpu_threads"})
+    assert pick_kept(pair, [workers, threads], on_top) == (pair, [workers, threads], [])
+    # not decided on top of it, on top of another rung, or the pair itself not faster: the old comparison
+    for top in (_t("cpu_threads", 1.05, "no_effect", reference="dataloader_workers@2"),
+                _t("cpu_threads", 1.16, reference="dataloader_workers@1")):
+        combined, kept, notes = pick_kept(pair, [workers, top], on_top)
+        assert kept == [workers] and "keeping dataloader_workers only" in notes[0]
+    slow = Trial(fix=pair.fix, fixes=pair.fixes, safety="safe", speedup=1.02, verdict="no_effect")
+    assert pick_kept(slow, [workers, threads], on_top)[1] == [workers]
+
+
 def test_collapse_reports_the_best_rung_with_the_ladder():
     rungs = [_t("larger_batch", 2.0, params={"factor": 4}), _t("larger_batch", 3.0, params={"factor": 16})]
     (best,) = collapse(rungs).values()

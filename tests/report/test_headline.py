@@ -124,3 +124,35 @@ def test_the_whole_run_is_in_the_headline_of_every_format_when_projected() -> No
     assert headline.whole_run(dataclasses.replace(report, summary={**summary, "projected_steps_count": None})) is None
     assert headline.whole_run(dataclasses.replace(report, summary={**summary, "periodic_work_frac": 0.0}))[1] == (
         "3,000 steps, 4.2 s start-up")
+
+
+def test_the_kept_fixes_over_the_whole_run_are_a_row_of_every_format(tmp_path) -> None:
+    from advisor.metrics.whole import KeptWholeRun, PeriodicChange, WholeScope
+    from advisor.report.model import Report
+
+    report = make_report()
+    assert headline.kept_whole(report) is None and "Kept, whole run" not in render(report, "text")
+    whole = KeptWholeRun(WholeScope.RUN, 122.09, 112.49, low=1.05, high=1.12, startup_before_s=2.09,
+                         startup_after_s=2.49, periodic=(PeriodicChange("<b>eval</b>", 20, 1.0, 1.6, 1),))
+    kept = dataclasses.replace(report, kept_whole=whole)
+    head, detail = headline.kept_whole(kept)
+    assert head == "122.1 s → 112.5 s projected, 1.09× [1.05–1.12]"
+    assert detail == ("start-up 2.1 s → 2.5 s; <b>eval</b> every 20 steps, 1.0 s each, as measured without them "
+                      "(the kept fixes' profiled run timed 1.6 s in 1 occurrence: too few to project)")
+    assert "Kept, whole run" in render(kept, "text") and "122.1 s → 112.5 s projected" in render(kept, "text")
+    markdown = render(kept, "markdown")
+    assert "| **Kept, whole run** | 122.1 s → 112.5 s projected, 1.09× \\[1.05–1.12\\]: start-up" in markdown
+    assert "<b>" not in markdown
+    html = render(kept, "html")
+    assert "Kept, whole run</div><div class=\"v\">122.1 s → 112.5 s projected" in html
+    assert "<b>eval</b>" not in html and "&lt;b&gt;eval&lt;/b&gt;" in html
+    # a seen occurrence near the projected cost is not mentioned; an unknown length reads per step
+    near = dataclasses.replace(whole, scope=WholeScope.TRAINING, before_s=0.06, after_s=0.055, low=None, high=None,
+                               startup_before_s=None, startup_after_s=None,
+                               periodic=(PeriodicChange("evaluate", 20, 1.0, 1.1, 2),))
+    assert headline.kept_whole(dataclasses.replace(report, kept_whole=near)) == (
+        "1.09× over the steps with their periodic work (the run's length is unknown)",
+        "evaluate every 20 steps, 1.0 s each, as measured without them")
+    # it survives report.json
+    kept.save(tmp_path)
+    assert Report.load(tmp_path).kept_whole == whole

@@ -1,0 +1,76 @@
+"""The kept fixes over the whole run: the step speedup set among start-up and periodic work."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.capture.between import BetweenWork
+from advisor.capture.model import RunCapture
+from advisor.capture.records import TimedPhase
+from advisor.metrics.whole import WholeScope, kept_whole_run
+
+FILE = "/home/u/train.py"
+
+
+def _work(step, seconds, profiled=False, function="evaluate", line=24):
+    return BetweenWork(function=function, file=FILE, line=line, step=step, seconds=seconds, calls=8, profiled=profiled)
+
+
+def _capture(works, hints=None, steps=(10.0,) * 20, first=3.0, process=0.5):
+    return RunCapture(
+        script=FILE, between_steps=tuple(works), run_hints=dict(hints or {}),
+        timed=TimedPhase(step_times_ms=tuple(steps), time_to_first_step_s=first), phases_s={"process": process},
+    )
+
+
+def test_a_known_length_projects_the_whole_run_before_and_with_the_fixes():
+    # 2,000 steps of 10 ms, evaluation of 1 s every 20 steps (100 of them), start-up 2.09 s
+    base = _capture([_work(0, 1.4), _work(20, 1.0)], {"max_iters": 2000})
+    w = kept_whole_run(base, None, 2.0, 1.5, 2.5, startup_change_s=0.4)
+    assert w.scope == WholeScope.RUN
+    assert w.before_s == pytest.approx(2.09 + 20.0 + 100.0)
+    # the steps halve; the evaluation is held; the start-up moves by the trials' change
+    assert w.after_s == pytest.approx(2.49 + 10.0 + 100.0)
+    assert w.ratio == pytest.approx(122.09 / 112.49)
+    assert w.low == pytest.approx(122.09 / (2.49 + 20.0 / 1.5 + 100.0))
+    assert w.high == pytest.approx(122.09 / (2.49 + 8.0 + 100.0))
+    assert (w.startup_before_s, w.startup_after_s) == (pytest.approx(2.09), pytest.approx(2.49))
+    (c,) = w.periodic
+    assert (c.function, c.period, c.cost_s, c.seen_s, c.seen) == ("evaluate", 20, 1.0, None, 0)
+
+
+def test_without_a_length_the_training_step_carries_its_share_of_the_periodic_work():
+    base = _capture([_work(0, 1.4), _work(20, 1.0)])
+    w = kept_whole_run(base, None, 2.0)
+    assert w.scope == WholeScope.TRAINING
+    # one step of 10 ms with 1 s / 20 steps of evaluation: 60 ms, then 5 + 50 ms
+    assert (w.before_s, w.after_s) == (pytest.approx(0.06), pytest.approx(0.055))
+    assert w.ratio == pytest.approx(0.06 / 0.055) and w.low is None and w.high is None
+    assert w.startup_before_s is None
+
+
+def test_what_the_kept_run_saw_is_kept_beside_the_projection_and_not_used():
+    base = _capture([_work(0, 1.4), _work(20, 1.0)])
+    # the kept run's unprofiled occurrence after the first step is the one read; its profiled one is not
+    kept = _capture([_work(0, 2.0), _work(20, 1.6), _work(40, 9.0, profiled=True)])
+    w = kept_whole_run(base, kept, 2.0)
+    (c,) = w.periodic
+    assert (c.cost_s, c.seen_s, c.seen) == (1.0, 1.6, 1)
+    assert w.after_s == pytest.approx(0.055)  # as without the kept run
+
+
+def test_nothing_to_add_to_the_step_ratio_is_none():
+    plain = _capture([])
+    assert kept_whole_run(plain, None, 2.0) is None  # no length, no periodic work
+    assert kept_whole_run(_capture([_work(0, 1.0), _work(20, 1.0)]), None, None) is None
+    # work every step is step time, not periodic
+    assert kept_whole_run(_capture([_work(1, 0.1), _work(2, 0.1)]), None, 2.0) is None
+
+
+def test_a_length_without_periodic_work_still_counts_the_start_up():
+    base = _capture([], {"max_iters": 100}, first=5.0, process=0.0)
+    w = kept_whole_run(base, None, 4.0)
+    # start-up 5 s less the first step; 100 steps of 10 ms: 5.99 s, then 4.99 + 0.25
+    assert w.scope == WholeScope.RUN and w.periodic == ()
+    assert (w.before_s, w.after_s) == (pytest.approx(5.99), pytest.approx(4.99 + 0.25))
+    assert w.ratio < 4.0 / 3
