@@ -289,8 +289,20 @@ def with_kept_whole(report: Report, base: RunCapture | None, kept_dir: Path | No
     change = None
     if trial.time_to_first_step_s is not None and trial.baseline_time_to_first_step_s is not None:
         change = trial.time_to_first_step_s - trial.baseline_time_to_first_step_s
-    whole = kept_whole_run(base, kept, trial.speedup, trial.ci_low, trial.ci_high, change)
+    whole = kept_whole_run(base, kept, trial.speedup, trial.ci_low, trial.ci_high, change,
+                           gain_steps=_gain_steps(report))
     return replace(report, kept_whole=whole)
+
+
+def _gain_steps(report: Report) -> int | None:
+    """Return the steps a kept fix alone has something to gain on (``Fix.gains_until``), None for all of them."""
+    from advisor.fixes import catalog
+
+    if len(report.kept_fixes) != 1:
+        return None  # NOTE: a set's speedup cannot be split between its fixes
+    fix = catalog.get_fixes().get(report.kept_fixes[0])
+    value = report.summary.get(fix.gains_until) if fix is not None and fix.gains_until else None
+    return int(value) if isinstance(value, int | float) and value >= 0 else None
 
 
 def _suggested_fixes(findings: Sequence[Any]) -> list[Any]:

@@ -107,6 +107,7 @@ class BetweenSteps:
     epoch_ends: list[int] = field(default_factory=list)  # steps completed when the training loader's epochs ended
     _run_on: tuple[float, int, str] | None = None  # (clock, steps) when the run went on past its phases, and why
     _epoch_wait: bool | None = None  # whether the first epoch's end is near enough to run on to (None: not asked)
+    _tail: bool = False  # the run on took its one step past the work it waited for
 
     @property
     def epoch_batches(self) -> int | None:
@@ -156,10 +157,15 @@ class BetweenSteps:
         until that many steps after it. Where an evaluation loader exists and no work at an
         epoch's end was seen: to the end of the first epoch and one step past it, if ``step_s``
         (the steady step) says the end comes within :data:`RUN_ON_S` seconds. Either way at most
-        :data:`RUN_ON_S` seconds.
+        :data:`RUN_ON_S` seconds, then one whole step past the work it waited for.
         """
         wants = [w for w in (self._second_occurrence(steps), self._epoch_end_work(steps, step_s)) if w]
         if not wants:
+            if self._run_on is not None and not self._tail:
+                # NOTE: one whole step past the work it waited for: the page faults after it
+                # (capture.kernel_use.AfterWorkMeter)
+                self._tail = True
+                return True
             return self._ran_on(steps, now, done=True)
         if self._run_on is None:
             self._run_on = (now, steps, " and ".join(wants))
@@ -205,6 +211,10 @@ class BetweenSteps:
                               f"{RUN_ON_S:.0f} s) past its measurement to time {what}")
             self._run_on = None
         return not done
+
+    def work_steps(self) -> set[int]:
+        """Return the steps completed before each occurrence so far (:attr:`BetweenWork.step`)."""
+        return {span[0] for span in self._spans}
 
     def records(self) -> tuple[BetweenWork, ...]:
         """Return the occurrences so far, each named by the function the loop called."""

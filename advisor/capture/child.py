@@ -50,7 +50,7 @@ from advisor.capture import cuda_budget  # noqa: E402
 from advisor.capture.budget import TraceProbe  # noqa: E402
 from advisor.capture.edge_sync import sync_at_window_edges  # noqa: E402
 from advisor.capture.environment import environment, peak_memory  # noqa: E402
-from advisor.capture.kernel_use import KernelMeter  # noqa: E402
+from advisor.capture.kernel_use import AfterWorkMeter, KernelMeter  # noqa: E402
 from advisor.capture.model import (  # noqa: E402
     Phase,
     RunSpec,
@@ -131,6 +131,7 @@ class ChildSession:
             record_loss_steps=max(0, spec.record_loss_steps),
         )
         self.kernel = KernelMeter()
+        self.after_work = AfterWorkMeter()
         self.probe: TraceProbe | None = None
         self.lazy: tuple[str, ...] | None = None  # LAZY_MODULES imported by the first step's end
         self.last_export_s = 0.0  # the last window's close after the stop (timeline.with_last_export)
@@ -174,6 +175,7 @@ class ChildSession:
             pass  # progress is best effort; the measurements are not
 
     def _on_step(self, rec: StepRecorder) -> None:
+        self.after_work.on_step(rec.steps_seen, rec.between.work_steps(), rec.phase in (Phase.PROFILED, Phase.CPROFILE))
         if self.lazy is None:  # at the first step: before any profiler, which imports torch._dynamo itself
             self.lazy = lazy_imported()
         if self.probe is not None:
@@ -234,6 +236,7 @@ class ChildSession:
             "trace_bound": self.probe.record() if self.probe is not None else None,
             "lazy_imports": None if self.lazy is None else list(self.lazy),
             "kernel": self.kernel.record(),
+            "faults_after_work": list(self.after_work.records),
         }
         data["phases_s"] = with_last_export(data.get("phases_s") or {}, self.last_export_s)
         if finished:

@@ -15,7 +15,7 @@ from typing import Any
 from advisor._serde import check_types, dump_json, from_dict
 from advisor.capture.between import BetweenWork
 from advisor.capture.budget import DEFAULT_TRACE_BUDGET_BYTES, TraceBound
-from advisor.capture.kernel_use import KernelUse
+from advisor.capture.kernel_use import AfterWork, KernelUse
 from advisor.capture.records import (
     DataLoaderInfo,
     Environment,
@@ -247,6 +247,8 @@ class RunCapture:
             its first step; None when unknown (no step, an older capture).
         kernel: The main process's page faults and CPU time in the kernel over its timed steps
             (:mod:`advisor.capture.kernel_use`); None without a timed step, or from an older capture.
+        faults_after_work: The page faults of the first whole step after each occurrence of work
+            between steps (:class:`~advisor.capture.kernel_use.AfterWork`); none in an older capture.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -293,6 +295,7 @@ class RunCapture:
     epoch_batches: int | None = None
     lazy_imports: tuple[str, ...] | None = None
     kernel: KernelUse | None = None
+    faults_after_work: tuple[AfterWork, ...] = ()
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

@@ -311,6 +311,9 @@ class Fix:
         fresh_process: Its gain depends on state a process forked from the warm-start server
             inherits (the allocator's): its runs, and the baseline runs it is measured against,
             start cold (``RunSpec.fresh_process``), in a measurement of their own.
+        gains_until: A run metric: the training steps after which the fix has nothing left to
+            gain in a plain run (None while it holds throughout); the whole-run projection of a
+            kept set of this fix alone counts its speedup on those steps only (:mod:`advisor.metrics.whole`).
     """
 
     id: str
@@ -340,6 +343,7 @@ class Fix:
     kernel_bound: bool = False
     inert: Inert | None = None
     fresh_process: bool = False
+    gains_until: str = ""
 
     @property
     def needs_no_run(self) -> bool:

@@ -14,13 +14,20 @@ kernel, and ran 1.35x faster on steps 10-60 with malloc told to keep its memory
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from advisor.capture.kernel_use import AfterWork
 from advisor.capture.model import RunCapture
+
+STOPPED_BELOW = 0.1
+"""Page faults after work between steps under this share of the timed steps' per step: they stopped."""
 
 
 def kernel_use_metrics(capture: RunCapture | None) -> dict[str, float | None]:
     """Return the declared kernel-use metrics of a capture (None where unknown)."""
     out: dict[str, float | None] = dict.fromkeys(
-        ("kernel_cpu_frac", "kernel_time_frac", "page_faults_per_step_count", "page_faults_per_s")
+        ("kernel_cpu_frac", "kernel_time_frac", "page_faults_per_step_count", "page_faults_per_s",
+         "page_faults_after_work_count", "page_faults_stopped_after_steps")
     )
     k = getattr(capture, "kernel", None)
     if k is None or k.steps <= 0 or k.wall_s <= 0:
@@ -30,4 +37,16 @@ def kernel_use_metrics(capture: RunCapture | None) -> dict[str, float | None]:
     out["kernel_time_frac"] = min(1.0, k.system_s / k.wall_s)
     out["page_faults_per_step_count"] = k.faults_per_step
     out["page_faults_per_s"] = k.minor_faults / k.wall_s
+    after = _latest(getattr(capture, "faults_after_work", ()))
+    if after is not None:
+        out["page_faults_after_work_count"] = float(after.minor_faults)
+        per_step = k.faults_per_step or 0.0
+        if after.step > 0 and per_step > 0 and after.minor_faults < STOPPED_BELOW * per_step:
+            out["page_faults_stopped_after_steps"] = float(after.step)
     return out
+
+
+def _latest(records: Sequence[AfterWork]) -> AfterWork | None:
+    """Return the last occurrence's step after it, preferring steps no profiler recorded (its own allocations fault)."""
+    plain = [r for r in records if not r.profiled]
+    return max(plain or records, key=lambda r: r.step, default=None)

@@ -185,6 +185,8 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("kernel_time_frac", "frac", "run", "Kernel CPU seconds of the main process over the timed steps / their wall time (at most 1)"),
     MetricSpec("page_faults_per_step_count", "count", "run", "Minor page faults of the main process per timed step (fresh pages mapped and zero-filled)"),
     MetricSpec("page_faults_per_s", "faults/s", "run", "Minor page faults of the main process per second of the timed steps"),
+    MetricSpec("page_faults_after_work_count", "count", "run", "Minor page faults of the main process in the first whole step after the last work between steps (evaluation, a checkpoint)"),
+    MetricSpec("page_faults_stopped_after_steps", "count", "run", "Training steps before the work between steps after which the page faults stopped (under a tenth of the timed steps'); None when they went on"),
     # --- distributed ----------------------------------------------------------------------------------
     MetricSpec("rank_count", "count", "ranks", "Ranks (trace files) analysed together"),
     MetricSpec("dataparallel_flag", "flag", "run", "1 when torch.nn.DataParallel is used"),

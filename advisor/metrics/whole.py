@@ -73,6 +73,8 @@ class KeptWholeRun:
     startup_before_s: float | None = None
     startup_after_s: float | None = None
     periodic: tuple[PeriodicChange, ...] = ()
+    gain_steps: int | None = None
+    """The steps the speedup was counted on, when fewer than the run's (``Fix.gains_until``)."""
 
     @property
     def ratio(self) -> float:
@@ -102,6 +104,7 @@ def kept_whole_run(
     ci_low: float | None = None,
     ci_high: float | None = None,
     startup_change_s: float | None = None,
+    gain_steps: int | None = None,
 ) -> KeptWholeRun | None:
     """Project the kept fixes over the whole run (see the module docstring); None when there is nothing to add.
 
@@ -112,6 +115,8 @@ def kept_whole_run(
         ci_low: Its interval's low end (None: no range).
         ci_high: Its interval's high end.
         startup_change_s: The kept trial's median time to the first step less its baselines'.
+        gain_steps: The steps the speedup holds on in a plain run, when not all of them (the
+            rest keep the baseline's step); the run's length must be known to use it.
     """
     if not speedup or speedup <= 0:
         return None
@@ -123,8 +128,11 @@ def kept_whole_run(
         startup_after = max(0.0, p.startup_s + (startup_change_s or 0.0))
         periodic = p.periodic_s or 0.0
 
+        steps = p.steps or 0
+        gained = min(steps, gain_steps) if gain_steps is not None else steps
+
         def total(step_speedup: float) -> float:
-            return startup_after + (p.steps or 0) * p.step_s / step_speedup + periodic
+            return startup_after + (gained / step_speedup + steps - gained) * p.step_s + periodic
 
         return KeptWholeRun(
             WholeScope.RUN,
@@ -134,6 +142,7 @@ def kept_whole_run(
             high=p.projected_s / total(ci_high) if ci_high else None,
             startup_before_s=p.startup_s,
             startup_after_s=startup_after,
+            gain_steps=gained if gained < steps else None,
             periodic=changes,
         )
     if not changes:

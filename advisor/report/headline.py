@@ -198,6 +198,9 @@ def kept_whole(report: Report) -> tuple[str, str] | None:
             parts.append(f"start-up {_seconds(before)}" + (", the same in the trials" if same else f" → {_seconds(after)}"))
     else:
         head = f"{ratio} over the steps with their periodic work (the run's length is unknown)"
+    if w.gain_steps is not None:
+        parts.append(f"its speedup counted on the first {w.gain_steps:,} steps only: after them the baseline "
+                     "had nothing left for the fix to gain (its finding says why)")
     for c in w.periodic:
         text = f"{c.function} every {c.period} steps, {_seconds(c.cost_s)} each, as measured without them"
         if c.seen_s is not None and not 0.8 <= c.seen_s / max(c.cost_s, 1e-9) <= 1.25:

@@ -131,11 +131,12 @@ def test_one_occurrence_runs_the_capture_on_to_the_next_one_unprofiled():
             steps += 1
             if steps == 8:
                 _eval(rec, clock, 3, 0.01, _at(MODULE, EVAL))
-    # measurement ended at step 5; the run went on to the evaluation after step 8, stopped at step 9
-    assert rec.steps_seen == 9 and cprof.calls == ["start", "step", "export"]
+    # measurement ended at step 5; the run went on to the evaluation after step 8 and one whole
+    # step past the step it ran in (its page faults): stopped at step 10
+    assert rec.steps_seen == 10 and cprof.calls == ["start", "step", "export"]
     assert [(w.step, w.profiled) for w in rec.between.records()] == [(0, False), (8, False)]
     (note,) = rec.between.notes
-    assert "ran on 4 steps" in note and "estimate_loss (every 8 steps by the script's eval_interval)" in note
+    assert "ran on 5 steps" in note and "estimate_loss (every 8 steps by the script's eval_interval)" in note
 
 
 def test_running_on_is_bounded_in_time_and_needs_a_named_period():
@@ -183,12 +184,12 @@ def test_an_evaluation_loader_runs_the_capture_on_to_the_first_epochs_end():
     with pytest.raises(StopScript):
         _epochs(rec, clock, 12, 3, test_seconds=0.2)
     # measurement ended at step 5; the run went on through the epoch's end (12) and its test pass,
-    # and stopped at the first step after it
-    assert rec.steps_seen == 13
+    # and stopped one whole step past the step it ran in
+    assert rec.steps_seen == 14
     (work,) = rec.between.records()
     assert (work.function, work.step, work.epoch_end) == ("test", 12, True)
     (note,) = rec.between.notes
-    assert "ran on 8 steps" in note and "first epoch's end" in note
+    assert "ran on 9 steps" in note and "first epoch's end" in note
 
 
 def test_no_run_on_when_the_epochs_end_is_far_or_passed_without_work():
@@ -219,8 +220,8 @@ def test_both_aims_keep_the_capture_running_until_each_is_met():
             if step % 12 == 0:
                 rec.epoch_ended()
                 _eval(rec, clock, 4, 0.05, _at(MODULE, ("train.py", "test", 70)))
-    # a second save (step 8) was due before the first epoch's end (12): the run went on to step 13
-    assert rec.steps_seen == 13
+    # a second save (step 8) was due before the first epoch's end (12): the run went on to step 14
+    assert rec.steps_seen == 14
     assert [(w.function, w.step, w.epoch_end) for w in rec.between.records()] == [
         ("save_checkpoint", 4, False), ("save_checkpoint", 8, False), ("save_checkpoint", 12, True), ("test", 12, True)]
     (note,) = rec.between.notes

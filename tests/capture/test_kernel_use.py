@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from advisor.capture.kernel_use import KernelMeter, KernelUse
+from advisor.capture.kernel_use import AfterWork, AfterWorkMeter, KernelMeter, KernelUse
 from advisor.capture.phases import Phases, StopScript
 from advisor.capture.recorder import StepRecorder
 from tests.fakes import Clock
@@ -74,3 +74,21 @@ def test_the_real_getrusage_counts_a_touched_buffer() -> None:
     assert got is not None and got.steps == 1 and got.wall_s == 0.001
     assert got.minor_faults > 0 and got.user_s + got.system_s > 0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt >= got.minor_faults
+
+
+def test_the_first_whole_step_after_work_between_steps_has_its_page_faults_read() -> None:
+    usage = FakeUsage()  # 1,000 more faults at every reading
+    meter = AfterWorkMeter(usage)
+    for steps in (1, 2, 3):
+        meter.on_step(steps, set(), profiled=False)
+    assert usage.calls == 0  # no work between steps yet: nothing read
+    # work after step 3 lands in step 4; step 5 is the first whole step after it
+    meter.on_step(4, {3}, profiled=False)
+    meter.on_step(5, {3}, profiled=True)
+    meter.on_step(6, {3}, profiled=False)
+    assert meter.records == [AfterWork(3, 1000, profiled=True)]
+    # work in two steps running: the step after the first holds the second, only the last is read
+    meter.on_step(9, {3, 8, 9}, profiled=False)
+    meter.on_step(10, {3, 8, 9}, profiled=False)
+    meter.on_step(11, {3, 8, 9}, profiled=False)
+    assert meter.records == [AfterWork(3, 1000, profiled=True), AfterWork(9, 1000)]

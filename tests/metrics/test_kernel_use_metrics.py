@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.capture.kernel_use import KernelUse
+from advisor.capture.kernel_use import AfterWork, KernelUse
 from advisor.capture.model import RunCapture
 from advisor.metrics.kernel_use import kernel_use_metrics
 
-NAMES = ("kernel_cpu_frac", "kernel_time_frac", "page_faults_per_step_count", "page_faults_per_s")
+NAMES = ("kernel_cpu_frac", "kernel_time_frac", "page_faults_per_step_count", "page_faults_per_s",
+         "page_faults_after_work_count", "page_faults_stopped_after_steps")
 
 
 def test_a_churning_window() -> None:
@@ -33,3 +34,19 @@ def test_unknown_without_a_window(capture: RunCapture | None) -> None:
 def test_a_capture_file_from_before_the_record_reads_as_unknown(tmp_path) -> None:
     (tmp_path / "capture.json").write_text('{"schema_version": 1, "script": "train.py"}')
     assert RunCapture.load(tmp_path).kernel is None
+
+
+def test_faults_that_stop_after_the_work_between_steps_say_after_which_step() -> None:
+    use = KernelUse(steps=20, wall_s=1.84, user_s=2.7, system_s=0.37, minor_faults=155345)  # 7,767 a step
+    # after the test pass at step 50 (the run on, unprofiled), none; after one in the profiled window, many
+    stopped = (AfterWork(25, 9000, profiled=True), AfterWork(50, 0))
+    got = kernel_use_metrics(RunCapture(kernel=use, faults_after_work=stopped))
+    assert (got["page_faults_after_work_count"], got["page_faults_stopped_after_steps"]) == (0.0, 50.0)
+    # they went on (over a tenth of the window's), or the only work ran before the first step
+    went_on = kernel_use_metrics(RunCapture(kernel=use, faults_after_work=(AfterWork(50, 900),)))
+    assert (went_on["page_faults_after_work_count"], went_on["page_faults_stopped_after_steps"]) == (900.0, None)
+    first = kernel_use_metrics(RunCapture(kernel=use, faults_after_work=(AfterWork(0, 0),)))
+    assert first["page_faults_stopped_after_steps"] is None
+    # only profiled steps after work: the latest of them
+    profiled = kernel_use_metrics(RunCapture(kernel=use, faults_after_work=(AfterWork(25, 10, profiled=True),)))
+    assert profiled["page_faults_stopped_after_steps"] == 25.0

@@ -74,3 +74,15 @@ def test_a_length_without_periodic_work_still_counts_the_start_up():
     assert w.scope == WholeScope.RUN and w.periodic == ()
     assert (w.before_s, w.after_s) == (pytest.approx(5.99), pytest.approx(4.99 + 0.25))
     assert w.ratio < 4.0 / 3
+
+
+def test_a_gain_that_ends_partway_is_counted_on_its_steps_only():
+    # 150 steps of 10 ms; the fix's 2x holds on the first 50 (its baseline stopped needing it there)
+    base = _capture([], {"max_iters": 150}, first=1.0, process=0.0)
+    w = kept_whole_run(base, None, 2.0, 1.5, 2.5, gain_steps=50)
+    assert w.before_s == pytest.approx(0.99 + 1.5) and w.gain_steps == 50
+    assert w.after_s == pytest.approx(0.99 + 0.25 + 1.0)
+    assert w.low == pytest.approx(2.49 / (0.99 + 0.5 / 1.5 + 1.0))
+    # as many steps as the run, or more: all of them, and no mention
+    assert kept_whole_run(base, None, 2.0, gain_steps=400).gain_steps is None
+    assert kept_whole_run(base, None, 2.0, gain_steps=400).after_s == pytest.approx(0.99 + 0.75)

@@ -153,6 +153,11 @@ def test_the_kept_fixes_over_the_whole_run_are_a_row_of_every_format(tmp_path) -
     assert headline.kept_whole(dataclasses.replace(report, kept_whole=near)) == (
         "1.09× over the steps with their periodic work (the run's length is unknown)",
         "evaluate every 20 steps, 1.0 s each, as measured without them")
+    # a gain counted on its first steps only says so
+    partway = dataclasses.replace(whole, periodic=(), gain_steps=50)
+    assert headline.kept_whole(dataclasses.replace(report, kept_whole=partway))[1] == (
+        "start-up 2.1 s → 2.5 s; its speedup counted on the first 50 steps only: after them the baseline had "
+        "nothing left for the fix to gain (its finding says why)")
     # it survives report.json
     kept.save(tmp_path)
     assert Report.load(tmp_path).kept_whole == whole

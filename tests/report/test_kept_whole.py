@@ -34,3 +34,22 @@ def test_the_kept_fixes_are_projected_over_the_run_with_the_trials_start_up_chan
     # nothing kept, or no capture to project from: unchanged
     assert with_kept_whole(dataclasses.replace(report, kept_fixes=()), base, tmp_path).kept_whole is None
     assert with_kept_whole(report, None, tmp_path).kept_whole is None
+
+
+def test_a_kept_fix_whose_gain_ends_partway_is_projected_on_the_steps_before(tmp_path: Path) -> None:
+    base = RunCapture(script="t.py", run_hints={"max_iters": 150},
+                      timed=TimedPhase(step_times_ms=(10.0,) * 20, time_to_first_step_s=1.0))
+    report = make_report()
+    malloc = dataclasses.replace(report.kept_trial, fix="malloc_thresholds", fixes=("malloc_thresholds",),
+                                 time_to_first_step_s=None)
+    report = dataclasses.replace(report, kept_fixes=("malloc_thresholds",), combined=malloc,
+                                 summary={**report.summary, "page_faults_stopped_after_steps": 50.0})
+    whole = with_kept_whole(report, base, None).kept_whole
+    assert whole.gain_steps == 50
+    assert whole.after_s == pytest.approx(whole.startup_after_s + (50 / malloc.speedup + 100) * 0.01)
+    # the faults went on (no such metric), or a set of fixes: every step
+    going = dataclasses.replace(report, summary={**report.summary, "page_faults_stopped_after_steps": None})
+    assert with_kept_whole(going, base, None).kept_whole.gain_steps is None
+    pair = dataclasses.replace(report, kept_fixes=("malloc_thresholds", "cpu_threads"),
+                               combined=dataclasses.replace(malloc, fixes=("malloc_thresholds", "cpu_threads")))
+    assert with_kept_whole(pair, base, None).kept_whole.gain_steps is None
