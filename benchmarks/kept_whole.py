@@ -8,6 +8,7 @@ in alternating pairs (the order flips each pair), with the load average before e
 
     .venv/bin/python benchmarks/kept_whole.py --pairs 4
     .venv/bin/python benchmarks/kept_whole.py --script /tmp/mine/train.py --args "--epochs 2"
+    .venv/bin/python benchmarks/kept_whole.py --script /tmp/mine/train.py --advisor-args "--fix malloc_thresholds"
 
 Prints one row per pair (wall times and their ratio), then the projection beside the plain
 ratios' median and range. The script and its arguments are run from the script's own folder.
@@ -81,6 +82,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--script", type=Path, default=REPO / "examples" / "data_loading.py")
     ap.add_argument("--args", default="", help="the script's arguments, as one shell-quoted string")
+    ap.add_argument("--advisor-args", default="", help="options for advisor diagnose (--fix ID), one shell-quoted string")
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--out", type=Path, default=None, help="the diagnose's run folder (default: a temporary one)")
     args = ap.parse_args()
@@ -88,9 +90,11 @@ def main() -> int:
     script_args = shlex.split(args.args)
     with tempfile.TemporaryDirectory() as tmp:
         out = (args.out or Path(tmp) / "run").resolve()
-        print(f"load {os.getloadavg()[0]:.2f}: advisor diagnose {script.name} {args.args}".rstrip())
+        options = shlex.split(args.advisor_args)
+        print(f"load {os.getloadavg()[0]:.2f}: advisor diagnose {args.advisor_args} {script.name} {args.args}".rstrip())
         t0 = time.perf_counter()
-        subprocess.run([PY, "-m", "advisor", "diagnose", "--replace", "--out", str(out), str(script), *script_args],
+        subprocess.run([PY, "-m", "advisor", "diagnose", *options, "--replace", "--out", str(out), str(script),
+                        *script_args],
                        check=True, cwd=script.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
         print(f"diagnose took {time.perf_counter() - t0:.1f} s")

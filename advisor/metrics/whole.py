@@ -8,7 +8,9 @@ evaluating. Seen on a script of ours that evaluates every 25 steps (22% of its r
 
 * **Steps**: the baseline projection's steady step (:func:`advisor.metrics.periodic.project`)
   over the kept trial's speedup, and over its interval's ends for the range.
-* **Periodic work**: each periodic function's cost as the baseline projection measured it. The
+* **Periodic work**: each periodic function's cost as the baseline projection measured it, at
+  the point estimate; at the interval's ends it moves with the steps (faster at the high end,
+  slower at a low end under 1), since no trial timed it under the fixes. The
   trials time steps only; the kept fixes' run under the profiler times an occurrence or two,
   which is kept beside it (``seen_s``) and never used: on the script above it read 0.044 s in
   the capture and 0.066 s with the fix, one occurrence each, where the plain script's 50
@@ -97,6 +99,19 @@ def _changes(p: Projection, kept: RunCapture | None) -> tuple[PeriodicChange, ..
     return tuple(out)
 
 
+def _periodic_factor(end: float, speedup: float) -> float:
+    """How much faster the periodic work is taken at one end of the interval (1 at the point estimate).
+
+    Unmeasured under the fixes, it is held at the point and moves with the steps at the ends: up
+    to the interval's high end, down to its low end below 1, never a gain at the low end.
+    """
+    if end > speedup:
+        return max(1.0, end)
+    if end < speedup:
+        return min(1.0, end)
+    return 1.0
+
+
 def kept_whole_run(
     base: RunCapture,
     kept: RunCapture | None,
@@ -132,7 +147,8 @@ def kept_whole_run(
         gained = min(steps, gain_steps) if gain_steps is not None else steps
 
         def total(step_speedup: float) -> float:
-            return startup_after + (gained / step_speedup + steps - gained) * p.step_s + periodic
+            return (startup_after + (gained / step_speedup + steps - gained) * p.step_s
+                    + periodic / _periodic_factor(step_speedup, speedup))
 
         return KeptWholeRun(
             WholeScope.RUN,
@@ -151,7 +167,7 @@ def kept_whole_run(
     before = p.step_s + periodic
 
     def per_step(step_speedup: float) -> float:
-        return p.step_s / step_speedup + periodic
+        return p.step_s / step_speedup + periodic / _periodic_factor(step_speedup, speedup)
 
     return KeptWholeRun(
         WholeScope.TRAINING,

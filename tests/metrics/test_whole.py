@@ -33,7 +33,9 @@ def test_a_known_length_projects_the_whole_run_before_and_with_the_fixes():
     assert w.after_s == pytest.approx(2.49 + 10.0 + 100.0)
     assert w.ratio == pytest.approx(122.09 / 112.49)
     assert w.low == pytest.approx(122.09 / (2.49 + 20.0 / 1.5 + 100.0))
-    assert w.high == pytest.approx(122.09 / (2.49 + 8.0 + 100.0))
+    # at the interval's high end the unmeasured evaluation moves with the steps; at its low end
+    # (a gain) it is held
+    assert w.high == pytest.approx(122.09 / (2.49 + 8.0 + 100.0 / 2.5))
     assert (w.startup_before_s, w.startup_after_s) == (pytest.approx(2.09), pytest.approx(2.49))
     (c,) = w.periodic
     assert (c.function, c.period, c.cost_s, c.seen_s, c.seen) == ("evaluate", 20, 1.0, None, 0)
@@ -86,3 +88,11 @@ def test_a_gain_that_ends_partway_is_counted_on_its_steps_only():
     # as many steps as the run, or more: all of them, and no mention
     assert kept_whole_run(base, None, 2.0, gain_steps=400).gain_steps is None
     assert kept_whole_run(base, None, 2.0, gain_steps=400).after_s == pytest.approx(0.99 + 0.75)
+
+
+def test_a_low_end_under_one_slows_the_periodic_work_with_the_steps():
+    base = _capture([_work(0, 1.4), _work(20, 1.0)])
+    w = kept_whole_run(base, None, 1.2, 0.9, 1.5)
+    assert w.after_s == pytest.approx(0.01 / 1.2 + 0.05)  # the point: held
+    assert w.low == pytest.approx(0.06 / (0.01 / 0.9 + 0.05 / 0.9))
+    assert w.high == pytest.approx(0.06 / (0.01 / 1.5 + 0.05 / 1.5))
