@@ -137,8 +137,7 @@ class AfterWorkMeter:
         faults = int(self._usage().ru_minflt)
         last, self._last = self._last, (steps, faults)
         w = steps - 2
-        if last is None or last[0] != steps - 1 or w not in work_steps or steps - 1 in work_steps:
-            return
-        if all(r.step != w for r in self.records):
+        # NOTE: steps grows by one a call, so each occurrence's step after it is read once
+        if last is not None and last[0] == steps - 1 and w in work_steps and steps - 1 not in work_steps:
             self.records.append(AfterWork(w, faults - last[1], profiled))
 

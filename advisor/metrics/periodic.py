@@ -158,6 +158,14 @@ def _length(capture: RunCapture, hints: dict[str, int]) -> tuple[int | None, str
     return None, ""
 
 
+def by_function(works: Sequence[BetweenWork]) -> dict[tuple[str, str, int], list[BetweenWork]]:
+    """Group occurrences by their function (name, file, line), in the order first seen."""
+    groups: dict[tuple[str, str, int], list[BetweenWork]] = {}
+    for w in works:
+        groups.setdefault((w.function, w.file, w.line), []).append(w)
+    return groups
+
+
 def best_measured(works: Sequence[BetweenWork]) -> list[float]:
     """Seconds of the best-measured occurrences: unprofiled after the first step, else unprofiled, else all."""
     for pick in (lambda w: not w.profiled and w.step > 0, lambda w: not w.profiled, lambda w: True):
@@ -184,11 +192,8 @@ def project(capture: RunCapture) -> Projection:
     step_s = steady_step_s(capture.timed.step_times_ms)
     hints = _hints(capture)
     steps, steps_from = _length(capture, hints)
-    groups: dict[tuple[str, str, int], list[BetweenWork]] = {}
-    for w in works:
-        groups.setdefault((w.function, w.file, w.line), []).append(w)
     functions, notes = [], []
-    for (function, file, line), group in groups.items():
+    for (function, file, line), group in by_function(works).items():
         seen = sorted({w.step for w in group})
         gaps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
         period, period_from = (min(gaps), "seen") if gaps else period_hint(function, hints)

@@ -29,9 +29,8 @@ import statistics
 from dataclasses import dataclass
 
 from advisor._vocab import Vocab
-from advisor.capture.between import BetweenWork
 from advisor.capture.model import RunCapture
-from advisor.metrics.periodic import Projection, best_measured, project
+from advisor.metrics.periodic import Projection, best_measured, by_function, project
 
 
 class WholeScope(Vocab):
@@ -64,7 +63,8 @@ class KeptWholeRun:
 
     ``before_s``/``after_s`` are seconds of the whole run (scope ``run``) or of one step with its
     periodic work (scope ``training``); ``low``/``high`` are the ratio at the ends of the kept
-    trial's interval, start-up and periodic work held.
+    trial's interval (start-up held; the periodic work held at the point and moving with the
+    steps at the ends).
     """
 
     scope: WholeScope
@@ -86,9 +86,7 @@ class KeptWholeRun:
 
 def _changes(p: Projection, kept: RunCapture | None) -> tuple[PeriodicChange, ...]:
     """One change per periodic function of ``p`` with a period, in its order."""
-    seen: dict[tuple[str, str, int], list[BetweenWork]] = {}
-    for w in kept.between_steps if kept is not None else ():
-        seen.setdefault((w.function, w.file, w.line), []).append(w)
+    seen = by_function(kept.between_steps if kept is not None else ())
     out = []
     for f in p.functions:
         if f.period:
@@ -142,8 +140,7 @@ def kept_whole_run(
     if p.projected_s is not None and p.steps and p.startup_s is not None:
         startup_after = max(0.0, p.startup_s + (startup_change_s or 0.0))
         periodic = p.periodic_s or 0.0
-
-        steps = p.steps or 0
+        steps = p.steps
         gained = min(steps, gain_steps) if gain_steps is not None else steps
 
         def total(step_speedup: float) -> float:

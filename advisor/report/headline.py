@@ -14,8 +14,9 @@
 * **Whole run**: the projection of the full run (:mod:`advisor.metrics.periodic`), when the
   capture knew the run's length: its steps, start-up and the share of work between steps.
 * **Kept, whole run**: the kept fixes' measured step speedup set in that projection (or, without
-  a length, beside the periodic work), with start-up and periodic work as measured with them
-  (:mod:`advisor.metrics.whole`): what a user timing the whole script will see.
+  a length, beside the periodic work): start-up moved by the trials' change in time to the first
+  step, periodic work as the capture measured it (:mod:`advisor.metrics.whole`): what a user
+  timing the whole script will see.
 """
 
 from __future__ import annotations
