@@ -153,21 +153,32 @@ def fit_server(server: Any, spec: RunSpec, options: FixOptions, capture: RunCapt
     """Return ``server`` if it imports what ``capture`` showed the trials need, else one launched now for it.
 
     A server launched before the capture imported every lazy module; a script whose first step
-    imported none of them gets a server without them (its cold runs would not have them either).
+    imported none of them gets a server without them (its cold runs would not have them either),
+    and one seen to compile gets compile's imported into it (:meth:`WarmServer.extend`).
     Without a server (none launched early), one is launched now, while the capture is analysed.
     """
-    if server is not None and tuple(server.skip) == _lazy_skip(options, capture):
+    wanted = _lazy_skip(options, capture)
+    if server is not None and tuple(server.skip) == wanted:
         return server
+    if server is not None and set(wanted) <= set(server.skip) and server.extend([m for m in server.skip if m not in wanted]):
+        return server  # it imports what the capture showed (compile's) on top of what it has
     if server is not None:
         server.close()
     return launch_server(spec, options, capture)
 
 
 def _lazy_skip(options: FixOptions, capture: RunCapture | None) -> tuple[str, ...]:
-    from advisor.capture.warm_preload import LAZY_MODULES
+    """Return the server modules to leave out.
+
+    Those are the lazy ones the capture saw the script go without, and compile's unless the
+    capture saw the script compile (the torch_compile fix's runs then pay their compiler's
+    start, as the user would: it is that fix's cost, not the script's).
+    """
+    from advisor.capture.warm_preload import LAZY_MODULES, ON_SIGHT_MODULES
 
     seen = None if capture is None else capture.lazy_imports
-    return () if seen is None or options.unsafe or options.only else tuple(m for m in LAZY_MODULES if m not in seen)
+    guessed = () if seen is None or options.unsafe or options.only else tuple(m for m in LAZY_MODULES if m not in seen)
+    return (*guessed, *(m for m in ON_SIGHT_MODULES if seen is None or m not in seen))
 
 
 def _warm_start(spec: RunSpec, options: FixOptions) -> tuple[RunSpec, dict[str, Any]]:

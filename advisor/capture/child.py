@@ -133,7 +133,7 @@ class ChildSession:
         self.kernel = KernelMeter()
         self.after_work = AfterWorkMeter()
         self.probe: TraceProbe | None = None
-        self.lazy: tuple[str, ...] | None = None  # LAZY_MODULES imported by the first step's end
+        self.lazy: tuple[str, ...] | None = None  # warm_preload.lazy_imported() at the first step's end
         self.last_export_s = 0.0  # the last window's close after the stop (timeline.with_last_export)
         if spec.trace_budget_bytes is not None and spec.profiled_steps > 0:
             self.probe = TraceProbe(self.recorder.profiler, spec.trace_budget_bytes, self.out / "trace-probe.json",

@@ -243,7 +243,7 @@ class RunCapture:
         trace_bound: How the profiled window was sized to the trace budget, from one probed
             step (:mod:`advisor.capture.budget`); None when no step was probed.
         lazy_imports: Which of the modules a script imports only by what it does
-            (:data:`advisor.capture.warm_preload.LAZY_MODULES`) it had imported by the end of
+            (:data:`~advisor.capture.warm_preload.LAZY_MODULES`, :data:`~advisor.capture.warm_preload.ON_SIGHT_MODULES`) it had imported by the end of
             its first step; None when unknown (no step, an older capture).
         kernel: The main process's page faults and CPU time in the kernel over its timed steps
             (:mod:`advisor.capture.kernel_use`); None without a timed step, or from an older capture.

@@ -61,7 +61,7 @@ from typing import Any, BinaryIO
 from advisor._proc import kill_group, own_group
 from advisor.capture.model import RunCapture, RunSpec, WarmStartLost
 from advisor.capture.syspath import PYTHON_FLAGS
-from advisor.capture.warm_preload import LAZY_MODULES
+from advisor.capture.warm_preload import LAZY_MODULES, ON_SIGHT_MODULES
 from advisor.capture.warm_process import WarmProcess
 from advisor.capture.warm_server import main, receive_message, send_message
 
@@ -71,6 +71,7 @@ SERVER_MODULES = (
     # modules and 1.5 s on this machine); in the server it is paid once, not in every run's set-up
     # (WarmServer.skip leaves it out for a script that never imports it).
     *LAZY_MODULES,
+    *ON_SIGHT_MODULES,
     "advisor.capture.child",
     "advisor.capture.hooks",
     "advisor.capture.usercode",
@@ -89,14 +90,15 @@ class WarmServer:
             environment is the server's).
         modules: Extra modules to import in the server (the fix runtime).
         skip: Modules of :data:`SERVER_MODULES` to leave out (a lazily imported one the script
-            was seen not to import).
+            was seen not to import); by default compile's, imported only where the script was
+            seen to compile.
         log: Where the server's own stdout/stderr go (import warnings).
     """
 
     spec: RunSpec
     modules: tuple[str, ...] = ()
     log: Path | None = None
-    skip: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ON_SIGHT_MODULES
     ready_timeout_s: float = READY_TIMEOUT_S
     proc: subprocess.Popen[bytes] | None = None
     sock: socket.socket | None = None
@@ -108,6 +110,8 @@ class WarmServer:
     is_ready: bool = False
     env: dict[str, str] = field(default_factory=dict)
     paused_s: float = 0.0
+    _awaited: int = 1  # ready messages still to read: the start's, then one per extend()
+    _extensions: int = 0
     _stopped_at: float = 0.0
     _output: BinaryIO | None = None
 
@@ -173,22 +177,47 @@ class WarmServer:
             return self.is_ready and self.refused is None
         self.resume()
         t0 = time.perf_counter()
-        msg = self.receive(timeout)
-        now = time.perf_counter()
-        if msg is None and timeout < self.ready_timeout_s:
-            return False  # not yet
-        # NOTE: the server's own clock: a ready message read late (by pause()) is not a slow start
-        own = (msg or {}).get("import_s")
-        self.start_s = (own if isinstance(own, float) else now - self.launched_at) - self.paused_s
-        self.waited_s = now - t0
-        if msg is None or msg.get("lost") or not msg.get("ready"):
-            self.refused = (msg or {}).get("refusal") or (
-                "the server did not get ready in time" if msg is None else "the server died while importing"
-            )
-            self.close()
-            return False
-        self.imported = tuple(msg.get("imported") or ())
+        while self._awaited:
+            msg = self.receive(max(0.0, timeout - (time.perf_counter() - t0)))
+            now = time.perf_counter()
+            if msg is None and timeout < self.ready_timeout_s:
+                self.waited_s += now - t0
+                return False  # not yet
+            # NOTE: the server's own clock: a ready message read late (by pause()) is not a slow start
+            own = (msg or {}).get("import_s")
+            first = self._awaited > self._extensions  # the start's message, read before any extension's
+            self.start_s += (own if isinstance(own, float) else now - self.launched_at) - (self.paused_s if first else 0.0)
+            if msg is None or msg.get("lost") or not msg.get("ready"):
+                self.waited_s += now - t0
+                self.refused = (msg or {}).get("refusal") or (
+                    "the server did not get ready in time" if msg is None else "the server died while importing"
+                )
+                self.close()
+                return False
+            self.imported += tuple(msg.get("imported") or ())
+            self._awaited -= 1
+        self.waited_s += time.perf_counter() - t0
         self.is_ready = True
+        return True
+
+    def extend(self, modules: Sequence[str]) -> bool:
+        """Have the server import ``modules`` too before its next run, without waiting (False: it cannot).
+
+        The request waits in the socket while the server is still starting; :meth:`ready` then
+        waits for both. ``skip`` loses the modules; ``imported``, ``start_s`` and ``waited_s``
+        count the extension's part.
+        """
+        if not self.alive or self.sock is None:
+            return False
+        try:
+            send_message(self.sock, {"preload": list(modules)})
+        except OSError:
+            self._died()
+            return False
+        self.skip = tuple(m for m in self.skip if m not in modules)
+        self._awaited += 1
+        self._extensions += 1
+        self.is_ready = False
         return True
 
     def pause(self) -> None:
@@ -446,7 +475,7 @@ def forks(capture: Capture) -> bool:
 
 def launch_early(
     spec: RunSpec, capture: Capture, *, enabled: bool = True, modules: Sequence[str] = (),
-    log: Path | None = None, skip: Sequence[str] = (),
+    log: Path | None = None, skip: Sequence[str] = ON_SIGHT_MODULES,
 ) -> WarmServer | None:
     """Start a server for the runs of ``spec`` now, without waiting for it (None where runs of it start cold).
 

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,40 @@ infers, never does. The capture records which of these its first step had import
 (:func:`lazy_imported`), and the fix loop's server leaves out the others."""
 
 
+ON_SIGHT_MODULES = ("torch._inductor.compile_fx",)
+"""Modules the server preloads only where the capture saw the script import them.
+
+``torch.compile`` imports inductor's compiler (about 600 modules, 1.1 s here) and, at its first
+compiled call, probes which vector instruction sets the C++ compiler can build for (ten
+compiler runs, 2.4 s): torch caches both in the process, so every trial run of a compiled
+script paid both again in its set-up, 28 runs of a compiled CNN of ours 98 s of a 229 s
+diagnose. Unlike :data:`LAZY_MODULES` they are not imported on a guess: a server that imported
+them for a script that never compiles would take 3.5 s of a core from the capture beside it."""
+
+
 def lazy_imported() -> tuple[str, ...]:
-    """Return the :data:`LAZY_MODULES` imported in this process so far."""
-    return tuple(m for m in LAZY_MODULES if m in sys.modules)
+    """Return the :data:`LAZY_MODULES` and :data:`ON_SIGHT_MODULES` imported in this process so far."""
+    return tuple(m for m in (*LAZY_MODULES, *ON_SIGHT_MODULES) if m in sys.modules)
+
+
+def probe_vector_isa() -> None:
+    """Run inductor's probe of the vector instruction sets, which it caches in the process.
+
+    The answer depends only on the machine and its compiler, so children forked after it share
+    it; a cold run (the capture) still pays it, as the user's own start does. A torch without
+    the probe, or a probe that fails, leaves it to the children, which run it as they would cold.
+    """
+    try:
+        from torch._inductor import cpu_vec_isa  # noqa: PLC0415 - only where the script compiles
+
+        cpu_vec_isa.valid_vec_isa_list()
+    except Exception:  # noqa: BLE001, S110 - a warm-up only: the child probes again if it must
+        pass
+
+
+WARMERS = {"torch._inductor.compile_fx": probe_vector_isa}
+"""What the server runs once after importing a module, beside the import: state torch caches in
+the process that every forked child would otherwise build again."""
 
 
 def script_imports(path: Path) -> list[str]:
@@ -149,6 +181,8 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
     for name in modules:
         importlib.import_module(name)  # ours and torch: a failure here is the server's failure
         imported.append(name)
+        if name in WARMERS:
+            WARMERS[name]()
         # NOTE: loading torch's libraries starts one idle native thread (it waits on a futex);
         # every cold child has it too. Any thread started after that is refused.
         base = _threads() if base is None else base
@@ -181,6 +215,28 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
         refusal = refusal or cuda_started()
     return {"ready": refusal is None, "refusal": refusal, "imported": imported, "failed": failed,
             "threads": _threads()}
+
+
+def preload_more(modules: Sequence[str]) -> dict[str, Any]:
+    """Import ``modules`` into a server that is serving already; return its new ``ready`` message.
+
+    The diagnose launches the server before the capture, which then shows what else the runs
+    need (a script seen to compile: :data:`ON_SIGHT_MODULES`): importing that into the running
+    server spares a new server's whole start (torch again, 3 s here). A module that fails to
+    import or starts a thread ends the server's use, as at its start.
+    """
+    base, t0, imported = _threads(), time.perf_counter(), []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # noqa: BLE001 - say why; the runs then start cold
+            return {"ready": False, "refusal": f"the server's imports failed ({type(exc).__name__}: {exc})"}
+        imported.append(name)
+        if name in WARMERS:
+            WARMERS[name]()
+        if _threads() > base:
+            return {"ready": False, "refusal": f"importing {name} started a thread, which a fork would not copy"}
+    return {"ready": True, "refusal": None, "imported": imported, "import_s": time.perf_counter() - t0}
 
 
 def shadowed(folder: str) -> str | None:

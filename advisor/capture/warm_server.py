@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor._proc import die_with_parent, flush_std_streams
-from advisor.capture.warm_preload import preload
+from advisor.capture.warm_preload import preload, preload_more
 
 MAX_MESSAGE = 1 << 20
 FDS = 3  # stdin, stdout, stderr of the run
@@ -65,6 +65,9 @@ def serve(sock: socket.socket) -> _Job | None:
         msg, fds = receive_message(sock)
         if msg is None:
             return None
+        if "preload" in msg and not fds:  # what the capture showed the runs need besides
+            send_message(sock, preload_more(msg["preload"]))
+            continue
         if len(fds) != FDS:
             for fd in fds:
                 os.close(fd)

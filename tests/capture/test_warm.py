@@ -122,6 +122,45 @@ def test_the_server_preloads_installed_imports_and_refuses_a_thread(tmp_path: Pa
     assert not refused["ready"] and "importing spawns started a thread" in refused["refusal"]
 
 
+def test_the_server_runs_a_modules_warmer_once_after_importing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from advisor.capture import warm_preload
+
+    calls: list[str] = []
+    monkeypatch.setattr(warm_preload, "WARMERS", {"json": lambda: calls.append("json")})
+    assert warm_preload.preload(["json", "csv"], None, None)["ready"]
+    assert calls == ["json"]
+
+
+def test_a_compiler_probe_that_fails_is_left_to_the_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor import cpu_vec_isa
+
+    from advisor.capture.warm_preload import probe_vector_isa
+
+    def broken() -> list[object]:
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", broken)
+    probe_vector_isa()  # a warm-up only: the children probe as a cold run would
+
+
+def test_compiles_modules_are_preloaded_only_where_the_script_was_seen_to_compile(tmp_path: Path) -> None:
+    from advisor.api.fixloop import FixOptions, _lazy_skip
+
+    cap = RunCapture(run_dir=str(tmp_path), status=RunStatus.COMPLETED, lazy_imports=("torch._dynamo",))
+    compiles = replace(cap, lazy_imports=("torch._dynamo", "torch._inductor.compile_fx"))
+    by_hand = replace(cap, lazy_imports=())
+    compile_fx = ("torch._inductor.compile_fx",)
+    assert _lazy_skip(FixOptions(), cap) == compile_fx
+    assert _lazy_skip(FixOptions(), compiles) == ()
+    assert _lazy_skip(FixOptions(), by_hand) == ("torch._dynamo", *compile_fx)
+    # before the capture, or with compile as a fix: torch._dynamo on a guess, compile's never
+    # (the torch_compile fix's runs pay their compiler's start as the user's run would)
+    assert _lazy_skip(FixOptions(), None) == compile_fx
+    assert _lazy_skip(FixOptions(unsafe=True), by_hand) == compile_fx
+    assert _lazy_skip(FixOptions(only=("torch_compile",)), by_hand) == compile_fx
+    assert WarmServer(_spec(tmp_path / "run")).skip == compile_fx  # a sweep's server: no capture to go by
+
+
 def test_a_gpu_visible_to_a_cuda_build_means_cold_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
@@ -236,18 +275,57 @@ def test_the_server_leaves_out_what_the_script_never_imported(tmp_path: Path) ->
     assert cap.ok and cap.lazy_imports == ()  # seen before the profiler, which imports torch._dynamo
     assert capture(_spec(tmp_path / "optim")).lazy_imports == ("torch._dynamo",)  # TRAIN_LOOP's optimizer
     server = launch_server(base, FixOptions(), cap)
-    assert server is not None and server.skip == ("torch._dynamo",)
+    assert server is not None and server.skip == ("torch._dynamo", "torch._inductor.compile_fx")
     with warm_runner(base, capture, launched=server) as (run, stats):
         first = run(replace(base, out_dir=tmp_path / "first"))
     assert first.start == StartKind.WARM and first.ok
     assert "torch" in stats.imported and "torch._dynamo" not in stats.imported
+    assert "torch._inductor.compile_fx" not in stats.imported
     # compile may run (unsafe fixes, or fixes named with --fix), or what the script imports is
-    # unknown: preload it all
+    # unknown: preload the lazy modules, but compile's only where the script was seen to compile
     for options, seen in ((FixOptions(unsafe=True), cap), (FixOptions(only=("torch_compile",)), cap),
                           (FixOptions(), replace(cap, lazy_imports=None))):
         other = launch_server(base, options, seen)
-        assert other is not None and other.skip == ()
+        assert other is not None and other.skip == ("torch._inductor.compile_fx",)
         other.close()
+
+
+COMPILES = """
+import sys
+import torch
+net = torch.nn.Linear(4, 1)
+compiled = torch.compile(net)  # imports inductor's compiler; never called: nothing compiles here
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+isa = sys.modules["torch._inductor.cpu_vec_isa"].valid_vec_isa_list
+print("vector isa probed before the script:", isa.cache_info().currsize, flush=True)
+for step in range(6):
+    loss = net(torch.ones(2, 4)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # a cold capture and a server that import inductor and probe the compiler: about 15 s
+def test_a_script_seen_to_compile_gets_a_server_that_set_up_the_compiler_once(tmp_path: Path) -> None:
+    from advisor.api.fixloop import FixOptions, fit_server, launch_server
+
+    script = tmp_path / "compiles.py"
+    script.write_text(COMPILES)
+    base = _spec(tmp_path / "run", script)
+    early = launch_server(base, FixOptions())  # as the diagnose does, before its capture
+    assert early is not None and early.skip == ("torch._inductor.compile_fx",)
+    cap = capture(replace(base, out_dir=tmp_path / "capture"))
+    assert cap.ok and cap.lazy_imports == ("torch._dynamo", "torch._inductor.compile_fx")
+    assert "probed before the script: 0" in (tmp_path / "capture" / "stdout.log").read_text()  # cold: the user's cost
+    server = fit_server(early, base, FixOptions(), cap)
+    assert server is early and server.skip == ()  # extended, not started again
+    with warm_runner(base, capture, launched=server) as (run, stats):
+        warm = run(replace(base, out_dir=tmp_path / "warm"))
+    assert warm.start == StartKind.WARM and warm.ok
+    assert stats.imported[-1] == "torch._inductor.compile_fx" and stats.start_s > 0
+    assert "probed before the script: 1" in (tmp_path / "warm" / "stdout.log").read_text()
 
 
 @pytest.mark.e2e

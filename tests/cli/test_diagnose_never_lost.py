@@ -149,10 +149,15 @@ def test_report_renders_an_interrupted_run_saying_so(tmp_path, fmt):
 class _Server:
     """Stands for the warm-start server the diagnose launches before its capture."""
 
-    def __init__(self, skip: tuple[str, ...] = ()) -> None:
+    def __init__(self, skip: tuple[str, ...] = ("torch._inductor.compile_fx",)) -> None:
         self.closed = 0
         self.skip = skip
         self.calls: list[str] = []
+
+    def extend(self, modules: list[str]) -> bool:
+        self.calls.append("extend " + " ".join(modules))
+        self.skip = tuple(m for m in self.skip if m not in modules)
+        return True
 
     def pause(self) -> None:
         self.calls.append("pause")
@@ -190,7 +195,7 @@ def _diagnose_with(monkeypatch, tmp_path, diagnosed, fix_loop=None, wanted=True,
 
     def launch(spec, options, capture=None):  # type: ignore[no-untyped-def]
         order.append("launch" if capture is None else "relaunch")
-        return server if capture is None else _Server(skip=(() if lazy is None else ("torch._dynamo",)))
+        return server if capture is None else _Server(skip=api._lazy_skip(options, capture))
 
     monkeypatch.setattr(script, "capture_function", lambda spec: run)
     monkeypatch.setattr(script, "launch_early_server", (lambda spec, options: launch(spec, options)) if early else
@@ -240,7 +245,15 @@ def test_a_paused_server_the_diagnosis_does_not_want_is_ended_without_resuming(m
 def test_a_script_that_never_imported_dynamo_gets_a_server_without_it(monkeypatch, tmp_path):
     server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=True, lazy=())
     assert order == ["launch", "capture", "close", "relaunch", "analysis"]
-    assert server.closed == 1 and handed[0] is not server and handed[0].skip == ("torch._dynamo",)
+    assert server.closed == 1 and handed[0] is not server
+    assert handed[0].skip == ("torch._dynamo", "torch._inductor.compile_fx")
+
+
+def test_a_script_seen_to_compile_gets_compiles_modules_in_the_early_server(monkeypatch, tmp_path):
+    server, order, handed = _diagnose_handing(monkeypatch, tmp_path, wanted=True,
+                                              lazy=("torch._dynamo", "torch._inductor.compile_fx"))
+    assert "relaunch" not in order and handed == [server]
+    assert server.calls[0] == "extend torch._inductor.compile_fx" and server.skip == ()
 
 
 def test_a_script_that_imported_dynamo_keeps_the_early_server(monkeypatch, tmp_path):
