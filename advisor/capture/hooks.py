@@ -36,11 +36,13 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import advisor
+from advisor.capture.batches import count_samples, input_shape
 from advisor.capture.checkpoints import timed_save
+from advisor.capture.compiled_calls import watch_inplace_compile
 from advisor.capture.model import DataLoaderInfo
 from advisor.capture.recorder import StepRecorder
 from advisor.capture.sharding import worker_split
@@ -50,45 +52,6 @@ from advisor.capture.usercode import CALL_PREFIX, UserCode, library_roots
 # device: the calls a sync / copy finding must point at.
 _MAX_OUTERMOST = 64  # outermost modules remembered (a model, a loss, an EMA copy...)
 _CALL_METHODS = ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "cuda", "to", "numpy")
-
-_MAX_DEPTH = 4
-
-
-def count_samples(batch: Any, depth: int = 0) -> int | None:
-    """Count the samples in a batch: the first dimension of the first tensor found in it (None if none).
-
-    Looks through tuples, lists and mappings (MONAI's dict batches), a few levels deep.
-    """
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if depth >= _MAX_DEPTH:
-        return None
-    if isinstance(batch, Mapping):
-        items = batch.values()
-    elif isinstance(batch, (list, tuple)):
-        items = batch
-    else:
-        return None
-    for item in items:
-        n = count_samples(item, depth + 1)
-        if n is not None:
-            return n
-    return None
-
-
-def input_shape(args: Any, kwargs: Any, tensor: type) -> tuple[int, ...]:
-    """Shape of a model call's first ``tensor`` input, positional or keyword (``input_ids=``); () when none.
-
-    One level only: a grad-disabled call's shape tells generation from evaluation
-    (:mod:`advisor.capture.generation`), and a token tensor is passed as itself.
-    """
-    for value in (*args, *(kwargs.values() if kwargs else ())):
-        if isinstance(value, tensor):
-            return tuple(value.shape)
-    return ()
-
 
 class UserFrames:
     """Find the user's innermost frame from inside a hook, cheaply (one decision per code object)."""
@@ -290,6 +253,7 @@ class TorchHooks:
         )
 
         depth = [0]
+        quiet = [0]  # inside a call compiled in place: its hooks are the watcher's (compiled_calls)
         started = [0.0]  # the clock at the start of the outermost module call in progress
         outermost: dict[int, Any] = {}  # id -> weakref of the outermost modules seen
         clock = rec.clock
@@ -304,7 +268,7 @@ class TorchHooks:
             return samples
 
         def pre_forward(_module: Any, _args: Any) -> None:
-            if not is_compiling() and threading.get_ident() == main:
+            if not is_compiling() and not quiet[0] and threading.get_ident() == main:
                 if depth[0] == 0:
                     started[0] = clock()
                 depth[0] += 1
@@ -323,7 +287,7 @@ class TorchHooks:
                 rec.between.own(clock() - t0)
 
         def post_forward(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
-            if is_compiling() or threading.get_ident() != main:
+            if is_compiling() or quiet[0] or threading.get_ident() != main:
                 return
             depth[0] = max(0, depth[0] - 1)
             if depth[0] == 0:
@@ -333,13 +297,14 @@ class TorchHooks:
                 narrow_module_hooks()
 
         def on_module(module: Any, args: Any, kwargs: Any, _out: Any) -> None:
-            if not is_compiling() and threading.get_ident() == main:
+            if not is_compiling() and not quiet[0] and threading.get_ident() == main:
                 outermost_call(module, args, kwargs)
 
         module_handles = [
             register_module_forward_pre_hook(pre_forward),
             register_module_forward_hook(post_forward, with_kwargs=True, always_call=True),
         ]
+        watch_inplace_compile(torch, pre_forward, post_forward, quiet, self._patch, is_compiling)
         instance_handles: list[Any] = []
         narrowed: list[Any] = []  # weakrefs of the modules the narrowed hooks are on
 

@@ -57,6 +57,7 @@ from advisor.capture.model import (
 from advisor.capture.phases import Phases
 from advisor.capture.records import OUT_OF_MEMORY
 from advisor.capture.sampler import UtilSampler
+from advisor.capture.stderr_tail import last_stderr_line
 from advisor.capture.syspath import PYTHON_FLAGS
 from advisor.capture.vocab import MemoryKind
 from advisor.errors import InputError, UsageError
@@ -380,27 +381,6 @@ def _ask_to_save(proc: subprocess.Popen[bytes], tree: ProcessTree) -> None:
     """
     tree.refresh()
     stop_child(proc, TERM_GRACE_S)
-
-
-_TAIL_BYTES = 64 * 1024
-# Lines torch and its profiler write on their own (not the script's words).
-_NOT_SCRIPT = ("[W", "[I", "USDT:", "STAGE:", "WARNING:")
-
-
-def last_stderr_line(path: Path) -> str | None:
-    """Return the last line the script wrote to its stderr log (torch's own warnings skipped)."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - _TAIL_BYTES))
-            tail = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    for line in reversed(tail.splitlines()):
-        text = " ".join(line.split())
-        if text and not text.startswith(_NOT_SCRIPT):
-            return text if len(text) <= 300 else text[:299] + "…"
-    return None
 
 
 def _merge(

@@ -169,6 +169,28 @@ def test_the_script_runs_in_its_own_process_group_of_the_users_session(tmp_path)
     assert pgrp == pid != os.getpgrp()
 
 
+def test_a_model_compiled_in_place_counts_its_own_samples(tmp_path):
+    """``model.compile()`` hides the model's calls from the forward hooks: the loss module must not count the samples."""
+    from advisor.capture.model import RunSpec
+    from advisor.capture.run import capture
+
+    script = tmp_path / "inplace.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 6)\n"
+        "model.compile(backend='eager')\n"
+        "loss_fn = torch.nn.CrossEntropyLoss()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "for i in range(40):\n"
+        "    x = torch.randn(5, 3, 4)  # 5 sequences of 3: the loss sees 15 rows\n"
+        "    loss = loss_fn(model(x).reshape(15, 6), torch.zeros(15, dtype=torch.long))\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()\n"
+    )
+    cap = capture(RunSpec(script=script, out_dir=tmp_path / "run", warmup_steps=2, timed_steps=4, profiled_steps=0))
+    assert cap.ok and cap.step_source == "optimizer"
+    assert set(cap.timed.samples) == {5}  # the model's input, as without compile (the loss's 15 rows before)
+
+
 def test_recompiles_inside_the_timed_window_are_counted(tmp_path):
     """A compiled step whose input shape changes every step recompiles in the timed window too."""
     from advisor.capture.model import RunSpec

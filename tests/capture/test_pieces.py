@@ -118,3 +118,31 @@ def test_progress_never_prints_an_unknown_total():
     with LiveProgress(console=console, title="train.py"):
         pass  # the script failed before its first step: no step count was ever known
     assert "None" not in out.getvalue() and "0/" not in out.getvalue()
+
+
+def test_a_module_compiled_in_place_is_seen_once_a_call() -> None:
+    from advisor.capture.compiled_calls import watch_inplace_compile
+
+    undo: list = []
+
+    def patch(owner, name, value):  # type: ignore[no-untyped-def]
+        original = owner.__dict__[name]
+        setattr(owner, name, value)
+        undo.append(lambda: setattr(owner, name, original))
+
+    seen: list = []
+    quiet = [0]
+    watch_inplace_compile(torch, lambda m, a: seen.append(("before", type(m).__name__, a[0].shape[0])),
+                          lambda m, a, k, out: seen.append(("after", type(m).__name__, out.shape[0])),
+                          quiet, patch, torch.compiler.is_compiling)
+    try:
+        net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        net.compile(backend="eager")
+        for _ in range(2):
+            net(torch.ones(3, 4))
+    finally:
+        while undo:
+            undo.pop()()
+        torch._dynamo.reset()
+    assert seen == [("before", "Sequential", 3), ("after", "Sequential", 3)] * 2 and quiet == [0]
+    assert "compile" not in torch.nn.Module.__dict__ or torch.nn.Module.compile.__module__ == "torch.nn.modules.module"
