@@ -16,9 +16,11 @@ and makes the mechanical changes the kept fixes stand for. Each kept fix fills o
    - its ``batch_size`` multiplied by a factor (``batch_fusion`` / ``larger_batch``:
      ``batch_size=<expr> * k``; an integer literal is multiplied out);
    - ``model = torch.compile(model)`` / ``model = model.to(memory_format=torch.channels_last)``
-     after the model's assignment, where the model is the object whose ``.parameters()`` feeds
-     a ``torch.optim`` optimizer;
-   - the statement that calls the model wrapped in bf16 ``torch.autocast``;
+     after the model's first assignment in the source's order, where the model is the object
+     whose ``.parameters()`` feeds a ``torch.optim`` optimizer (after the whole ``if`` when each
+     of its branches builds the model);
+   - every statement that calls the model wrapped in bf16 ``torch.autocast`` (the whole ``if``
+     when each of its branches calls it), as the trial ran every forward under it;
    - ``fused=True`` on the optimizer's constructor; ``non_blocking=True`` on ``.to(device)``
      calls inside loops;
    - statements after the imports (``cpu_threads``, ``cudnn_benchmark``, ``tf32``, an edit's

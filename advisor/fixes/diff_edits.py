@@ -11,6 +11,7 @@ the diff.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import libcst as cst
@@ -136,6 +137,8 @@ class _Transformer(cst.CSTTransformer):
         self.done: set[str] = set()
         self.loop_depth = 0
         self.skipped_splat: set[str] = set()
+        self.branches: list[bool] = []  # per enclosing ``if``: whether its branches all build or call the model
+        self.built: Any = None  # the first statement that builds the model (visit_Module)
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -213,13 +216,39 @@ class _Transformer(cst.CSTTransformer):
 
     # -- statements: model assignment, forward pass ------------------------------------------
 
+    # NOTE: ``if args.model == "Transformer": model = A(...) else: model = B(...)`` builds the
+    # model in each branch, and one branch runs: edits inside the first branch did nothing for a
+    # word language model whose run built B. An ``if`` whose branches all build (or call) the
+    # model takes the edit as a whole: compile after it, autocast around it.
+    def visit_If(self, node: cst.If) -> None:  # noqa: N802
+        self.branches.append(self._every_branch(node, self._assigns_model) or self._every_branch(node, self._calls_model))
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:  # noqa: N802
+        self.branches.pop()
+        return updated
+
+    def _every_branch(self, node: cst.If, pred: Callable[[Any], bool]) -> bool:
+        branch: Any = node
+        while isinstance(branch, cst.If):
+            if not any(pred(s) for s in branch.body.body):
+                return False
+            branch = branch.orelse
+        return branch is not None and any(pred(s) for s in branch.body.body)
+
     def leave_IndentedBlock(  # noqa: N802
         self, original: cst.IndentedBlock, updated: cst.IndentedBlock
     ) -> cst.IndentedBlock:
-        return updated.with_changes(body=self._rewrite_body(list(updated.body)))
+        if any(self.branches):
+            return updated  # a branch of an ``if`` that takes the edit whole (visit_If)
+        return updated.with_changes(body=self._rewrite_body(list(original.body), list(updated.body)))
+
+    def visit_Module(self, node: cst.Module) -> None:  # noqa: N802
+        first = _FirstSite(self._assigns_model, lambda s: self._every_branch(s, self._assigns_model))
+        node.visit(first)
+        self.built = first.found  # compile and channels_last go after it
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:  # noqa: N802
-        body = self._rewrite_body(list(updated.body))
+        body = self._rewrite_body(list(original.body), list(updated.body))
         if self.plan.header_statements:
             last_import = max(
                 (i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
@@ -231,15 +260,20 @@ class _Transformer(cst.CSTTransformer):
             self.done.add("header")
         return updated.with_changes(body=body)
 
-    def _rewrite_body(self, body: list[Any]) -> list[Any]:
+    def _rewrite_body(self, originals: list[Any], body: list[Any]) -> list[Any]:
+        # NOTE: every call of the model runs under autocast, as in the trial (its forward
+        # patched); the model is compiled once, after the first statement that builds it in
+        # the source's order (leave_* run innermost first: a reload at the script's end came
+        # before the model's construction at its top).
         out: list[Any] = []
-        for stmt in body:
-            if self.plan.autocast_device and self._calls_model(stmt) and "autocast" not in self.done:
+        for original, stmt in zip(originals, body, strict=True):
+            whole = isinstance(stmt, cst.If)
+            if self.plan.autocast_device and (self._every_branch(stmt, self._calls_model) if whole else self._calls_model(stmt)):
                 out.append(self._autocast(stmt))
                 self.done.add("autocast")
                 continue
             out.append(stmt)
-            if self.model and self._assigns_model(stmt):
+            if self.model and original is self.built:
                 if self.plan.channels_last and "channels_last" not in self.done:
                     out.append(cst.parse_statement(
                         f"{self.model} = {self.model}.to(memory_format=torch.channels_last)\n"))
@@ -275,7 +309,7 @@ class _Transformer(cst.CSTTransformer):
         stmt.visit(V())
         return found
 
-    def _autocast(self, stmt: cst.SimpleStatementLine) -> cst.With:
+    def _autocast(self, stmt: cst.SimpleStatementLine | cst.If) -> cst.With:
         device = self.plan.autocast_device
         with_item = cst.parse_expression(f'torch.autocast(device_type="{device}", dtype=torch.bfloat16)')
         return cst.With(
@@ -283,6 +317,24 @@ class _Transformer(cst.CSTTransformer):
             body=cst.IndentedBlock(body=[stmt.with_changes(leading_lines=[])]),
             leading_lines=stmt.leading_lines,
         )
+
+
+class _FirstSite(cst.CSTVisitor):
+    """Find the first statement, in the source's order, that ``simple`` (a line) or ``whole`` (an ``if``) accepts."""
+
+    def __init__(self, simple: Callable[[Any], bool], whole: Callable[[Any], bool]) -> None:
+        self.simple, self.whole = simple, whole
+        self.found: Any = None
+
+    def visit_If(self, node: cst.If) -> bool:  # noqa: N802
+        if self.found is None and self.whole(node):
+            self.found = node
+        return self.found is None
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:  # noqa: N802
+        if self.found is None and self.simple(node):
+            self.found = node
+        return False
 
 
 _DTYPES = frozenset({

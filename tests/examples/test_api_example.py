@@ -28,6 +28,7 @@ def test_the_readme_shows_the_example() -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 7.5 s: `make test` ran 4:12-5:14 on this machine's two speed levels; its diagnose is test_diagnose_e2e's
 def test_the_api_example_runs_without_fixes(tmp_path: Path) -> None:
     proc = _run(tmp_path / "run", "--no-fixes")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -164,3 +164,44 @@ def test_non_blocking_goes_only_on_copies_that_may_reach_a_gpu(call: str, change
     src = f"import torch\nfor x in loader:\n    y = {call}\n"
     new, _ = transform(src, [Trial("non_blocking_copy", "safe")])
     assert ("non_blocking=True" in new) is changed, new
+
+
+BRANCHES = '''import torch
+from torch import nn
+
+if ARCH == "wide":
+    model = nn.Linear(8, 2)
+else:
+    model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def evaluate(x):
+    with torch.no_grad():
+        return model(x)
+
+
+for step in range(3):
+    if ARCH == "wide":
+        out = model(torch.ones(2, 8))
+    else:
+        out = model(torch.ones(2, 4))
+    out.sum().backward()
+    opt.step()
+
+model = torch.load("best.pt")
+'''
+
+
+def test_a_model_built_and_called_in_each_branch_is_edited_whatever_branch_runs():
+    # a word language model builds a Transformer or an RNN: the diff edited the first branch's
+    # lines only, and the run (the RNN, in the else) got neither compile nor autocast
+    new, manual = transform(BRANCHES, [Trial("torch_compile", "unsafe"),
+                                       Trial("bf16_autocast", "unsafe", params={"device_type": "cpu"})])
+    assert not manual
+    lines = new.splitlines()
+    compiled = lines.index("model = torch.compile(model)")
+    assert lines[compiled - 1] == "    model = nn.Linear(4, 2)" and new.count("torch.compile") == 1  # not after the reload
+    assert new.count('torch.autocast(device_type="cpu", dtype=torch.bfloat16)') == 2  # the training and the evaluation call
+    assert '    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):\n        if ARCH == "wide":' in new
+    compile(new, "branches.py", "exec")
