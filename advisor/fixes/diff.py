@@ -15,7 +15,7 @@ and makes the mechanical changes the kept fixes stand for. Each kept fix fills o
      positional argument is replaced in place, keeping its comment);
    - its ``batch_size`` multiplied by a factor (``batch_fusion`` / ``larger_batch``:
      ``batch_size=<expr> * k``; an integer literal is multiplied out);
-   - ``model = torch.compile(model)`` / ``model = model.to(memory_format=torch.channels_last)``
+   - ``model.compile()`` (in place, as the trial ran it) / ``model = model.to(memory_format=torch.channels_last)``
      after the model's first assignment in the source's order, where the model is the object
      whose ``.parameters()`` feeds a ``torch.optim`` optimizer (after the whole ``if`` when each
      of its branches builds the model);
@@ -119,7 +119,7 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
     if (plan.compile or plan.channels_last or plan.autocast_device) and finder.model is None:
         manual.append("no model found (an object whose .parameters() feeds a torch.optim optimizer)")
     elif plan.compile and "compile" not in tr.done:
-        manual.append(f"torch_compile: add {finder.model} = torch.compile({finder.model}) after the model is built")
+        manual.append(f"torch_compile: add {finder.model}.compile() after the model is built")
     if plan.autocast_device and "autocast" not in tr.done and finder.model:
         manual.append(f"bf16_autocast: wrap the forward pass in torch.autocast(device_type={plan.autocast_device!r}, dtype=torch.bfloat16)")
     if plan.wrap_data_loop and "data_loop" not in tr.done:

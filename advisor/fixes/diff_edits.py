@@ -279,8 +279,9 @@ class _Transformer(cst.CSTTransformer):
                         f"{self.model} = {self.model}.to(memory_format=torch.channels_last)\n"))
                     self.done.add("channels_last")
                 if self.plan.compile and "compile" not in self.done:
-                    kwargs = f", {self.plan.compile_kwargs}" if self.plan.compile_kwargs else ""
-                    out.append(cst.parse_statement(f"{self.model} = torch.compile({self.model}{kwargs})\n"))
+                    # NOTE: in place, as the trial compiled it: ``torch.compile(model)`` returns a
+                    # wrapper whose state_dict keys gain ``_orig_mod.`` (checkpoints stop loading).
+                    out.append(cst.parse_statement(f"{self.model}.compile({self.plan.compile_kwargs})\n"))
                     self.done.add("compile")
         return out
 

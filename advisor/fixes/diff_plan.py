@@ -65,8 +65,8 @@ class DiffPlan:
         loader_kwargs: ``DataLoader(...)`` keyword -> expression to set.
         batch_factor: Multiply the DataLoader's ``batch_size`` by this.
         batch_fixes: The fixes behind ``batch_factor`` (named when it cannot be applied).
-        compile: ``model = torch.compile(model, <compile_kwargs>)`` after the model is built.
-        compile_kwargs: Keyword source for ``torch.compile`` (e.g. ``mode="max-autotune"``).
+        compile: ``model.compile(<compile_kwargs>)`` (in place) after the model is built.
+        compile_kwargs: Keyword source for ``Module.compile`` (e.g. ``mode="max-autotune"``).
         channels_last: ``model = model.to(memory_format=torch.channels_last)`` likewise.
         autocast_device: Wrap the statement calling the model in bf16 autocast on this device.
         fused: ``fused=True`` on the optimizer's constructor.

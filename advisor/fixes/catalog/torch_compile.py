@@ -74,7 +74,7 @@ def on_model(state: Any, module: Any) -> None:
 
 
 def plan_diff(plan: DiffPlan, params: dict[str, Any]) -> None:
-    """``model = torch.compile(model)`` after the model is built."""
+    """``model.compile()`` after the model is built: in place, as the trial ran it."""
     plan.compile = True
     if params.get("mode"):
         plan.compile_kwargs = f"mode={params['mode']!r}"
