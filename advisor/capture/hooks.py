@@ -274,7 +274,8 @@ class TorchHooks:
                 depth[0] += 1
 
         def on_module_start(_module: Any, _args: Any) -> None:
-            started[0] = clock()
+            if not quiet[0]:
+                started[0] = clock()
 
         def outermost_call(module: Any, args: Any, kwargs: Any) -> None:
             """Hand the end of an outermost model call to the recorder; work between steps is timed without this hook."""

@@ -66,6 +66,13 @@ WARMERS = {"torch._inductor.compile_fx": probe_vector_isa}
 the process that every forked child would otherwise build again."""
 
 
+def _import_warm(name: str) -> None:
+    """Import ``name`` and run its warmer (:data:`WARMERS`), if it has one."""
+    importlib.import_module(name)
+    if name in WARMERS:
+        WARMERS[name]()
+
+
 def script_imports(path: Path) -> list[str]:
     """Return the modules ``path`` imports at its top level, in order, without running it.
 
@@ -179,10 +186,8 @@ def preload(modules: Sequence[str], script: str | None, module: str | None) -> d
     if warm_gpu():
         os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # the server's own; each child gets its run's env
     for name in modules:
-        importlib.import_module(name)  # ours and torch: a failure here is the server's failure
+        _import_warm(name)  # ours and torch: a failure here is the server's failure
         imported.append(name)
-        if name in WARMERS:
-            WARMERS[name]()
         # NOTE: loading torch's libraries starts one idle native thread (it waits on a futex);
         # every cold child has it too. Any thread started after that is refused.
         base = _threads() if base is None else base
@@ -228,12 +233,10 @@ def preload_more(modules: Sequence[str]) -> dict[str, Any]:
     base, t0, imported = _threads(), time.perf_counter(), []
     for name in modules:
         try:
-            importlib.import_module(name)
+            _import_warm(name)
         except BaseException as exc:  # noqa: BLE001 - say why; the runs then start cold
             return {"ready": False, "refusal": f"the server's imports failed ({type(exc).__name__}: {exc})"}
         imported.append(name)
-        if name in WARMERS:
-            WARMERS[name]()
         if _threads() > base:
             return {"ready": False, "refusal": f"importing {name} started a thread, which a fork would not copy"}
     return {"ready": True, "refusal": None, "imported": imported, "import_s": time.perf_counter() - t0}
