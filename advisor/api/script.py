@@ -7,6 +7,7 @@ the command makes before anything runs (script, ``--fix`` ids, ``--out``) are he
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from advisor.api.fixloop import (
     trials_wanted,
 )
 from advisor.api.process import capture_function
+from advisor.capture.end_probe import EndProbe
 from advisor.capture.model import RunCapture, RunSpec
 from advisor.errors import InputError, UsageError
 from advisor.report.model import Report, build_report
@@ -59,18 +61,23 @@ def diagnose_script(
     # NOTE: the trials' warm-start server imports torch beside the capture's own start (where two
     # cores are free), paused from the capture's first step until the diagnosis wants trials.
     server = launch_early_server(spec, fix_options)
+    end = EndProbe(server) if server is not None else None
+    if end is not None:
+        end.ask()  # NOTE: answered once the server has imported, before the capture's first step or after it
     try:
         # NOTE: one latch over the capture and the save of what it measured: a second ^C typed
         # right after the first hurries the child's save instead of cutting it (and the report) short.
         with interrupt_once():
             try:
-                capture = capture_function(spec)(spec, _pausing(progress, server))
+                capture = capture_function(spec)(spec, _pausing(progress, server, end))
             except KeyboardInterrupt as exc:
                 _save_interrupted(spec, exc, engine_config, inline_ignores, started)
                 raise
         run_dir = Path(capture.run_dir or spec.out_dir)
         # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
         fix_loop = fix_options.enabled and (capture.ok or is_out_of_memory(capture))
+        if fix_loop:  # the answer must be read before the loop's first request; else the server ends
+            capture = _with_end(capture, end, run_dir)
         if not fix_loop and server is not None:
             server.close()
         server = fit_server(server, spec, fix_options, capture) if fix_loop else None
@@ -91,22 +98,34 @@ def diagnose_script(
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
 
 
-def _pausing(progress: Callable[[Any], None] | None, server: Any) -> Callable[[Any], None] | None:
+def _pausing(progress: Callable[[Any], None] | None, server: Any, end: EndProbe | None = None) -> Callable[[Any], None] | None:
     """Pass the capture's progress on, pausing ``server``'s imports from the capture's first step.
 
     Its set-up and first step are not measured; the warm-up steps after it, the timed and the
-    profiled steps are, and on two cores the server's imports took one of them.
+    profiled steps are, and on two cores the server's imports took one of them. A server still
+    timing a run's exit for ``end`` (:mod:`advisor.capture.end_probe`) is paused too, ready or not.
     """
     if server is None:
         return progress
 
     def relay(event: Any) -> None:
         if event.step >= 1:
-            server.pause()
+            server.pause(busy=end is not None and end.asked)
         if progress is not None:
             progress(event)
 
     return relay
+
+
+def _with_end(capture: RunCapture, end: EndProbe | None, run_dir: Path) -> RunCapture:
+    """Return ``capture`` with the run's end the server timed, saved in its ``capture.json``; as it is without one."""
+    seconds = end.collect() if end is not None else None
+    if seconds is None or not capture.ok:
+        return capture
+    capture = replace(capture, end_s=round(seconds, 4))
+    with contextlib.suppress(OSError):
+        capture.save(run_dir)
+    return capture
 
 
 def _diagnosed(

@@ -249,6 +249,10 @@ class RunCapture:
             (:mod:`advisor.capture.kernel_use`); None without a timed step, or from an older capture.
         faults_after_work: The page faults of the first whole step after each occurrence of work
             between steps (:class:`~advisor.capture.kernel_use.AfterWork`); none in an older capture.
+        end_s: A plain run's exit after its last step (CPython's shutdown of what the script
+            imported), which no capture pays: timed by the warm-start server beside the capture
+            (:mod:`advisor.capture.end_probe`); None when no server ran (``--no-fix``,
+            ``--cold-start``, a visible GPU) or it could not be timed.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION
@@ -296,6 +300,7 @@ class RunCapture:
     lazy_imports: tuple[str, ...] | None = None
     kernel: KernelUse | None = None
     faults_after_work: tuple[AfterWork, ...] = ()
+    end_s: float | None = None
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

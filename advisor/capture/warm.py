@@ -220,14 +220,14 @@ class WarmServer:
         self.is_ready = False
         return True
 
-    def pause(self) -> None:
-        """Stop the server's imports (SIGSTOP) while a measurement runs beside them, unless it is ready already.
+    def pause(self, busy: bool = False) -> None:
+        """Stop the server's imports (SIGSTOP) while a measurement runs beside them, unless it is ready and not ``busy``.
 
         The diagnose launches the server before its capture, so that torch is imported beside
         the capture's own start; from the capture's first step until :meth:`resume`, the server
-        must take no CPU from the steps being measured.
+        must take no CPU from the steps being measured (nor its child timing an exit: ``busy``).
         """
-        if self._stopped_at or self.proc is None or self.proc.poll() is not None or self._ready_within(0.0):
+        if self._stopped_at or self.proc is None or self.proc.poll() is not None or self._ready_within(0.0) and not busy:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGSTOP)

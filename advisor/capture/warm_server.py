@@ -68,6 +68,9 @@ def serve(sock: socket.socket) -> _Job | None:
         if "preload" in msg and not fds:  # what the capture showed the runs need besides
             send_message(sock, preload_more(msg["preload"]))
             continue
+        if "end" in msg and not fds:  # how long a plain run's exit takes (advisor.capture.end_probe)
+            send_message(sock, _time_the_end())
+            continue
         if len(fds) != FDS:
             for fd in fds:
                 os.close(fd)
@@ -102,6 +105,27 @@ def _report_run(sock: socket.socket, pid: int) -> tuple[int, int | None]:
     except OSError:
         return pid, None
     return pid, code
+
+
+def _time_the_end() -> dict[str, Any]:
+    """Fork a child that only exits the usual way, and return its wall and CPU seconds.
+
+    The child holds what the server imported (the script's imports) and nothing the script
+    made, so its exit is CPython's shutdown as a plain run of the script pays it after its
+    last step. ``SystemExit`` leaves the server's loop in the child, and ``main`` has no handler
+    for it: the interpreter then ends as a script's would.
+    """
+    flush_std_streams()
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        die_with_parent(signal.SIGKILL)
+        raise SystemExit(0)
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        return {"end": None}
+    return {"end": {"wall_s": round(wall, 4), "cpu_s": round(usage.ru_utime + usage.ru_stime, 4)}}
 
 
 def _become_child(msg: dict[str, Any], fds: list[int], server: int) -> None:

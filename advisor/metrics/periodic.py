@@ -5,7 +5,7 @@ step (imports, data preparation, model build) and between steps every N iteratio
 sampling: :mod:`advisor.capture.between`). This module projects the full run from what the
 capture measured:
 
-    projected = start-up + steps x steady step + sum over periodic functions of occurrences x cost
+    projected = start-up + steps x steady step + sum over periodic functions of occurrences x cost + end
 
 * **Steady step**: the mean of the timed steps, without those over twice the median (a step
   that holds an evaluation is periodic work, counted below, not step time).
@@ -22,6 +22,8 @@ capture measured:
   over one period).
 * **Start-up**: the time to the end of the first step (and the interpreter's start), less that
   step and the periodic work that ran before it.
+* **End**: the interpreter's exit after the last step (:attr:`RunCapture.end_s`), which the
+  capture skips; 0 when it was not timed.
 * **Generation without a KV cache, one-sample inference**: the lines of a periodic function
   whose model calls read so (:mod:`advisor.metrics.generation`), with the same occurrences;
   their share is of the same projection.
@@ -80,6 +82,7 @@ class Projection:
     steps: int | None = None
     steps_from: str = ""
     startup_s: float | None = None
+    end_s: float | None = None
     projected_s: float | None = None
     functions: tuple[PeriodicFunction, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -219,10 +222,10 @@ def project(capture: RunCapture) -> Projection:
                                           repeated_calls(group)))
     startup = _startup(capture, step_s)
     projection = Projection(step_s=step_s, steps=steps, steps_from=steps_from, startup_s=startup,
-                            functions=tuple(functions), notes=tuple(notes))
+                            end_s=capture.end_s, functions=tuple(functions), notes=tuple(notes))
     periodic = projection.periodic_s
     if steps and step_s is not None and startup is not None and periodic is not None:
-        projected = startup + steps * step_s + periodic
+        projected = startup + steps * step_s + periodic + (capture.end_s or 0.0)
         projection = replace(projection, projected_s=projected)
     elif functions and not steps:
         notes.append("the run's length is unknown (no max_iters-like variable): the whole run is not projected")
@@ -245,6 +248,7 @@ def periodic_metrics(capture: RunCapture) -> dict[str, float | None]:
     top = p.top()
     return {**_repeated_metrics(p),
         "startup_s": p.startup_s,
+        "run_end_s": p.end_s,
         "projected_run_s": p.projected_s,
         "projected_steps_count": float(p.steps) if p.steps else None,
         "periodic_work_frac": p.share(),

@@ -155,7 +155,8 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("time_to_first_step_s", "s", "run", "Script start to the end of its first step"),
     # the whole run: start-up, work between steps, projection (advisor.metrics.periodic)
     MetricSpec("startup_s", "s", "run", "Start-up before the first step: interpreter, imports, data and model set-up (not the evaluation before it)"),
-    MetricSpec("projected_run_s", "s", "run", "Projected wall time of the whole run: start-up + steps x steady step + periodic work"),
+    MetricSpec("run_end_s", "s", "run", "The interpreter's exit after the last step (freeing what the script imported), timed by the warm-start server; absent when no server ran"),
+    MetricSpec("projected_run_s", "s", "run", "Projected wall time of the whole run: start-up + steps x steady step + periodic work + the exit"),
     MetricSpec("projected_steps_count", "count", "run", "Steps of the whole run (the script's max_iters-like variable, or the steps of a run to its end)"),
     MetricSpec("periodic_work_frac", "frac", "run", "Share of the projected run spent in work between steps (evaluation, sampling); of the steady training when the run's length is unknown"),
     MetricSpec("periodic_work_s", "s", "run", "One occurrence of the costliest periodic work between steps"),

@@ -170,6 +170,9 @@ def whole_run(report: Report) -> tuple[str, str] | None:
     startup = finite(summary.get("startup_s"))
     if startup is not None:
         parts.append(f"{startup:.1f} s start-up")
+    end = finite(summary.get("run_end_s"))
+    if end:
+        parts.append(f"{_seconds(end)} exit")
     between = finite(summary.get("periodic_work_frac"))
     if between:
         parts.append(f"{s.pct(between)} between steps")
@@ -197,6 +200,8 @@ def kept_whole(report: Report) -> tuple[str, str] | None:
         if before is not None and after is not None:
             same = abs(after - before) < 0.05
             parts.append(f"start-up {_seconds(before)}" + (", the same in the trials" if same else f" → {_seconds(after)}"))
+        if w.end_s:
+            parts.append(f"exit {_seconds(w.end_s)}, held")
     else:
         head = f"{ratio} over the steps with their periodic work (the run's length is unknown)"
     if w.gain_steps is not None:

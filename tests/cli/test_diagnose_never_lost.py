@@ -149,6 +149,9 @@ def test_report_renders_an_interrupted_run_saying_so(tmp_path, fmt):
 class _Server:
     """Stands for the warm-start server the diagnose launches before its capture."""
 
+    alive = False  # NOTE: nothing to time a run's exit with (advisor.capture.end_probe; its own tests)
+    sock = None
+
     def __init__(self, skip: tuple[str, ...] = ("torch._inductor.compile_fx",)) -> None:
         self.closed = 0
         self.skip = skip
@@ -159,7 +162,7 @@ class _Server:
         self.skip = tuple(m for m in self.skip if m not in modules)
         return True
 
-    def pause(self) -> None:
+    def pause(self, busy: bool = False) -> None:
         self.calls.append("pause")
 
     def resume(self) -> None:

@@ -47,6 +47,15 @@ def test_period_seen_projects_the_run():
     assert periodic_notes(cap) == []
 
 
+def test_the_runs_exit_is_part_of_the_projection_when_it_was_timed():
+    cap = _capture([_work(0, 1.4), _work(20, 1.0)], {"max_iters": 2000}, end_s=0.9)
+    p = project(cap)
+    assert p.end_s == 0.9 and p.projected_s == pytest.approx(2.09 + 20.0 + 100.0 + 0.9)
+    m = periodic_metrics(cap)
+    assert m["run_end_s"] == 0.9 and m["periodic_work_frac"] == pytest.approx(100 / p.projected_s)
+    assert periodic_metrics(_capture([], {"max_iters": 2000}))["run_end_s"] is None  # not timed: not guessed
+
+
 def test_a_warm_started_run_has_no_start_up_to_project():
     from advisor.capture.vocab import StartKind
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from advisor.capture.between import BetweenWork
@@ -96,3 +98,15 @@ def test_a_low_end_under_one_slows_the_periodic_work_with_the_steps():
     assert w.after_s == pytest.approx(0.01 / 1.2 + 0.05)  # the point: held
     assert w.low == pytest.approx(0.06 / (0.01 / 0.9 + 0.05 / 0.9))
     assert w.high == pytest.approx(0.06 / (0.01 / 1.5 + 0.05 / 1.5))
+
+
+def test_the_runs_exit_is_held_on_both_sides_and_lowers_the_ratio():
+    # the demo's shape: 80 steps of 100 ms, 3.3 s start-up, 0.9 s of interpreter shutdown after the last step
+    base = replace(_capture([], {"max_iters": 80}, steps=(100.0,) * 20, first=3.4, process=0.0), end_s=0.9)
+    w = kept_whole_run(base, None, 1.8, 1.5, 2.1)
+    assert w.before_s == pytest.approx(3.3 + 8.0 + 0.9) and w.end_s == 0.9
+    assert w.after_s == pytest.approx(3.3 + 8.0 / 1.8 + 0.9)
+    assert w.low == pytest.approx(12.2 / (3.3 + 8.0 / 1.5 + 0.9))
+    without = kept_whole_run(replace(base, end_s=None), None, 1.8)
+    assert without.end_s is None and without.ratio > w.ratio  # left out, the exit overstated the gain
+    assert without.before_s == pytest.approx(11.3)

@@ -124,6 +124,9 @@ def test_the_whole_run_is_in_the_headline_of_every_format_when_projected() -> No
     assert headline.whole_run(dataclasses.replace(report, summary={**summary, "projected_steps_count": None})) is None
     assert headline.whole_run(dataclasses.replace(report, summary={**summary, "periodic_work_frac": 0.0}))[1] == (
         "3,000 steps, 4.2 s start-up")
+    # the interpreter's exit, when the warm-start server timed it
+    assert headline.whole_run(dataclasses.replace(report, summary={**summary, "run_end_s": 0.87}))[1] == (
+        "3,000 steps, 4.2 s start-up, 0.87 s exit, 31.2% between steps")
 
 
 def test_the_kept_fixes_over_the_whole_run_are_a_row_of_every_format(tmp_path) -> None:
@@ -158,6 +161,9 @@ def test_the_kept_fixes_over_the_whole_run_are_a_row_of_every_format(tmp_path) -
     assert headline.kept_whole(dataclasses.replace(report, kept_whole=partway))[1] == (
         "start-up 2.1 s → 2.5 s; its speedup counted on the first 50 steps only: after them the baseline had "
         "nothing left for the fix to gain (its finding says why)")
+    ended = dataclasses.replace(whole, periodic=(), end_s=0.87)
+    assert headline.kept_whole(dataclasses.replace(report, kept_whole=ended))[1] == (
+        "start-up 2.1 s → 2.5 s; exit 0.87 s, held")
     # it survives report.json
     kept.save(tmp_path)
     assert Report.load(tmp_path).kept_whole == whole
