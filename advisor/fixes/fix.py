@@ -279,6 +279,9 @@ class Fix:
             (``num_workers > 0``), so those fixes are measured against the plain baseline.
         changes_loader: The fix acts through DataLoader arguments, which the capture records: an
             unchanged DataLoader proves it did not apply, whatever its note says.
+        changes_samples: The fix changes the samples a step consumes (the batch size, the
+            micro-batches per step); any other fix's runs must count their reference's samples
+            per step (:mod:`advisor.fixes.loop.counting`).
         install: Child side: configure the run-time state (:class:`advisor.fixes.runtime_state.State`)
             for this fix; torch is imported inside, never at module level.
         adjust_loader: Child side: change one ``DataLoader(...)`` call's bound arguments.
@@ -332,6 +335,7 @@ class Fix:
     rung_key: Callable[[dict[str, Any]], object] | None = None
     present: Callable[[FixContext], bool] | None = None
     changes_loader: bool = False
+    changes_samples: bool = False
     install: Install | None = None
     adjust_loader: AdjustLoader | None = None
     on_model: OnModel | None = None

@@ -92,6 +92,7 @@ FIX = Fix(
     step_overrides=step_overrides,
     rung=lambda p: f"x{p.get('factor')}",
     changes_loader=True,
+    changes_samples=True,
     install=install,
     adjust_loader=adjust_loader,
     plan_diff=plan_diff,

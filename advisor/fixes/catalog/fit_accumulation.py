@@ -167,6 +167,7 @@ FIX = Fix(
     rung=lambda p: f"k={p.get('k')} (micro-batch {p.get('micro_batch')})",
     rung_key=lambda p: p.get("k"),
     changes_loader=True,
+    changes_samples=True,
     objective=Objective.MEMORY,
     install=install,
     adjust_loader=adjust_loader,

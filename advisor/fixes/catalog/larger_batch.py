@@ -150,6 +150,7 @@ FIX = Fix(
     rung=lambda p: f"x{p.get('factor')}",
     rung_key=lambda p: f"x{p['factor']}" if "factor" in p else None,
     changes_loader=True,
+    changes_samples=True,
     install=install,
     adjust_loader=adjust_loader,
     plan_diff=plan_diff,

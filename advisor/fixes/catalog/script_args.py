@@ -184,6 +184,7 @@ FIX = Fix(
     check=check,
     loss_rtol=LOSS_RTOL_BATCH,
     conflicts=("batch_fusion", "larger_batch"),
+    changes_samples=True,
     variants=variants,
     step_overrides=step_overrides,
     rung=rung,

@@ -20,6 +20,7 @@ from advisor.errors import AdvisorError
 from advisor.fixes import catalog
 from advisor.fixes.agreement import RunFacts, facts_of
 from advisor.fixes.fix import Objective, RungRuns
+from advisor.fixes.loop.counting import Counting
 from advisor.fixes.loop.memory import judge_memory, over_budget
 from advisor.fixes.loop.options import DEFAULT_SEED, INSTALLER, Runner, trial_window
 from advisor.fixes.loop.pairing import against_partner, estimate_of, still_running
@@ -294,7 +295,7 @@ class Measurer:
         ref_peaks: list[int] = []
         ref_losses: list[tuple[float | None, ...]] = []
         ref_loaders: tuple[Any, ...] = ()
-        ref_source: str | None = None
+        ref_counting: Counting | None = None
         ref_facts: list[RunFacts] = []
         # NOTE: cold runs have their own history: their rates are another population's
         history = self.history.setdefault(("cold:" if self.fresh else "") + (ref_label if reference else ""), [])
@@ -320,7 +321,7 @@ class Measurer:
                 ref_facts.append(facts_of(cap, ref_rates[-1]))
                 self.unit = self.unit or ("samples/s" if cap.timed.samples_per_s else "steps/s")
             ref_loaders = ref_loaders or tuple(cap.dataloaders)
-            ref_source = ref_source or (cap.step_source if cap.ok else None)
+            ref_counting = ref_counting or (Counting.of(cap) if cap.ok else None)
             if cap.ok and cap.timed.time_to_first_step_s is not None:
                 ref_ttfs.append(cap.timed.time_to_first_step_s)
             if cap.ok and cap.peak_memory_bytes:
@@ -366,7 +367,7 @@ class Measurer:
                     self.left = runs_left(r, planned, len(queue), i + 1)
                     self._run_variant(
                         v, r, planned, ref_rates, ref_losses[-1] or self.baseline_losses, stage,
-                        v.partner.loaders if v.partner else ref_loaders, ref_source,
+                        v.partner.loaders if v.partner else ref_loaders, ref_counting,
                     )
             r += 1
             # NOTE: every variant failed or lost its partner: one reference run closes the round
@@ -391,7 +392,7 @@ class Measurer:
     def _run_variant(
         self, v: Variant, r: int, n: int, ref_rates: list[float | None],
         ref_losses: tuple[float | None, ...], stage: str, ref_loaders: tuple[Any, ...] = (),
-        ref_source: str | None = None,
+        ref_counting: Counting | None = None,
     ) -> None:
         cap = self.run(f"{safe_name(v.label)}{'-ref' if v.anchor else ''}-{r + 1}", v.requests, v.overrides,
                        flight=TrialProgress(fix=v.label, repeat=r + 1, repeats=n, stage=stage))
@@ -411,11 +412,8 @@ class Measurer:
         elif (over := over_budget(cap.peak_memory_bytes, self.spec.memory_budget_bytes)) is not None:
             v.failure = over
             message = f"failed: {v.failure}"
-        elif ref_source and cap.step_source and cap.step_source != ref_source:
-            v.failure = (
-                f"steps were counted from {cap.step_source} boundaries here but from {ref_source} "
-                "boundaries in the baseline: the throughputs are not comparable"
-            )
+        elif ref_counting is not None and (mismatch := ref_counting.mismatch(cap, v.fixes)) is not None:
+            v.failure = mismatch
             message = f"failed: {v.failure}"
         elif (
             len(v.fixes) == 1 and catalog.get(v.fix).changes_loader
