@@ -36,6 +36,7 @@ _COMMANDS: dict[str, str] = {
     "config": "advisor.cli.cmd_config:config",
     "runs": "advisor.cli.cmd_runs:runs",
     "sweep": "advisor.cli.cmd_sweep:sweep",
+    "verify": "advisor.cli.cmd_verify:verify",
 }
 
 _SHORT_HELP: dict[str, str] = {
@@ -51,6 +52,7 @@ _SHORT_HELP: dict[str, str] = {
     "config": "Show the resolved configuration and where each setting came from.",
     "runs": "List the saved runs, newest first, to pick two for `advisor compare`.",
     "sweep": "Measure the batch size x precision table: samples/s, memory, loss per cell.",
+    "verify": "Time a run's script plainly, without and with its fix.diff, beside the claim.",
 }
 
 
@@ -92,6 +94,7 @@ def cli() -> None:
     advisor fixes / advisor fix pin_memory   list fixes / explain one
     advisor config                           resolved settings and their sources
     advisor runs                             list the saved runs, newest first
+    advisor verify RUN_DIR                   time the kept fixes plainly, beside the claim
     """  # noqa: D301 - \b is Click's keep-lines marker (the \x08 character), so no raw string
 
 

@@ -1,0 +1,111 @@
+"""What a verification measured and how it reads against the claim: one frozen record, saved as ``verify.json``."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from advisor._serde import dump_json
+from advisor._vocab import Vocab
+from advisor.fixes.stats import t_quantile
+
+VERIFY_FILE = "verify.json"
+
+
+class Agreement(Vocab):
+    """How the plain timing reads against the report's claim."""
+
+    AGREES = "agrees"
+    """The two intervals overlap."""
+    BELOW = "below the claim"
+    """The plain runs' interval lies wholly under the claimed one: the report overstated the gain."""
+    ABOVE = "above the claim"
+    """The plain runs' interval lies wholly over it: the claim was conservative."""
+    UNDECIDED = "undecided"
+    """Fewer than two pairs, or no claim to set it against."""
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One pair of whole runs: the original and the patched script, wall seconds, and the load before them."""
+
+    original_s: float
+    fixed_s: float
+    load: float
+    fixed_first: bool
+
+    @property
+    def ratio(self) -> float:
+        """How many times faster the patched run was."""
+        return self.original_s / self.fixed_s
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the report claimed for the kept fixes: the ratio with its interval, over ``scope``.
+
+    ``scope`` is ``run`` (the whole-run projection, what a plain timing measures) or ``steps``
+    (the trial's step speedup, where the run's length was unknown: an upper bound for a whole run).
+    """
+
+    ratio: float
+    low: float | None
+    high: float | None
+    scope: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The plain timing of a run's kept fixes beside its claim."""
+
+    run_dir: str
+    script: str
+    args: tuple[str, ...]
+    cwd: str
+    kept: tuple[str, ...]
+    claim: Claim | None
+    pairs: tuple[Pair, ...] = ()
+    complete: bool = True
+
+    @property
+    def estimate(self) -> tuple[float | None, float | None, float | None]:
+        """The geometric mean of the pairs' ratios and its 95% t-interval (None where fewer than two pairs)."""
+        logs = [math.log(p.ratio) for p in self.pairs if p.original_s > 0 and p.fixed_s > 0]
+        if not logs:
+            return None, None, None
+        mean = statistics.fmean(logs)
+        if len(logs) < 2:
+            return math.exp(mean), None, None
+        half = t_quantile(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+    @property
+    def agreement(self) -> Agreement:
+        """How the plain timing reads against the claim (:class:`Agreement`)."""
+        _, low, high = self.estimate
+        claim = self.claim
+        if low is None or high is None or claim is None:
+            return Agreement.UNDECIDED
+        c_low = claim.low if claim.low is not None else claim.ratio
+        c_high = claim.high if claim.high is not None else claim.ratio
+        if claim.scope == "steps":  # a bound: only a whole run faster than the steps contradicts it
+            return Agreement.ABOVE if low > c_high else Agreement.AGREES
+        if high < c_low:
+            return Agreement.BELOW
+        if low > c_high:
+            return Agreement.ABOVE
+        return Agreement.AGREES
+
+    def save(self, run_dir: Path) -> Path:
+        """Write ``verify.json`` into ``run_dir`` (atomically) and return its path."""
+        path = Path(run_dir) / VERIFY_FILE
+        dump_json({**_fields(self), "estimate": self.estimate, "agreement": self.agreement}, path)
+        return path
+
+
+def _fields(v: Verification) -> dict[str, object]:
+    from dataclasses import asdict
+
+    return asdict(v)
