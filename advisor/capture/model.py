@@ -251,8 +251,8 @@ class RunCapture:
             between steps (:class:`~advisor.capture.kernel_use.AfterWork`); none in an older capture.
         end_s: A plain run's exit after its last step (CPython's shutdown of what the script
             imported), which no capture pays: timed by the warm-start server beside the capture
-            (:mod:`advisor.capture.end_probe`); None when no server ran (``--no-fix``,
-            ``--cold-start``, a visible GPU) or it could not be timed.
+            (:mod:`advisor.capture.end_probe`); None when no server ran beside the capture
+            (``--no-fix``, ``--cold-start``, a visible GPU, no free core) or it could not be timed.
     """
 
     schema_version: int = CAPTURE_SCHEMA_VERSION

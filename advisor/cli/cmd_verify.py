@@ -18,8 +18,9 @@ Examples:
   advisor verify advisor-runs/demo --pairs 6     a narrower interval, twice the time
 \b
 Each pair runs the script as it is and with the run's fix.diff applied (in memory: the script
-is not touched), as whole processes one after the other, the order flipped every pair. Run it
-from the folder the diagnose ran in, on a machine as quiet as you can make it.
+is not touched), as whole processes one after the other, the order flipped every pair. Each run
+goes to the script's end, as when you run it: what it writes (checkpoints, logs), it writes.
+Run it from the folder the diagnose ran in, on a machine as quiet as you can make it.
 """
 
 
@@ -34,8 +35,9 @@ def verify(run_dir: Path, pairs: int, cwd: Path | None) -> int:
     from advisor.api.process import interrupt_signal
 
     where = (cwd or Path.cwd()).resolve()
-    click.echo(f"advisor verify: load {os.getloadavg()[0]:.2f}; {pairs} pair(s) of whole runs from "
-               f"{printable_line(str(where))} (Ctrl-C keeps the pairs timed so far)", err=True)
+    click.echo(f"advisor verify: load {os.getloadavg()[0]:.2f}; {pairs} pair(s) of whole runs to the script's end "
+               f"(what it writes, it writes) from {printable_line(str(where))}; Ctrl-C keeps the pairs timed so far",
+               err=True)
     timed: list[Any] = []
 
     def shown(v: Any) -> None:

@@ -171,8 +171,7 @@ def whole_run(report: Report) -> tuple[str, str] | None:
     if startup is not None:
         parts.append(f"{startup:.1f} s start-up")
     end = finite(summary.get("run_end_s"))
-    if end:
-        parts.append(f"{_seconds(end)} exit")
+    parts.append(f"{_seconds(end)} exit" if end else "exit not timed")
     between = finite(summary.get("periodic_work_frac"))
     if between:
         parts.append(f"{s.pct(between)} between steps")
@@ -200,8 +199,7 @@ def kept_whole(report: Report) -> tuple[str, str] | None:
         if before is not None and after is not None:
             same = abs(after - before) < 0.05
             parts.append(f"start-up {_seconds(before)}" + (", the same in the trials" if same else f" → {_seconds(after)}"))
-        if w.end_s:
-            parts.append(f"exit {_seconds(w.end_s)}, held")
+        parts.append(f"exit {_seconds(w.end_s)}, held" if w.end_s else "exit not timed")
     else:
         head = f"{ratio} over the steps with their periodic work (the run's length is unknown)"
     if w.gain_steps is not None:

@@ -115,15 +115,16 @@ def test_the_whole_run_is_in_the_headline_of_every_format_when_projected() -> No
     summary = {**report.summary, "projected_run_s": 612.4, "projected_steps_count": 3000.0, "startup_s": 4.25,
                "periodic_work_frac": 0.3125}
     projected = dataclasses.replace(report, summary=summary)
-    assert headline.whole_run(projected) == ("612.4 s", "3,000 steps, 4.2 s start-up, 31.2% between steps")
+    # the exit is said to be left out where no warm-start server timed it
+    assert headline.whole_run(projected) == ("612.4 s", "3,000 steps, 4.2 s start-up, exit not timed, 31.2% between steps")
     assert "Whole run" in render(projected, "text") and "612.4 s projected (3,000 steps" in render(projected, "text")
-    assert "| **Whole run** | 612.4 s projected (3,000 steps, 4.2 s start-up, 31.2% between steps) |" in render(
+    assert "| **Whole run** | 612.4 s projected (3,000 steps, 4.2 s start-up, exit not timed, 31.2% between steps) |" in render(
         projected, "markdown")
     assert "Whole run (projected)</div><div class=\"v\">612.4 s</div>" in render(projected, "html")
     # an unknown length (no projection) or no work between steps
     assert headline.whole_run(dataclasses.replace(report, summary={**summary, "projected_steps_count": None})) is None
     assert headline.whole_run(dataclasses.replace(report, summary={**summary, "periodic_work_frac": 0.0}))[1] == (
-        "3,000 steps, 4.2 s start-up")
+        "3,000 steps, 4.2 s start-up, exit not timed")
     # the interpreter's exit, when the warm-start server timed it
     assert headline.whole_run(dataclasses.replace(report, summary={**summary, "run_end_s": 0.87}))[1] == (
         "3,000 steps, 4.2 s start-up, 0.87 s exit, 31.2% between steps")
@@ -140,7 +141,7 @@ def test_the_kept_fixes_over_the_whole_run_are_a_row_of_every_format(tmp_path) -
     kept = dataclasses.replace(report, kept_whole=whole)
     head, detail = headline.kept_whole(kept)
     assert head == "122.1 s → 112.5 s projected, 1.09× [1.05–1.12]"
-    assert detail == ("start-up 2.1 s → 2.5 s; <b>eval</b> every 20 steps, 1.0 s each, as measured without them "
+    assert detail == ("start-up 2.1 s → 2.5 s; exit not timed; <b>eval</b> every 20 steps, 1.0 s each, as measured without them "
                       "(the kept fixes' profiled run timed 1.6 s in 1 occurrence: too few to project)")
     assert "Kept, whole run" in render(kept, "text") and "122.1 s → 112.5 s projected" in render(kept, "text")
     markdown = render(kept, "markdown")
@@ -159,7 +160,7 @@ def test_the_kept_fixes_over_the_whole_run_are_a_row_of_every_format(tmp_path) -
     # a gain counted on its first steps only says so
     partway = dataclasses.replace(whole, periodic=(), gain_steps=50)
     assert headline.kept_whole(dataclasses.replace(report, kept_whole=partway))[1] == (
-        "start-up 2.1 s → 2.5 s; its speedup counted on the first 50 steps only: after them the baseline had "
+        "start-up 2.1 s → 2.5 s; exit not timed; its speedup counted on the first 50 steps only: after them the baseline had "
         "nothing left for the fix to gain (its finding says why)")
     ended = dataclasses.replace(whole, periodic=(), end_s=0.87)
     assert headline.kept_whole(dataclasses.replace(report, kept_whole=ended))[1] == (
