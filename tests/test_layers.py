@@ -34,8 +34,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "api": SHARED | {"config", "capture", "trace", "metrics", "engine", "fixes", "distributed", "report", "sweep",
                      "verify"},
     # Times a saved run's script plainly beside its claim: reads the run (capture, report) and the
-    # fix loop's t quantile.
-    "verify": SHARED | {"capture", "fixes", "report"},
+    # fix loop's t quantile and the whole run's scope.
+    "verify": SHARED | {"capture", "fixes", "metrics", "report"},
     # The batch x precision table: runs cells through the fix loop's measurer and catalog, reads
     # device peaks (metrics) and draws its HTML page with the report's page shell and plot helpers.
     "sweep": SHARED | {"capture", "fixes", "metrics", "report"},

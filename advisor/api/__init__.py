@@ -60,7 +60,12 @@ if TYPE_CHECKING:
         write_sweep,
     )
     from advisor.api.tensorboard import prepare_tensorboard, serve_tensorboard, tensorboard_check
-    from advisor.api.verify import verification_lines, verification_pair_line, verify_run
+    from advisor.api.verify import (
+        VERIFY_FILE,
+        verification_lines,
+        verification_pair_line,
+        verify_run,
+    )
     from advisor.capture.budget import DEFAULT_TRACE_EXPORT_S
     from advisor.capture.model import RunCapture, RunSpec, RunStatus
     from advisor.config import ANY_OPTION, ResolvedConfig, Setting, describe_source
@@ -83,7 +88,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "advisor.api.script": ("DiagnoseResult", "check_fix_ids", "check_out_dir", "diagnose_script", "find_module_file", "new_run_dir", "node_dir_name", "rendezvous_env", "validate_script"),
     "advisor.api.sweep": ("load_sweep", "nothing_ran", "render_sweep", "sweep_format", "sweep_script", "write_sweep"),
     "advisor.api.tensorboard": ("prepare_tensorboard", "serve_tensorboard", "tensorboard_check"),
-    "advisor.api.verify": ("verification_lines", "verification_pair_line", "verify_run"),
+    "advisor.api.verify": ("VERIFY_FILE", "verification_lines", "verification_pair_line", "verify_run"),
     "advisor.capture.budget": ("DEFAULT_TRACE_EXPORT_S",),
     "advisor.capture.model": ("RunCapture", "RunSpec", "RunStatus"),
     "advisor.config": ("ANY_OPTION", "ResolvedConfig", "Setting", "describe_source"),
@@ -129,6 +134,7 @@ __all__ = [
     "RunStatus",
     "Selection",
     "Setting",
+    "VERIFY_FILE",
     "analyze",
     "analyze_report",
     "check_fix_ids",

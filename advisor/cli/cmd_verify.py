@@ -47,10 +47,10 @@ def verify(run_dir: Path, pairs: int, cwd: Path | None) -> int:
     try:
         done = api.verify_run(run_dir, pairs, where, on_pair=shown)
     except KeyboardInterrupt as exc:
-        saved = printable_line(str(run_dir / "verify.json"))
+        saved = printable_line(str(run_dir / api.VERIFY_FILE))
         raise Interrupted(f"interrupted after {len(timed)} pair(s) of {pairs}; they are saved in {saved}",
                           signum=interrupt_signal(exc)) from None
     for line in api.verification_lines(done):
         click.echo(line)
-    click.echo(f"Saved:    {printable_line(str(run_dir / 'verify.json'))}")
+    click.echo(f"Saved:    {printable_line(str(run_dir / api.VERIFY_FILE))}")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from advisor._serde import dump_json
@@ -12,6 +12,15 @@ from advisor._vocab import Vocab
 from advisor.fixes.stats import t_quantile
 
 VERIFY_FILE = "verify.json"
+
+
+class ClaimScope(Vocab):
+    """What a claim covers."""
+
+    RUN = "run"
+    """The whole-run projection ("Kept, whole run"): what a plain timing measures."""
+    STEPS = "steps"
+    """The kept trial's step speedup, where the run's length was unknown: an upper bound for a whole run."""
 
 
 class Agreement(Vocab):
@@ -44,16 +53,12 @@ class Pair:
 
 @dataclass(frozen=True)
 class Claim:
-    """What the report claimed for the kept fixes: the ratio with its interval, over ``scope``.
-
-    ``scope`` is ``run`` (the whole-run projection, what a plain timing measures) or ``steps``
-    (the trial's step speedup, where the run's length was unknown: an upper bound for a whole run).
-    """
+    """What the report claimed for the kept fixes: the ratio with its interval, over ``scope`` (:class:`ClaimScope`)."""
 
     ratio: float
     low: float | None
     high: float | None
-    scope: str
+    scope: ClaimScope
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ class Verification:
             return Agreement.UNDECIDED
         c_low = claim.low if claim.low is not None else claim.ratio
         c_high = claim.high if claim.high is not None else claim.ratio
-        if claim.scope == "steps":  # a bound: only a whole run faster than the steps contradicts it
+        if claim.scope == ClaimScope.STEPS:  # a bound: only a whole run faster than the steps contradicts it
             return Agreement.ABOVE if low > c_high else Agreement.AGREES
         if high < c_low:
             return Agreement.BELOW
@@ -101,11 +106,5 @@ class Verification:
     def save(self, run_dir: Path) -> Path:
         """Write ``verify.json`` into ``run_dir`` (atomically) and return its path."""
         path = Path(run_dir) / VERIFY_FILE
-        dump_json({**_fields(self), "estimate": self.estimate, "agreement": self.agreement}, path)
+        dump_json({**asdict(self), "estimate": self.estimate, "agreement": self.agreement}, path)
         return path
-
-
-def _fields(v: Verification) -> dict[str, object]:
-    from dataclasses import asdict
-
-    return asdict(v)

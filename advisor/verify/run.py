@@ -9,9 +9,10 @@ from pathlib import Path
 from advisor._files import write_text
 from advisor.capture.model import RunCapture
 from advisor.errors import InputError
+from advisor.metrics.whole import WholeScope
 from advisor.report.model import Report
 from advisor.verify.measure import time_pairs
-from advisor.verify.model import Claim, Pair, Verification
+from advisor.verify.model import Claim, ClaimScope, Pair, Verification
 from advisor.verify.patch import apply_diff, diff_targets
 
 VERIFY_DIR = "verify"
@@ -53,11 +54,11 @@ def prepare(run_dir: Path, cwd: Path) -> tuple[Verification, Path, Path]:
 def claim_of(report: Report) -> Claim | None:
     """Return the report's claim: the whole-run projection where the run's length was known, else the trial's step speedup."""
     whole = report.kept_whole
-    if whole is not None and str(whole.scope) == "run" and whole.after_s > 0:
-        return Claim(whole.ratio, whole.low, whole.high, "run")
+    if whole is not None and whole.scope == WholeScope.RUN and whole.after_s > 0:
+        return Claim(whole.ratio, whole.low, whole.high, ClaimScope.RUN)
     trial = report.kept_trial
     if trial is not None and trial.speedup:
-        return Claim(trial.speedup, trial.ci_low, trial.ci_high, "steps")
+        return Claim(trial.speedup, trial.ci_low, trial.ci_high, ClaimScope.STEPS)
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from advisor._terminal import printable_line
-from advisor.verify.model import Agreement, Verification
+from advisor.verify.model import Agreement, ClaimScope, Verification
 
 
 def _interval(low: float | None, high: float | None) -> str:
@@ -36,7 +36,7 @@ def summary_lines(v: Verification) -> list[str]:
                      "pair(s) (geometric mean of the pairs, 95% interval)")
     c = v.claim
     if c is not None:
-        what = ("on the whole run (projected)" if c.scope == "run"
+        what = ("on the whole run (projected)" if c.scope == ClaimScope.RUN
                 else "on the steps (the run's length was unknown: a whole run gains less)")
         lines.append(f"Claimed:  {c.ratio:.2f}×{_interval(c.low, c.high)} {what}")
     verdict = _VERDICTS.get(v.agreement) or "undecided: " + ("no claim to compare" if c is None else "time at least 2 pairs")

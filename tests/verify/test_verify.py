@@ -18,7 +18,7 @@ from advisor.errors import InputError, ScriptFailed
 from advisor.fixes.model import Trial
 from advisor.metrics.whole import KeptWholeRun, WholeScope
 from advisor.report.model import Report
-from advisor.verify.model import Agreement, Claim, Pair, Verification
+from advisor.verify.model import Agreement, Claim, ClaimScope, Pair, Verification
 from advisor.verify.patch import apply_diff, diff_targets
 from advisor.verify.run import claim_of, prepare, verify_run
 
@@ -70,12 +70,12 @@ def test_the_pairs_give_a_geometric_mean_and_a_t_interval() -> None:
 
 
 def test_the_plain_timing_reads_against_the_claim() -> None:
-    claim = Claim(1.45, 1.35, 1.56, "run")
+    claim = Claim(1.45, 1.35, 1.56, ClaimScope.RUN)
     assert _verification([1.40, 1.42, 1.44], claim).agreement == Agreement.AGREES
     assert _verification([1.10, 1.12, 1.11], claim).agreement == Agreement.BELOW
     assert _verification([1.90, 1.92, 1.91], claim).agreement == Agreement.ABOVE
     assert _verification([1.40], claim).agreement == Agreement.UNDECIDED
-    steps = Claim(1.8, 1.5, 2.1, "steps")  # a whole run gains less than its steps: below is no contradiction
+    steps = Claim(1.8, 1.5, 2.1, ClaimScope.STEPS)  # a whole run gains less than its steps: below is no contradiction
     assert _verification([1.10, 1.12, 1.11], steps).agreement == Agreement.AGREES
     assert _verification([2.50, 2.52, 2.51], steps).agreement == Agreement.ABOVE
 
@@ -96,10 +96,10 @@ def _run_dir(tmp_path: Path, kept: tuple[str, ...] = ("cpu_threads",), diff: str
 
 def test_the_claim_is_the_whole_run_where_projected_else_the_steps(tmp_path: Path) -> None:
     report = Report.load(_run_dir(tmp_path))
-    assert claim_of(report) == Claim(0.9 / 0.4, 1.8, 2.6, "run")
+    assert claim_of(report) == Claim(0.9 / 0.4, 1.8, 2.6, ClaimScope.RUN)
     import dataclasses
 
-    assert claim_of(dataclasses.replace(report, kept_whole=None)) == Claim(2.5, 2.0, 3.0, "steps")
+    assert claim_of(dataclasses.replace(report, kept_whole=None)) == Claim(2.5, 2.0, 3.0, ClaimScope.STEPS)
 
 
 @pytest.mark.parametrize(("kept", "diff", "message"), [
