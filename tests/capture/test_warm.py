@@ -263,6 +263,7 @@ for step in range(6):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # two cold captures and a server: 9.7 s, the longest capture test in make test
 def test_the_server_leaves_out_what_the_script_never_imported(tmp_path: Path) -> None:
     from advisor.api.fixloop import FixOptions, launch_server
 

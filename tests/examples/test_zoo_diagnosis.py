@@ -66,6 +66,7 @@ HEAVY = frozenset(
     {"monai_segmentation", "monai_scaling", "transformer_lm", "grad_accumulation", "inference_autograd", "data_loading"}
     # attention_lm: 54 s at load 5.8 on 2 cores (context 256 attention in fp32)
     | {"attention_lm", "chargpt"}  # chargpt: the GPU config, seconds per step on 2 cores
+    | {"compute_bound"}  # 7.8 s, the longest left in make test (5:21 on 2026-11-29's slow level)
 ) | {"memory_bound"}  # ~1 GiB of activations, seconds per step on 2 shared cores
 
 
