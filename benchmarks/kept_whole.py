@@ -67,8 +67,10 @@ def claim_of(report: dict) -> Claim:
 
 def diff_target(diff: str) -> str | None:
     """The one file a unified diff changes (its ``+++ b/...`` path), None when it changes several or none."""
-    targets = {line[4:].split("\t")[0].removeprefix("b/") for line in diff.splitlines() if line.startswith("+++ ")}
-    return targets.pop() if len(targets) == 1 else None
+    from advisor.verify.patch import diff_targets  # the one `advisor verify` reads
+
+    targets = diff_targets(diff)
+    return targets[0] if len(targets) == 1 else None
 
 
 def _time(cmd: list[str], cwd: Path) -> float:

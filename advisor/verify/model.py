@@ -9,7 +9,7 @@ from pathlib import Path
 
 from advisor._serde import dump_json
 from advisor._vocab import Vocab
-from advisor.fixes.stats import t_quantile
+from advisor.fixes import stats
 
 VERIFY_FILE = "verify.json"
 
@@ -76,15 +76,16 @@ class Verification:
 
     @property
     def estimate(self) -> tuple[float | None, float | None, float | None]:
-        """The geometric mean of the pairs' ratios and its 95% t-interval (None where fewer than two pairs)."""
-        logs = [math.log(p.ratio) for p in self.pairs if p.original_s > 0 and p.fixed_s > 0]
-        if not logs:
+        """The geometric mean of the pairs' ratios and its 95% t-interval (None where fewer than two pairs).
+
+        The interval is the fix loop's over log-ratios (:func:`advisor.fixes.stats.estimate`),
+        around the mean of the logs; the point is that mean, where the loop gives the median.
+        """
+        ratios = [p.ratio for p in self.pairs if p.original_s > 0 and p.fixed_s > 0]
+        if not ratios:
             return None, None, None
-        mean = statistics.fmean(logs)
-        if len(logs) < 2:
-            return math.exp(mean), None, None
-        half = t_quantile(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-        return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+        interval = stats.estimate(ratios)
+        return math.exp(statistics.fmean(math.log(r) for r in ratios)), interval.ci_low, interval.ci_high
 
     @property
     def agreement(self) -> Agreement:
