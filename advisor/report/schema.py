@@ -13,6 +13,7 @@ of the model also admits ``null``.
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -36,6 +37,22 @@ def _nullable_numbers(node: Any) -> Any:
     return node
 
 
+def _as_msgspec_writes_it(schema: dict[str, Any]) -> dict[str, Any]:
+    """Return the schema as msgspec 0.23 and later write it, whichever msgspec is installed.
+
+    Before 0.23 msgspec kept a docstring's indentation in the descriptions and stated no default
+    for a field whose default is an empty dict; from 0.23 on it dedents them and states ``{}``.
+    """
+    for definition in schema["$defs"].values():
+        if "description" in definition:
+            definition["description"] = inspect.cleandoc(definition["description"])
+        required = set(definition.get("required", ()))
+        for name, prop in definition.get("properties", {}).items():
+            if name not in required and "default" not in prop and prop.get("type") == "object":
+                prop["default"] = {}
+    return schema
+
+
 def report_schema() -> dict[str, Any]:
     """Return the JSON Schema (draft 2020-12) of the document :meth:`Report.to_dict` writes."""
     import msgspec
@@ -43,7 +60,7 @@ def report_schema() -> dict[str, Any]:
     from advisor.report.model import Report
 
     schema = msgspec.json.schema(Report, schema_hook=_hook)
-    schema = _nullable_numbers(schema)
+    schema = _as_msgspec_writes_it(_nullable_numbers(schema))
     # NOTE: defaults that depend on this build (the advisor version) would make the checked-in
     # copy stale on every release; the field descriptions say what they hold instead.
     schema["$defs"]["Report"]["properties"]["advisor_version"].pop("default", None)

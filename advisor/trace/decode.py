@@ -60,6 +60,17 @@ class _BadSplit(Exception):
     """A newline split did not fall between two events: use the safe path."""
 
 
+def _raise_if_not_utf8(exc: msgspec.DecodeError) -> None:
+    """Raise the UnicodeDecodeError msgspec before 0.23 raised for bytes that are not UTF-8.
+
+    Since 0.23 a string that is not UTF-8 is a DecodeError like a bad split; only its message
+    tells them apart. The whole-file parse skips the event array's strings unchecked, so it is a
+    batch that meets such a name, and the load repairs it (:mod:`advisor.trace.repair`).
+    """
+    if "UTF-8" in str(exc):
+        raise UnicodeDecodeError("utf-8", b"", 0, 0, str(exc)) from exc
+
+
 def _first_line(text: str) -> str:
     return " ".join(str(text).split())[:200]
 
@@ -304,8 +315,10 @@ def _fill(path: Path, chunks: Iterator[memoryview], fast: bool, columns: _Column
                         raise _BadSplit from exc
                     raise TraceError(f"{path} has malformed events ({_first_line(str(exc))})") from exc
                 except msgspec.DecodeError as exc:
+                    _raise_if_not_utf8(exc)
                     raise _BadSplit from exc
             except msgspec.DecodeError as exc:
+                _raise_if_not_utf8(exc)
                 # the whole file parsed already, so only a bad split can fail here
                 raise _BadSplit from exc
             columns.add_batch(batch)

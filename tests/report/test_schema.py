@@ -74,3 +74,21 @@ def test_a_non_finite_number_saved_as_null_validates(validator) -> None:  # type
     doc = json.loads(GOLDEN.read_text(encoding="utf-8"))
     doc["breakdown"]["data_loading"] = None  # what advisor._serde writes for NaN
     assert _errors(validator, doc) == []
+
+
+def test_the_schema_reads_the_same_under_every_msgspec() -> None:
+    # msgspec before 0.23 kept a docstring's indentation and stated no empty-dict default; the
+    # checked-in copy is 0.23's form, so an older msgspec's output is brought to it
+    from advisor.report.schema import _as_msgspec_writes_it
+
+    older = {"$defs": {"Run": {
+        "description": "What ran.\n\n    Attributes:\n        env: the environment.",
+        "properties": {"env": {"type": "object"}, "name": {"type": "string"}, "steps": {"type": "object"}},
+        "required": ["name", "steps"],
+    }}}
+    run = _as_msgspec_writes_it(older)["$defs"]["Run"]
+    assert run["description"] == "What ran.\n\nAttributes:\n    env: the environment."
+    assert run["properties"]["env"]["default"] == {}
+    assert "default" not in run["properties"]["steps"] and "default" not in run["properties"]["name"]
+    newer = copy.deepcopy(_as_msgspec_writes_it(copy.deepcopy(older)))
+    assert _as_msgspec_writes_it(newer) == newer

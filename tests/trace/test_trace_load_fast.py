@@ -174,3 +174,13 @@ def test_cutting_the_array_unmaps_the_pages_it_probed(tmp_path, monkeypatch):
     monkeypatch.setattr(decode, "_drop_pages", lambda raw, a, b: dropped.append((a, b)))
     ranges = decode._line_ranges(raw, start + 1, stop)
     assert len(ranges) > 10 and dropped == [(start + 1, stop)]
+
+
+def test_a_batch_that_is_not_utf8_is_the_damaged_file_case_under_every_msgspec():
+    # msgspec 0.23 and later raise DecodeError where earlier ones raised UnicodeDecodeError: the
+    # first is a bad split (try the safe path), the second a name to repair (advisor.trace.repair)
+    import msgspec
+
+    with pytest.raises(UnicodeDecodeError):
+        decode._raise_if_not_utf8(msgspec.DecodeError("Invalid UTF-8 encoded string"))
+    assert decode._raise_if_not_utf8(msgspec.DecodeError("Input data was truncated")) is None
