@@ -104,6 +104,15 @@ _SPECS: tuple[MetricSpec, ...] = (
         "hand_attention_count", "count", "step",
         "Hand-written attention blocks per step: matmul -> softmax -> matmul in a row on one thread (advisor.metrics.attention)",
     ),
+    MetricSpec(
+        "optimizer_op_count", "count", "step",
+        "Top-level operators per step inside torch.optim's Optimizer.step ranges (advisor.metrics.optimizer_ops)",
+    ),
+    MetricSpec(
+        "optimizer_multi_tensor_flag", "flag", "step",
+        "1 when the optimizer step runs foreach or fused (multi-tensor) operators, 0 when it runs one "
+        "operator per parameter tensor; unknown without an Optimizer.step range",
+    ),
     # --- data loading -----------------------------------------------------------------------------
     MetricSpec("dataloader_wait_ms", "ms", "step", "Time in DataLoader __next__ per step"),
     MetricSpec(
@@ -248,6 +257,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "data_loading": ("dataloader_wait_ms", "input_assembly_ms"),
     "attention": ("hand_attention_count",),
     "tiny_ops": ("tiny_op_run_frac",),
+    "optimizer": ("optimizer_op_count", "optimizer_multi_tensor_flag"),
     "communication": ("comm_overlap_frac", "comm_time_ms"),
     "flops": ("flops_per_step", "achieved_tflops"),
     # NOTE: computed after metrics.steps, by advisor.metrics.gpuview (idle, roofline, tensorcore)

@@ -39,6 +39,7 @@ from advisor.metrics.intervals import (
     point_step,
     union_per_step,
 )
+from advisor.metrics.optimizer_ops import optimizer_columns
 from advisor.metrics.registry import FAMILIES
 from advisor.metrics.tiny_ops import TinyRuns, tiny_run_frac, tiny_runs
 from advisor.trace.load import Trace
@@ -251,6 +252,7 @@ def _columns(
     cols["input_assembly_ms"] = union_per_step(_clip(ev, assembly, windows), scan.n) / 1e3
     cols["hand_attention_count"] = hand_attention_count(ev, cls.cpu_op, windows, scan.n)
     cols["tiny_op_run_frac"] = tiny_run_frac(tiny, windows, scan.n, ev)
+    cols.update(optimizer_columns(ev, cls, windows, scan.n))
     cols.update(_comm_columns(scan))
     fl = compute_flops(ev, cls.cpu_op)
     flops_cols, flops_note = _flops_columns(scan, fl)

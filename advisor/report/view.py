@@ -34,13 +34,14 @@ from advisor.report.outcome import nothing_kept_reason
 MAX_LOCATIONS = 30
 """Source locations the view keeps (the terminal shows fewer; JSON has them all)."""
 
-HOST_SIDE_PARTS = ("cpu_ops", "other", "gpu_idle")
+HOST_SIDE_PARTS = ("cpu_ops", "optimizer", "other", "gpu_idle")
 """Breakdown parts the time of a category with no part of its own shows up in.
 
 Per-op overhead (``small_kernels``) and host-bound steps (``host``) are not a slice of the step
 the breakdown can cut out: the time is spent dispatching and launching inside operators
-(``cpu_ops``), in Python between them (``other``) and, on a GPU, as the device waiting for the
-launches (``gpu_idle``). The headline names those measured parts instead of saying nothing.
+(``cpu_ops``, and ``optimizer`` for those of torch.optim's step: SK009's for-loop update), in
+Python between them (``other``) and, on a GPU, as the device waiting for the launches
+(``gpu_idle``). The headline names those measured parts instead of saying nothing.
 """
 
 CATEGORY_HOST_PARTS: dict[str, tuple[str, ...]] = {

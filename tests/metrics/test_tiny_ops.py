@@ -11,6 +11,7 @@ import pytest
 from advisor.metrics.events import classify
 from advisor.metrics.intervals import Windows
 from advisor.metrics.tiny_ops import MIN_RUN, tiny_run_frac, tiny_runs
+from tests.metrics.opframes import events_frame
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -20,19 +21,7 @@ from advisor.trace.load import load_traces  # noqa: E402
 
 
 def _events(rows: list[tuple[str, str, float, float]], seq: list[int] | None = None) -> pd.DataFrame:
-    """Events from (name, cat, ts, dur) rows, all on one thread (``seq``: autograd sequence numbers)."""
-    ev = pd.DataFrame({
-        "name": pd.Categorical([r[0] for r in rows]),
-        "cat": pd.Categorical([r[1] for r in rows]),
-        "ph": pd.Categorical(["X"] * len(rows)),
-        "pid": pd.Categorical(["1"] * len(rows)),
-        "tid": pd.Categorical(["1"] * len(rows)),
-        "ts": [float(r[2]) for r in rows],
-        "dur": [float(r[3]) for r in rows],
-    })
-    ev["end"] = ev["ts"] + ev["dur"]
-    ev["seq_nr"] = seq if seq is not None else [-1] * len(rows)
-    return ev
+    return events_frame(rows, seq)
 
 
 def _runs(rows: list[tuple[str, str, float, float]]):

@@ -134,6 +134,18 @@ def test_a_category_without_a_breakdown_part_names_the_measured_parts_it_lies_in
     assert "not measured for this category" not in out
 
 
+def test_per_op_overhead_in_the_optimizer_step_is_named_with_its_part() -> None:
+    # SK009: torch.optim's for-loop update is per-op overhead whose time the breakdown files
+    # under the optimizer, not CPU ops
+    steps = tuple(
+        {"rank": 0, "step": 10 + i, "step_time_ms": 100.0, "optimizer_ms": 44.0, "cpu_ops_ms": 27.0, "other_ms": 29.0}
+        for i in range(5)
+    )
+    report = dataclasses.replace(overhead_report(), steps=steps)
+    b = build_view(report).headline.bottleneck
+    assert b is not None and [label for label, _ in b.host_parts] == ["Optimizer", "Other", "CPU ops"]
+
+
 def test_the_kept_fixes_read_as_a_case_study_of_measured_trials_in_every_format():
     """Each kept fix with what its own trial measured (alone, or on top of the fix it needs), then together."""
     workers = Trial("dataloader_workers", "safe", 100.0, 180.0, 1.8, 1.6, 2.0, "improved", loss_max_rel_diff=0.0,
