@@ -42,9 +42,31 @@ def iterates_loader(node: cst.For, loaders: set[str] | frozenset[str]) -> bool:
     return isinstance(it, cst.Name) and it.value in loaders
 
 
-def _is_optimizer(node: cst.Call) -> bool:
+_FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
+"""torch.optim's optimizers whose constructor takes ``fused`` (torch 2.13)."""
+_FOREACH_OPTIMIZERS = frozenset({"RMSprop", "Adamax", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop", "Adafactor"})
+"""Those that take only ``foreach``: ``fused=True`` would be a TypeError."""
+
+
+def _optimizer_flag(node: cst.Call) -> str | None:
+    """``fused`` or ``foreach``: the keyword a torch.optim optimizer constructor takes; None for any other call.
+
+    ``torch.optim.AdamW(...)``, ``optim.AdamW(...)`` or a bare ``AdamW(...)``; never a scheduler
+    (``torch.optim.lr_scheduler.OneCycleLR(opt, ...)`` got ``fused=True`` once, and the script
+    died on it) or anything else under ``torch.optim``.
+    """
+    parts = callee(node).split(".")
+    if len(parts) > 1 and parts[-2] != "optim":
+        return None
+    if parts[-1] in _FUSED_OPTIMIZERS:
+        return "fused"
+    return "foreach" if parts[-1] in _FOREACH_OPTIMIZERS else None
+
+
+def _may_take_parameters(node: cst.Call) -> bool:
+    """Any optimizer-like call, torch's or another library's (``bnb.optim.Adam8bit``): the model finder's test."""
     name = callee(node)
-    return "optim." in name or name in {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad"}
+    return "optim." in name or _optimizer_flag(node) is not None
 
 
 def _set_kwarg(call: cst.Call, key: str, value: cst.BaseExpression) -> cst.Call:
@@ -106,7 +128,7 @@ class _ModelFinder(cst.CSTVisitor):
         self.model: str | None = None
 
     def visit_Call(self, node: cst.Call) -> None:  # noqa: N802 - libcst's visitor naming
-        if self.model is not None or not _is_optimizer(node) or not node.args:
+        if self.model is not None or not _may_take_parameters(node) or not node.args:
             return
         first = node.args[0].value
         if (
@@ -170,8 +192,11 @@ class _Transformer(cst.CSTTransformer):
                 else:
                     updated = _set_kwarg(updated, "batch_size", factor)
                 self.done.add("batch")
-        elif self.plan.fused and _is_optimizer(original) and _arg(updated, "fused") is None:
-            updated = _set_kwarg(updated, "fused", cst.Name("True"))
+        elif (
+            self.plan.fused and (flag := _optimizer_flag(original)) is not None
+            and _arg(updated, "fused") is None and _arg(updated, "foreach") is None
+        ):
+            updated = _set_kwarg(updated, flag, cst.Name("True"))
             self.done.add("fused")
         elif (
             self.plan.non_blocking and self.loop_depth

@@ -77,3 +77,28 @@ def test_an_added_torch_import_goes_after_the_docstring_and_future_imports():
     compile(new, "launch.py", "exec")  # a __future__ import after `import torch` would not compile
     lines = new.splitlines()
     assert lines[0].startswith('"""') and lines.index("import torch") > lines.index("from __future__ import annotations")
+
+
+SCHEDULED = """\
+import torch
+from torch import optim
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=100)
+swa = optim.swa_utils.AveragedModel(model)
+rms = optim.RMSprop(model.parameters())
+own = torch.optim.SGD(model.parameters(), foreach=False)
+"""
+
+
+def test_fused_goes_on_optimizers_only_and_foreach_where_fused_is_not_taken(tmp_path: Path):
+    # a scheduler once got fused=True: the diff that advisor verify then ran died with a TypeError
+    script = tmp_path / "train.py"
+    script.write_text(SCHEDULED)
+    diff = make_diff(script, [Trial("fused_optimizer", "unsafe")], root=tmp_path)
+    added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added == [
+        "+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)",
+        "+rms = optim.RMSprop(model.parameters(), foreach=True)",
+    ]
