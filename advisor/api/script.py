@@ -54,46 +54,51 @@ def diagnose_script(
     import time
 
     from advisor._proc import interrupt_once
+    from advisor.capture.set_aside import restored_note, saves_set_aside
     from advisor.fixes.fix import is_out_of_memory
     from advisor.report.model import timing_of
 
     started = time.perf_counter()
-    # NOTE: the trials' warm-start server imports torch beside the capture's own start (where two
-    # cores are free), paused from the capture's first step until the diagnosis wants trials.
-    server = launch_early_server(spec, fix_options)
-    end = EndProbe(server) if server is not None else None
-    if end is not None:
-        end.ask()  # NOTE: answered once the server has imported, before the capture's first step or after it
-    try:
-        # NOTE: one latch over the capture and the save of what it measured: a second ^C typed
-        # right after the first hurries the child's save instead of cutting it (and the report) short.
-        with interrupt_once():
-            try:
-                capture = capture_function(spec)(spec, _pausing(progress, server, end))
-            except KeyboardInterrupt as exc:
-                _save_interrupted(spec, exc, engine_config, inline_ignores, started)
-                raise
-        run_dir = Path(capture.run_dir or spec.out_dir)
-        # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
-        fix_loop = fix_options.enabled and (capture.ok or is_out_of_memory(capture))
-        if fix_loop:  # the answer must be read before the loop's first request; else the server ends
-            capture = _with_end(capture, end, run_dir)
-        if not fix_loop and server is not None:
-            server.close()
-        server = fit_server(server, spec, fix_options, capture) if fix_loop else None
-        diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
-        if server is not None and not trials_wanted(diagnosis.findings, fix_options):
-            server.close()  # nothing to try: its imports would only compete with the report for the cores
-            server = None
-        if server is not None:
-            server.resume()  # NOTE: still paused since the capture: the analysis had both cores
-        report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
-        if fix_loop:
-            report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started, server,
-                                     base=capture)
-    finally:
-        if server is not None:
-            server.close()  # the loop ends it; this is for a diagnose that failed before the loop
+    # NOTE: a file the script's runs would save over is set aside and put back as this ends
+    with saves_set_aside() as restored:
+        # NOTE: the trials' warm-start server imports torch beside the capture's own start (where two
+        # cores are free), paused from the capture's first step until the diagnosis wants trials.
+        server = launch_early_server(spec, fix_options)
+        end = EndProbe(server) if server is not None else None
+        if end is not None:
+            end.ask()  # NOTE: answered once the server has imported, before the capture's first step or after it
+        try:
+            # NOTE: one latch over the capture and the save of what it measured: a second ^C typed
+            # right after the first hurries the child's save instead of cutting it (and the report) short.
+            with interrupt_once():
+                try:
+                    capture = capture_function(spec)(spec, _pausing(progress, server, end))
+                except KeyboardInterrupt as exc:
+                    _save_interrupted(spec, exc, engine_config, inline_ignores, started)
+                    raise
+            run_dir = Path(capture.run_dir or spec.out_dir)
+            # NOTE: a script that runs out of memory (over --memory-budget) still gets the memory fixes.
+            fix_loop = fix_options.enabled and (capture.ok or is_out_of_memory(capture))
+            if fix_loop:  # the answer must be read before the loop's first request; else the server ends
+                capture = _with_end(capture, end, run_dir)
+            if not fix_loop and server is not None:
+                server.close()
+            server = fit_server(server, spec, fix_options, capture) if fix_loop else None
+            diagnosis, report = _diagnosed(capture, run_dir, spec, engine_config, inline_ignores)
+            if server is not None and not trials_wanted(diagnosis.findings, fix_options):
+                server.close()  # nothing to try: its imports would only compete with the report for the cores
+                server = None
+            if server is not None:
+                server.resume()  # NOTE: still paused since the capture: the analysis had both cores
+            report = replace(report, timing=timing_of(time.perf_counter() - started, capture, None))
+            if fix_loop:
+                report = _fix_loop_saved(report, spec, diagnosis, fix_options, trial_progress, run_dir, started, server,
+                                         base=capture)
+        finally:
+            if server is not None:
+                server.close()  # the loop ends it; this is for a diagnose that failed before the loop
+    if restored:
+        report = replace(report, notes=(*report.notes, restored_note(restored)))
     report.save(run_dir)
     return DiagnoseResult(report=report, capture=capture, run_dir=run_dir)
 

@@ -38,6 +38,7 @@ def sweep_script(
     Cell runs are forked from a warm-start server, as the fix loop's trial runs are, unless
     ``cold_start`` (or a ``runner`` of the caller's is given).
     """
+    from advisor.capture.set_aside import restored_note, saves_set_aside
     from advisor.capture.warm import warm_runner
     from advisor.errors import Interrupted
     from advisor.fixes.loop import installer_modules
@@ -62,27 +63,31 @@ def sweep_script(
 
     save(last[0])
     cell_spec = replace(spec, out_dir=out, quiet=True)
-    warm = warm_runner(
-        cell_spec, capture_function(spec), enabled=runner is None and not cold_start, modules=installer_modules(),
-        log=out / TRIALS_DIR / "warm-start.log",
-    )
-    try:
-        with interrupt_once(asked_to_stop), warm as (warm_run, started):
-            table = run_sweep(
-                cell_spec, cells, repeats=repeats, runner=runner or warm_run,
-                progress=progress, checkpoint=checkpoint, size_name=size_option,
-            )
-            table = replace(table, notes=(*table.notes, *started.notes("cell runs")))
-    except KeyboardInterrupt as exc:
-        signum = interrupt_signal(exc, asked_to_stop[0])
-        with signals_ignored():  # a second ^C must not cut the final write short
-            done = replace(last[0], status=SweepStatus.INTERRUPTED)
-            save(done)
-        n = sum(1 for x in done.results if x.status != CellStatus.NOT_RUN and not x.unfinished)
-        raise Interrupted(
-            f"interrupted; {n} finished cell(s) of {len(cells)} are saved in {out / SWEEP_FILE}",
-            signum=signum,
-        ) from None
+    # NOTE: a file the script's runs would save over is set aside and put back as the cells end
+    with saves_set_aside() as restored:
+        warm = warm_runner(
+            cell_spec, capture_function(spec), enabled=runner is None and not cold_start, modules=installer_modules(),
+            log=out / TRIALS_DIR / "warm-start.log",
+        )
+        try:
+            with interrupt_once(asked_to_stop), warm as (warm_run, started):
+                table = run_sweep(
+                    cell_spec, cells, repeats=repeats, runner=runner or warm_run,
+                    progress=progress, checkpoint=checkpoint, size_name=size_option,
+                )
+                table = replace(table, notes=(*table.notes, *started.notes("cell runs")))
+        except KeyboardInterrupt as exc:
+            signum = interrupt_signal(exc, asked_to_stop[0])
+            with signals_ignored():  # a second ^C must not cut the final write short
+                done = replace(last[0], status=SweepStatus.INTERRUPTED)
+                save(done)
+            n = sum(1 for x in done.results if x.status != CellStatus.NOT_RUN and not x.unfinished)
+            raise Interrupted(
+                f"interrupted; {n} finished cell(s) of {len(cells)} are saved in {out / SWEEP_FILE}",
+                signum=signum,
+            ) from None
+    if restored:
+        table = replace(table, notes=(*table.notes, restored_note(restored)))
     save(table)
     if table.diff:
         (out / SWEEP_DIFF_FILE).write_text(table.diff, encoding="utf-8")

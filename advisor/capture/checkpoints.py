@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from advisor.capture.set_aside import set_aside_before_save
+
 SAVE = "torch.save"
 """The function an inline save is named by (the work itself: the loop is not the occurrence)."""
 
@@ -38,6 +40,10 @@ def timed_save(
     busy = [False]
 
     def save(*args: Any, **kwargs: Any) -> Any:
+        try:  # the user's file of that name, from before the diagnose, is not this run's to replace
+            set_aside_before_save(args[1] if len(args) > 1 else kwargs.get("f"))
+        except OSError:
+            pass
         if busy[0] or rec.steps_seen == 0 or threading.get_ident() != main or os.getpid() != pid:
             return unhooked(lambda: original(*args, **kwargs))
         busy[0] = True
