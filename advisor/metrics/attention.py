@@ -20,9 +20,12 @@ How the sequence is found (vectorised, no per-event Python loop over the whole t
 - ``M S M`` three tokens in a row on the same thread is one hand-written attention, counted in
   the step of its first matmul; the backward pass never matches (softmax's backward is
   ``aten::_softmax_backward_data``);
-- when the trace recorded shapes, the first matmul's output and the second's first input must
-  have the same last two dimensions (the weights of ``weights @ v`` are the softmax of
-  ``q @ k.T``): a mismatch is not attention.
+- when the trace recorded shapes, the first matmul's output, the softmax's input and the
+  second matmul's first input must have the same last two dimensions (the weights of
+  ``weights @ v`` are the softmax of ``q @ k.T``): a mismatch is not attention. The softmax's
+  own shape matters: in a MONAI segmentation script of ours the 4x4 affine products of the
+  data transforms (in the main process) sat before and after the loss's softmax of a
+  (8, 2, 64, 64) output, and read as one attention block a step.
 """
 
 from __future__ import annotations
@@ -80,17 +83,22 @@ def hand_attention_count(events: pd.DataFrame, cpu_op: np.ndarray, windows: Wind
     dims = events["input_dims"] if "input_dims" in events.columns else None
     if dims is not None:
         a = take(dims, rows[first])
+        w = take(dims, rows[first + 1])
         b = take(dims, rows[first + 2])
-        first = first[np.array([_shapes_agree(x, y) for x, y in zip(a, b, strict=True)], dtype=bool)]
+        first = first[np.array([_shapes_agree(x, y, z) for x, y, z in zip(a, b, w, strict=True)], dtype=bool)]
     step = point_step(events["ts"].to_numpy()[rows[first]], windows)
     return out + np.bincount(step[step >= 0], minlength=n)[:n]
 
 
-def _shapes_agree(first: object, second: object) -> bool:
-    """``q @ k.T``'s output and ``weights @ v``'s first input share their last two dims (True when unknown)."""
+def _shapes_agree(first: object, second: object, softmax: object = None) -> bool:
+    """``q @ k.T``'s output, the softmax's input and ``weights @ v``'s first input share their last two dims.
+
+    True when the shapes are unknown; a softmax of unknown shape is not checked.
+    """
     try:
         a = json.loads(first) if isinstance(first, str) else None
         b = json.loads(second) if isinstance(second, str) else None
+        s = json.loads(softmax) if isinstance(softmax, str) else None
     except ValueError:
         return True
     if not (isinstance(a, list) and isinstance(b, list) and len(a) >= 2 and len(b) >= 1):
@@ -98,4 +106,7 @@ def _shapes_agree(first: object, second: object) -> bool:
     q, kt, w = a[0], a[1], b[0]
     if not all(isinstance(x, list) and len(x) >= 2 for x in (q, kt, w)):
         return True
-    return [q[-2], kt[-1]] == w[-2:]
+    scores = [q[-2], kt[-1]]
+    if isinstance(s, list) and s and isinstance(s[0], list) and len(s[0]) >= 2 and s[0][-2:] != scores:
+        return False
+    return scores == w[-2:]

@@ -12,6 +12,8 @@ SHAPE_OPS = frozenset(
         "aten::_convolution", "aten::convolution_backward", "aten::conv_transpose2d",
         "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
         "aten::_scaled_dot_product_efficient_attention",
+        # the softmax between two matmuls: hand-written attention's only if its shape is the scores'
+        "aten::softmax", "aten::_safe_softmax",
     }
 )
 # NOTE: the per-operator roofline (advisor.metrics.roofline) sizes these too: attention backward,

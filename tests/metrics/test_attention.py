@@ -80,6 +80,25 @@ def test_sdpa_and_a_classifier_softmax_count_zero(tmp_path: Path) -> None:
     assert set(_counts(_trace(tmp_path / "b", nn.Sequential(nn.Linear(16, 16), Classifier())))) == {0.0}
 
 
+class AffineThenLoss(nn.Module):
+    """4x4 affine products (a data transform's), a softmax of another shape (a loss's), 4x4 again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        m = torch.eye(4) @ torch.eye(4)
+        p = (x * self.w).softmax(dim=1)
+        return p.sum() + (m @ m).sum()
+
+
+def test_a_softmax_of_another_shape_between_two_small_matmuls_is_not_attention(tmp_path: Path) -> None:
+    # seen in a MONAI segmentation script of ours: the transforms' affine products around the
+    # loss's softmax read as one attention block a step
+    assert set(_counts(_trace(tmp_path, AffineThenLoss()))) == {0.0}
+
+
 REAL = [
     "kineto/resnet50_num_workers_0",
     "param/dlrm_kineto",
