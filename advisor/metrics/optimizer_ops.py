@@ -41,21 +41,17 @@ def optimizer_columns(events: pd.DataFrame, cls: Classified, windows: Windows, n
     ranges = np.flatnonzero(cls.optimizer & cls.complete)
     if not n or not len(ranges):
         return {"optimizer_op_count": count, "optimizer_multi_tensor_flag": flag}
-    rows, _threads = outermost(events, ranges)
-    order = np.argsort(events["ts"].to_numpy()[rows], kind="stable")
-    rows = rows[order]
+    ts = events["ts"].to_numpy()
+    rows = outermost(events, ranges)[0]
+    rows = rows[np.argsort(ts[rows], kind="stable")]
     # the ranges as windows of their own: sorted, and disjoint once nested ones are dropped
-    inside = Windows(
-        np.arange(len(rows)), events["ts"].to_numpy()[rows], events["end"].to_numpy()[rows],
-    )
+    inside = Windows(np.arange(len(rows)), ts[rows], events["end"].to_numpy()[rows])
     has_range = np.bincount(point_step(inside.start, windows) + 1, minlength=n + 1)[1:] > 0
     flag[has_range] = 0.0
-    top = cls.top_ops
-    ts = events["ts"].to_numpy()[top]
-    top = top[point_step(ts, inside) >= 0]
+    top = cls.top_ops[point_step(ts[cls.top_ops], inside) >= 0]
     if not len(top):
         return {"optimizer_op_count": count, "optimizer_multi_tensor_flag": flag}
-    step = point_step(events["ts"].to_numpy()[top], windows)
+    step = point_step(ts[top], windows)
     ok = step >= 0
     count += np.bincount(step[ok], minlength=n)[:n]
     multi = name_mask(events["name"], lambda name: name.startswith(MULTI_TENSOR_PREFIXES))[top]
