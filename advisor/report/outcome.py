@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from advisor.fixes.model import Verdict
 from advisor.report import style as s
 from advisor.report.model import Report, ReportStatus
 
@@ -59,4 +60,23 @@ def nothing_kept_reason(report: Report) -> str | None:
         return reason
     if any(t.verdict == "improved" for t in report.trials):
         return "the faster trials were not kept (see the notes)"
+    if report.trials and all(t.verdict in _NOT_TIMED for t in report.trials):
+        return _none_timed(report)
     return f"no trial was faster: {_verdict_counts(report)}"
+
+
+_NOT_TIMED = frozenset({Verdict.SKIPPED, Verdict.ADVICE})
+
+
+def _none_timed(report: Report) -> str:
+    """Say that no fix was timed, with the first skip's reason (the rest usually follow from it).
+
+    Seen on a script of ours streaming an IterableDataset that does not shard by worker: every
+    fix was skipped, and "no trial was faster: 4 skipped" read as four trials measured and lost.
+    """
+    skipped = [t for t in report.trials if t.verdict == Verdict.SKIPPED]
+    head = f"no fix could be timed: {_verdict_counts(report)}"
+    if not skipped or not skipped[0].reason:
+        return head
+    first = skipped[0]
+    return f"{head}; {first.fix}: {first.reason.split('; ')[0]}"

@@ -63,3 +63,20 @@ def test_reasons_without_a_loop_note() -> None:
     assert nothing_kept_reason(slow) == "no trial was faster: 2 no measurable effect, 1 slower"
     stopped = dataclasses.replace(slow, status="interrupted")
     assert "interrupted" in (nothing_kept_reason(stopped) or "")
+
+
+def test_every_fix_skipped_says_none_was_timed_and_why() -> None:
+    """All trials skipped: not "no trial was faster", which reads as trials measured and lost."""
+    report = make_report()
+    reasons = ("the IterableDataset does not shard by worker: each worker would yield every sample; ladder 1 workers: skipped",
+               "needs DataLoader workers", "needs DataLoader workers")
+    skipped = dataclasses.replace(
+        report, combined=None, kept_fixes=(),
+        trials=tuple(dataclasses.replace(t, verdict="skipped", reason=r) for t, r in zip(report.trials, reasons, strict=True)),
+    )
+    first = report.trials[0].fix
+    assert nothing_kept_reason(skipped) == (
+        f"no fix could be timed: 3 skipped; {first}: the IterableDataset does not shard by worker: each worker would "
+        "yield every sample")
+    advice = dataclasses.replace(skipped, trials=tuple(dataclasses.replace(t, verdict="advice") for t in skipped.trials))
+    assert nothing_kept_reason(advice) == "no fix could be timed: 3 advice (not measured)"
