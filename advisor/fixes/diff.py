@@ -47,6 +47,7 @@ import libcst as cst
 from advisor.errors import InputError
 from advisor.fixes import catalog
 from advisor.fixes.diff_edits import _LoaderFinder, _ModelFinder, _Transformer
+from advisor.fixes.diff_mapping import set_in_mappings
 from advisor.fixes.diff_plan import DiffPlan, EditScope, SourceEdit
 from advisor.fixes.model import Trial
 
@@ -98,7 +99,8 @@ def transform(source: str, kept: Sequence[Trial]) -> tuple[str, list[str]]:
     for edit in _ordered(plan.edits):
         module, notes = edit.apply(module, scope)
         manual += notes
-    tr = _Transformer(plan, finder.model, loaders.names)
+    module, mapped = set_in_mappings(module, plan.loader_kwargs)
+    tr = _Transformer(plan, finder.model, loaders.names, mapped)
     new = module.visit(tr)
     if plan.loader_kwargs and "loader" not in tr.done:
         manual.append("DataLoader settings: no DataLoader(...) call found; set " + ", ".join(

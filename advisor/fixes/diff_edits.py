@@ -152,8 +152,10 @@ class _LoaderFinder(cst.CSTVisitor):
 
 
 class _Transformer(cst.CSTTransformer):
-    def __init__(self, plan: DiffPlan, model: str | None, loaders: set[str] | None = None) -> None:
+    def __init__(self, plan: DiffPlan, model: str | None, loaders: set[str] | None = None,
+                 mapped: dict[str, set[str]] | None = None) -> None:
         self.plan = plan
+        self.mapped = mapped or {}  # ``**`` mappings that hold the loader keys (advisor.fixes.diff_mapping)
         self.model = model
         self.loaders = loaders or set()
         self.done: set[str] = set()
@@ -166,12 +168,14 @@ class _Transformer(cst.CSTTransformer):
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:  # noqa: N802
         if _is_loader(original):
-            splat = any(a.star == "**" for a in updated.args)
+            splats = [a.value.value if isinstance(a.value, cst.Name) else "" for a in updated.args if a.star == "**"]
             for key, code in self.plan.loader_kwargs.items():
                 value = cst.parse_expression(code)
-                if splat and _arg(updated, key) is None:
-                    # NOTE: the key may hide in the **mapping: adding it could pass it twice.
-                    self.skipped_splat.add(key)
+                if splats and _arg(updated, key) is None:
+                    if any(key in self.mapped.get(name, ()) for name in splats):
+                        self.done.add("loader")  # set where the mapping is built
+                    else:  # NOTE: the key may hide in the **mapping: adding it could pass it twice.
+                        self.skipped_splat.add(key)
                     continue
                 updated = _set_kwarg(updated, key, value)
                 self.done.add("loader")

@@ -82,11 +82,42 @@ def test_unparsable_script_is_an_input_error(tmp_path: Path):
         make_diff(bad, KEPT[:1])
 
 
-def test_a_loader_fed_by_a_kwargs_mapping_is_left_to_the_user():
+def test_a_loader_fed_by_a_kwargs_mapping_gets_the_setting_where_the_mapping_is_built():
     src = "from torch.utils.data import DataLoader\nkw = {'num_workers': 0}\nDataLoader(ds, **kw)\n"
+    new, manual = transform(src, KEPT[:1])
+    assert new == src.replace("{'num_workers': 0}", "{'num_workers': 2}") and not manual
+
+
+def test_one_dict_call_feeding_two_loaders_takes_the_new_keys_once():
+    """The spawn-started script: ``kw = dict(...)`` for a training and an evaluation loader."""
+    src = ("from torch.utils.data import DataLoader\n"
+           "kw = dict(batch_size=64, num_workers=args.workers)\n"
+           "train = DataLoader(tr, shuffle=True, **kw)\nval = DataLoader(va, **kw)\n")
+    kept = [Trial("persistent_workers", "safe", params={})]
+    new, manual = transform(src, kept)
+    assert "kw = dict(batch_size=64, num_workers=args.workers, persistent_workers=True)" in new
+    assert new.count("persistent_workers") == 1 and not manual
+
+
+@pytest.mark.parametrize("src", [
+    # read elsewhere than as **kw of a loader: another call would receive the new key
+    "kw = {'num_workers': 0}\nDataLoader(ds, **kw)\nprint(kw)\n",
+    # bound twice: which binding the call sees is not known here
+    "kw = {}\nkw = dict(num_workers=0)\nDataLoader(ds, **kw)\n",
+    # built by something other than a dict display or dict(...)
+    "kw = make_kwargs()\nDataLoader(ds, **kw)\n",
+])
+def test_a_mapping_that_is_not_safe_to_edit_is_left_to_the_user(src):
+    src = "from torch.utils.data import DataLoader\n" + src
     new, manual = transform(src, KEPT[:1])
     assert new == src
     assert any("num_workers=2 in that mapping" in m for m in manual)
+
+
+def test_a_key_the_call_passes_itself_is_set_in_the_call_not_the_mapping():
+    src = "from torch.utils.data import DataLoader\nkw = dict(batch_size=8)\nDataLoader(ds, num_workers=0, **kw)\n"
+    new, manual = transform(src, KEPT[:1])
+    assert "DataLoader(ds, num_workers=2, **kw)" in new and "kw = dict(batch_size=8)" in new and not manual
 
 
 def test_cpu_threads_follows_the_kept_worker_count():
