@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from advisor._vocab import Vocab
@@ -189,11 +189,16 @@ def steady_times(times_ms: Sequence[float]) -> list[float]:
     return assess(times_ms).part(list(times_ms))
 
 
-def steady_rate(times_ms: Sequence[float], samples: Sequence[int | None] = ()) -> tuple[float | None, float | None]:
-    """Return (samples/s, steps/s) over the steps that count.
+def steady_rate(times_ms: Sequence[float], samples: Sequence[int | None] = (),
+                skip: Collection[int] = ()) -> tuple[float | None, float | None]:
+    """Return (samples/s, steps/s) over the steps that count, the positions in ``skip`` left out.
 
     Samples/s is None unless every step used counted its samples.
     """
+    if skip:
+        kept = [i for i in range(len(times_ms)) if i not in skip]
+        aligned = len(samples) == len(times_ms)
+        times_ms, samples = [times_ms[i] for i in kept], [samples[i] for i in kept] if aligned else ()
     verdict = assess(times_ms)
     used = [t for t in verdict.part(list(times_ms)) if _ok(t)]
     total_s = sum(used) / 1000.0

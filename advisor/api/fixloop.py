@@ -286,7 +286,7 @@ def with_kept_whole(report: Report, base: RunCapture | None, kept_dir: Path | No
     ``kept_dir``: where the kept fixes ran under the profiler (their periodic work), or None.
     """
     from advisor.errors import AdvisorError
-    from advisor.metrics.whole import kept_whole_run
+    from advisor.metrics.whole import EpochArms, kept_whole_run
 
     trial = report.kept_trial
     if base is None or trial is None:
@@ -300,8 +300,10 @@ def with_kept_whole(report: Report, base: RunCapture | None, kept_dir: Path | No
     change = None
     if trial.time_to_first_step_s is not None and trial.baseline_time_to_first_step_s is not None:
         change = trial.time_to_first_step_s - trial.baseline_time_to_first_step_s
+    before, after = trial.baseline_epoch_change_s, trial.epoch_change_s
+    epoch = EpochArms((before, after)) if before is not None and after is not None else None
     whole = kept_whole_run(base, kept, trial.speedup, trial.ci_low, trial.ci_high, change,
-                           gain_steps=_gain_steps(report))
+                           gain_steps=_gain_steps(report), epoch=epoch)
     return replace(report, kept_whole=whole)
 
 

@@ -231,6 +231,7 @@ class ChildSession:
             "wall_s": round(time.perf_counter() - self.t0, 4),
             "module_names": dict(namer.names) if namer is not None else {},
             "between_steps": rec.between.records(),
+            "epoch_gaps": list(rec.between.epoch_gaps),
             "run_hints": dict(rec.between.hints),
             "epoch_batches": rec.between.train_batches or None,
             "trace_bound": self.probe.record() if self.probe is not None else None,

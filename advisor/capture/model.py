@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor._serde import check_types, dump_json, from_dict
-from advisor.capture.between import BetweenWork
+from advisor.capture.between import BetweenWork, EpochGap
 from advisor.capture.budget import DEFAULT_TRACE_BUDGET_BYTES, TraceBound
 from advisor.capture.kernel_use import AfterWork, KernelUse
 from advisor.capture.records import (
@@ -249,6 +249,8 @@ class RunCapture:
             (:mod:`advisor.capture.kernel_use`); None without a timed step, or from an older capture.
         faults_after_work: The page faults of the first whole step after each occurrence of work
             between steps (:class:`~advisor.capture.kernel_use.AfterWork`); none in an older capture.
+        epoch_gaps: Each change of the training loader's epoch the run saw, one step included
+            (:class:`~advisor.capture.between.EpochGap`); none in an older capture.
         end_s: A plain run's exit after its last step (CPython's shutdown of what the script
             imported), which no capture pays: timed by the warm-start server beside the capture
             (:mod:`advisor.capture.end_probe`); None when no server ran beside the capture
@@ -301,6 +303,7 @@ class RunCapture:
     kernel: KernelUse | None = None
     faults_after_work: tuple[AfterWork, ...] = ()
     end_s: float | None = None
+    epoch_gaps: tuple[EpochGap, ...] = ()
 
     def __post_init__(self) -> None:
         # NOTE: older child files, and fakes, hold one-line notes ("applied: ..."): read them as

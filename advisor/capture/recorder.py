@@ -100,6 +100,7 @@ class StepRecorder:
     _modules: Cycle = field(default_factory=Cycle)
     _epoch_ended: bool = False
     _timed_epoch_ends: int = 0  # DataLoader epochs that ended while the timed steps ran
+    _change_steps: set[int] = field(default_factory=set)  # timed steps that hold an epoch change (EpochGap)
     _optimizer_created: bool = False
     _backwards_awaiting: int = 0  # backward calls seen while awaiting the first optimizer step
     _last_step_s: float = 0.0
@@ -241,7 +242,7 @@ class StepRecorder:
         if self._evaluating(grad):
             return
         self._epoch_ended = True
-        self.between.epoch_end(self.steps_seen)
+        self.between.epoch_end(self.steps_seen, self._step_start)
         if self.phase == Phase.TIMED:
             self._timed_epoch_ends += 1
 
@@ -273,8 +274,9 @@ class StepRecorder:
     def timed_phase(self) -> TimedPhase:
         """Return the timed phase's measurements so far."""
         times, samples = tuple(self.step_times_ms), tuple(self.step_samples)
-        # NOTE: rates over the window's steady part: steps still warming up (_settling) are not timed.
-        samples_per_s, steps_per_s = steady_rate(times, samples)
+        # NOTE: rates over the window's steady part: steps still warming up (_settling) are not timed,
+        # nor a step holding an epoch change (an EpochGap: windows with one read 400 samples/s, without 1,300).
+        samples_per_s, steps_per_s = steady_rate(times, samples, skip=self._change_steps)
         return TimedPhase(
             step_times_ms=times,
             samples=samples,
@@ -339,6 +341,8 @@ class StepRecorder:
         if self.edge_sync is not None and self.edge_sync(self):
             now = self.clock()
         start = self._step_start if self._step_start is not None else now
+        if self.between.step_ended(self.steps_seen, now, self.open_window is not None) and self.phase == Phase.TIMED:
+            self._change_steps.add(len(self.step_times_ms))
         self.steps += 1
         self.steps_seen += 1
         if self.wants_loss():
@@ -445,9 +449,8 @@ class StepRecorder:
             self._switch(source)
         self.source = source
         self._step_start = now
-        # NOTE: losses so far go to the next boundary only if it is a better source's
-        # (the optimizer step closing this first iteration); a boundary of this source starts
-        # counting afresh.
+        # NOTE: losses so far go to the next boundary only if it is a better source's (the optimizer
+        # step closing this first iteration); a boundary of this source starts counting afresh.
         self._carry_loss = self._pending_loss()
         self._cur_loss = None
 

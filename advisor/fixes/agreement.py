@@ -24,7 +24,7 @@ from typing import Any
 
 from advisor._steady import SteadyState, assess
 
-__all__ = ["DISAGREEMENT", "RunFacts", "disagreement", "explain", "facts_of", "rate_range"]
+__all__ = ["DISAGREEMENT", "RunFacts", "arm_medians", "change_note", "disagreement", "explain", "facts_of", "rate_range"]
 
 DISAGREEMENT = 2.0
 """Runs of one setting this factor apart (fastest over slowest) or more are not one population.
@@ -54,6 +54,9 @@ class RunFacts:
         faults_per_step: Minor page faults per timed step of its main process (``kernel``).
         steadiness: Its own steps' verdict (:class:`~advisor._steady.SteadyState`).
         steady_detail: What was unsteady about its steps ("" when steady).
+        step_ms: The median of its timed steps (an epoch change inside one does not move it).
+        epoch_gap_s: The median of the changes of the training loader's epoch it saw, unprofiled
+            (:class:`~advisor.capture.between.EpochGap`); None when it saw none.
     """
 
     rate: float | None
@@ -64,6 +67,8 @@ class RunFacts:
     faults_per_step: float | None = None
     steadiness: SteadyState = SteadyState.STEADY
     steady_detail: str = ""
+    step_ms: float | None = None
+    epoch_gap_s: float | None = None
 
 
 def facts_of(cap: Any, rate: float | None) -> RunFacts:
@@ -81,7 +86,59 @@ def facts_of(cap: Any, rate: float | None) -> RunFacts:
         faults_per_step=getattr(kernel, "faults_per_step", None),
         steadiness=verdict.state,
         steady_detail=verdict.detail,
+        step_ms=_median([t for t in getattr(timed, "step_times_ms", ()) or () if t is not None]),
+        epoch_gap_s=_median([g.seconds for g in getattr(cap, "epoch_gaps", ()) or () if not g.profiled]),
     )
+
+
+def arm_medians(facts: Sequence[RunFacts], ref_facts: Sequence[RunFacts]) -> dict[str, float | None]:
+    """Return a trial's step and epoch change, each the median over its runs, with the fix and without.
+
+    Keys are :class:`~advisor.fixes.model.Trial` fields. The change with the fix is given only
+    where it separated: two runs or more a side, and every run of one side beyond every run of
+    the other (changes of one script took 7.0-9.7 s without a fix that did nothing to them).
+    """
+    before, after = _changes(ref_facts), _changes(facts)
+    return {
+        "step_ms": _median([f.step_ms for f in facts if f.step_ms]),
+        "baseline_step_ms": _median([f.step_ms for f in ref_facts if f.step_ms]),
+        "epoch_change_s": _median(after) if _separated(before, after) else None,
+        "baseline_epoch_change_s": _median(before),
+    }
+
+
+def _changes(facts: Sequence[RunFacts]) -> list[float]:
+    return [f.epoch_gap_s for f in facts if f.epoch_gap_s is not None]
+
+
+def _separated(before: Sequence[float], after: Sequence[float]) -> bool:
+    return len(before) >= 2 and len(after) >= 2 and (max(after) < min(before) or min(after) > max(before))
+
+
+def change_note(facts: Sequence[RunFacts], ref_facts: Sequence[RunFacts]) -> str:
+    """Say how long the epoch change took without the fix and with it, where runs of both saw one ("" otherwise).
+
+    The rate leaves the step that holds a change out (:meth:`StepRecorder.timed_phase`), so a
+    fix whose gain is at the change (``persistent_workers``) shows it here, not in its speedup.
+    """
+    before, after = _changes(ref_facts), _changes(facts)
+    if not before or not after:
+        return ""
+    verdict = ("every run of one side beyond every run of the other" if _separated(before, after)
+               else "held in the whole-run projection: the runs overlap or are too few")
+    return (f"the epoch change (left out of the rate) took {_runs_text(before)} without it and {_runs_text(after)} with it "
+            f"({verdict})")
+
+
+def _runs_text(values: Sequence[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f} s" if len(values) == 1 else f"{lo:.2f}-{hi:.2f} s over {len(values)} runs"
+
+
+def _median(values: Sequence[float]) -> float | None:
+    import statistics
+
+    return float(statistics.median(values)) if values else None
 
 
 def rate_range(rates: Sequence[float | None]) -> tuple[float, float] | None:

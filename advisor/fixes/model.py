@@ -77,6 +77,13 @@ class Trial:
         estimate_basis: Where ``estimate`` comes from: ``amdahl`` (the share of the measured
             step in the categories the fix shortens: a true upper bound) or ``finding`` (the
             recoverable share the findings that suggested it estimated).
+        step_ms: The median timed step of the runs with the fix (the median over runs of each
+            run's median); None in an older report.
+        baseline_step_ms: The same for the runs it was measured against.
+        epoch_change_s: The median change of the training loader's epoch the runs with the fix
+            saw, one step included (:class:`~advisor.capture.between.EpochGap`); None when none
+            saw one.
+        baseline_epoch_change_s: The same for the runs it was measured against.
     """
 
     fix: str
@@ -102,6 +109,10 @@ class Trial:
     unfinished: bool = False
     estimate: float | None = None
     estimate_basis: str = ""
+    step_ms: float | None = None
+    baseline_step_ms: float | None = None
+    epoch_change_s: float | None = None
+    baseline_epoch_change_s: float | None = None
 
     def __post_init__(self) -> None:
         # NOTE: producers may pass the plain words ("improved", "safe"); hold the members.

@@ -171,6 +171,9 @@ _SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("periodic_work_s", "s", "run", "One occurrence of the costliest periodic work between steps"),
     MetricSpec("periodic_period_steps", "count", "run", "Steps between two occurrences of the costliest periodic work"),
     MetricSpec("periodic_occurrences_count", "count", "run", "Occurrences of the costliest periodic work over the projected run"),
+    MetricSpec("epoch_change_s", "s", "run", "Each change of the training loader's epoch beyond one step: work at the epoch's end, the loaders' workers started again, the first batch's wait; absent under two steps"),
+    MetricSpec("epoch_change_frac", "frac", "run", "Share of the projected run in the epoch changes between epochs; of the steady training when the run's length is unknown"),
+    MetricSpec("epoch_changes_count", "count", "run", "Changes between two epochs over the projected run"),
     # lines of periodic work that generate without a KV cache, or infer one sample at a time (advisor.metrics.generation)
     MetricSpec("generation_frac", "frac", "run", "Share of the projected run in autoregressive generation without a KV cache (the input grows by one position per call), the costliest line; of the steady training when the run's length is unknown"),
     MetricSpec("generation_s", "s", "run", "One occurrence of that generation: its first model call's start to its last's end"),

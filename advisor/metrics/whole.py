@@ -17,6 +17,14 @@ evaluating. Seen on a script of ours that evaluates every 25 steps (22% of its r
   evaluations took 0.068-0.070 s with and without it.
 * **Start-up**: the baseline's, plus the kept trial's change in time to the first step (its runs
   and their baselines start the same way: the difference is the fixes', worker start-up included).
+* **The epoch change** (:data:`~advisor.metrics.periodic.EPOCH_CHANGE`): the baseline's, plus the
+  change in its median over the kept trial's runs, where those runs timed it with the fixes and
+  without and every run of one side beat every run of the other (:func:`arm_medians
+  <advisor.fixes.agreement.arm_medians>`); else held, as other periodic work. A trial's rate
+  leaves the step that holds a change out, so its speedup is the steps' only: on a script of
+  ours whose loaders start workers by ``spawn`` (7-9 s a change against 14 ms steps), windows
+  that held a change read 400 samples/s and windows that did not 1,300. The interval is the
+  steps': the change, timed once a run, is held at its point at both ends.
 * **End**: the interpreter's exit after the last step (:attr:`RunCapture.end_s`), held. Left
   out, it made the demo's kept fixes 1.45x on the whole run where the plain script ran 1.32x
   faster with them (4 pairs, whole processes).
@@ -33,7 +41,14 @@ from dataclasses import dataclass
 
 from advisor._vocab import Vocab
 from advisor.capture.model import RunCapture
-from advisor.metrics.periodic import Projection, best_measured, by_function, project
+from advisor.metrics.periodic import (
+    EPOCH_CHANGE,
+    PeriodicFunction,
+    Projection,
+    best_measured,
+    by_function,
+    project,
+)
 
 
 class WholeScope(Vocab):
@@ -81,6 +96,11 @@ class KeptWholeRun:
     periodic: tuple[PeriodicChange, ...] = ()
     gain_steps: int | None = None
     """The steps the speedup was counted on, when fewer than the run's (``Fix.gains_until``)."""
+    epoch_changes: int | None = None
+    """How many times the epoch changes in the run, where the kept trial's runs timed it (else None)."""
+    epoch_change_before_s: float | None = None
+    """Each change beyond a step, in the projection; ``epoch_change_after_s``: with the kept fixes."""
+    epoch_change_after_s: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -88,12 +108,19 @@ class KeptWholeRun:
         return self.before_s / self.after_s if self.after_s > 0 else float("inf")
 
 
-def _changes(p: Projection, kept: RunCapture | None) -> tuple[PeriodicChange, ...]:
-    """One change per periodic function of ``p`` with a period, in its order."""
+@dataclass(frozen=True)
+class EpochArms:
+    """The kept trial's runs' median epoch change (s) without the fixes and with them."""
+
+    change_s: tuple[float, float]
+
+
+def _changes(p: Projection, kept: RunCapture | None, skip: PeriodicFunction | None = None) -> tuple[PeriodicChange, ...]:
+    """One change per periodic function of ``p`` with a period (``skip`` aside), in its order."""
     seen = by_function(kept.between_steps if kept is not None else ())
     out = []
     for f in p.functions:
-        if f.period:
+        if f.period and f is not skip:
             works = seen.get((f.function, f.file, f.line))
             chosen = best_measured(works or [])
             seen_s = float(statistics.median(chosen)) if chosen else None
@@ -122,6 +149,7 @@ def kept_whole_run(
     ci_high: float | None = None,
     startup_change_s: float | None = None,
     gain_steps: int | None = None,
+    epoch: EpochArms | None = None,
 ) -> KeptWholeRun | None:
     """Project the kept fixes over the whole run (see the module docstring); None when there is nothing to add.
 
@@ -134,22 +162,31 @@ def kept_whole_run(
         startup_change_s: The kept trial's median time to the first step less its baselines'.
         gain_steps: The steps the speedup holds on in a plain run, when not all of them (the
             rest keep the baseline's step); the run's length must be known to use it.
+        epoch: The kept trial's runs' steps and epoch changes (see the module docstring), or None.
     """
     if not speedup or speedup <= 0:
         return None
     p = project(base)
     if p.step_s is None:
         return None
-    changes = _changes(p, kept)
+    change = next((f for f in p.functions if f.function == EPOCH_CHANGE and f.occurrences), None)
+    if change is None or epoch is None:
+        change = None
+    changes = _changes(p, kept, skip=change)
     if p.projected_s is not None and p.steps and p.startup_s is not None:
         startup_after = max(0.0, p.startup_s + (startup_change_s or 0.0))
         periodic = p.periodic_s or 0.0
+        held, change_after = 0.0, None
+        if change is not None and epoch is not None:
+            change_after = max(0.0, change.cost_s + epoch.change_s[1] - epoch.change_s[0])
+            periodic -= change.cost_s * (change.occurrences or 0)
+            held = change_after * (change.occurrences or 0)
         steps = p.steps
         gained = min(steps, gain_steps) if gain_steps is not None else steps
 
         def total(step_speedup: float) -> float:
             return (startup_after + (gained / step_speedup + steps - gained) * p.step_s
-                    + periodic / _periodic_factor(step_speedup, speedup) + (p.end_s or 0.0))
+                    + periodic / _periodic_factor(step_speedup, speedup) + held + (p.end_s or 0.0))
 
         return KeptWholeRun(
             WholeScope.RUN,
@@ -162,6 +199,9 @@ def kept_whole_run(
             end_s=p.end_s,
             gain_steps=gained if gained < steps else None,
             periodic=changes,
+            epoch_changes=change.occurrences if change is not None else None,
+            epoch_change_before_s=change.cost_s if change is not None else None,
+            epoch_change_after_s=change_after,
         )
     if not changes:
         return None
@@ -179,3 +219,4 @@ def kept_whole_run(
         high=before / per_step(ci_high) if ci_high else None,
         periodic=changes,
     )
+

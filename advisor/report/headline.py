@@ -172,7 +172,7 @@ def whole_run(report: Report) -> tuple[str, str] | None:
         parts.append(f"{startup:.1f} s start-up")
     end = finite(summary.get("run_end_s"))
     parts.append(f"{_seconds(end)} exit" if end else "exit not timed")
-    between = finite(summary.get("periodic_work_frac"))
+    between = (finite(summary.get("periodic_work_frac")) or 0.0) + (finite(summary.get("epoch_change_frac")) or 0.0)
     if between:
         parts.append(f"{s.pct(between)} between steps")
     return f"{total:.1f} s", ", ".join(parts)
@@ -202,6 +202,10 @@ def kept_whole(report: Report) -> tuple[str, str] | None:
         parts.append(f"exit {_seconds(w.end_s)}, held" if w.end_s else "exit not timed")
     else:
         head = f"{ratio} over the steps with their periodic work (the run's length is unknown)"
+    if w.epoch_changes is not None and w.epoch_change_before_s is not None and w.epoch_change_after_s is not None:
+        parts.append(f"the epoch change {_seconds(w.epoch_change_before_s)} → {_seconds(w.epoch_change_after_s)} "
+                     f"beyond a step, {w.epoch_changes} time{'s' if w.epoch_changes != 1 else ''}, as the trial's "
+                     "runs timed it (held at both ends of the interval)")
     if w.gain_steps is not None:
         parts.append(f"its speedup counted on the first {w.gain_steps:,} steps only: after them the baseline "
                      "had nothing left for the fix to gain (its finding says why)")

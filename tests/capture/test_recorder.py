@@ -104,6 +104,23 @@ def test_epoch_gap_is_not_a_step():
     clock.advance(0.01)
     rec.batch_requested()                        # ends step 3
     assert rec.step_times_ms == pytest.approx([10.0, 10.0, 10.0])
+    # the change is kept beside the steps: the gap with the step after it, one per epoch end
+    [gap] = rec.between.epoch_gaps
+    assert (gap.step, gap.seconds, gap.profiled) == (2, pytest.approx(5.01), False)
+
+
+def test_epoch_gap_inside_an_optimizer_step_is_timed_from_the_last_step_before_it():
+    """Steps from the optimizer: the change is inside the first step of the next epoch (the trials' 7-9 s step)."""
+    rec, clock, *_ = make(warmup=0, timed=10, profiled=0, cprofile=0, full=True)
+    opt_step(rec, clock)
+    opt_step(rec, clock)
+    rec.batch_requested()
+    rec.epoch_ended()  # the loop asks for a batch after its last step: the epoch is over
+    clock.advance(3.0)  # evaluation, the training loader's workers started again
+    opt_step(rec, clock, seconds=0.02)
+    opt_step(rec, clock)
+    assert [(g.step, g.seconds) for g in rec.between.epoch_gaps] == [(2, pytest.approx(3.02))]
+    assert max(rec.step_times_ms) == pytest.approx(3020.0)  # the step holds it, as before
 
 
 def test_only_epochs_ending_in_the_timed_steps_are_counted():
@@ -391,3 +408,19 @@ def test_the_last_windows_close_counts_as_export_not_as_the_runs_end() -> None:
     assert with_last_export(phases, 5.0)["finishing"] == 0.0  # never more than finishing holds
     assert with_last_export(phases, 0.0) == phases
     assert with_last_export({"timed": 1.0}, 0.3) == {"timed": 1.0}  # a run that never finished
+
+
+def test_a_timed_step_holding_an_epoch_change_is_left_out_of_the_rate():
+    """Windows that held a change and windows that did not read 400 and 1,300 samples/s on one script."""
+    rec, clock, *_ = make(warmup=0, timed=10, profiled=0, cprofile=0, full=True)
+    for _ in range(4):
+        opt_step(rec, clock, seconds=0.01, samples=4)
+    rec.batch_requested()
+    rec.epoch_ended()
+    clock.advance(3.0)
+    opt_step(rec, clock, seconds=0.01, samples=4)
+    for _ in range(3):
+        opt_step(rec, clock, seconds=0.01, samples=4)
+    timed = rec.timed_phase()
+    assert max(timed.step_times_ms) == pytest.approx(3010.0)  # kept in the window's times
+    assert timed.samples_per_s == pytest.approx(4 / 0.01, rel=0.01)  # and out of its rate

@@ -64,12 +64,12 @@ def test_pyproject_and_extend_chain_with_sources(tmp_path: Path, capsys, monkeyp
     assert s["extend-select"]["default"] is True
     # what the engine runs: the closer file's select replaces what its base built (base's
     # ignore of DL002 included), then its own ignore drops SY002
-    assert data["rules"]["selected"] == ["DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL007", "SY001"]
+    assert data["rules"]["selected"] == ["DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL007", "DL008", "SY001"]
     code, out, _ = invoke(capsys, "config", "--for", str(sub))
     assert "config file: pyproject.toml [tool.advisor]" in out and "  extends: base.toml" in out
     ignore_row = next(line for line in out.splitlines() if line.startswith("ignore "))
     assert ignore_row.split() == ["ignore", '["SY002"]', "pyproject.toml", "[tool.advisor]"]
-    assert "rules: 8 of " in out and "selected: DL001, DL002, DL003, DL004, DL005, DL006, DL007, SY001" in out
+    assert "rules: 9 of " in out and "selected: DL001, DL002, DL003, DL004, DL005, DL006, DL007, DL008, SY001" in out
 
 
 def test_lists_add_up_over_the_extend_chain_without_select(tmp_path: Path) -> None:

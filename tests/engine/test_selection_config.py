@@ -56,12 +56,12 @@ def test_extend_select_adds():
 def test_cli_layer_over_config_layer():
     file_layer = EngineConfig(select=("DL", "SY"), ignore=("SY002",))
     # CLI ignore applies on top of the file's selection.
-    assert selected(EngineConfig(ignore=("DL002",), layers=(file_layer,))) == {"DL001", "DL003", "DL004", "DL005", "DL006", "DL007", "SY001"}
+    assert selected(EngineConfig(ignore=("DL002",), layers=(file_layer,))) == {"DL001", "DL003", "DL004", "DL005", "DL006", "DL007", "DL008", "SY001"}
     # CLI select replaces the file's selection (and its ignores) entirely.
     assert selected(EngineConfig(select=("CM001",), layers=(file_layer,))) == {"CM001"}
     # CLI extend-select adds to it, even a code the file ignored.
     assert selected(EngineConfig(extend_select=("SY002",), layers=(file_layer,))) == {
-        "DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL007", "SY001", "SY002"}
+        "DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL007", "DL008", "SY001", "SY002"}
 
 
 def test_preview_rules_need_preview():
@@ -98,7 +98,7 @@ def test_pyproject_tool_advisor(tmp_path):
     script_dir.mkdir(parents=True)
     config = resolve_engine_config(start=script_dir)
     assert config.sources[0].endswith("pyproject.toml")
-    assert selected(config) == STABLE - {"DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL007", "SY002"}
+    assert selected(config) == STABLE - {"DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL007", "DL008", "SY002"}
     # The CLI beats the file.
     config = resolve_engine_config(select=("DL001",), start=script_dir)
     assert selected(config) == {"DL001"}
@@ -117,7 +117,7 @@ def test_extend_builds_on_another_file(tmp_path):
     write(tmp_path / "base.toml", 'select = ["SY", "DL"]\npreview = false\n')
     write(tmp_path / "proj" / "advisor.toml", 'extend = "../base.toml"\nignore = ["SY002"]\n')
     config = resolve_engine_config(start=tmp_path / "proj")
-    assert selected(config) == {"SY001", "DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL007"}
+    assert selected(config) == {"SY001", "DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL007", "DL008"}
     assert len(config.layers) == 2
 
 

@@ -93,3 +93,24 @@ def test_facts_are_read_from_a_capture():
     assert (facts.start, facts.load, facts.other_frac, facts.threads) == ("warm", 2.5, 0.4, 18)
     assert facts.steadiness is SteadyState.SHIFTED
     assert rate_range([None, 3.0]) is None
+
+
+
+def test_each_arms_step_and_epoch_change_are_the_medians_over_its_runs():
+    from advisor.fixes.agreement import arm_medians, change_note
+
+    base = [RunFacts(400.0, step_ms=14.0, epoch_gap_s=8.6), RunFacts(1300.0, step_ms=15.0),
+            RunFacts(410.0, step_ms=13.0, epoch_gap_s=8.8)]
+    fix = [RunFacts(900.0, step_ms=14.0, epoch_gap_s=3.4), RunFacts(860.0, step_ms=14.5, epoch_gap_s=3.6)]
+    assert arm_medians(fix, base) == {
+        "step_ms": pytest.approx(14.25), "baseline_step_ms": 14.0,
+        "epoch_change_s": pytest.approx(3.5), "baseline_epoch_change_s": pytest.approx(8.7)}
+    assert change_note(fix, base) == ("the epoch change (left out of the rate) took 8.60-8.80 s over 2 runs without "
+                                      "it and 3.40-3.60 s over 2 runs with it (every run of one side beyond every "
+                                      "run of the other)")
+    # overlapping runs (a fix that did nothing to the change): no change with the fix, said so
+    same = [RunFacts(400.0, step_ms=13.0, epoch_gap_s=8.7), RunFacts(400.0, step_ms=13.0, epoch_gap_s=9.7)]
+    assert arm_medians(same, base)["epoch_change_s"] is None
+    assert "held in the whole-run projection" in change_note(same, base)
+    assert arm_medians(fix[:1], base)["epoch_change_s"] is None  # one run a side is too few
+    assert change_note(fix, [RunFacts(400.0, step_ms=14.0)]) == ""  # no baseline run saw one

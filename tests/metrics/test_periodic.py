@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from advisor.capture.between import BetweenWork
@@ -151,3 +153,31 @@ def test_work_at_each_epochs_end_has_one_epoch_for_its_period_and_runs_after_the
     assert p.projected_s == pytest.approx(p.startup_s + 13132 * 0.01 + 14 * 2.0)
     (note,) = periodic_notes(cap)
     assert "test ran once" in note and "each epoch's end, every 938 steps" in note
+
+
+
+def test_the_epoch_change_is_projected_between_epochs_less_the_work_at_its_end():
+    """The spawn-started loaders' script: 7-9 s at each change against 14 ms steps, projected at 11.5 s, ran 27-32 s."""
+    from advisor.capture.between import EpochGap
+
+    config = ScriptConfig(options=(ScriptOption("epochs", 3),))
+    loaders = (DataLoaderInfo(batches=63), DataLoaderInfo(batches=8))
+    evaluate = BetweenWork(function="evaluate", file=FILE, line=60, step=63, seconds=0.05, calls=8, epoch_end=True)
+    gaps = (EpochGap(63, 7.6), EpochGap(126, 8.0, profiled=True))  # the profiled one is inflated: not used
+    cap = _capture([evaluate], script_config=config, dataloaders=loaders, steps=(14.0,) * 20, epoch_gaps=gaps)
+    p = project(cap)
+    by_name = {f.function: f for f in p.functions}
+    change, ev = by_name["the epoch change"], by_name["evaluate"]
+    assert (change.period, change.occurrences, change.measured) == (63, 2, 1)
+    assert change.cost_s == pytest.approx(7.6 - 0.014 - 0.05)  # the loaders' start: the test pass is its own
+    assert ev.occurrences == 3  # after each epoch, the last included
+    assert p.projected_s == pytest.approx(p.startup_s + 189 * 0.014 + 2 * (7.6 - 0.064) + 3 * 0.05)
+    assert any("the epoch changes 2 times in the run, 7.54 s each" in n for n in p.notes)
+    m = periodic_metrics(cap)
+    assert (m["epoch_change_s"], m["epoch_changes_count"]) == (pytest.approx(7.536), 2)
+    assert m["epoch_change_frac"] == pytest.approx(2 * 7.536 / p.projected_s)
+    assert m["periodic_work_frac"] == pytest.approx(3 * 0.05 / p.projected_s)  # the test pass alone (HB002)
+    # a test pass that is the whole change (no loader to start) leaves nothing: the projection is as before
+    quiet = _capture([replace(evaluate, seconds=2.0)], script_config=config, dataloaders=loaders, steps=(14.0,) * 20,
+                     epoch_gaps=(EpochGap(63, 2.02),))
+    assert [f.function for f in project(quiet).functions] == ["evaluate"]

@@ -110,3 +110,27 @@ def test_the_runs_exit_is_held_on_both_sides_and_lowers_the_ratio():
     without = kept_whole_run(replace(base, end_s=None), None, 1.8)
     assert without.end_s is None and without.ratio > w.ratio  # left out, the exit overstated the gain
     assert without.before_s == pytest.approx(11.3)
+
+
+
+def test_the_epoch_change_takes_what_the_trial_runs_measured_and_the_steps_the_trials_speedup():
+    """persistent_workers on spawn-started loaders: the steps no faster, each change from 7.6 s to almost nothing."""
+    from advisor.capture.between import EpochGap
+    from advisor.metrics.whole import EpochArms
+
+    evaluate = BetweenWork(function="evaluate", file=FILE, line=60, step=63, seconds=0.05, calls=8, epoch_end=True)
+    base = replace(_capture([evaluate], {"epochs": 3, "max_iters": 189}, steps=(14.0,) * 20),
+                   epoch_gaps=(EpochGap(63, 7.664),))  # 7.6 s beyond a step and the test pass
+    w = kept_whole_run(base, None, 1.0, 0.9, 1.1, startup_change_s=0.0, epoch=EpochArms((7.6, 0.08)))
+    startup = 0.5 + 3.0 - 0.014
+    assert w.before_s == pytest.approx(startup + 189 * 0.014 + 2 * 7.6 + 3 * 0.05)
+    # each change: 7.6 s beyond a step, less the 7.52 s the trial runs' changes shrank by
+    assert (w.epoch_changes, w.epoch_change_before_s, w.epoch_change_after_s) == (2, pytest.approx(7.6), pytest.approx(0.08))
+    assert w.after_s == pytest.approx(startup + 189 * 0.014 + 2 * 0.08 + 3 * 0.05)
+    # the interval is the steps': the change is held at its point at both ends
+    assert w.low == pytest.approx(w.before_s / (startup + 189 * 0.014 / 0.9 + 2 * 0.08 + 3 * 0.05 / 0.9))
+    assert [c.function for c in w.periodic] == ["evaluate"]
+    # without the arms (they did not separate, or an older report) the change is held at the baseline's
+    held = kept_whole_run(base, None, 1.0, 0.9, 1.1, startup_change_s=0.0)
+    assert held.epoch_changes is None and held.after_s == pytest.approx(held.before_s)
+    assert "the epoch change" in [c.function for c in held.periodic]

@@ -18,7 +18,7 @@ from advisor._num import median
 from advisor.capture.model import FixRequest, NoteState, RunCapture, RunSpec
 from advisor.errors import AdvisorError
 from advisor.fixes import catalog
-from advisor.fixes.agreement import RunFacts, facts_of
+from advisor.fixes.agreement import RunFacts, arm_medians, change_note, facts_of
 from advisor.fixes.fix import Objective, RungRuns
 from advisor.fixes.loop.counting import Counting
 from advisor.fixes.loop.memory import judge_memory, over_budget
@@ -466,7 +466,7 @@ class Measurer:
             "baseline_time_to_first_step_s": base_ttfs,
             "peak_memory_bytes": None if peak is None else int(peak),
             "baseline_peak_memory_bytes": None if base_peak is None else int(base_peak),
-            "memory_kind": v.memory_kind,
+            "memory_kind": v.memory_kind, **arm_medians(v.facts, v.ref_facts),
         }
         if v.skip is not None:
             return Trial(**common, verdict=SKIPPED, reason=v.skip, repeats=0)
@@ -483,7 +483,7 @@ class Measurer:
             why = "; ".join(x for x in (spread_reason(v, self.unit or "samples/s"), why) if x)
         if len(common["fixes"]) == 1 and catalog.get(v.fix).objective is Objective.MEMORY:
             verdict, why = judge_memory(common["peak_memory_bytes"], common["baseline_peak_memory_bytes"], est)
-        reason = "; ".join(r for r in (describe(v), why) if r)
+        reason = "; ".join(r for r in (describe(v), why, change_note(v.facts, v.ref_facts)) if r)
         return Trial(
             **common,
             baseline_samples_per_s=median(used),
