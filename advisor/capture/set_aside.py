@@ -8,7 +8,8 @@ file of that name the user's own training had left: on a script of ours a trial 
 file beside itself (``e0.pt.advisor-kept-<token>``: the same folder, so the same file system and
 no copy) and lists it; the diagnose puts every listed file back when it ends, however it ends,
 over what its runs wrote there. A diagnose killed before that leaves the renamed files, named for
-what they are.
+what they are, and its list in the temporary folder; the next diagnose removes a dead one's list
+once nothing it names is set aside (16 empty ones had gathered in /tmp over a day of our tests).
 
 The runs learn where the list is from :data:`ENV` (``<token>:<list path>``), which the diagnose
 sets for the processes it starts and nothing else reads. What a run writes where nothing was
@@ -57,7 +58,8 @@ def saves_set_aside() -> Iterator[list[str]]:
 
     Yields the list the paths put back are appended to (for the report's notes).
     """
-    folder = tempfile.mkdtemp(prefix="advisor-set-aside-")
+    _sweep(Path(tempfile.gettempdir()))
+    folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
     listing = os.path.join(folder, "saves.jsonl")
     token = f"{os.getpid()}-{time.time_ns() % 1_000_000_000}"
     before = os.environ.get(ENV)
@@ -77,15 +79,45 @@ def saves_set_aside() -> Iterator[list[str]]:
             os.rmdir(folder)
 
 
-def restored_note(paths: list[str]) -> str:
-    """Return the report's note on the files the script's runs saved over, put back as they were."""
-    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-    return (f"the script's runs saved over {len(paths)} existing file(s), each set aside first and put back "
-            f"when the runs ended: {shown}")
+PREFIX = "advisor-set-aside-"
+"""The list's folder: ``<tempdir>/advisor-set-aside-<pid>-<random>``, the pid the diagnose's."""
 
 
-def put_back(listing: Path) -> list[str]:
-    """Move every listed file back to its name; return the names put back."""
+def _sweep(tmp: Path) -> None:
+    """Remove the list folders of diagnoses killed before their end that set nothing aside.
+
+    A diagnose killed by SIGKILL cannot remove its folder; the next one does, when that
+    diagnose's process is gone and no file its list names is still set aside (such a list is
+    the record of where the user's files are, and stays).
+    """
+    try:
+        folders = list(tmp.glob(f"{PREFIX}*-*"))
+    except OSError:
+        return
+    for folder in folders:
+        pid = folder.name[len(PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        listing = folder / "saves.jsonl"
+        if listing.exists() and any(os.path.lexists(kept) for _path, kept in _entries(listing)):
+            continue
+        with contextlib.suppress(OSError):
+            listing.unlink(missing_ok=True)
+            folder.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # NOTE: another user's process: alive, not ours to judge
+    return True
+
+
+def _entries(listing: Path) -> list[tuple[str, str]]:
+    """Return the (path, kept) pairs a list names, unreadable lines skipped."""
     try:
         lines = listing.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -96,6 +128,21 @@ def put_back(listing: Path) -> list[str]:
             path, kept = json.loads(line)
         except (ValueError, TypeError):
             continue
+        out.append((str(path), str(kept)))
+    return out
+
+
+def restored_note(paths: list[str]) -> str:
+    """Return the report's note on the files the script's runs saved over, put back as they were."""
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return (f"the script's runs saved over {len(paths)} existing file(s), each set aside first and put back "
+            f"when the runs ended: {shown}")
+
+
+def put_back(listing: Path) -> list[str]:
+    """Move every listed file back to its name; return the names put back."""
+    out = []
+    for path, kept in _entries(listing):
         if os.path.lexists(kept):
             with contextlib.suppress(OSError):
                 os.replace(kept, path)

@@ -61,3 +61,24 @@ def test_the_captures_save_hook_sets_the_file_aside(tmp_path: Path) -> None:
         save({"w": torch.zeros(2)}, ck)
         assert torch.load(ck)["w"].sum() == 0  # the run reads what it saved, as a plain run does
     assert torch.load(ck)["w"].sum() == 2
+
+
+def test_a_killed_diagnoses_list_is_swept_once_nothing_it_names_is_set_aside(tmp_path: Path) -> None:
+    from advisor.capture.set_aside import PREFIX, _sweep
+
+    dead = 4_194_304 + 4321  # over Linux's largest pid: no such process
+    empty = tmp_path / f"{PREFIX}{dead}-abc"
+    empty.mkdir()
+    holding = tmp_path / f"{PREFIX}{dead}-def"
+    holding.mkdir()
+    kept = tmp_path / "best.pt.advisor-kept-1"
+    kept.write_text("the user's checkpoint")
+    (holding / "saves.jsonl").write_text(json.dumps([str(tmp_path / "best.pt"), str(kept)]) + "\n")
+    mine = tmp_path / f"{PREFIX}{os.getpid()}-ghi"  # a live diagnose's: never touched
+    mine.mkdir()
+    other = tmp_path / "advisor-set-aside-unrelated"
+    other.mkdir()
+    _sweep(tmp_path)
+    assert not empty.exists()
+    assert holding.exists() and kept.exists()  # the record of where the user's file is stays
+    assert mine.exists() and other.exists()
