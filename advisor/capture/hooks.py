@@ -16,6 +16,7 @@ runs, and removable again with :meth:`TorchHooks.uninstall`:
 * ``_BaseDataLoaderIter.__next__`` wrapped: batch requests, yielded batches (sample counts) and
   epoch ends, for every DataLoader iterator (single- and multi-process);
 * ``DataLoader.__init__`` wrapped: each loader's effective settings and the user's file:line;
+* ``DataLoader.__iter__`` wrapped: when an evaluation loader's iterator (and its workers) started;
 * ``torch.optim.Optimizer.__init__`` wrapped: an optimizer exists, so its steps are awaited
   before backward calls count as steps (gradient accumulation, see the recorder);
 * ``torch.save`` wrapped: each save after the first step timed as work between steps
@@ -364,6 +365,15 @@ class TorchHooks:
             return batch
 
         self._patch(_BaseDataLoaderIter, "__next__", __next__)
+
+        original_iter = DataLoader.__iter__
+
+        def __iter__(loader: Any) -> Any:
+            if not torch.is_grad_enabled():  # an evaluation loader: its workers start here
+                rec.between.loader_started(rec.clock())
+            return original_iter(loader)
+
+        self._patch(DataLoader, "__iter__", __iter__)
 
         original_init = DataLoader.__init__
         seen: set[DataLoaderInfo] = set()

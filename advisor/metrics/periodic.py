@@ -26,8 +26,9 @@ capture measured:
   (the training loader's workers started again, a test loader's own, the first batch's wait), at
   each change between two epochs. Seen on a script of ours whose loaders start workers by
   ``spawn``: 7-9 s a change against 14 ms steps, and the run projected at 11.5 s where it took
-  27-32 s plainly. A rest under 2 steps is not counted (no loader start to speak of). After the
-  last epoch a test loader's start is not counted (no change is timed there): an under-count.
+  27-32 s plainly. A rest under 2 steps is not counted (no loader start to speak of). A test
+  pass's own time holds its loader's start (:meth:`~advisor.capture.between.BetweenSteps.loader_started`),
+  so it is counted after the last epoch too, where no change follows.
 * **Start-up**: the time to the end of the first step (and the interpreter's start), less that
   step and the periodic work that ran before it.
 * **End**: the interpreter's exit after the last step (:attr:`RunCapture.end_s`), which the

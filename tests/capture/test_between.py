@@ -235,3 +235,19 @@ def test_without_an_evaluation_loader_the_capture_stops_on_time():
     with pytest.raises(StopScript):
         _epochs(rec, clock, 12, 3, test_seconds=0.2)
     assert rec.steps_seen == 5 and not rec.between.notes
+
+
+def test_an_evaluation_loaders_start_is_the_start_of_its_occurrence():
+    """Spawn-started evaluation workers: 3-4 s before the first model call, 0.05 s of model calls."""
+    tracker = BetweenSteps(loop=(MODULE,))
+    tracker.loader_started(10.0)
+    tracker.loader_started(11.0)  # a second loader of the same evaluation: the first start holds
+    tracker.call(5, 14.0, 14.01, _at(MODULE, EVAL))
+    tracker.call(5, 14.01, 14.05, _at(MODULE, EVAL))
+    (work,) = tracker.records()
+    assert work.seconds == pytest.approx(4.05)
+    # a loader made with grad disabled and read by no model call before the step ends starts nothing later
+    tracker.loader_started(20.0)
+    tracker.step_ended(6, 21.0)
+    tracker.call(6, 30.0, 30.5, _at(MODULE, EVAL))
+    assert tracker.records()[-1].seconds == pytest.approx(0.5)
