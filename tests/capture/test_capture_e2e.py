@@ -169,6 +169,7 @@ def test_the_script_runs_in_its_own_process_group_of_the_users_session(tmp_path)
     assert pgrp == pid != os.getpgrp()
 
 
+@pytest.mark.slow  # NOTE: 8 s, most of it compiling; make test-all runs it
 def test_a_model_compiled_in_place_counts_its_own_samples(tmp_path):
     """``model.compile()`` hides the model's calls from the forward hooks: the loss module must not count the samples."""
     from advisor.capture.model import RunSpec

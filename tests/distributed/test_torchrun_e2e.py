@@ -161,6 +161,7 @@ def test_slowed_rank_is_named_the_straggler(slow_run) -> None:
     assert loader and max(loc.time_ms or 0.0 for loc in loader) > 0.8 * SLOW_MS, loader
 
 
+@pytest.mark.slow  # NOTE: 8 s; a job's runs and their merge are in make test (test_every_rank_writes_a_run_dir_...)
 def test_failing_rank_stops_the_job_and_is_named(tmp_path: Path) -> None:
     t0 = time.perf_counter()
     cap = capture_distributed(_spec(tmp_path / "run", "--fail-rank", "1", "--fail-step", "3"))

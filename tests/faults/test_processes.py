@@ -117,6 +117,7 @@ def test_signal_ends_the_whole_tree_and_keeps_the_capture(tmp_path: Path, sig: i
     _check_interrupted_capture(tmp_path, run_dir, sig, code, err)
 
 
+@pytest.mark.slow  # NOTE: 7 s; a catchable signal ending the whole tree is in make test (SIGINT)
 def test_sigkill_ends_the_whole_tree(tmp_path: Path) -> None:
     code, _, run_dir, left = _signal_advisor(tmp_path, signal.SIGKILL, nproc=1)
     assert code == -signal.SIGKILL
@@ -202,6 +203,7 @@ def _text(path: Path) -> str:
         return ""
 
 
+@pytest.mark.slow  # NOTE: 7 s; processes the script leaves behind are in make test (test_processes_the_script_leaves_...)
 def test_a_daemon_in_a_new_session_whose_parent_exited_at_once_is_ended(tmp_path: Path) -> None:
     """A process orphaned before the tree sweep saw it, in its own session, still ends with the run (issue #30)."""
     run_dir = tmp_path / "run"
