@@ -18,6 +18,7 @@ its own steps were steady.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -136,8 +137,6 @@ def _runs_text(values: Sequence[float]) -> str:
 
 
 def _median(values: Sequence[float]) -> float | None:
-    import statistics
-
     return float(statistics.median(values)) if values else None
 
 
