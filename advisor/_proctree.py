@@ -7,7 +7,8 @@ machine runs: 33 ms a call beside 600 idle processes here, and advisor's parent 
 a core while it timed the user's script (9% without them). Linux lists each thread's children in
 ``/proc/PID/task/TID/children`` (``CONFIG_PROC_CHILDREN``); walking those reads the tree alone.
 The kernel calls that list exact only while the children are stopped: a process forked during the
-walk can be missed, and the next poll finds it.
+walk can be missed, and the next poll finds it. :func:`pid_exists` is the one test of whether a
+pid names a process, for the run list, the TensorBoard copies and the set-aside lists alike.
 """
 
 from __future__ import annotations
@@ -79,3 +80,21 @@ def handles(psutil: Any, root: Any, skip: Collection[int] = ()) -> Iterator[Any]
         if pid not in skip:
             with contextlib.suppress(psutil.Error):
                 yield psutil.Process(pid)
+
+
+def pid_exists(pid: Any) -> bool:
+    """Whether a process with this id exists (one of another user's counts: it exists).
+
+    Anything but a positive int (None, a bool, a pid past pid_t) is no process.
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OSError, OverflowError):  # NOTE: a pid past pid_t raised OverflowError (issue #30 campaign)
+        return False
+    return True

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from advisor._proctree import pid_exists
+
 ENV = "ADVISOR_SET_ASIDE"
 """``<token>:<path of the list>``, set by :func:`saves_set_aside` for the runs it starts."""
 
@@ -96,7 +98,7 @@ def _sweep(tmp: Path) -> None:
         return
     for folder in folders:
         pid = folder.name[len(PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or pid_exists(int(pid)):
             continue
         listing = folder / "saves.jsonl"
         if listing.exists() and any(os.path.lexists(kept) for _path, kept in _entries(listing)):
@@ -104,16 +106,6 @@ def _sweep(tmp: Path) -> None:
         with contextlib.suppress(OSError):
             listing.unlink(missing_ok=True)
             folder.rmdir()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # NOTE: another user's process: alive, not ours to judge
-    return True
 
 
 def _entries(listing: Path) -> list[tuple[str, str]]:

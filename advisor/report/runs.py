@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from advisor import rundir
+from advisor._proctree import pid_exists
 from advisor.capture.model import RunCapture
 from advisor.errors import AdvisorError, InputError
 from advisor.report import style as s
@@ -193,7 +193,7 @@ def _from_config(run_dir: Path) -> dict[str, Any]:
     """Return what a run with only its ``config.json`` tells: still capturing, or killed before saving."""
     config = rundir.read_json(run_dir / CONFIG_FILE) or {}
     spec = config.get("spec") if isinstance(config.get("spec"), dict) else {}
-    running = _alive(config.get("pid"))
+    running = pid_exists(config.get("pid"))
     return {
         "script": _str_or_none(spec.get("script")),
         "status": ReportStatus.RUNNING.value if running else STATUS_KILLED,
@@ -240,23 +240,8 @@ def _loop_status(report: Report) -> str | None:
     if status == ReportStatus.INTERRUPTED:
         return ReportStatus.INTERRUPTED.value
     if status == ReportStatus.RUNNING:
-        return ReportStatus.RUNNING.value if _alive(report.pid) else STATUS_KILLED
+        return ReportStatus.RUNNING.value if pid_exists(report.pid) else STATUS_KILLED
     return None
-
-
-def _alive(pid: Any) -> bool:
-    """Whether a process with this id exists (one of another user counts: it exists)."""
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OSError, OverflowError):  # NOTE: a pid past pid_t raised OverflowError (issue #30 campaign)
-        return False
-    return True
 
 
 def kept_speedup(report: Report) -> float | None:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from advisor._proctree import pid_exists
 from advisor.errors import InputError
 from advisor.rundir import (
     CAPTURE_FILE,
@@ -362,19 +363,8 @@ def remove_stale_copies(root: Path | None = None, owner: int | None = None) -> l
         if owner is not None:
             if pid != owner:
                 continue
-        elif pid <= 0 or pid == os.getpid() or _alive(pid):
+        elif pid <= 0 or pid == os.getpid() or pid_exists(pid):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    """Return True when a process with ``pid`` exists (ours or not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # NOTE: exists, owned by someone else
-    return True
