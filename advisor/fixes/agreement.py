@@ -18,11 +18,11 @@ its own steps were steady.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from advisor._num import median
 from advisor._steady import SteadyState, assess
 
 __all__ = ["DISAGREEMENT", "RunFacts", "arm_medians", "change_note", "disagreement", "explain", "facts_of", "rate_range"]
@@ -87,8 +87,8 @@ def facts_of(cap: Any, rate: float | None) -> RunFacts:
         faults_per_step=getattr(kernel, "faults_per_step", None),
         steadiness=verdict.state,
         steady_detail=verdict.detail,
-        step_ms=_median([t for t in getattr(timed, "step_times_ms", ()) or () if t is not None]),
-        epoch_gap_s=_median([g.seconds for g in getattr(cap, "epoch_gaps", ()) or () if not g.profiled]),
+        step_ms=median(getattr(timed, "step_times_ms", ()) or ()),
+        epoch_gap_s=median(g.seconds for g in getattr(cap, "epoch_gaps", ()) or () if not g.profiled),
     )
 
 
@@ -101,10 +101,10 @@ def arm_medians(facts: Sequence[RunFacts], ref_facts: Sequence[RunFacts]) -> dic
     """
     before, after = _changes(ref_facts), _changes(facts)
     return {
-        "step_ms": _median([f.step_ms for f in facts if f.step_ms]),
-        "baseline_step_ms": _median([f.step_ms for f in ref_facts if f.step_ms]),
-        "epoch_change_s": _median(after) if _separated(before, after) else None,
-        "baseline_epoch_change_s": _median(before),
+        "step_ms": median([f.step_ms for f in facts if f.step_ms]),
+        "baseline_step_ms": median([f.step_ms for f in ref_facts if f.step_ms]),
+        "epoch_change_s": median(after) if _separated(before, after) else None,
+        "baseline_epoch_change_s": median(before),
     }
 
 
@@ -134,10 +134,6 @@ def change_note(facts: Sequence[RunFacts], ref_facts: Sequence[RunFacts]) -> str
 def _runs_text(values: Sequence[float]) -> str:
     lo, hi = min(values), max(values)
     return f"{lo:.2f} s" if len(values) == 1 else f"{lo:.2f}-{hi:.2f} s over {len(values)} runs"
-
-
-def _median(values: Sequence[float]) -> float | None:
-    return float(statistics.median(values)) if values else None
 
 
 def rate_range(rates: Sequence[float | None]) -> tuple[float, float] | None:

@@ -169,9 +169,8 @@ def kept_whole_run(
     p = project(base)
     if p.step_s is None:
         return None
-    change = next((f for f in p.functions if f.function == EPOCH_CHANGE and f.occurrences), None)
-    if change is None or epoch is None:
-        change = None
+    # NOTE: without the kept trial's change the epoch change is held, as other periodic work
+    change = next((f for f in p.functions if f.function == EPOCH_CHANGE and f.occurrences), None) if epoch is not None else None
     changes = _changes(p, kept, skip=change)
     if p.projected_s is not None and p.steps and p.startup_s is not None:
         startup_after = max(0.0, p.startup_s + (startup_change_s or 0.0))
